@@ -1,0 +1,14 @@
+//! epochguard core: Kafka's leader-epoch cache, divergence search and record-batch codec.
+//!
+//! Pure Rust (bytes, epochs, offsets). Python bindings live in `py/` behind the `python` feature.
+
+pub mod checkpoint;
+pub mod divergence;
+pub mod epoch_cache;
+pub mod error;
+pub mod records;
+
+#[cfg(feature = "python")]
+mod py;
+
+pub use error::{Error, Result};

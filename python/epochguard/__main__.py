@@ -1,4 +1,4 @@
-"""Command line: `epochguard demo | simulate | audit`."""
+"""Command line: `epochguard demo | simulate | audit`. Each subcommand lives with its subsystem."""
 
 from __future__ import annotations
 
@@ -9,12 +9,16 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="epochguard", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="unclean election -> real log dirs -> Spark audit report")
+    demo = sub.add_parser("demo", help="unclean election -> real log dirs -> Spark audit report")
+    demo.set_defaults(run=_demo)
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        import epochguard
+    return int(args.run(args))
 
-        print(f"epochguard {epochguard.__version__}")
+
+def _demo(args: argparse.Namespace) -> int:
+    import epochguard
+
+    print(f"epochguard {epochguard.__version__}")
     return 0
 
 

@@ -1,0 +1,147 @@
+# Type stubs for the Rust extension `epochguard._core`. This file is the contract between the Rust
+# core and the Python package: every name here exists in the extension (checked by stubtest).
+from collections.abc import Iterable, Iterator, Sequence
+from os import PathLike
+from typing import Any, final
+
+__version__: str
+
+# --- errors --------------------------------------------------------------------------------------
+class EpochGuardError(Exception): ...
+
+class CorruptRecordError(EpochGuardError):
+    position: int  # absolute byte offset in the input where decoding failed
+    reason: str
+
+class CheckpointError(EpochGuardError):
+    line: int  # 1-based; 0 = the file as a whole
+    reason: str
+
+# --- leader-epoch cache (section (a) of SPEC.md) -------------------------------------------------
+@final
+class LeaderEpochCache:
+    def __init__(self, entries: Iterable[tuple[int, int]] = ()) -> None: ...
+    def assign(self, epoch: int, start_offset: int) -> None: ...
+    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]: ...
+    def epoch_for_offset(self, offset: int) -> int | None: ...
+    def truncate_from_end(self, end_offset: int) -> None: ...
+    def truncate_from_start(self, start_offset: int) -> None: ...
+    def entries(self) -> list[tuple[int, int]]: ...
+    @property
+    def latest_epoch(self) -> int | None: ...
+    @property
+    def previous_epoch(self) -> int | None: ...
+    def previous_epoch_of(self, epoch: int) -> int | None: ...
+    def next_epoch(self, epoch: int) -> int | None: ...
+    @property
+    def earliest_entry(self) -> tuple[int, int] | None: ...
+    def copy(self) -> LeaderEpochCache: ...
+    def clear(self) -> None: ...
+    def __len__(self) -> int: ...
+    def __eq__(self, other: object) -> bool: ...
+    @staticmethod
+    def read_checkpoint(path: str | PathLike[str]) -> LeaderEpochCache: ...
+    def write_checkpoint(self, path: str | PathLike[str]) -> None: ...
+    # Batched, GIL released. Input: any buffer of int32 (epochs) / int64 (offsets), e.g. a numpy
+    # array, or an Arrow array (__arrow_c_array__). Output: numpy arrays over Rust-owned memory.
+    def end_offsets_for(self, epochs: Any, log_end_offset: int) -> tuple[Any, Any]: ...
+    def epochs_for_offsets(self, offsets: Any) -> Any: ...  # int32, -1 where no epoch
+
+# --- divergence search ---------------------------------------------------------------------------
+def find_diverging_epoch(
+    leader_cache: LeaderEpochCache, leader_log_end_offset: int, last_fetched_epoch: int, fetch_offset: int
+) -> tuple[int, int] | None: ...
+def truncation_offset(
+    local_cache: LeaderEpochCache, local_log_end_offset: int, leader_epoch: int, leader_end_offset: int
+) -> tuple[int, bool] | None: ...
+def divergence_point(
+    cache_a: LeaderEpochCache, log_end_a: int, cache_b: LeaderEpochCache, log_end_b: int
+) -> int | None: ...
+def divergence_points(
+    a_bounds: Any, a_epochs: Any, a_starts: Any, a_log_ends: Any,
+    b_bounds: Any, b_epochs: Any, b_starts: Any, b_log_ends: Any,
+) -> Any: ...  # int64 per partition, -1 = no divergence
+
+# --- record batches ------------------------------------------------------------------------------
+@final
+class Record:
+    offset: int
+    timestamp: int
+    attributes: int
+    timestamp_delta: int
+    offset_delta: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+@final
+class RecordBatch:
+    file_position: int
+    size_in_bytes: int
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int  # -1 for legacy magic 0/1
+    magic: int
+    crc: int
+    attributes: int
+    compression: str  # "none" | "gzip" | "snappy" | "lz4" | "zstd"
+    timestamp_type: int  # 0 create time, 1 log append time
+    is_transactional: bool
+    is_control: bool
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def next_offset(self) -> int: ...
+    def records(self) -> list[Record]: ...
+
+@final
+class BatchIterator(Iterator[RecordBatch]):
+    # After exhaustion with allow_partial_tail=True: byte position of an incomplete last batch, else None.
+    partial_tail: int | None
+    def __iter__(self) -> BatchIterator: ...
+    def __next__(self) -> RecordBatch: ...
+
+def iter_batches(
+    source: bytes | bytearray | memoryview | str | PathLike[str],
+    *,
+    verify_crc: bool = True,
+    allow_partial_tail: bool = False,
+    max_decompressed_size: int = 64 * 1024 * 1024,
+) -> BatchIterator: ...
+
+@final
+class ArrowRecords:
+    """Arrow C stream/array exporter (PyCapsule interface); wrap with pyarrow.table()."""
+    partial_tail: int | None
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
+
+def decode_arrow(
+    source: bytes | bytearray | memoryview | str | PathLike[str],
+    *,
+    verify_crc: bool = True,
+    allow_partial_tail: bool = False,
+    max_decompressed_size: int = 64 * 1024 * 1024,
+) -> ArrowRecords: ...
+
+def encode_batch(
+    records: Sequence[tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
+                      | tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int]],
+    *,
+    base_offset: int = 0,
+    partition_leader_epoch: int = -1,
+    compression: str = "none",
+    timestamp_type: int = 0,
+    base_timestamp: int | None = None,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    is_transactional: bool = False,
+    is_control: bool = False,
+) -> bytes: ...

@@ -1,0 +1,25 @@
+"""Spark pipeline: read real Kafka log directories and audit them for unclean-election data loss.
+
+Optional extra: needs ``pip install 'epochguard[spark]'`` (pyspark, pyarrow, pandas, rich).
+
+>>> from epochguard.spark import read_kafka_logs, audit
+>>> df = read_kafka_logs(spark, ["/backup/broker-1", "/backup/broker-2"])
+>>> result = audit(spark, ["/backup/broker-1", "/backup/broker-2"], out="audit-out")
+"""
+
+from __future__ import annotations
+
+try:
+    import pyarrow  # noqa: F401
+    import pyspark  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        f"epochguard.spark needs the Spark extra ({exc.name} is missing): pip install 'epochguard[spark]'"
+    ) from exc
+
+from epochguard.spark.audit import AuditResult, audit
+from epochguard.spark.logs import read_kafka_logs
+from epochguard.spark.session import local_session
+from epochguard.spark.udfs import EpochHistories, decode_batches
+
+__all__ = ["AuditResult", "EpochHistories", "audit", "decode_batches", "local_session", "read_kafka_logs"]

@@ -1,0 +1,299 @@
+"""`read_kafka_logs`: Kafka log directories -> a DataFrame of records, decoded by the Rust core.
+
+The driver lists the log dirs and cuts large segments into batch-aligned byte ranges (from the
+core's `batch_index`), so one segment is never one task. Executors decode each range inside
+``mapInArrow``: the core maps the file and streams Arrow batches with the GIL released; no segment
+ever becomes a Python object. Paths with a scheme (HDFS, S3, ...) are read whole through Spark's
+``binaryFile`` source and decoded from those bytes instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+
+from epochguard import _core
+from epochguard.errors import EpochGuardError
+from epochguard.spark.listing import Listing, is_local, list_log_dirs
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+DEFAULT_CHUNK_BYTES = 64 << 20
+DEFAULT_MAX_DECOMPRESSED = 64 << 20
+
+LOCATION = StructType(
+    [
+        StructField("broker", IntegerType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("segment", LongType()),  # the segment's base offset (its file name)
+    ]
+)
+ERROR_FIELDS = [
+    StructField("path", StringType()),
+    StructField("error_position", LongType()),
+    StructField("error_reason", StringType()),
+]
+_RANGE_FIELDS = [StructField("path", StringType()), StructField("position", LongType()), StructField("length", LongType())]
+
+
+@functools.cache
+def record_schema() -> StructType:
+    """Spark schema of the core's record columns (offset, leader_epoch, timestamp, key, value, ...)."""
+    arrow = pa.RecordBatchReader.from_stream(_core.decode_arrow(b"")).schema
+    return StructType([StructField(f.name, f.dataType, True) for f in from_arrow_schema(arrow)])
+
+
+def output_schema(carry: StructType, with_errors: bool) -> StructType:
+    fields = list(carry.fields) + list(record_schema().fields)
+    return StructType(fields + ERROR_FIELDS if with_errors else fields)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A batch-aligned byte range of one segment: the unit of decoding work."""
+
+    broker: int
+    topic: str
+    partition: int
+    segment: int
+    path: str
+    position: int
+    length: int
+
+
+def read_kafka_logs(
+    spark: SparkSession,
+    paths: str | Sequence[str],
+    *,
+    with_errors: bool = False,
+    verify_crc: bool = True,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED,
+) -> DataFrame:
+    """Read broker log directories (one path per broker) into one DataFrame of records.
+
+    Columns: ``broker, topic, partition, segment`` then the core's record columns. By default a
+    corrupt batch fails the job with its byte position; with ``with_errors=True`` the records before
+    it are kept and the problem becomes a row with ``path, error_position, error_reason`` set and
+    null record columns (an incomplete last batch is reported the same way).
+    """
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    listing = list_log_dirs(paths, spark)
+    return decode_listing(
+        spark,
+        listing,
+        with_errors=with_errors,
+        verify_crc=verify_crc,
+        chunk_bytes=chunk_bytes,
+        max_decompressed_size=max_decompressed_size,
+    )
+
+
+def decode_listing(
+    spark: SparkSession,
+    listing: Listing,
+    *,
+    with_errors: bool,
+    verify_crc: bool = True,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED,
+) -> DataFrame:
+    decode = functools.partial(
+        decode_arrow_batches,
+        carry=LOCATION.fieldNames(),
+        schema=to_arrow_schema(output_schema(LOCATION, with_errors)),
+        with_errors=with_errors,
+        verify_crc=verify_crc,
+        max_decompressed_size=max_decompressed_size,
+    )
+    schema = output_schema(LOCATION, with_errors)
+    local = [(r, s) for r, s in listing.segments if is_local(s.path)]
+    remote = [(r, s) for r, s in listing.segments if not is_local(s.path)]
+    frames = []
+    if local or not remote:
+        chunks = plan_chunks(local, chunk_bytes)
+        groups = pack_tasks(chunks, chunk_bytes, spark.sparkContext.defaultParallelism)
+        rows = spark.sparkContext.parallelize(groups, max(1, len(groups))).flatMap(lambda group: group)
+        tasks = spark.createDataFrame(rows, StructType(list(LOCATION.fields) + _RANGE_FIELDS))
+        frames.append(tasks.mapInArrow(decode, schema))
+    if remote:
+        where = {s.path: (r.broker, r.topic, r.partition, s.base_offset) for r, s in remote}
+        files = spark.read.format("binaryFile").load([s.path for _, s in remote])
+        locate = functools.partial(_locate_files, where=where)
+        located = files.select("path", "content").mapInArrow(
+            locate, StructType(list(LOCATION.fields) + [StructField("path", StringType()), files.schema["content"]])
+        )
+        frames.append(located.mapInArrow(decode, schema))
+    return functools.reduce(lambda a, b: a.unionByName(b), frames)
+
+
+def plan_chunks(segments: Sequence[tuple], chunk_bytes: int) -> list[tuple]:
+    """Cut each segment into batch-aligned ranges of at most `chunk_bytes` (a single larger batch
+    gets its own range). Bytes past the last batch the index could walk (a partial or corrupt tail)
+    form a last range of their own so the decoder reports them."""
+    chunks: list[tuple] = []
+    for replica, segment in segments:
+        location = (replica.broker, replica.topic, replica.partition, segment.base_offset, segment.path)
+        if segment.size <= chunk_bytes:
+            chunks.append((*location, 0, segment.size))
+            continue
+        try:
+            index = _core.batch_index(segment.path)
+        except EpochGuardError:
+            chunks.append((*location, 0, segment.size))  # the decoder will report where it breaks
+            continue
+        start = end = 0
+        for position, size, _, _ in index:
+            if position + size - start > chunk_bytes and end > start:
+                chunks.append((*location, start, end - start))
+                start = position
+            end = position + size
+        if end > start:
+            chunks.append((*location, start, end - start))
+        if end < segment.size:
+            chunks.append((*location, end, segment.size - end))
+    return chunks
+
+
+def pack_tasks(chunks: list[tuple], target_bytes: int, min_tasks: int) -> list[list[tuple]]:
+    """Group chunks into Spark tasks of about `target_bytes` (largest first onto the lightest task),
+    at least `min_tasks` of them when there are that many chunks, so small segments share a task."""
+    if not chunks:
+        return []
+    total = sum(c[-1] for c in chunks)
+    count = min(len(chunks), max(min_tasks, -(-total // max(1, target_bytes))))
+    heap = [(0, i) for i in range(count)]
+    groups: list[list[tuple]] = [[] for _ in range(count)]
+    for chunk in sorted(chunks, key=lambda c: -c[-1]):
+        load, i = heapq.heappop(heap)
+        groups[i].append(chunk)
+        heapq.heappush(heap, (load + chunk[-1], i))
+    return [g for g in groups if g]
+
+
+def _locate_files(batches: Iterator[pa.RecordBatch], *, where: dict[str, tuple]) -> Iterator[pa.RecordBatch]:
+    for batch in batches:
+        paths = batch.column("path").to_pylist()
+        cols = list(zip(*(where[p] for p in paths))) if paths else [[], [], [], []]
+        arrays = [pa.array(cols[0], pa.int32()), pa.array(cols[1], pa.string()), pa.array(cols[2], pa.int32())]
+        arrays += [pa.array(cols[3], pa.int64()), batch.column("path"), batch.column("content")]
+        yield pa.RecordBatch.from_arrays(arrays, names=[*LOCATION.fieldNames(), "path", "content"])
+
+
+def decode_arrow_batches(
+    batches: Iterator[pa.RecordBatch],
+    *,
+    carry: list[str],
+    schema: pa.Schema,
+    with_errors: bool,
+    verify_crc: bool,
+    max_decompressed_size: int,
+    source: str = "content",
+) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` body: each input row names bytes to decode, either a file range (``path``,
+    ``position``, ``length``) or a binary column `source`; output rows are the row's `carry` columns
+    followed by one row per record."""
+    for batch in batches:
+        names = batch.schema.names
+        for i in range(batch.num_rows):
+            row = batch.slice(i, 1)
+            carried = {name: row.column(name)[0].as_py() for name in carry}
+            if "position" in names:
+                path = row.column("path")[0].as_py()
+                source_arg: object = path
+                window = {"offset": row.column("position")[0].as_py(), "length": row.column("length")[0].as_py()}
+            else:
+                cell = row.column(source)[0]
+                path = row.column("path")[0].as_py() if "path" in names else None
+                if not cell.is_valid:
+                    continue
+                source_arg, window = memoryview(cell.as_buffer()), {}
+            yield from _decode_one(
+                source_arg,
+                window,
+                carried,
+                path,
+                schema=schema,
+                with_errors=with_errors,
+                verify_crc=verify_crc,
+                max_decompressed_size=max_decompressed_size,
+            )
+
+
+def _decode_one(
+    source: object,
+    window: dict[str, int],
+    carried: dict[str, object],
+    path: str | None,
+    *,
+    schema: pa.Schema,
+    with_errors: bool,
+    verify_crc: bool,
+    max_decompressed_size: int,
+) -> Iterator[pa.RecordBatch]:
+    options = {"verify_crc": verify_crc, "max_decompressed_size": max_decompressed_size}
+    emitted = 0
+    try:
+        records = _core.decode_arrow(source, allow_partial_tail=with_errors, **options, **window)
+        for batch in pa.RecordBatchReader.from_stream(records):
+            emitted += batch.num_rows
+            yield _with_columns(batch, carried, schema)
+        if records.partial_tail is not None:
+            end = window.get("offset", 0) + window["length"] if window else len(source)  # type: ignore[arg-type]
+            yield _error_row(
+                carried, path, records.partial_tail, f"incomplete batch at the end: {end - records.partial_tail} bytes", schema
+            )
+    except (EpochGuardError, OSError) as exc:
+        if not with_errors:
+            raise
+        position = getattr(exc, "position", None)
+        reason = getattr(exc, "reason", None) or str(exc)
+        start = window.get("offset", 0)
+        if position is not None and position > start:
+            # Keep every record before the bad batch: decode up to it (the batch it falls in, if
+            # cut, is a tolerated partial tail) and emit what the failed stream had not yet.
+            head = dict(window, length=position - start) if window else {}
+            head_source = source if window else memoryview(source)[:position]  # type: ignore[arg-type]
+            try:
+                skip = emitted
+                for batch in pa.RecordBatchReader.from_stream(
+                    _core.decode_arrow(head_source, allow_partial_tail=True, **options, **head)
+                ):
+                    if skip >= batch.num_rows:
+                        skip -= batch.num_rows
+                        continue
+                    yield _with_columns(batch.slice(skip), carried, schema)
+                    skip = 0
+            except EpochGuardError:
+                pass  # nothing more is recoverable before the error; it is reported below
+        yield _error_row(carried, path, position if position is not None else start, reason, schema)
+
+
+def _with_columns(batch: pa.RecordBatch, carried: dict[str, object], schema: pa.Schema) -> pa.RecordBatch:
+    n = batch.num_rows
+    arrays = []
+    for field in schema:
+        if field.name in carried:
+            arrays.append(pa.array([carried[field.name]] * n, field.type))
+        elif field.name in batch.schema.names:
+            column = batch.column(field.name)
+            arrays.append(column if column.type == field.type else column.cast(field.type))
+        else:
+            arrays.append(pa.nulls(n, field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _error_row(
+    carried: dict[str, object], path: str | None, position: int, reason: str, schema: pa.Schema
+) -> pa.RecordBatch:
+    row = dict(carried, path=path, error_position=position, error_reason=reason)
+    return pa.RecordBatch.from_pylist([row], schema=schema)

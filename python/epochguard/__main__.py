@@ -9,17 +9,21 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="epochguard", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="unclean election -> real log dirs -> Spark audit report")
-    demo.set_defaults(run=_demo)
+    _add_spark_commands(sub)
     args = parser.parse_args(argv)
     return int(args.run(args))
 
 
-def _demo(args: argparse.Namespace) -> int:
-    import epochguard
-
-    print(f"epochguard {epochguard.__version__}")
-    return 0
+def _add_spark_commands(sub: argparse._SubParsersAction) -> None:
+    """`audit` and `demo` (epochguard.spark.cli); without the Spark extra they say how to get it."""
+    try:
+        from epochguard.spark import cli
+    except ImportError as exc:
+        for name in ("audit", "demo"):
+            parser = sub.add_parser(name, help=f"(needs the Spark extra) {exc}")
+            parser.set_defaults(run=lambda _args, exc=exc: print(exc, file=sys.stderr) or 2)
+        return
+    cli.add_parsers(sub)
 
 
 if __name__ == "__main__":

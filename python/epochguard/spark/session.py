@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
+
+LOG4J2 = Path(__file__).with_name("log4j2.properties")
 
 
 def local_session(
@@ -24,6 +27,8 @@ def local_session(
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "hostname resolves to loopback" warning
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -33,6 +38,7 @@ def local_session(
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.log.level", "ERROR")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2.as_uri()}")
         .config("spark.sql.session.timeZone", "UTC")
     )
     for key, value in (conf or {}).items():

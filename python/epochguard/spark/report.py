@@ -1,0 +1,258 @@
+"""How an audit is shown: progress while it runs, a terminal summary (rich), and report.html with
+one inline SVG per partition (each replica's epochs over offsets, divergence points, lost ranges)."""
+
+from __future__ import annotations
+
+import html
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from epochguard.spark.audit import AuditResult, ReplicaSummary
+
+KIND_STYLE = {
+    "reference": "bold cyan",
+    "in_sync": "green",
+    "behind": "yellow",
+    "retention": "blue",
+    "recreated": "magenta",
+    "diverged": "bold red",
+}
+
+
+class AuditProgress:
+    """A progress display for `audit(step=...)`: the current stage, and the Spark tasks of its jobs
+    (polled from the status tracker, so it shows real work, not a guess)."""
+
+    def __init__(self, spark: SparkSession, console: Console) -> None:
+        self._tracker = spark.sparkContext.statusTracker()
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("tasks"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+
+    def __enter__(self) -> AuditProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        task = self._progress.add_task(name, total=None)
+        done = threading.Event()
+        seen: dict[int, tuple[int, int]] = {}
+
+        def poll() -> None:
+            while not done.wait(0.2):
+                for stage_id in self._tracker.getActiveStageIds():
+                    info = self._tracker.getStageInfo(stage_id)
+                    if info is not None:
+                        seen[stage_id] = (info.numCompletedTasks, info.numTasks)
+                if seen:
+                    self._progress.update(
+                        task, completed=sum(c for c, _ in seen.values()), total=sum(t for _, t in seen.values())
+                    )
+
+        thread = threading.Thread(target=poll, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+            self._progress.remove_task(task)
+            self._progress.console.print(f"[green]✓[/] {name}")
+
+
+def print_summary(result: AuditResult, console: Console | None = None) -> None:
+    """One table per partition, then the lost records and phantom reads found (a sample)."""
+    console = console or Console()
+    partitions: dict[tuple[str, int], list[ReplicaSummary]] = {}
+    for r in result.replicas:
+        partitions.setdefault((r.topic, r.partition), []).append(r)
+    for (topic, partition), replicas in partitions.items():
+        ref = replicas[0]
+        table = Table(
+            title=f"{topic}-{partition}  reference: broker {ref.reference_broker} "
+            f"(epoch {ref.reference_latest_epoch}, log end {ref.reference_log_end_offset})",
+            title_justify="left",
+        )
+        for column in ("broker", "kind", "epochs (epoch@start)", "log start", "log end", "diverges at", "lost", "why"):
+            table.add_column(column, overflow="fold")
+        for r in replicas:
+            lost = f"{r.lost_count} [{r.lost_first_offset}..{r.lost_last_offset}]" if r.lost_count else "0"
+            table.add_row(
+                str(r.broker),
+                f"[{KIND_STYLE.get(r.kind, '')}]{r.kind}[/]",
+                " ".join(f"{e}@{s}" for e, s in r.epochs[-4:]) + (f" (+{len(r.epochs) - 4})" if len(r.epochs) > 4 else ""),
+                str(r.log_start_offset),
+                str(r.log_end_offset),
+                "-" if r.divergence_offset is None else str(r.divergence_offset),
+                lost,
+                r.reason,
+            )
+        console.print(table)
+    if result.lost_records:
+        table = Table(title=f"Lost records ({result.lost_count}; first {len(result.lost_records)})", title_justify="left")
+        for column in ("topic", "partition", "broker", "offset", "epoch", "key", "value"):
+            table.add_column(column, overflow="fold")
+        for row in result.lost_records:
+            table.add_row(
+                row["topic"], str(row["partition"]), str(row["broker"]), str(row["offset"]), str(row["leader_epoch"]),
+                _show(row["key"]), _show(row["value"]),
+            )
+        console.print(table)
+    if result.phantom_counts is not None:
+        counts = ", ".join(f"{k}: {v}" for k, v in sorted(result.phantom_counts.items())) or "none"
+        console.print(f"[bold]Phantom reads[/] (consumed, not in the reference log): {counts}")
+        if result.phantom_reads:
+            table = Table(title=f"Phantom reads (first {len(result.phantom_reads)})", title_justify="left")
+            for column in ("topic", "partition", "offset", "epoch", "kind", "lost on", "why"):
+                table.add_column(column, overflow="fold")
+            for row in result.phantom_reads:
+                table.add_row(
+                    row["topic"], str(row["partition"]), str(row["offset"]), str(row["leader_epoch"]),
+                    f"[{'bold red' if row['kind'] in ('truncated', 'rewritten') else 'yellow'}]{row['kind']}[/]",
+                    "-" if row["lost_on_broker"] is None else str(row["lost_on_broker"]), row["reason"],
+                )
+            console.print(table)
+    verdict = {0: "[bold green]clean[/]", 1: "[bold red]data loss or unreadable input found[/]"}[result.exit_code]
+    console.print(
+        f"{verdict}: {len(result.diverged)} diverged replicas, {result.lost_count} lost records, "
+        f"{result.phantom_loss_count} phantom reads of lost records, {result.error_count} errors. Results: {result.out}"
+    )
+
+
+def _show(value: bytes | None, limit: int = 40) -> str:
+    if value is None:
+        return "null"
+    text = value.decode("utf-8", errors="backslashreplace")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --- report.html ---------------------------------------------------------------------------------
+
+PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#bab0ac", "#e15759", "#ff9da7"]
+LANE, GAP, LEFT, WIDTH = 26, 10, 90, 860
+
+
+def partition_svg(replicas: list[ReplicaSummary]) -> str:
+    """Each replica a lane; its epochs as coloured spans over [log start, log end); the lost range
+    hatched; its divergence point a red line."""
+    lo = min(min(r.log_start_offset, r.reference_log_start_offset) for r in replicas)
+    hi = max(max(r.log_end_offset, r.reference_log_end_offset) for r in replicas)
+    span = max(1, hi - lo)
+
+    def x(offset: int) -> float:
+        return LEFT + (WIDTH - LEFT - 20) * (offset - lo) / span
+
+    epochs = sorted({e for r in replicas for e, _ in r.epochs})
+    color = {e: PALETTE[i % len(PALETTE)] for i, e in enumerate(epochs)}
+    height = len(replicas) * (LANE + GAP) + 40
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="11">',
+        '<defs><pattern id="lost" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
+        '<rect width="3" height="6" fill="#d62728" fill-opacity="0.75"/></pattern></defs>',
+    ]
+    for i, r in enumerate(replicas):
+        y = 10 + i * (LANE + GAP)
+        label = f"broker {r.broker}" + (" ★" if r.kind == "reference" else "")
+        out.append(f'<text x="4" y="{y + LANE / 2 + 4}">{html.escape(label)}</text>')
+        out.append(f'<rect x="{x(lo)}" y="{y}" width="{x(hi) - x(lo)}" height="{LANE}" fill="#f3f3f3"/>')
+        for j, (epoch, start) in enumerate(r.epochs):
+            end = r.epochs[j + 1][1] if j + 1 < len(r.epochs) else r.log_end_offset
+            a, b = max(start, r.log_start_offset), min(end, r.log_end_offset)
+            if b <= a:
+                continue
+            out.append(
+                f'<rect x="{x(a):.1f}" y="{y}" width="{max(1.0, x(b) - x(a)):.1f}" height="{LANE}" fill="{color[epoch]}">'
+                f"<title>epoch {epoch}: offsets {a}..{b - 1}</title></rect>"
+            )
+            if x(b) - x(a) > 24:
+                out.append(f'<text x="{x(a) + 3:.1f}" y="{y + LANE / 2 + 4}" fill="white">e{epoch}</text>')
+        if r.lost_count and r.lost_first_offset is not None and r.lost_last_offset is not None:
+            a, b = r.lost_first_offset, r.lost_last_offset + 1
+            out.append(
+                f'<rect x="{x(a):.1f}" y="{y}" width="{max(1.0, x(b) - x(a)):.1f}" height="{LANE}" fill="url(#lost)">'
+                f"<title>{r.lost_count} lost records, offsets {a}..{b - 1}</title></rect>"
+            )
+        if r.divergence_offset is not None:
+            d = x(r.divergence_offset)
+            out.append(f'<line x1="{d:.1f}" x2="{d:.1f}" y1="{y - 3}" y2="{y + LANE + 3}" stroke="#d62728" stroke-width="2"/>')
+            out.append(f'<text x="{d + 3:.1f}" y="{y - 1}" fill="#d62728">diverges at {r.divergence_offset}</text>')
+    axis = 10 + len(replicas) * (LANE + GAP)
+    out.append(f'<line x1="{x(lo)}" x2="{x(hi)}" y1="{axis}" y2="{axis}" stroke="#666"/>')
+    ticks = {lo, hi} | {r.divergence_offset for r in replicas if r.divergence_offset is not None}
+    for t in sorted(ticks):
+        out.append(f'<line x1="{x(t):.1f}" x2="{x(t):.1f}" y1="{axis}" y2="{axis + 4}" stroke="#666"/>')
+        out.append(f'<text x="{x(t):.1f}" y="{axis + 16}" text-anchor="middle">{t}</text>')
+    legend = " ".join(f'<tspan fill="{color[e]}">■</tspan> epoch {e}' for e in epochs)
+    out.append(f'<text x="{LEFT}" y="{axis + 32}">offsets → {legend}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def write_html(result: AuditResult, path: str) -> None:
+    partitions: dict[tuple[str, int], list[ReplicaSummary]] = {}
+    for r in result.replicas:
+        partitions.setdefault((r.topic, r.partition), []).append(r)
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>epochguard audit</title><style>"
+        "body{font-family:sans-serif;margin:2em;max-width:1000px}table{border-collapse:collapse;font-size:13px}"
+        "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}.diverged{color:#c00;font-weight:bold}"
+        "</style></head><body><h1>epochguard audit</h1>",
+        f"<p>{len(partitions)} partitions, {len(result.diverged)} diverged replicas, {result.lost_count} lost records, "
+        f"{result.error_count} errors; phantom reads: {html.escape(str(result.phantom_counts))}.</p>",
+    ]
+    for (topic, partition), replicas in partitions.items():
+        parts.append(f"<h2>{html.escape(topic)}-{partition}</h2>")
+        parts.append(partition_svg(replicas))
+        parts.append(_html_table(
+            ["broker", "kind", "log start", "log end", "latest epoch", "diverges at", "lost", "why"],
+            [
+                [r.broker, r.kind, r.log_start_offset, r.log_end_offset, r.latest_epoch, r.divergence_offset,
+                 f"{r.lost_count}" + (f" [{r.lost_first_offset}..{r.lost_last_offset}]" if r.lost_count else ""), r.reason]
+                for r in replicas
+            ],
+        ))
+    if result.lost_records:
+        parts.append(f"<h2>Lost records (first {len(result.lost_records)} of {result.lost_count})</h2>")
+        parts.append(_html_table(
+            ["topic", "partition", "broker", "offset", "epoch", "key", "value"],
+            [[r["topic"], r["partition"], r["broker"], r["offset"], r["leader_epoch"], _show(r["key"]), _show(r["value"])]
+             for r in result.lost_records],
+        ))
+    if result.phantom_reads:
+        parts.append(f"<h2>Phantom reads (first {len(result.phantom_reads)})</h2>")
+        parts.append(_html_table(
+            ["topic", "partition", "offset", "epoch", "kind", "lost on", "why"],
+            [[r["topic"], r["partition"], r["offset"], r["leader_epoch"], r["kind"], r["lost_on_broker"], r["reason"]]
+             for r in result.phantom_reads],
+        ))
+    parts.append("</body></html>")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(parts))
+
+
+def _html_table(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{'-' if v is None else html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"

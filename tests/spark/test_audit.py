@@ -1,0 +1,194 @@
+"""The audit on hand-built replicas: a common prefix, then diverging epochs. Each partition of one
+cluster is a different scenario, so one audit run checks them all record by record."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from kafka_logs import Replica, records, write_log_dir
+
+from epochguard.__main__ import main
+from epochguard.spark import audit
+
+PREFIX = [(0, records("a", 0, 4)), (0, records("a", 4, 6))]  # offsets 0..9 in epoch 0, two batches
+
+
+def cluster() -> dict[int, list[Replica]]:
+    """Brokers 1-3. Broker 1 led epoch 0 and wrote offsets past what broker 2 replicated; broker 2
+    was elected uncleanly (epoch 1 from offset 10); broker 3 follows broker 2."""
+    return {
+        1: [
+            # unclean election: 10 records of epoch 0 past the divergence point, in a second segment
+            Replica("orders", 0, [*PREFIX, (0, records("old", 10, 6)), (0, records("old", 16, 4))], segment_records=10),
+            # same records everywhere
+            Replica("clean", 0, [*PREFIX]),
+            # retention: the reference deleted offsets 0..4; this replica still holds them
+            Replica("retained", 0, [(0, records("a", 0, 5)), (0, records("a", 5, 5))]),
+            # the topic was deleted and created again: other topic id
+            Replica("recreated", 0, [(3, records("gen1", 0, 8))], topic_id="AAAAAAAAAAAAAAAAAAAAAA"),
+            # no leader-epoch-checkpoint: the epochs are rebuilt from the records
+            Replica("nockpt", 0, [*PREFIX, (1, records("old", 10, 3))], write_checkpoint=False),
+        ],
+        2: [
+            Replica("orders", 0, [*PREFIX, (1, records("new", 10, 5)), (2, records("new", 15, 1))]),
+            Replica("clean", 0, [*PREFIX]),
+            Replica("retained", 0, [(0, records("a", 5, 5)), (0, records("a", 10, 2))], start_offset=5),
+            Replica("recreated", 0, [(0, records("gen2", 0, 4))], topic_id="BBBBBBBBBBBBBBBBBBBBBB"),
+            Replica("nockpt", 0, [*PREFIX, (2, records("new", 10, 2))]),
+        ],
+        3: [
+            # behind: a prefix of broker 2's log (a lagging follower)
+            Replica("orders", 0, [*PREFIX, (1, records("new", 10, 2))]),
+            Replica("clean", 0, [*PREFIX]),
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("cluster")
+    replicas = cluster()
+    dirs = {b: write_log_dir(root, b, rs, meta="node.id" if b == 3 else "broker.id") for b, rs in replicas.items()}
+    held = {(b, r.topic): r.records for b, rs in replicas.items() for r in rs}
+    consumed = [
+        *((o, e) for o, e, _, _ in held[(1, "orders")]),  # read from broker 1 before the election
+        (15, 2),  # read from broker 2, the reference: not a phantom
+        (17, 2),  # beyond the reference's log end in its latest epoch (logs copied before the read)
+    ]
+    rows = [("orders", 0, o, e) for o, e in consumed]
+    rows += [("retained", 0, 2, 0), ("recreated", 0, 2, 4), ("ghost", 0, 0, 0), ("clean", 0, 3, 0)]
+    consumed_path = root / "consumed.parquet"
+    pd.DataFrame(rows, columns=["topic", "partition", "offset", "leader_epoch"]).to_parquet(consumed_path)
+    return {"root": root, "dirs": dirs, "held": held, "consumed": consumed_path}
+
+
+@pytest.fixture(scope="module")
+def result(spark, scenario):  # noqa: ANN001, ANN201
+    return audit(spark, [str(d) for d in scenario["dirs"].values()], consumed=str(scenario["consumed"]), out=str(scenario["root"] / "out"))
+
+
+def _partitions(result) -> pd.DataFrame:  # noqa: ANN001
+    df = pd.read_parquet(Path(result.out) / "partitions.parquet")
+    return df.set_index(["topic", "broker"]).sort_index()
+
+
+def test_reference_is_the_highest_epoch_then_the_longest_log(result) -> None:  # noqa: ANN001
+    parts = _partitions(result)
+    assert set(parts.loc["orders"]["reference_broker"]) == {2}
+    assert parts.loc[("orders", 2), "reference_latest_epoch"] == 2
+    assert parts.loc[("orders", 2), "reference_log_end_offset"] == 16
+    assert set(parts.loc["clean"]["reference_broker"]) == {1}  # all equal: lowest broker id
+    assert parts.loc[("orders", 2), "kind"] == "reference"
+
+
+def test_unclean_election_divergence_and_lost_records_exactly(result, scenario) -> None:  # noqa: ANN001
+    parts = _partitions(result)
+    row = parts.loc[("orders", 1)]
+    assert row["kind"] == "diverged"
+    assert row["divergence_offset"] == 10
+    assert (row["lost_count"], row["lost_first_offset"], row["lost_last_offset"]) == (10, 10, 19)
+    assert row["epochs_confirmed"]
+    lost = pd.read_parquet(Path(result.out) / "lost_records.parquet").sort_values(["topic", "broker", "offset"])
+    expected = [(o, e, k, v) for o, e, k, v in scenario["held"][(1, "orders")] if o >= 10]
+    orders = lost[lost.topic == "orders"]
+    assert list(zip(orders.offset, orders.leader_epoch, orders.key, orders.value)) == expected
+    assert set(orders.broker) == {1}
+    # everything needed to re-publish: the headers and timestamps survive
+    assert list(orders.headers.iloc[0]) == [{"key": "n", "value": b"10"}]
+    assert orders.timestamp.iloc[0] == 1_700_000_000_010
+
+
+def test_lagging_and_in_sync_replicas_lose_nothing(result) -> None:  # noqa: ANN001
+    parts = _partitions(result)
+    behind = parts.loc[("orders", 3)]
+    assert behind["kind"] == "behind"
+    assert pd.isna(behind["divergence_offset"]) and behind["lost_count"] == 0
+    assert list(parts.loc["clean"]["kind"]) == ["reference", "in_sync", "in_sync"]
+    assert parts.loc["clean"]["lost_count"].sum() == 0
+
+
+def test_retention_is_not_loss(result) -> None:  # noqa: ANN001
+    row = _partitions(result).loc[("retained", 1)]
+    assert row["kind"] == "retention"
+    assert row["retained_count"] == 5 and row["lost_count"] == 0
+    assert row["reference_log_start_offset"] == 5
+
+
+def test_recreated_topic_is_not_compared(result) -> None:  # noqa: ANN001
+    parts = _partitions(result)
+    # broker 1 holds the older incarnation with the higher epoch, so it is the reference
+    assert parts.loc[("recreated", 1), "kind"] == "reference"
+    assert parts.loc[("recreated", 2), "kind"] == "recreated"
+    assert parts.loc[("recreated", 2), "lost_count"] == 0
+
+
+def test_missing_checkpoint_rebuilds_epochs_from_records(result) -> None:  # noqa: ANN001
+    parts = _partitions(result)
+    row = parts.loc[("nockpt", 1)]
+    assert row["epoch_source"] == "records"
+    assert row["divergence_offset"] == 10 and row["lost_count"] == 3
+    assert row["epochs_confirmed"]
+
+
+def test_phantom_reads_are_classified(result) -> None:  # noqa: ANN001
+    phantom = pd.read_parquet(Path(result.out) / "phantom_reads.parquet")
+    kinds = {(r.topic, r.offset, r.leader_epoch): r.kind for r in phantom.itertuples()}
+    # offsets 10..15 are now other records of epochs 1 and 2; 16..19 of epoch 0 never existed there
+    assert {o: kinds[("orders", o, 0)] for o in range(10, 20)} == {o: "rewritten" if o < 16 else "truncated" for o in range(10, 20)}
+    assert kinds[("orders", 17, 2)] == "beyond_log_end"
+    assert kinds[("retained", 2, 0)] == "retention"
+    assert kinds[("recreated", 2, 4)] == "recreated"  # an epoch the reference never had
+    assert kinds[("ghost", 0, 0)] == "unknown_partition"
+    assert ("orders", 15, 2) not in kinds and ("clean", 3, 0) not in kinds  # held by the reference
+    assert set(phantom[phantom.topic == "orders"].query("leader_epoch == 0").lost_on_broker) == {1}
+    assert result.phantom_counts["rewritten"] == 6 and result.phantom_counts["truncated"] == 4
+
+
+def test_exit_code_and_summary(result) -> None:  # noqa: ANN001
+    assert result.exit_code == 1
+    summary = json.loads(result.to_json())
+    assert summary["lost_records"] == 10 + 3
+    assert summary["diverged_replicas"] == 2
+    html = (Path(result.out) / "report.html").read_text()
+    assert html.count("<svg") == 5 and "diverges at 10" in html
+
+
+def test_corrupt_segment_is_reported_and_the_audit_goes_on(spark, tmp_path) -> None:  # noqa: ANN001
+    replicas = {b: [Replica("t", 0, [*PREFIX, (0, records("a", 10, 5))]), Replica("u", 0, [*PREFIX])] for b in (1, 2)}
+    dirs = [write_log_dir(tmp_path, b, rs) for b, rs in replicas.items()]
+    segment = dirs[0] / "t-0" / f"{0:020d}.log"
+    data = bytearray(segment.read_bytes())
+    second = 12 + int.from_bytes(data[8:12], "big")  # where the second batch starts
+    data[second + 70] ^= 0xFF  # a record byte: the CRC no longer matches
+    segment.write_bytes(bytes(data))
+    result = audit(spark, [str(d) for d in dirs], out=str(tmp_path / "out"))
+    errors = pd.read_parquet(tmp_path / "out" / "errors.parquet")
+    assert len(errors) == 1
+    error = errors.iloc[0]
+    assert (error.broker, error.path, error.byte_position) == (1, str(segment), second)
+    assert "crc" in error.reason.lower()
+    parts = _partitions(result)
+    # broker 1 kept the 4 records before the bad batch; the rest of its log is unreadable, not lost
+    assert parts.loc[("t", 1), "record_count"] == 4
+    assert (parts.loc[("t", 1), "kind"], parts.loc[("t", 1), "lost_count"]) == ("behind", 0)
+    assert list(parts.loc["u"]["kind"]) == ["reference", "in_sync"]
+    assert result.exit_code == 1
+
+
+def test_cli_json_and_exit_codes(scenario, capsys, tmp_path) -> None:  # noqa: ANN001
+    dirs = [str(d) for d in scenario["dirs"].values()]
+    csv = tmp_path / "consumed.csv"
+    pd.read_parquet(scenario["consumed"]).to_csv(csv, index=False)
+    code = main(["audit", *dirs, "--out", str(tmp_path / "out"), "--consumed", str(csv), "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 1 and summary["exit_code"] == 1
+    assert summary["phantom_reads"]["truncated"] == 4
+    for b in (1, 2):  # a cluster of only the in-sync partition
+        shutil.copytree(Path(scenario["dirs"][b]) / "clean-0", tmp_path / "clean" / f"broker-{b}" / "clean-0")
+    code = main(["audit", *(str(tmp_path / "clean" / f"broker-{b}") for b in (1, 2)), "--out", str(tmp_path / "o2"), "--json"])
+    assert code == 0 and json.loads(capsys.readouterr().out)["lost_records"] == 0
+    assert main(["audit", str(tmp_path / "missing"), "--out", str(tmp_path / "o3")]) == 2

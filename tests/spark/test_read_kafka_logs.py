@@ -1,0 +1,185 @@
+"""read_kafka_logs against real broker-written segments and against log dirs written by an
+independent encoder (kafka-python) and by the core's own."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from kafka_logs import Replica, records, write_log_dir
+
+from epochguard import _core
+from epochguard.spark import decode_batches, read_kafka_logs
+from epochguard.spark.listing import list_log_dirs
+
+SEGMENTS = Path("/work/shared/kafka-segments")
+LDI = SEGMENTS / "ldi-poc"
+EXPECTED = {
+    "TestTopicPatient": "ldi-poc_TestTopicPatient-0_00000000000000000000.log.json",
+    "__consumer_offsets": "ldi-poc___consumer_offsets-6_00000000000000000000.log.json",
+    "__cluster_metadata": "ldi-poc___cluster_metadata-0_00000000000000000000.log.json",
+}
+KEYS = ["broker", "topic", "partition", "offset"]
+
+
+@pytest.fixture(scope="module")
+def ldi_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not LDI.is_dir():
+        pytest.skip("real segments not available")
+    root = tmp_path_factory.mktemp("ldi") / "broker-1"  # no meta.properties: the id is the folder's
+    shutil.copytree(LDI, root)
+    return root
+
+
+def _digest(b64: str | None) -> str | None:
+    return None if b64 is None else hashlib.sha256(base64.b64decode(b64)).hexdigest()
+
+
+def _sha(value: bytes | None) -> str | None:
+    return None if value is None else hashlib.sha256(value).hexdigest()
+
+
+def test_real_segments_match_the_independent_decode(spark, ldi_dir) -> None:  # noqa: ANN001
+    df = read_kafka_logs(spark, [str(ldi_dir)])
+    assert df.columns[:4] == ["broker", "topic", "partition", "segment"]
+    rows = df.orderBy("topic", "offset").collect()
+    for topic, name in EXPECTED.items():
+        expected = json.loads((SEGMENTS / "expected" / name).read_text())
+        want = []
+        for batch in expected["batches"]:
+            for r in batch["records"]:
+                value = r.get("value_sha256") if r.get("value_omitted") else _digest(r["value"])
+                want.append((r["offset"], batch["partition_leader_epoch"], r["timestamp"], _digest(r["key"]), value, batch["producer_id"]))
+        got = [
+            (r.offset, r.leader_epoch, r.timestamp, _sha(r.key), _sha(r.value), r.producer_id)
+            for r in rows
+            if r.topic == topic
+        ]
+        assert got == want, topic
+        assert len(got) == expected["record_count"]
+    assert {r.broker for r in rows} == {1}
+    assert {(r.topic, r.partition) for r in rows} == {("TestTopicPatient", 0), ("__consumer_offsets", 6), ("__cluster_metadata", 0)}
+
+
+def test_large_segments_split_into_batch_aligned_chunks_decode_the_same(spark, ldi_dir) -> None:  # noqa: ANN001
+    whole = read_kafka_logs(spark, [str(ldi_dir)]).orderBy(*KEYS).collect()
+    # __cluster_metadata's segment is ~360 KB: with 16 KB chunks it spreads over many tasks
+    split = read_kafka_logs(spark, [str(ldi_dir)], chunk_bytes=16 << 10)
+    assert split.rdd.getNumPartitions() > 2
+    assert split.orderBy(*KEYS).collect() == whole
+
+
+def test_hadoop_paths_read_through_binary_files(spark, ldi_dir) -> None:  # noqa: ANN001
+    local = read_kafka_logs(spark, [str(ldi_dir)]).orderBy(*KEYS).collect()
+    remote = read_kafka_logs(spark, [ldi_dir.as_uri()]).orderBy(*KEYS).collect()
+    assert remote == local
+
+
+def test_kafka_python_written_log_dirs_with_segments_and_compression(spark, tmp_path) -> None:  # noqa: ANN001
+    replicas = [
+        Replica("plain", 0, [(0, records("p", 0, 3)), (1, records("p", 3, 4)), (1, [(None, b"v"), (b"k", None)])], segment_records=3),
+        Replica("plain", 1, [(5, records("q", 0, 50))], start_offset=1000),
+    ]
+    log_dir = write_log_dir(tmp_path, 7, replicas)
+    rows = read_kafka_logs(spark, [str(log_dir)]).orderBy("partition", "offset").collect()
+    assert [(r.partition, r.offset, r.leader_epoch, r.key, r.value) for r in rows] == [
+        (r.partition, o, e, k, v) for r in replicas for o, e, k, v in r.records
+    ]
+    assert {r.broker for r in rows} == {7}
+    assert sorted({(r.partition, r.segment) for r in rows}) == [(0, 0), (0, 3), (0, 7), (1, 1000)]
+    assert [(h.key, h.value) for h in rows[0].headers] == [("n", b"0")]
+
+
+@pytest.mark.parametrize("compression", [1, 3, 4], ids=["gzip", "lz4", "zstd"])
+def test_compressed_batches_from_kafka_python(spark, tmp_path, compression) -> None:  # noqa: ANN001
+    from kafka_logs import kafka_python_batch
+
+    part = tmp_path / "broker-2" / "z-0"
+    part.mkdir(parents=True)
+    data = kafka_python_batch(records("z" * 20, 0, 40), 0, 3, compression) + kafka_python_batch(records("y" * 20, 40, 5), 40, 4, compression)
+    (part / f"{0:020d}.log").write_bytes(data)
+    rows = read_kafka_logs(spark, [str(tmp_path / "broker-2")]).orderBy("offset").collect()
+    assert [(r.offset, r.leader_epoch, r.value) for r in rows] == [
+        (i, 3 if i < 40 else 4, f"{'z' * 20 if i < 40 else 'y' * 20}-{i}".encode()) for i in range(45)
+    ]
+
+
+def test_core_encoded_log_dirs_round_trip(spark, tmp_path) -> None:  # noqa: ANN001
+    if not hasattr(_core, "encode_batch"):
+        pytest.skip("core encoder not built")
+    replicas = [Replica("enc", 0, [(0, records("e", 0, 10)), (2, records("e", 10, 5))], segment_records=10)]
+    log_dir = write_log_dir(tmp_path, 4, replicas, writer="core")
+    rows = read_kafka_logs(spark, [str(log_dir)]).orderBy("offset").collect()
+    assert [(r.offset, r.leader_epoch, r.key, r.value) for r in rows] == [(o, e, k, v) for o, e, k, v in replicas[0].records]
+
+
+def test_broker_id_sources(tmp_path) -> None:  # noqa: ANN001
+    a = write_log_dir(tmp_path / "a", 11, [Replica("t", 0, [(0, records("x", 0, 1))])], meta="node.id")
+    b = write_log_dir(tmp_path / "b", 12, [Replica("t", 0, [(0, records("x", 0, 1))])], meta="broker.id")
+    c = write_log_dir(tmp_path / "c", 13, [Replica("t", 0, [(0, records("x", 0, 1))])], meta=None)
+    renamed = tmp_path / "kafka-logs-99"
+    shutil.copytree(b, renamed)  # meta.properties wins over the folder name
+    listing = list_log_dirs([str(a), str(b), str(c)])
+    assert [r.broker for r in listing.replicas] == [11, 12, 13]
+    assert list_log_dirs([str(renamed)]).replicas[0].broker == 12
+    with pytest.raises(ValueError, match="both belong to broker 12"):
+        list_log_dirs([str(b), str(renamed)])
+    plain = tmp_path / "logs"
+    (plain / "t-0").mkdir(parents=True)
+    with pytest.raises(ValueError, match="broker id"):
+        list_log_dirs([str(plain)])
+
+
+def test_listing_skips_folders_kafka_is_deleting(tmp_path) -> None:  # noqa: ANN001
+    log_dir = write_log_dir(tmp_path, 1, [Replica("t", 0, [(0, records("x", 0, 1))])])
+    (log_dir / "t-1.0123abcd-delete").mkdir()
+    (log_dir / "t-2.0123abcd-future").mkdir()
+    (log_dir / "t-0" / f"{5:020d}.log.deleted").write_bytes(b"junk")
+    listing = list_log_dirs([str(log_dir)])
+    assert [(r.topic, r.partition, [s.base_offset for s in r.segments]) for r in listing.replicas] == [("t", 0, [0])]
+
+
+def test_corrupt_batch_keeps_the_records_before_it(spark, tmp_path) -> None:  # noqa: ANN001
+    replica = Replica("c", 0, [(0, records("a", 0, 3)), (0, records("a", 3, 3)), (0, records("a", 6, 3))])
+    log_dir = write_log_dir(tmp_path, 1, [replica])
+    segment = log_dir / "c-0" / f"{0:020d}.log"
+    data = bytearray(segment.read_bytes())
+    second = 12 + int.from_bytes(data[8:12], "big")
+    data[second + 65] ^= 0x55
+    segment.write_bytes(bytes(data) + data[:20])  # and a cut-off batch at the end
+    df = read_kafka_logs(spark, [str(log_dir)], with_errors=True)
+    rows = df.orderBy("offset").collect()
+    good = [r.offset for r in rows if r.error_reason is None]
+    errors = [(r.path, r.error_position) for r in rows if r.error_reason is not None]
+    assert good == [0, 1, 2]
+    assert errors == [(str(segment), second)]
+    with pytest.raises(Exception, match="(?i)crc|corrupt"):
+        read_kafka_logs(spark, [str(log_dir)]).collect()
+
+
+def test_partial_tail_is_reported_not_dropped(spark, tmp_path) -> None:  # noqa: ANN001
+    log_dir = write_log_dir(tmp_path, 1, [Replica("p", 0, [(0, records("a", 0, 2)), (0, records("a", 2, 2))])])
+    segment = log_dir / "p-0" / f"{0:020d}.log"
+    data = segment.read_bytes()
+    segment.write_bytes(data[:-10])  # the last batch was cut mid-write
+    rows = read_kafka_logs(spark, [str(log_dir)], with_errors=True).collect()
+    assert sorted(r.offset for r in rows if r.error_reason is None) == [0, 1]
+    [error] = [r for r in rows if r.error_reason is not None]
+    first_batch = 12 + int.from_bytes(data[8:12], "big")
+    assert error.error_position == first_batch and "incomplete" in error.error_reason
+
+
+def test_decode_batches_on_a_binary_column(spark) -> None:  # noqa: ANN001
+    from kafka_logs import kafka_python_batch
+
+    cells = [("a", kafka_python_batch(records("x", 0, 2), 100, 3) + kafka_python_batch(records("x", 2, 1), 102, 4)), ("b", None)]
+    df = spark.createDataFrame(cells, "name string, bytes binary")
+    rows = decode_batches(df, "bytes").orderBy("offset").collect()
+    assert [(r.name, r.offset, r.leader_epoch, r.value) for r in rows] == [
+        ("a", 100, 3, b"x-0"), ("a", 101, 3, b"x-1"), ("a", 102, 4, b"x-2")
+    ]
+    assert decode_batches(df, "bytes").columns[0] == "name"

@@ -3,6 +3,7 @@ records a consumer read, written under one output folder for `epochguard demo` t
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,16 +90,16 @@ def _scripted(out: Path, logs: Path) -> DemoInputs:
             part.mkdir(parents=True)
             (part.parent / "meta.properties").write_text(f"version=1\nnode.id={broker}\n")
             with open(part / f"{0:020d}.log", "wb") as f:
-                for start in range(0, len(held), 5):  # 5 records a batch, one epoch per batch
-                    batch = [r for r in held[start : start + 5] if r[0] == held[start][0]]
-                    rest = [r for r in held[start : start + 5] if r[0] != held[start][0]]
-                    for chunk in (batch, rest):
-                        if chunk:
-                            f.write(_core.encode_batch(
-                                [(f"k{o}".encode(), v.encode()) for _, o, v in chunk],
-                                base_offset=chunk[0][1], partition_leader_epoch=chunk[0][0],
-                                base_timestamp=1_700_000_000_000 + chunk[0][1],
-                            ))
+                for epoch, run in itertools.groupby(held, key=lambda r: r[0]):
+                    run = list(run)
+                    for i in range(0, len(run), 5):  # batches of 5 records
+                        chunk = run[i : i + 5]
+                        f.write(_core.encode_batch(
+                            [(f"k{o}".encode(), v.encode()) for _, o, v in chunk],
+                            base_offset=chunk[0][1],
+                            partition_leader_epoch=epoch,
+                            base_timestamp=1_700_000_000_000 + chunk[0][1],
+                        ))
             cache = _core.LeaderEpochCache()
             for epoch, offset, _ in held:
                 cache.assign(epoch, offset)

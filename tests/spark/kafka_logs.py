@@ -57,13 +57,22 @@ class Replica:
 
 
 def write_log_dir(
-    root: Path, broker: int, replicas: Sequence[Replica], *, writer: str = "kafka-python", meta: str | None = "broker.id"
+    root: Path,
+    broker: int,
+    replicas: Sequence[Replica],
+    *,
+    writer: str = "kafka-python",
+    meta: str | None = "broker.id",
+    high_watermarks: dict[tuple[str, int], int] | None = None,
 ) -> Path:
     """Write `replicas` as broker `broker`'s log dir ``root/broker-<id>``; returns its path."""
     log_dir = root / f"broker-{broker}"
     log_dir.mkdir(parents=True, exist_ok=True)
     if meta:
         (log_dir / "meta.properties").write_text(f"#Written by tests\nversion=1\n{meta}={broker}\n")
+    if high_watermarks is not None:
+        lines = ["0", str(len(high_watermarks))] + [f"{t} {p} {o}" for (t, p), o in high_watermarks.items()]
+        (log_dir / "replication-offset-checkpoint").write_text("\n".join(lines) + "\n")
     build = kafka_python_batch if writer == "kafka-python" else core_batch
     for replica in replicas:
         part = log_dir / f"{replica.topic}-{replica.partition}"

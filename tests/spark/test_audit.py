@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 from kafka_logs import Replica, records, write_log_dir
 
@@ -52,7 +53,10 @@ def cluster() -> dict[int, list[Replica]]:
 def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("cluster")
     replicas = cluster()
-    dirs = {b: write_log_dir(root, b, rs, meta="node.id" if b == 3 else "broker.id") for b, rs in replicas.items()}
+    dirs = {
+        b: write_log_dir(root, b, rs, meta="node.id" if b == 3 else "broker.id", high_watermarks={("orders", 0): 12} if b == 1 else None)
+        for b, rs in replicas.items()
+    }
     held = {(b, r.topic): r.records for b, rs in replicas.items() for r in rs}
     consumed = [
         *((o, e) for o, e, _, _ in held[(1, "orders")]),  # read from broker 1 before the election
@@ -61,8 +65,10 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict:
     ]
     rows = [("orders", 0, o, e) for o, e in consumed]
     rows += [("retained", 0, 2, 0), ("recreated", 0, 2, 4), ("ghost", 0, 0, 0), ("clean", 0, 3, 0)]
+    rows += [("clean", 0, 4, None), ("orders", 0, 30, None)]  # reads without an epoch: matched by offset
     consumed_path = root / "consumed.parquet"
-    pd.DataFrame(rows, columns=["topic", "partition", "offset", "leader_epoch"]).to_parquet(consumed_path)
+    table = pd.DataFrame(rows, columns=["topic", "partition", "offset", "leader_epoch"]).astype({"leader_epoch": "Int32"})
+    table.to_parquet(consumed_path)
     return {"root": root, "dirs": dirs, "held": held, "consumed": consumed_path}
 
 
@@ -92,6 +98,7 @@ def test_unclean_election_divergence_and_lost_records_exactly(result, scenario) 
     assert row["divergence_offset"] == 10
     assert (row["lost_count"], row["lost_first_offset"], row["lost_last_offset"]) == (10, 10, 19)
     assert row["epochs_confirmed"]
+    assert row["high_watermark"] == 12 and row["lost_visible_count"] == 2  # offsets 10 and 11 were readable
     lost = pd.read_parquet(Path(result.out) / "lost_records.parquet").sort_values(["topic", "broker", "offset"])
     expected = [(o, e, k, v) for o, e, k, v in scenario["held"][(1, "orders")] if o >= 10]
     orders = lost[lost.topic == "orders"]
@@ -135,8 +142,8 @@ def test_missing_checkpoint_rebuilds_epochs_from_records(result) -> None:  # noq
 
 
 def test_phantom_reads_are_classified(result) -> None:  # noqa: ANN001
-    phantom = pd.read_parquet(Path(result.out) / "phantom_reads.parquet")
-    kinds = {(r.topic, r.offset, r.leader_epoch): r.kind for r in phantom.itertuples()}
+    phantom = pq.read_table(Path(result.out) / "phantom_reads.parquet").to_pylist()
+    kinds = {(r["topic"], r["offset"], r["leader_epoch"]): r["kind"] for r in phantom}
     # offsets 10..15 are now other records of epochs 1 and 2; 16..19 of epoch 0 never existed there
     assert {o: kinds[("orders", o, 0)] for o in range(10, 20)} == {o: "rewritten" if o < 16 else "truncated" for o in range(10, 20)}
     assert kinds[("orders", 17, 2)] == "beyond_log_end"
@@ -144,7 +151,8 @@ def test_phantom_reads_are_classified(result) -> None:  # noqa: ANN001
     assert kinds[("recreated", 2, 4)] == "recreated"  # an epoch the reference never had
     assert kinds[("ghost", 0, 0)] == "unknown_partition"
     assert ("orders", 15, 2) not in kinds and ("clean", 3, 0) not in kinds  # held by the reference
-    assert set(phantom[phantom.topic == "orders"].query("leader_epoch == 0").lost_on_broker) == {1}
+    assert ("clean", 4, None) not in kinds and kinds[("orders", 30, None)] == "beyond_log_end"
+    assert {r["lost_on_broker"] for r in phantom if r["topic"] == "orders" and r["leader_epoch"] == 0} == {1}
     assert result.phantom_counts["rewritten"] == 6 and result.phantom_counts["truncated"] == 4
 
 

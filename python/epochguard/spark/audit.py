@@ -76,6 +76,8 @@ class ReplicaSummary:
     retained_count: int  # records below the reference's log start (retention, not loss)
     epochs_confirmed: bool  # the epoch histories' divergence point agrees with the records
     epoch_source: str  # "checkpoint" or "records" (no usable leader-epoch-checkpoint)
+    high_watermark: int | None  # from the log dir's replication-offset-checkpoint
+    lost_visible_count: int | None  # lost records below the replica's high watermark: consumers could read them
     epochs: list[tuple[int, int]] = field(default_factory=list)
 
 
@@ -161,11 +163,12 @@ def audit(
     with step("finding lost records"):
         pairs = spark.createDataFrame(
             [
-                (r.topic, r.partition, r.broker, r.reference_broker, r.reference_log_start_offset)
+                (r.topic, r.partition, r.broker, r.reference_broker, r.reference_log_start_offset, r.high_watermark)
                 for r in replicas
                 if r.kind not in ("reference", "recreated")
             ],
-            "topic string, partition int, broker int, reference_broker int, reference_log_start_offset long",
+            "topic string, partition int, broker int, reference_broker int, reference_log_start_offset long, "
+            "high_watermark long",
         )
         references = spark.createDataFrame(
             [(r.topic, r.partition, r.broker) for r in replicas if r.kind == "reference"],
@@ -190,7 +193,12 @@ def audit(
         mismatches = {
             (row.topic, row.partition, row.broker): row
             for row in lost.groupBy("topic", "partition", "broker")
-            .agg(F.count("*").alias("n"), F.min("offset").alias("lo"), F.max("offset").alias("hi"))
+            .agg(
+                F.count("*").alias("n"),
+                F.min("offset").alias("lo"),
+                F.max("offset").alias("hi"),
+                F.sum((F.col("offset") < F.col("high_watermark")).cast("long")).alias("visible"),
+            )
             .collect()
         }
         for r in replicas:
@@ -266,6 +274,8 @@ def _summarize(listing: Listing, stats: list) -> list[ReplicaSummary]:
                 retained_count=0,
                 epochs_confirmed=True,
                 epoch_source=facts["epoch_source"],
+                high_watermark=replica.high_watermark,
+                lost_visible_count=None,
                 epochs=facts["epochs"],
             )
             summaries.append(summary)
@@ -341,11 +351,14 @@ def _confirm(summary: ReplicaSummary, mismatch: Any, retained: int) -> None:
         # of the record-level point, and the epoch-level one can only be earlier.
         summary.divergence_offset = from_records if from_epochs is None else min(from_epochs, from_records)
         summary.lost_count, summary.lost_first_offset, summary.lost_last_offset = mismatch.n, mismatch.lo, mismatch.hi
+        summary.lost_visible_count = mismatch.visible
         summary.kind = "diverged"
         summary.reason = (
             f"{mismatch.n} records from offset {summary.divergence_offset} are not in broker "
             f"{summary.reference_broker}'s log (unclean election: truncated when it rejoins)"
         )
+        if mismatch.visible:
+            summary.reason += f"; {mismatch.visible} of them were below its high watermark (readable by consumers)"
         if not summary.epochs_confirmed:
             summary.reason += "; the epoch histories do not show this divergence (stale or missing checkpoint)"
     elif retained:
@@ -384,6 +397,8 @@ def _phantom_reads(
     from epochguard.spark.udfs import EpochHistories
 
     table = read_consumed(spark, consumed) if isinstance(consumed, str) else consumed
+    if dict(table.dtypes).get("leader_epoch") in ("float", "double"):  # pandas writes NaN for a missing epoch
+        table = table.withColumn("leader_epoch", F.when(~F.isnan("leader_epoch"), F.col("leader_epoch")))
     table = (
         table.withColumn("topic", F.col("topic").cast("string"))
         .withColumn("partition", F.col("partition").cast("int"))
@@ -400,8 +415,16 @@ def _phantom_reads(
         "topic", "partition", "offset", F.col("leader_epoch").alias("reference_epoch_at_offset")
     )
     lost_on = lost.groupBy("topic", "partition", "offset", "leader_epoch").agg(F.min("broker").alias("lost_on_broker"))
+    # A read without an epoch (an old client, a legacy batch) can only be matched by its offset.
+    t, ref = table.alias("t"), reference_keys.alias("ref")
+    held = (
+        (F.col("t.topic") == F.col("ref.topic"))
+        & (F.col("t.partition") == F.col("ref.partition"))
+        & (F.col("t.offset") == F.col("ref.offset"))
+        & (F.col("t.leader_epoch").isNull() | (F.col("t.leader_epoch") == F.col("ref.leader_epoch")))
+    )
     missing = (
-        table.join(reference_keys, ["topic", "partition", "offset", "leader_epoch"], "left_anti")
+        t.join(ref, held, "left_anti")
         .join(F.broadcast(info), ["topic", "partition"], "left")
         .join(at_offset, ["topic", "partition", "offset"], "left")
         .join(lost_on, ["topic", "partition", "offset", "leader_epoch"], "left")
@@ -413,8 +436,8 @@ def _phantom_reads(
         .when(c("offset") < c("ref_log_start"), "retention")
         .when(epoch > c("ref_latest_epoch"), "recreated")
         .when(c("reference_epoch_at_offset").isNotNull(), "rewritten")
-        .when((c("offset") >= c("ref_log_end")) & (epoch == c("reference_epoch")), "beyond_log_end")
-        .when(epoch == c("reference_epoch"), "compacted")
+        .when((c("offset") >= c("ref_log_end")) & (epoch.isNull() | (epoch == c("reference_epoch"))), "beyond_log_end")
+        .when(epoch.isNull() | (epoch == c("reference_epoch")), "compacted")
         .otherwise("truncated")
     )
     reason = (
@@ -452,7 +475,7 @@ PARTITIONS_SCHEMA = (
     "broker int, latest_epoch int, log_end_offset long, divergence_offset long, lost_count long, "
     "lost_first_offset long, lost_last_offset long, kind string, reason string, log_start_offset long, "
     "reference_log_start_offset long, record_count long, retained_count long, epochs_confirmed boolean, "
-    "epoch_source string"
+    "epoch_source string, high_watermark long, lost_visible_count long"
 )
 
 

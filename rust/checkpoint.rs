@@ -26,28 +26,52 @@ pub const MAX_FILE_SIZE: u64 = 64 * 1024 * 1024;
 /// An empty input or a version-only file has no entries.
 pub fn parse(bytes: &[u8]) -> Result<Vec<EpochEntry>> {
     let text = std::str::from_utf8(bytes).map_err(|e| {
-        let line = bytes.get(..e.valid_up_to()).map_or(0, |ok| ok.iter().filter(|&&b| b == b'\n').count()) + 1;
+        let line = bytes
+            .get(..e.valid_up_to())
+            .map_or(0, |ok| ok.iter().filter(|&&b| b == b'\n').count())
+            + 1;
         Error::checkpoint(line, "not valid UTF-8")
     })?;
     // `lines()` accepts "\n" and "\r\n" and a missing final newline, like Java's readLine.
     let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
-    let Some((_, version)) = lines.next() else { return Ok(Vec::new()) };
+    let Some((_, version)) = lines.next() else {
+        return Ok(Vec::new());
+    };
     match version.trim().parse::<i32>() {
         Ok(VERSION) => {}
-        Ok(other) => return Err(Error::checkpoint(1, format!("unsupported version {other}, expected {VERSION}"))),
-        Err(_) => return Err(Error::checkpoint(1, format!("version {version:?} is not an integer"))),
+        Ok(other) => {
+            return Err(Error::checkpoint(
+                1,
+                format!("unsupported version {other}, expected {VERSION}"),
+            ))
+        }
+        Err(_) => {
+            return Err(Error::checkpoint(
+                1,
+                format!("version {version:?} is not an integer"),
+            ))
+        }
     }
-    let Some((_, count)) = lines.next() else { return Ok(Vec::new()) };
+    let Some((_, count)) = lines.next() else {
+        return Ok(Vec::new());
+    };
     // The claimed count is only compared, never used to size an allocation.
-    let expected: usize = count
-        .trim()
-        .parse()
-        .map_err(|_| Error::checkpoint(2, format!("entry count {count:?} is not a non-negative integer")))?;
-    let entries = lines.map(|(n, line)| parse_entry(n, line)).collect::<Result<Vec<_>>>()?;
+    let expected: usize = count.trim().parse().map_err(|_| {
+        Error::checkpoint(
+            2,
+            format!("entry count {count:?} is not a non-negative integer"),
+        )
+    })?;
+    let entries = lines
+        .map(|(n, line)| parse_entry(n, line))
+        .collect::<Result<Vec<_>>>()?;
     if entries.len() != expected {
         return Err(Error::checkpoint(
             2,
-            format!("entry count says {expected} but the file has {} entries", entries.len()),
+            format!(
+                "entry count says {expected} but the file has {} entries",
+                entries.len()
+            ),
         ));
     }
     Ok(entries)
@@ -56,16 +80,25 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<EpochEntry>> {
 fn parse_entry(line_no: usize, line: &str) -> Result<EpochEntry> {
     let mut fields = line.split_whitespace();
     let (Some(epoch), Some(offset), None) = (fields.next(), fields.next(), fields.next()) else {
-        return Err(Error::checkpoint(line_no, format!("expected \"<epoch> <start_offset>\", got {line:?}")));
+        return Err(Error::checkpoint(
+            line_no,
+            format!("expected \"<epoch> <start_offset>\", got {line:?}"),
+        ));
     };
-    let epoch: i32 = epoch
-        .parse()
-        .map_err(|_| Error::checkpoint(line_no, format!("epoch {epoch:?} is not a 32-bit integer")))?;
-    let start_offset: i64 = offset
-        .parse()
-        .map_err(|_| Error::checkpoint(line_no, format!("start offset {offset:?} is not a 64-bit integer")))?;
+    let epoch: i32 = epoch.parse().map_err(|_| {
+        Error::checkpoint(line_no, format!("epoch {epoch:?} is not a 32-bit integer"))
+    })?;
+    let start_offset: i64 = offset.parse().map_err(|_| {
+        Error::checkpoint(
+            line_no,
+            format!("start offset {offset:?} is not a 64-bit integer"),
+        )
+    })?;
     if epoch < 0 || start_offset < 0 {
-        return Err(Error::checkpoint(line_no, format!("negative epoch or start offset in {line:?}")));
+        return Err(Error::checkpoint(
+            line_no,
+            format!("negative epoch or start offset in {line:?}"),
+        ));
     }
     Ok(EpochEntry::new(epoch, start_offset))
 }
@@ -89,7 +122,10 @@ pub fn read(path: &Path) -> Result<LeaderEpochCache> {
     // Read one byte past the cap so an oversized file (or one growing under us) is detected.
     file.take(MAX_FILE_SIZE + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_FILE_SIZE {
-        return Err(Error::checkpoint(0, format!("file is larger than {MAX_FILE_SIZE} bytes")));
+        return Err(Error::checkpoint(
+            0,
+            format!("file is larger than {MAX_FILE_SIZE} bytes"),
+        ));
     }
     let entries = parse(&bytes)?;
     LeaderEpochCache::from_entries(entries.into_iter().map(|e| (e.epoch, e.start_offset)))
@@ -99,7 +135,8 @@ pub fn read(path: &Path) -> Result<LeaderEpochCache> {
 /// it over `path`, fsync the directory so the rename itself is durable.
 pub fn write(path: &Path, entries: &[EpochEntry]) -> Result<()> {
     let tmp = tmp_path(path);
-    let result = write_synced(&tmp, format(entries).as_bytes()).and_then(|()| fs::rename(&tmp, path));
+    let result =
+        write_synced(&tmp, format(entries).as_bytes()).and_then(|()| fs::rename(&tmp, path));
     if let Err(e) = result {
         // Best effort: do not leave a half-written temp file behind.
         let _ = fs::remove_file(&tmp);

@@ -45,13 +45,18 @@ pub fn truncation_offset(
         return Some((leader_end_offset.min(local_log_end_offset), true));
     }
     let (local_epoch, local_end) = local.end_offset_for(leader_epoch, local_log_end_offset);
-    Some(if local_epoch == UNDEFINED_EPOCH && local_end == UNDEFINED_OFFSET {
-        (leader_end_offset.min(local_log_end_offset), true)
-    } else if local_epoch != leader_epoch {
-        (local_end.min(local_log_end_offset), false)
-    } else {
-        (local_end.min(leader_end_offset).min(local_log_end_offset), true)
-    })
+    Some(
+        if local_epoch == UNDEFINED_EPOCH && local_end == UNDEFINED_OFFSET {
+            (leader_end_offset.min(local_log_end_offset), true)
+        } else if local_epoch != leader_epoch {
+            (local_end.min(local_log_end_offset), false)
+        } else {
+            (
+                local_end.min(leader_end_offset).min(local_log_end_offset),
+                true,
+            )
+        },
+    )
 }
 
 /// The first offset at which two replicas' logs can differ, judged from their epoch histories alone.
@@ -64,7 +69,12 @@ pub fn truncation_offset(
 ///
 /// The assignment only changes at entry starts, so the candidates are the lower bound and the entry
 /// starts above it: a merge walk, O(len a + len b).
-pub fn divergence_point(a: &[EpochEntry], log_end_a: i64, b: &[EpochEntry], log_end_b: i64) -> Option<i64> {
+pub fn divergence_point(
+    a: &[EpochEntry],
+    log_end_a: i64,
+    b: &[EpochEntry],
+    log_end_b: i64,
+) -> Option<i64> {
     let (first_a, first_b) = (a.first()?, b.first()?);
     let end = log_end_a.max(log_end_b);
     let (mut ia, mut ib) = (0usize, 0usize);
@@ -108,7 +118,9 @@ impl Histories<'_> {
     /// Validate the layout and every row's ordering once, so the walk can trust it.
     fn validate(&self, name: &str) -> Result<Vec<EpochEntry>> {
         if self.bounds.is_empty() {
-            return Err(Error::invalid(format!("{name}_bounds must have n + 1 entries, got none")));
+            return Err(Error::invalid(format!(
+                "{name}_bounds must have n + 1 entries, got none"
+            )));
         }
         if self.epochs.len() != self.starts.len() {
             return Err(Error::invalid(format!(
@@ -124,14 +136,25 @@ impl Histories<'_> {
                 self.rows()
             )));
         }
-        let entries: Vec<EpochEntry> =
-            self.epochs.iter().zip(self.starts).map(|(&e, &s)| EpochEntry::new(e, s)).collect();
+        let entries: Vec<EpochEntry> = self
+            .epochs
+            .iter()
+            .zip(self.starts)
+            .map(|(&e, &s)| EpochEntry::new(e, s))
+            .collect();
         for row in 0..self.rows() {
-            let slice = self
-                .row(&entries, row)
-                .ok_or_else(|| Error::invalid(format!("{name}_bounds is not non-decreasing within 0..={} at row {row}", entries.len())))?;
-            let valid = slice.first().is_none_or(|e| e.epoch >= 0 && e.start_offset >= 0)
-                && slice.windows(2).all(|w| matches!(w, [x, y] if x.epoch < y.epoch && x.start_offset < y.start_offset));
+            let slice = self.row(&entries, row).ok_or_else(|| {
+                Error::invalid(format!(
+                    "{name}_bounds is not non-decreasing within 0..={} at row {row}",
+                    entries.len()
+                ))
+            })?;
+            let valid = slice
+                .first()
+                .is_none_or(|e| e.epoch >= 0 && e.start_offset >= 0)
+                && slice.windows(2).all(
+                    |w| matches!(w, [x, y] if x.epoch < y.epoch && x.start_offset < y.start_offset),
+                );
             if !valid {
                 return Err(Error::invalid(format!(
                     "{name} row {row}: epochs and start offsets must be non-negative and strictly increasing"
@@ -151,14 +174,24 @@ impl Histories<'_> {
 /// [`divergence_point`] for each row pair; `-1` where there is none.
 pub fn divergence_points(a: Histories<'_>, b: Histories<'_>) -> Result<Vec<i64>> {
     if a.rows() != b.rows() {
-        return Err(Error::invalid(format!("a has {} rows but b has {}", a.rows(), b.rows())));
+        return Err(Error::invalid(format!(
+            "a has {} rows but b has {}",
+            a.rows(),
+            b.rows()
+        )));
     }
     let (entries_a, entries_b) = (a.validate("a")?, b.validate("b")?);
     (0..a.rows())
         .map(|row| {
             // Validated above; the fallbacks are unreachable.
-            let (ra, rb) = (a.row(&entries_a, row).unwrap_or_default(), b.row(&entries_b, row).unwrap_or_default());
-            let (la, lb) = (a.log_ends.get(row).copied().unwrap_or(0), b.log_ends.get(row).copied().unwrap_or(0));
+            let (ra, rb) = (
+                a.row(&entries_a, row).unwrap_or_default(),
+                b.row(&entries_b, row).unwrap_or_default(),
+            );
+            let (la, lb) = (
+                a.log_ends.get(row).copied().unwrap_or(0),
+                b.log_ends.get(row).copied().unwrap_or(0),
+            );
             Ok(divergence_point(ra, la, rb, lb).unwrap_or(UNDEFINED_OFFSET))
         })
         .collect()

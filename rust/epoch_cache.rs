@@ -19,7 +19,10 @@ pub struct EpochEntry {
 
 impl EpochEntry {
     pub const fn new(epoch: i32, start_offset: i64) -> Self {
-        Self { epoch, start_offset }
+        Self {
+            epoch,
+            start_offset,
+        }
     }
 }
 
@@ -87,7 +90,10 @@ impl LeaderEpochCache {
         }
         // First entry with an epoch above `requested`.
         let higher = self.entries.partition_point(|e| e.epoch <= requested);
-        match (higher.checked_sub(1).and_then(|i| self.entries.get(i)), self.entries.get(higher)) {
+        match (
+            higher.checked_sub(1).and_then(|i| self.entries.get(i)),
+            self.entries.get(higher),
+        ) {
             (_, None) => UNDEFINED,
             (None, Some(next)) => (requested, next.start_offset),
             (Some(floor), Some(next)) => (floor.epoch, next.start_offset),
@@ -97,13 +103,48 @@ impl LeaderEpochCache {
     /// The epoch that wrote `offset`: the entry with the largest start offset `<= offset`.
     pub fn epoch_for_offset(&self, offset: i64) -> Option<i32> {
         let idx = self.entries.partition_point(|e| e.start_offset <= offset);
-        idx.checked_sub(1).and_then(|i| self.entries.get(i)).map(|e| e.epoch)
+        idx.checked_sub(1)
+            .and_then(|i| self.entries.get(i))
+            .map(|e| e.epoch)
+    }
+
+    /// [`end_offset_for`](Self::end_offset_for) for each requested epoch.
+    pub fn end_offsets_for(&self, requested: &[i32], log_end_offset: i64) -> (Vec<i32>, Vec<i64>) {
+        requested
+            .iter()
+            .map(|&e| self.end_offset_for(e, log_end_offset))
+            .unzip()
+    }
+
+    /// [`epoch_for_offset`](Self::epoch_for_offset) for each offset, `-1` where there is none.
+    /// Sorted input (offsets read from a log) is one merge walk; anything else is a binary search each.
+    pub fn epochs_for_offsets(&self, offsets: &[i64]) -> Vec<i32> {
+        if !offsets.is_sorted() {
+            return offsets
+                .iter()
+                .map(|&o| self.epoch_for_offset(o).unwrap_or(UNDEFINED_EPOCH))
+                .collect();
+        }
+        let mut next = 0usize; // index of the first entry starting after the current offset
+        offsets
+            .iter()
+            .map(|&o| {
+                while self.entries.get(next).is_some_and(|e| e.start_offset <= o) {
+                    next += 1;
+                }
+                next.checked_sub(1)
+                    .and_then(|i| self.entries.get(i))
+                    .map_or(UNDEFINED_EPOCH, |e| e.epoch)
+            })
+            .collect()
     }
 
     /// Log truncated to `end_offset`: drop every entry starting at or after it. Negative: no-op.
     pub fn truncate_from_end(&mut self, end_offset: i64) {
         if end_offset >= 0 {
-            let keep = self.entries.partition_point(|e| e.start_offset < end_offset);
+            let keep = self
+                .entries
+                .partition_point(|e| e.start_offset < end_offset);
             self.entries.truncate(keep);
         }
     }
@@ -111,7 +152,9 @@ impl LeaderEpochCache {
     /// Log start advanced to `start_offset`: drop entries starting at or before it and, if any were
     /// dropped, re-insert the last dropped epoch at `start_offset` (it still owns those offsets).
     pub fn truncate_from_start(&mut self, start_offset: i64) {
-        let dropped = self.entries.partition_point(|e| e.start_offset <= start_offset);
+        let dropped = self
+            .entries
+            .partition_point(|e| e.start_offset <= start_offset);
         if let Some(last_dropped) = dropped.checked_sub(1) {
             // Keep the last dropped entry in place and move its start instead of re-inserting it.
             self.entries.drain(..last_dropped);
@@ -140,13 +183,17 @@ impl LeaderEpochCache {
     /// The epoch of the entry before the newest one.
     pub fn previous_epoch(&self) -> Option<i32> {
         let n = self.entries.len();
-        n.checked_sub(2).and_then(|i| self.entries.get(i)).map(|e| e.epoch)
+        n.checked_sub(2)
+            .and_then(|i| self.entries.get(i))
+            .map(|e| e.epoch)
     }
 
     /// The nearest cached epoch strictly below `epoch`.
     pub fn previous_epoch_of(&self, epoch: i32) -> Option<i32> {
         let idx = self.entries.partition_point(|e| e.epoch < epoch);
-        idx.checked_sub(1).and_then(|i| self.entries.get(i)).map(|e| e.epoch)
+        idx.checked_sub(1)
+            .and_then(|i| self.entries.get(i))
+            .map(|e| e.epoch)
     }
 
     /// The nearest cached epoch strictly above `epoch`.

@@ -69,7 +69,11 @@ impl PyLeaderEpochCache {
     }
 
     fn entries(&self) -> Vec<(i32, i64)> {
-        self.inner.entries().iter().map(|e| (e.epoch, e.start_offset)).collect()
+        self.inner
+            .entries()
+            .iter()
+            .map(|e| (e.epoch, e.start_offset))
+            .collect()
     }
 
     #[getter]
@@ -92,7 +96,9 @@ impl PyLeaderEpochCache {
 
     #[getter]
     fn earliest_entry(&self) -> Option<(i32, i64)> {
-        self.inner.earliest_entry().map(|e| (e.epoch, e.start_offset))
+        self.inner
+            .earliest_entry()
+            .map(|e| (e.epoch, e.start_offset))
     }
 
     fn copy(&self) -> Self {
@@ -116,8 +122,12 @@ impl PyLeaderEpochCache {
     }
 
     fn __repr__(&self) -> String {
-        let entries: Vec<String> =
-            self.inner.entries().iter().map(|e| format!("({}, {})", e.epoch, e.start_offset)).collect();
+        let entries: Vec<String> = self
+            .inner
+            .entries()
+            .iter()
+            .map(|e| format!("({}, {})", e.epoch, e.start_offset))
+            .collect();
         format!("LeaderEpochCache([{}])", entries.join(", "))
     }
 
@@ -145,9 +155,12 @@ impl PyLeaderEpochCache {
         let input = Input::<i32>::borrow(epochs, "epochs")?;
         let requested = input.as_slice();
         let cache = &self.inner;
-        let (out_epochs, out_offsets): (Vec<i32>, Vec<i64>) =
-            py.detach(|| requested.iter().map(|&e| cache.end_offset_for(e, log_end_offset)).unzip());
-        Ok((to_numpy(py, Column::I32(out_epochs))?, to_numpy(py, Column::I64(out_offsets))?))
+        let (out_epochs, out_offsets) =
+            py.detach(|| cache.end_offsets_for(requested, log_end_offset));
+        Ok((
+            to_numpy(py, Column::I32(out_epochs))?,
+            to_numpy(py, Column::I64(out_offsets))?,
+        ))
     }
 
     /// `epoch_for_offset` over an int64 buffer of offsets: an int32 array, -1 where there is none.
@@ -156,28 +169,9 @@ impl PyLeaderEpochCache {
         let input = Input::<i64>::borrow(offsets, "offsets")?;
         let offsets = input.as_slice();
         let cache = &self.inner;
-        let out = py.detach(|| epochs_for_offsets(cache, offsets));
+        let out = py.detach(|| cache.epochs_for_offsets(offsets));
         to_numpy(py, Column::I32(out))
     }
-}
-
-/// Sorted input (the common case: offsets read from a log) is a merge walk; otherwise binary search.
-fn epochs_for_offsets(cache: &LeaderEpochCache, offsets: &[i64]) -> Vec<i32> {
-    const NONE: i32 = crate::epoch_cache::UNDEFINED_EPOCH;
-    if !offsets.is_sorted() {
-        return offsets.iter().map(|&o| cache.epoch_for_offset(o).unwrap_or(NONE)).collect();
-    }
-    let entries = cache.entries();
-    let mut next = 0usize; // index of the first entry starting after the current offset
-    offsets
-        .iter()
-        .map(|&o| {
-            while entries.get(next).is_some_and(|e| e.start_offset <= o) {
-                next += 1;
-            }
-            next.checked_sub(1).and_then(|i| entries.get(i)).map_or(NONE, |e| e.epoch)
-        })
-        .collect()
 }
 
 /// Leader side of a Fetch with LastFetchedEpoch: `(epoch, end_offset)` if the follower diverged.
@@ -189,7 +183,12 @@ fn find_diverging_epoch(
     last_fetched_epoch: i32,
     fetch_offset: i64,
 ) -> Option<(i32, i64)> {
-    divergence::find_diverging_epoch(&leader_cache.inner, leader_log_end_offset, last_fetched_epoch, fetch_offset)
+    divergence::find_diverging_epoch(
+        &leader_cache.inner,
+        leader_log_end_offset,
+        last_fetched_epoch,
+        fetch_offset,
+    )
 }
 
 /// Follower side: `(offset, final)` to truncate to for the leader's `(epoch, end_offset)` answer;
@@ -201,7 +200,12 @@ fn truncation_offset(
     leader_epoch: i32,
     leader_end_offset: i64,
 ) -> Option<(i64, bool)> {
-    divergence::truncation_offset(&local_cache.inner, local_log_end_offset, leader_epoch, leader_end_offset)
+    divergence::truncation_offset(
+        &local_cache.inner,
+        local_log_end_offset,
+        leader_epoch,
+        leader_end_offset,
+    )
 }
 
 /// First offset at which two replicas' logs can differ according to their epoch histories.
@@ -212,7 +216,12 @@ fn divergence_point(
     cache_b: PyRef<'_, PyLeaderEpochCache>,
     log_end_b: i64,
 ) -> Option<i64> {
-    divergence::divergence_point(cache_a.inner.entries(), log_end_a, cache_b.inner.entries(), log_end_b)
+    divergence::divergence_point(
+        cache_a.inner.entries(),
+        log_end_a,
+        cache_b.inner.entries(),
+        log_end_b,
+    )
 }
 
 /// `divergence_point` per row of two CSR batches of histories: an int64 array, -1 = none.
@@ -270,7 +279,8 @@ impl<T: Element + Copy> Input<T> {
             Ok(buffer) => buffer,
             // Arrow arrays (PyCapsule interface) are viewed through numpy, zero-copy for null-free arrays.
             Err(_) if obj.hasattr("__arrow_c_array__")? => {
-                PyBuffer::<T>::get(&numpy(py)?.call_method1("asarray", (obj,))?).map_err(|e| type_error::<T>(name, e))?
+                PyBuffer::<T>::get(&numpy(py)?.call_method1("asarray", (obj,))?)
+                    .map_err(|e| type_error::<T>(name, e))?
             }
             Err(e) => return Err(type_error::<T>(name, e)),
         };
@@ -302,8 +312,14 @@ impl<T: Element + Copy> Input<T> {
 }
 
 fn type_error<T>(name: &str, cause: PyErr) -> PyErr {
-    let want = if std::mem::size_of::<T>() == 4 { "int32" } else { "int64" };
-    let err = PyTypeError::new_err(format!("{name} must be a 1-D {want} buffer (numpy array, array.array, memoryview) or Arrow array"));
+    let want = if std::mem::size_of::<T>() == 4 {
+        "int32"
+    } else {
+        "int64"
+    };
+    let err = PyTypeError::new_err(format!(
+        "{name} must be a 1-D {want} buffer (numpy array, array.array, memoryview) or Arrow array"
+    ));
     Python::attach(|py| err.set_cause(py, Some(cause)));
     err
 }
@@ -329,7 +345,11 @@ impl ColumnBuffer {
             Column::I64(v) => (v.len(), 8),
         };
         // A Vec never holds more than isize::MAX bytes, so these conversions are lossless.
-        Self { column, shape: [len as ffi::Py_ssize_t], strides: [itemsize] }
+        Self {
+            column,
+            shape: [len as ffi::Py_ssize_t],
+            strides: [itemsize],
+        }
     }
 
     fn raw(&self) -> (*const c_void, &'static CStr) {
@@ -342,12 +362,18 @@ impl ColumnBuffer {
 
 #[pymethods]
 impl ColumnBuffer {
-    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
         if view.is_null() {
             return Err(PyBufferError::new_err("null view"));
         }
         if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
-            return Err(PyBufferError::new_err("epochguard result buffers are read-only"));
+            return Err(PyBufferError::new_err(
+                "epochguard result buffers are read-only",
+            ));
         }
         let this = slf.get();
         let (buf, format) = this.raw();
@@ -359,11 +385,22 @@ impl ColumnBuffer {
             (*view).len = this.shape[0] * this.strides[0];
             (*view).readonly = 1;
             (*view).itemsize = this.strides[0];
-            (*view).format = if wants(ffi::PyBUF_FORMAT) { format.as_ptr().cast_mut() } else { ptr::null_mut() };
+            (*view).format = if wants(ffi::PyBUF_FORMAT) {
+                format.as_ptr().cast_mut()
+            } else {
+                ptr::null_mut()
+            };
             (*view).ndim = 1;
-            (*view).shape = if wants(ffi::PyBUF_ND) { this.shape.as_ptr().cast_mut() } else { ptr::null_mut() };
-            (*view).strides =
-                if wants(ffi::PyBUF_STRIDES) { this.strides.as_ptr().cast_mut() } else { ptr::null_mut() };
+            (*view).shape = if wants(ffi::PyBUF_ND) {
+                this.shape.as_ptr().cast_mut()
+            } else {
+                ptr::null_mut()
+            };
+            (*view).strides = if wants(ffi::PyBUF_STRIDES) {
+                this.strides.as_ptr().cast_mut()
+            } else {
+                ptr::null_mut()
+            };
             (*view).suboffsets = ptr::null_mut();
             (*view).internal = ptr::null_mut();
             (*view).obj = slf.into_any().into_ptr();
@@ -374,7 +411,9 @@ impl ColumnBuffer {
 
 fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     static NUMPY: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-    Ok(NUMPY.get_or_try_init(py, || py.import("numpy").map(Bound::unbind))?.bind(py))
+    Ok(NUMPY
+        .get_or_try_init(py, || py.import("numpy").map(Bound::unbind))?
+        .bind(py))
 }
 
 fn to_numpy(py: Python<'_>, column: Column) -> PyResult<Bound<'_, PyAny>> {
@@ -394,4 +433,3 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(divergence_points, m)?)?;
     Ok(())
 }
-

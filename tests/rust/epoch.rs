@@ -3,7 +3,9 @@
 //! model and the divergence search against brute force and Kafka's follower truncation loop.
 
 use _core::checkpoint;
-use _core::divergence::{divergence_point, divergence_points, find_diverging_epoch, truncation_offset, Histories};
+use _core::divergence::{
+    divergence_point, divergence_points, find_diverging_epoch, truncation_offset, Histories,
+};
 use _core::epoch_cache::{EpochEntry, LeaderEpochCache};
 use _core::Error;
 use proptest::prelude::*;
@@ -13,7 +15,10 @@ fn cache(entries: &[(i32, i64)]) -> LeaderEpochCache {
 }
 
 fn pairs(c: &LeaderEpochCache) -> Vec<(i32, i64)> {
-    c.entries().iter().map(|e| (e.epoch, e.start_offset)).collect()
+    c.entries()
+        .iter()
+        .map(|e| (e.epoch, e.start_offset))
+        .collect()
 }
 
 // ---- assign ------------------------------------------------------------------------------------
@@ -81,7 +86,10 @@ fn assign_rejects_negative_epoch_or_offset() {
 #[test]
 fn from_entries_repairs_non_monotonic_input() {
     // (2, 12) wipes the newer epoch 3; (4, 12) then replaces epoch 2 at the same offset.
-    assert_eq!(pairs(&cache(&[(0, 0), (3, 10), (2, 12), (4, 12)])), [(0, 0), (4, 12)]);
+    assert_eq!(
+        pairs(&cache(&[(0, 0), (3, 10), (2, 12), (4, 12)])),
+        [(0, 0), (4, 12)]
+    );
 }
 
 // ---- end_offset_for ----------------------------------------------------------------------------
@@ -216,7 +224,10 @@ fn checkpoint_parse_accepts_empty_and_version_only() {
     assert!(checkpoint::parse(b"").unwrap().is_empty());
     assert!(checkpoint::parse(b"0\n").unwrap().is_empty());
     assert!(checkpoint::parse(b"0\n0\n").unwrap().is_empty());
-    assert_eq!(checkpoint::parse(b"0\r\n1\r\n3\t 7").unwrap(), [EpochEntry::new(3, 7)]);
+    assert_eq!(
+        checkpoint::parse(b"0\r\n1\r\n3\t 7").unwrap(),
+        [EpochEntry::new(3, 7)]
+    );
 }
 
 fn checkpoint_error(bytes: &[u8]) -> (usize, String) {
@@ -274,7 +285,10 @@ fn checkpoint_read_rejects_oversized_file_without_parsing() {
     let path = dir.path().join("big");
     let f = std::fs::File::create(&path).unwrap();
     f.set_len(checkpoint::MAX_FILE_SIZE + 1).unwrap(); // sparse
-    assert!(matches!(checkpoint::read(&path), Err(Error::Checkpoint { line: 0, .. })));
+    assert!(matches!(
+        checkpoint::read(&path),
+        Err(Error::Checkpoint { line: 0, .. })
+    ));
 }
 
 #[test]
@@ -284,22 +298,34 @@ fn checkpoint_write_is_atomic_and_round_trips() {
     std::fs::write(&path, "stale content that is longer than the new file\n").unwrap();
     let c = cache(&[(0, 0), (2, 15), (5, 40)]);
     checkpoint::write(&path, c.entries()).unwrap();
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), "0\n3\n0 0\n2 15\n5 40\n");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "0\n3\n0 0\n2 15\n5 40\n"
+    );
     assert_eq!(checkpoint::read(&path).unwrap(), c);
-    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(names, ["leader-epoch-checkpoint"]);
 }
 
 #[test]
 fn checkpoint_reads_real_broker_files() {
     let root = std::path::Path::new("/work/shared/kafka-segments/ldi-poc");
-    let Ok(dirs) = std::fs::read_dir(root) else { return }; // data only on the dev machine
+    let Ok(dirs) = std::fs::read_dir(root) else {
+        return;
+    }; // data only on the dev machine
     let mut seen = 0;
     for dir in dirs {
         let path = dir.unwrap().path().join("leader-epoch-checkpoint");
         if let Ok(bytes) = std::fs::read(&path) {
             let c = checkpoint::read(&path).unwrap();
-            assert_eq!(checkpoint::format(c.entries()).as_bytes(), &bytes[..], "{path:?}");
+            assert_eq!(
+                checkpoint::format(c.entries()).as_bytes(),
+                &bytes[..],
+                "{path:?}"
+            );
             seen += 1;
         }
     }
@@ -344,22 +370,50 @@ fn truncation_offset_cases() {
 
 #[test]
 fn divergence_point_cases() {
-    let e = |v: &[(i32, i64)]| v.iter().map(|&(e, s)| EpochEntry::new(e, s)).collect::<Vec<_>>();
-    assert_eq!(divergence_point(&e(&[(0, 0)]), 15, &e(&[(0, 0), (2, 10)]), 10), Some(10));
-    assert_eq!(divergence_point(&e(&[(0, 0), (2, 10)]), 10, &e(&[(0, 0)]), 15), Some(10));
-    assert_eq!(divergence_point(&e(&[(0, 0), (2, 10)]), 20, &e(&[(0, 0), (2, 10)]), 15), None);
-    assert_eq!(divergence_point(&e(&[(0, 0), (1, 5)]), 8, &e(&[(0, 0), (2, 5)]), 9), Some(5));
+    let e = |v: &[(i32, i64)]| {
+        v.iter()
+            .map(|&(e, s)| EpochEntry::new(e, s))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        divergence_point(&e(&[(0, 0)]), 15, &e(&[(0, 0), (2, 10)]), 10),
+        Some(10)
+    );
+    assert_eq!(
+        divergence_point(&e(&[(0, 0), (2, 10)]), 10, &e(&[(0, 0)]), 15),
+        Some(10)
+    );
+    assert_eq!(
+        divergence_point(&e(&[(0, 0), (2, 10)]), 20, &e(&[(0, 0), (2, 10)]), 15),
+        None
+    );
+    assert_eq!(
+        divergence_point(&e(&[(0, 0), (1, 5)]), 8, &e(&[(0, 0), (2, 5)]), 9),
+        Some(5)
+    );
     // A divergence at or beyond both log ends is invisible.
-    assert_eq!(divergence_point(&e(&[(0, 0)]), 10, &e(&[(0, 0), (2, 10)]), 10), None);
+    assert_eq!(
+        divergence_point(&e(&[(0, 0)]), 10, &e(&[(0, 0), (2, 10)]), 10),
+        None
+    );
     // Lower bound is the later of the two earliest starts.
-    assert_eq!(divergence_point(&e(&[(1, 5)]), 8, &e(&[(0, 0), (2, 6)]), 10), Some(5));
-    assert_eq!(divergence_point(&e(&[(0, 7)]), 8, &e(&[(0, 0), (2, 6)]), 10), Some(7));
+    assert_eq!(
+        divergence_point(&e(&[(1, 5)]), 8, &e(&[(0, 0), (2, 6)]), 10),
+        Some(5)
+    );
+    assert_eq!(
+        divergence_point(&e(&[(0, 7)]), 8, &e(&[(0, 0), (2, 6)]), 10),
+        Some(7)
+    );
     assert_eq!(divergence_point(&[], 8, &e(&[(0, 0)]), 10), None);
 }
 
 #[test]
 fn divergence_points_validates_layout() {
-    let h = |bounds: &'static [i64], epochs: &'static [i32], starts: &'static [i64], ends: &'static [i64]| Histories {
+    let h = |bounds: &'static [i64],
+             epochs: &'static [i32],
+             starts: &'static [i64],
+             ends: &'static [i64]| Histories {
         bounds,
         epochs,
         starts,
@@ -368,11 +422,26 @@ fn divergence_points_validates_layout() {
     let ok = h(&[0, 1, 3], &[0, 0, 2], &[0, 0, 10], &[15, 10]);
     let other = h(&[0, 2, 3], &[0, 2, 0], &[0, 10, 0], &[10, 15]);
     assert_eq!(divergence_points(ok, other).unwrap(), [10, 10]);
-    assert!(matches!(divergence_points(ok, h(&[0, 1], &[0], &[0], &[1])), Err(Error::InvalidArgument(_))));
-    assert!(matches!(divergence_points(ok, h(&[0, 2, 1], &[0, 1], &[0, 1], &[1, 1])), Err(Error::InvalidArgument(_))));
-    assert!(matches!(divergence_points(ok, h(&[0, 2, 2], &[1, 0], &[0, 1], &[1, 1])), Err(Error::InvalidArgument(_))));
-    assert!(matches!(divergence_points(ok, h(&[0, 1, 9], &[0], &[0], &[1, 1])), Err(Error::InvalidArgument(_))));
-    assert!(matches!(divergence_points(ok, h(&[], &[], &[], &[])), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        divergence_points(ok, h(&[0, 1], &[0], &[0], &[1])),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        divergence_points(ok, h(&[0, 2, 1], &[0, 1], &[0, 1], &[1, 1])),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        divergence_points(ok, h(&[0, 2, 2], &[1, 0], &[0, 1], &[1, 1])),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        divergence_points(ok, h(&[0, 1, 9], &[0], &[0], &[1, 1])),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        divergence_points(ok, h(&[], &[], &[], &[])),
+        Err(Error::InvalidArgument(_))
+    ));
 }
 
 // ---- property tests ----------------------------------------------------------------------------
@@ -383,10 +452,18 @@ struct Model(Vec<(i32, i64)>);
 
 impl Model {
     fn assign(&mut self, epoch: i32, start: i64) {
-        if self.0.last().is_some_and(|&(e, s)| e == epoch && start >= s) {
+        if self
+            .0
+            .last()
+            .is_some_and(|&(e, s)| e == epoch && start >= s)
+        {
             return;
         }
-        while self.0.last().is_some_and(|&(e, s)| e >= epoch || s >= start) {
+        while self
+            .0
+            .last()
+            .is_some_and(|&(e, s)| e >= epoch || s >= start)
+        {
             self.0.pop();
         }
         self.0.push((epoch, start));
@@ -398,7 +475,9 @@ impl Model {
         if self.0.last().map(|l| l.0) == Some(requested) {
             return (requested, leo);
         }
-        let Some(higher) = self.0.iter().find(|x| x.0 > requested) else { return (-1, -1) };
+        let Some(higher) = self.0.iter().find(|x| x.0 > requested) else {
+            return (-1, -1);
+        };
         match self.0.iter().filter(|x| x.0 <= requested).last() {
             None => (requested, higher.1),
             Some(floor) => (floor.0, higher.1),
@@ -459,9 +538,19 @@ proptest! {
                 prop_assert_eq!(c.previous_epoch_of(requested), below);
                 prop_assert_eq!(c.next_epoch(requested), above);
             }
-            for offset in -1..56 {
+            let offsets: Vec<i64> = (-1..56).collect();
+            for &offset in &offsets {
                 prop_assert_eq!(c.epoch_for_offset(offset), m.epoch_for_offset(offset));
             }
+            // Batched lookups: sorted input takes the merge walk, reversed input the binary search.
+            let scalar: Vec<i32> = offsets.iter().map(|&o| c.epoch_for_offset(o).unwrap_or(-1)).collect();
+            prop_assert_eq!(c.epochs_for_offsets(&offsets), scalar.clone());
+            let reversed: Vec<i64> = offsets.iter().rev().copied().collect();
+            prop_assert_eq!(c.epochs_for_offsets(&reversed), scalar.iter().rev().copied().collect::<Vec<_>>());
+            let requested: Vec<i32> = (-1..12).collect();
+            let (es, os) = c.end_offsets_for(&requested, leo);
+            let pairs_out: Vec<(i32, i64)> = es.into_iter().zip(os).collect();
+            prop_assert_eq!(pairs_out, requested.iter().map(|&r| c.end_offset_for(r, leo)).collect::<Vec<_>>());
             let reparsed = checkpoint::parse(checkpoint::format(c.entries()).as_bytes()).unwrap();
             prop_assert_eq!(reparsed, c.entries().to_vec());
         }
@@ -483,7 +572,12 @@ fn history(first: i64) -> impl Strategy<Value = Vec<EpochEntry>> {
 }
 
 fn brute_force(a: &[EpochEntry], leo_a: i64, b: &[EpochEntry], leo_b: i64) -> Option<i64> {
-    let epoch_at = |h: &[EpochEntry], o: i64| h.iter().filter(|e| e.start_offset <= o).last().map(|e| e.epoch);
+    let epoch_at = |h: &[EpochEntry], o: i64| {
+        h.iter()
+            .filter(|e| e.start_offset <= o)
+            .last()
+            .map(|e| e.epoch)
+    };
     let lo = a.first()?.start_offset.max(b.first()?.start_offset);
     (lo..leo_a.max(leo_b)).find(|&o| epoch_at(a, o) != epoch_at(b, o))
 }

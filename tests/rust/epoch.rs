@@ -2,6 +2,9 @@
 //! Cache cases follow Kafka's LeaderEpochFileCacheTest; proptests check the cache against a naive
 //! model and the divergence search against brute force and Kafka's follower truncation loop.
 
+// Tests and fixtures are trusted input: a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use _core::checkpoint;
 use _core::divergence::{
     divergence_point, divergence_points, find_diverging_epoch, truncation_offset, Histories,
@@ -478,13 +481,13 @@ impl Model {
         let Some(higher) = self.0.iter().find(|x| x.0 > requested) else {
             return (-1, -1);
         };
-        match self.0.iter().filter(|x| x.0 <= requested).last() {
+        match self.0.iter().rfind(|x| x.0 <= requested) {
             None => (requested, higher.1),
             Some(floor) => (floor.0, higher.1),
         }
     }
     fn epoch_for_offset(&self, offset: i64) -> Option<i32> {
-        self.0.iter().filter(|x| x.1 <= offset).last().map(|x| x.0)
+        self.0.iter().rfind(|x| x.1 <= offset).map(|x| x.0)
     }
     fn truncate_from_end(&mut self, x: i64) {
         if x >= 0 {
@@ -533,7 +536,7 @@ proptest! {
             let leo = c.latest_entry().map_or(0, |e| e.start_offset) + leo_extra;
             for requested in -1..12 {
                 prop_assert_eq!(c.end_offset_for(requested, leo), m.end_offset_for(requested, leo));
-                let below = m.0.iter().filter(|x| x.0 < requested).last().map(|x| x.0);
+                let below = m.0.iter().rfind(|x| x.0 < requested).map(|x| x.0);
                 let above = m.0.iter().find(|x| x.0 > requested).map(|x| x.0);
                 prop_assert_eq!(c.previous_epoch_of(requested), below);
                 prop_assert_eq!(c.next_epoch(requested), above);
@@ -572,12 +575,8 @@ fn history(first: i64) -> impl Strategy<Value = Vec<EpochEntry>> {
 }
 
 fn brute_force(a: &[EpochEntry], leo_a: i64, b: &[EpochEntry], leo_b: i64) -> Option<i64> {
-    let epoch_at = |h: &[EpochEntry], o: i64| {
-        h.iter()
-            .filter(|e| e.start_offset <= o)
-            .last()
-            .map(|e| e.epoch)
-    };
+    let epoch_at =
+        |h: &[EpochEntry], o: i64| h.iter().rfind(|e| e.start_offset <= o).map(|e| e.epoch);
     let lo = a.first()?.start_offset.max(b.first()?.start_offset);
     (lo..leo_a.max(leo_b)).find(|&o| epoch_at(a, o) != epoch_at(b, o))
 }

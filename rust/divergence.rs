@@ -75,24 +75,60 @@ pub fn divergence_point(
     b: &[EpochEntry],
     log_end_b: i64,
 ) -> Option<i64> {
-    let (first_a, first_b) = (a.first()?, b.first()?);
+    walk(a, log_end_a, b, log_end_b)
+}
+
+/// Read access to one history, stored as entries (a cache) or as parallel columns (a CSR batch row),
+/// so the batched search walks the caller's arrays without copying them.
+trait History {
+    fn epoch(&self, i: usize) -> Option<i32>;
+    fn start(&self, i: usize) -> Option<i64>;
+}
+
+impl History for [EpochEntry] {
+    fn epoch(&self, i: usize) -> Option<i32> {
+        self.get(i).map(|e| e.epoch)
+    }
+    fn start(&self, i: usize) -> Option<i64> {
+        self.get(i).map(|e| e.start_offset)
+    }
+}
+
+struct Columns<'a> {
+    epochs: &'a [i32],
+    starts: &'a [i64],
+}
+
+impl History for Columns<'_> {
+    fn epoch(&self, i: usize) -> Option<i32> {
+        self.epochs.get(i).copied()
+    }
+    fn start(&self, i: usize) -> Option<i64> {
+        self.starts.get(i).copied()
+    }
+}
+
+fn walk<A: History + ?Sized, B: History + ?Sized>(
+    a: &A,
+    log_end_a: i64,
+    b: &B,
+    log_end_b: i64,
+) -> Option<i64> {
     let end = log_end_a.max(log_end_b);
+    let mut offset = a.start(0)?.max(b.start(0)?);
     let (mut ia, mut ib) = (0usize, 0usize);
-    let mut offset = first_a.start_offset.max(first_b.start_offset);
     while offset < end {
         // Advance each side to its entry covering `offset`.
-        while a.get(ia + 1).is_some_and(|e| e.start_offset <= offset) {
+        while a.start(ia + 1).is_some_and(|s| s <= offset) {
             ia += 1;
         }
-        while b.get(ib + 1).is_some_and(|e| e.start_offset <= offset) {
+        while b.start(ib + 1).is_some_and(|s| s <= offset) {
             ib += 1;
         }
-        if a.get(ia)?.epoch != b.get(ib)?.epoch {
+        if a.epoch(ia)? != b.epoch(ib)? {
             return Some(offset);
         }
-        let next_a = a.get(ia + 1).map(|e| e.start_offset);
-        let next_b = b.get(ib + 1).map(|e| e.start_offset);
-        offset = match (next_a, next_b) {
+        offset = match (a.start(ia + 1), b.start(ib + 1)) {
             (Some(x), Some(y)) => x.min(y),
             (Some(x), None) | (None, Some(x)) => x,
             (None, None) => return None,
@@ -110,13 +146,12 @@ pub struct Histories<'a> {
     pub log_ends: &'a [i64],
 }
 
-impl Histories<'_> {
+impl<'a> Histories<'a> {
     fn rows(&self) -> usize {
         self.bounds.len().saturating_sub(1)
     }
 
-    /// Validate the layout and every row's ordering once, so the walk can trust it.
-    fn validate(&self, name: &str) -> Result<Vec<EpochEntry>> {
+    fn check_shape(&self, name: &str) -> Result<()> {
         if self.bounds.is_empty() {
             return Err(Error::invalid(format!(
                 "{name}_bounds must have n + 1 entries, got none"
@@ -136,42 +171,48 @@ impl Histories<'_> {
                 self.rows()
             )));
         }
-        let entries: Vec<EpochEntry> = self
-            .epochs
-            .iter()
-            .zip(self.starts)
-            .map(|(&e, &s)| EpochEntry::new(e, s))
-            .collect();
-        for row in 0..self.rows() {
-            let slice = self.row(&entries, row).ok_or_else(|| {
-                Error::invalid(format!(
-                    "{name}_bounds is not non-decreasing within 0..={} at row {row}",
-                    entries.len()
-                ))
-            })?;
-            let valid = slice
-                .first()
-                .is_none_or(|e| e.epoch >= 0 && e.start_offset >= 0)
-                && slice.windows(2).all(
-                    |w| matches!(w, [x, y] if x.epoch < y.epoch && x.start_offset < y.start_offset),
-                );
-            if !valid {
-                return Err(Error::invalid(format!(
-                    "{name} row {row}: epochs and start offsets must be non-negative and strictly increasing"
-                )));
-            }
-        }
-        Ok(entries)
+        Ok(())
     }
 
-    fn row<'e>(&self, entries: &'e [EpochEntry], row: usize) -> Option<&'e [EpochEntry]> {
-        let lo = usize::try_from(*self.bounds.get(row)?).ok()?;
-        let hi = usize::try_from(*self.bounds.get(row + 1)?).ok()?;
-        entries.get(lo..hi)
+    /// Row `row` and its log end, checked to be a valid cache (the walk relies on the ordering).
+    fn row(&self, row: usize, name: &str) -> Result<(Columns<'a>, i64)> {
+        let bound = |i: usize| self.bounds.get(i).and_then(|&b| usize::try_from(b).ok());
+        let columns = bound(row)
+            .zip(bound(row + 1))
+            .and_then(|(lo, hi)| {
+                Some(Columns {
+                    epochs: self.epochs.get(lo..hi)?,
+                    starts: self.starts.get(lo..hi)?,
+                })
+            })
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "{name}_bounds must be non-decreasing within 0..={}, broken at row {row}",
+                    self.epochs.len()
+                ))
+            })?;
+        let increasing = columns
+            .epochs
+            .windows(2)
+            .all(|w| matches!(w, [x, y] if x < y))
+            && columns
+                .starts
+                .windows(2)
+                .all(|w| matches!(w, [x, y] if x < y));
+        let non_negative = columns.epochs.first().is_none_or(|&e| e >= 0)
+            && columns.starts.first().is_none_or(|&s| s >= 0);
+        if !(increasing && non_negative) {
+            return Err(Error::invalid(format!(
+                "{name} row {row}: epochs and start offsets must be non-negative and strictly increasing"
+            )));
+        }
+        let log_end = self.log_ends.get(row).copied().unwrap_or(UNDEFINED_OFFSET);
+        Ok((columns, log_end))
     }
 }
 
-/// [`divergence_point`] for each row pair; `-1` where there is none.
+/// [`divergence_point`] for each row pair; `-1` where there is none. Rows are validated as they are
+/// walked; the input arrays are read in place.
 pub fn divergence_points(a: Histories<'_>, b: Histories<'_>) -> Result<Vec<i64>> {
     if a.rows() != b.rows() {
         return Err(Error::invalid(format!(
@@ -180,19 +221,12 @@ pub fn divergence_points(a: Histories<'_>, b: Histories<'_>) -> Result<Vec<i64>>
             b.rows()
         )));
     }
-    let (entries_a, entries_b) = (a.validate("a")?, b.validate("b")?);
+    a.check_shape("a")?;
+    b.check_shape("b")?;
     (0..a.rows())
         .map(|row| {
-            // Validated above; the fallbacks are unreachable.
-            let (ra, rb) = (
-                a.row(&entries_a, row).unwrap_or_default(),
-                b.row(&entries_b, row).unwrap_or_default(),
-            );
-            let (la, lb) = (
-                a.log_ends.get(row).copied().unwrap_or(0),
-                b.log_ends.get(row).copied().unwrap_or(0),
-            );
-            Ok(divergence_point(ra, la, rb, lb).unwrap_or(UNDEFINED_OFFSET))
+            let ((ra, log_end_a), (rb, log_end_b)) = (a.row(row, "a")?, b.row(row, "b")?);
+            Ok(walk(&ra, log_end_a, &rb, log_end_b).unwrap_or(UNDEFINED_OFFSET))
         })
         .collect()
 }

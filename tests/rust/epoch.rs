@@ -637,3 +637,71 @@ proptest! {
         prop_assert_eq!(leo_f, expected);
     }
 }
+
+// ---- scenarios from Kafka's LeaderEpochFileCacheTest ---------------------------------------------
+
+#[test]
+fn kafka_matching_epoch_at_earlier_offset_truncates() {
+    let mut c = cache(&[(5, 11), (6, 12), (7, 13)]);
+    c.assign(7, 12).unwrap();
+    assert_eq!(pairs(&c), [(5, 11), (7, 12)]);
+    assert_eq!(c.end_offset_for(5, 20), (5, 12));
+    assert_eq!(c.end_offset_for(6, 20), (5, 12));
+}
+
+#[test]
+fn kafka_epoch_in_the_past_drops_later_epochs() {
+    let mut c = cache(&[(1, 5), (2, 6)]);
+    c.assign(1, 7).unwrap();
+    assert_eq!(c.latest_epoch(), Some(1));
+    assert_eq!(c.end_offset_for(1, 8), (1, 8));
+    assert_eq!(c.end_offset_for(2, 8), (-1, -1));
+    assert_eq!(pairs(&c), [(1, 7)]);
+}
+
+#[test]
+fn kafka_offset_going_backwards_wins() {
+    assert_eq!(pairs(&cache(&[(2, 6), (3, 5)])), [(3, 5)]);
+}
+
+#[test]
+fn kafka_leaders_change_many_times() {
+    let mut c = cache(&[(0, 0), (1, 0)]);
+    assert_eq!(c.latest_epoch(), Some(1));
+    assert_eq!(c.end_offset_for(1, 0), (1, 0));
+    assert_eq!(c.end_offset_for(0, 0), (0, 0));
+    assert_eq!(c.end_offset_for(1, 5), (1, 5));
+    c.assign(2, 5).unwrap();
+    assert_eq!(c.end_offset_for(2, 10), (2, 10));
+    assert_eq!(c.end_offset_for(1, 10), (1, 5));
+    assert_eq!(c.end_offset_for(0, 10), (0, 0));
+}
+
+#[test]
+fn kafka_follower_receives_many_messages() {
+    let mut c = LeaderEpochCache::new();
+    for (epoch, offset) in [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (1, 3),
+        (1, 4),
+        (1, 5),
+        (2, 6),
+        (2, 7),
+        (2, 8),
+    ] {
+        c.assign(epoch, offset).unwrap();
+    }
+    assert_eq!(pairs(&c), [(0, 0), (1, 3), (2, 6)]);
+    assert_eq!(c.end_offset_for(2, 9), (2, 9));
+    assert_eq!(c.end_offset_for(0, 9), (0, 3));
+    assert_eq!(c.end_offset_for(1, 9), (1, 6));
+}
+
+#[test]
+fn kafka_truncate_from_start_between_first_entries() {
+    let mut c = cache(&[(0, 0), (1, 7), (2, 10)]);
+    c.truncate_from_start(5);
+    assert_eq!(pairs(&c), [(0, 5), (1, 7), (2, 10)]);
+}

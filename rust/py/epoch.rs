@@ -30,7 +30,7 @@ pub struct PyLeaderEpochCache {
 impl PyLeaderEpochCache {
     /// Build from `(epoch, start_offset)` pairs, replayed through `assign` (as Kafka loads a checkpoint).
     #[new]
-    #[pyo3(signature = (entries = None))]
+    #[pyo3(signature = (entries = None), text_signature = "(entries=())")]
     fn new(entries: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let mut inner = LeaderEpochCache::new();
         if let Some(entries) = entries {

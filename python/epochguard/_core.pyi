@@ -43,8 +43,8 @@ class LeaderEpochCache:
     def read_checkpoint(path: str | PathLike[str]) -> LeaderEpochCache: ...
     def write_checkpoint(self, path: str | PathLike[str]) -> None: ...
     # Batched, GIL released. Input: any 1-D buffer of int32 (epochs) / int64 (offsets), e.g. a numpy
-    # array, array.array or memoryview, or a null-free Arrow array (__arrow_c_array__, viewed through
-    # numpy). Output: read-only numpy arrays over Rust-owned memory (zero-copy).
+    # array, array.array or memoryview, or a null-free Arrow array (__arrow_c_array__, imported via
+    # the C Data Interface). Output: read-only numpy arrays over Rust-owned memory (zero-copy).
     def end_offsets_for(self, epochs: Any, log_end_offset: int) -> tuple[Any, Any]: ...
     def epochs_for_offsets(self, offsets: Any) -> Any: ...  # int32, -1 where no epoch
 

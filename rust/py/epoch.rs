@@ -1,19 +1,22 @@
 //! Python bindings for the epoch cache, checkpoint file and divergence search.
 //!
 //! Scalar calls are plain methods; batched calls borrow any int32/int64 buffer (numpy, array.array,
-//! memoryview; Arrow arrays via `numpy.asarray`), run with the GIL released and hand back numpy
+//! memoryview; Arrow arrays via the C Data Interface), run with the GIL released and hand back numpy
 //! arrays viewing Rust-owned memory.
 
 use std::ffi::{c_int, c_void, CStr};
 use std::path::PathBuf;
 use std::ptr;
 
+use arrow_array::ffi::{from_ffi, FFI_ArrowArray, FFI_ArrowSchema};
+use arrow_buffer::{ArrowNativeType, ScalarBuffer};
+use arrow_schema::DataType;
 use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyIterator;
+use pyo3::types::{PyCapsule, PyIterator};
 
 use crate::checkpoint;
 use crate::divergence::{self, Histories};
@@ -266,23 +269,46 @@ fn divergence_points<'py>(
     to_numpy(py, Column::I64(out))
 }
 
-/// A borrowed 1-D buffer of `T`, or a copy when the exporter's memory is not C-contiguous.
-enum Input<T: Element> {
-    Borrowed(PyBuffer<T>),
+/// An element type the batched calls accept, with its names in the buffer and Arrow worlds.
+trait Native: Element + ArrowNativeType {
+    const NAME: &'static str;
+    const ARROW: DataType;
+}
+
+impl Native for i32 {
+    const NAME: &'static str = "int32";
+    const ARROW: DataType = DataType::Int32;
+}
+
+impl Native for i64 {
+    const NAME: &'static str = "int64";
+    const ARROW: DataType = DataType::Int64;
+}
+
+/// A 1-D column of `T` read in place: a buffer-protocol view, an imported Arrow array, or a copy
+/// when the exporter's memory is not C-contiguous.
+enum Input<T: Native> {
+    Buffer(PyBuffer<T>),
+    Arrow(ScalarBuffer<T>),
     Copied(Vec<T>),
 }
 
-impl<T: Element + Copy> Input<T> {
+impl<T: Native> Input<T> {
     fn borrow(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Self> {
         let py = obj.py();
         let buffer = match PyBuffer::<T>::get(obj) {
             Ok(buffer) => buffer,
-            // Arrow arrays (PyCapsule interface) are viewed through numpy, zero-copy for null-free arrays.
             Err(_) if obj.hasattr("__arrow_c_array__")? => {
-                PyBuffer::<T>::get(&numpy(py)?.call_method1("asarray", (obj,))?)
-                    .map_err(|e| type_error::<T>(name, e))?
+                return import_arrow(obj, name).map(Input::Arrow)
             }
-            Err(e) => return Err(type_error::<T>(name, e)),
+            Err(e) => {
+                let err = PyTypeError::new_err(format!(
+                    "{name} must be a 1-D {} buffer (numpy array, array.array, memoryview) or Arrow array",
+                    T::NAME
+                ));
+                err.set_cause(py, Some(e));
+                return Err(err);
+            }
         };
         if buffer.dimensions() != 1 {
             return Err(PyValueError::new_err(format!(
@@ -291,7 +317,7 @@ impl<T: Element + Copy> Input<T> {
             )));
         }
         if buffer.is_c_contiguous() {
-            Ok(Input::Borrowed(buffer))
+            Ok(Input::Buffer(buffer))
         } else {
             Ok(Input::Copied(buffer.to_vec(py)?))
         }
@@ -303,25 +329,53 @@ impl<T: Element + Copy> Input<T> {
             // with `item_count` items, and the exporter keeps the memory alive while `self` holds the
             // view. As with numpy's own GIL-free loops, concurrent mutation by another thread is the
             // caller's responsibility.
-            Input::Borrowed(buffer) => unsafe {
+            Input::Buffer(buffer) => unsafe {
                 std::slice::from_raw_parts(buffer.buf_ptr().cast::<T>(), buffer.item_count())
             },
+            Input::Arrow(values) => values,
             Input::Copied(v) => v,
         }
     }
 }
 
-fn type_error<T>(name: &str, cause: PyErr) -> PyErr {
-    let want = if std::mem::size_of::<T>() == 4 {
-        "int32"
-    } else {
-        "int64"
-    };
-    let err = PyTypeError::new_err(format!(
-        "{name} must be a 1-D {want} buffer (numpy array, array.array, memoryview) or Arrow array"
-    ));
-    Python::attach(|py| err.set_cause(py, Some(cause)));
-    err
+/// Import a null-free primitive Arrow array through the C Data Interface (`__arrow_c_array__`),
+/// keeping the exporter's memory alive instead of copying it.
+fn import_arrow<T: Native>(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<ScalarBuffer<T>> {
+    let (schema, array): (Bound<'_, PyCapsule>, Bound<'_, PyCapsule>) =
+        obj.call_method0("__arrow_c_array__")?.extract()?;
+    let schema = schema
+        .pointer_checked(Some(c"arrow_schema"))?
+        .cast::<FFI_ArrowSchema>();
+    let array = array
+        .pointer_checked(Some(c"arrow_array"))?
+        .cast::<FFI_ArrowArray>();
+    // SAFETY: capsules with these names hold initialised C Data Interface structs. The array is moved
+    // out (a released struct is left behind, as the protocol requires); the schema is only borrowed
+    // while its capsule is alive.
+    let data = unsafe { from_ffi(FFI_ArrowArray::from_raw(array.as_ptr()), schema.as_ref()) }
+        .and_then(|data| data.validate().map(|()| data))
+        .map_err(|e| PyValueError::new_err(format!("{name}: invalid Arrow array: {e}")))?;
+    if data.data_type() != &T::ARROW {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an Arrow {} array, got {}",
+            T::NAME,
+            data.data_type()
+        )));
+    }
+    if data.null_count() > 0 {
+        return Err(PyValueError::new_err(format!(
+            "{name} must not contain nulls"
+        )));
+    }
+    let values = data
+        .buffers()
+        .first()
+        .filter(|b| b.as_ptr().align_offset(std::mem::align_of::<T>()) == 0)
+        .ok_or_else(|| {
+            PyValueError::new_err(format!("{name}: Arrow values buffer missing or misaligned"))
+        })?;
+    // In bounds and aligned (validated and checked above), so this cannot panic.
+    Ok(ScalarBuffer::new(values.clone(), data.offset(), data.len()))
 }
 
 enum Column {

@@ -211,8 +211,19 @@ def test_batched_inputs_accept_arrow_arrays() -> None:
     pa = pytest.importorskip("pyarrow")
     cache = LeaderEpochCache([(0, 0), (2, 15)])
     assert cache.epochs_for_offsets(pa.array([3, 20], type=pa.int64())).tolist() == [0, 2]
+    # A slice carries an offset into the shared buffer.
+    assert cache.epochs_for_offsets(pa.array([99, 3, 20, 99], type=pa.int64()).slice(1, 2)).tolist() == [0, 2]
     epochs, offsets = cache.end_offsets_for(pa.array([0, 2], type=pa.int32()), 30)
     assert (epochs.tolist(), offsets.tolist()) == ([0, 2], [15, 30])
+
+
+def test_batched_rejects_bad_arrow_arrays() -> None:
+    pa = pytest.importorskip("pyarrow")
+    cache = LeaderEpochCache([(0, 0)])
+    with pytest.raises(ValueError, match="nulls"):
+        cache.epochs_for_offsets(pa.array([1, None], type=pa.int64()))
+    with pytest.raises(TypeError, match="Arrow int64 array, got Int32"):
+        cache.epochs_for_offsets(pa.array([1], type=pa.int32()))
 
 
 def test_batched_output_is_a_readonly_view_of_rust_memory() -> None:

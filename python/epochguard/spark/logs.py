@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
@@ -147,7 +148,7 @@ def plan_chunks(segments: Sequence[tuple], chunk_bytes: int) -> list[tuple]:
             chunks.append((*location, 0, segment.size))
             continue
         try:
-            index = _core.batch_index(segment.path)
+            index = _core.batch_index(segment.path, allow_partial_tail=True)
         except EpochGuardError:
             chunks.append((*location, 0, segment.size))  # the decoder will report where it breaks
             continue
@@ -283,13 +284,22 @@ def _with_columns(batch: pa.RecordBatch, carried: dict[str, object], schema: pa.
     arrays = []
     for field in schema:
         if field.name in carried:
-            arrays.append(pa.array([carried[field.name]] * n, field.type))
+            arrays.append(_constant(carried[field.name], field.type, n))
         elif field.name in batch.schema.names:
             column = batch.column(field.name)
             arrays.append(column if column.type == field.type else column.cast(field.type))
         else:
             arrays.append(pa.nulls(n, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _constant(value: object, type_: pa.DataType, n: int) -> pa.Array:
+    """`value` repeated `n` times (pa.repeat is slow for strings: build those from buffers)."""
+    if isinstance(value, str) and pa.types.is_string(type_):
+        data = value.encode()
+        offsets = np.arange(n + 1, dtype=np.int32) * len(data)
+        return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data * n))
+    return pa.repeat(pa.scalar(value, type_), n)
 
 
 def _error_row(

@@ -90,8 +90,8 @@ def _scripted(out: Path, logs: Path) -> DemoInputs:
             part.mkdir(parents=True)
             (part.parent / "meta.properties").write_text(f"version=1\nnode.id={broker}\n")
             with open(part / f"{0:020d}.log", "wb") as f:
-                for epoch, run in itertools.groupby(held, key=lambda r: r[0]):
-                    run = list(run)
+                for epoch, group in itertools.groupby(held, key=lambda r: r[0]):
+                    run = list(group)
                     for i in range(0, len(run), 5):  # batches of 5 records
                         chunk = run[i : i + 5]
                         f.write(_core.encode_batch(

@@ -102,7 +102,10 @@ class HadoopFileSystem:
     """Lists and reads through the JVM Hadoop FileSystem (any scheme the cluster is configured for)."""
 
     def __init__(self, spark: SparkSession) -> None:
-        self._jvm = spark.sparkContext._jvm
+        jvm = spark.sparkContext._jvm
+        if jvm is None:
+            raise RuntimeError("Hadoop paths need a classic (non-Connect) SparkSession")
+        self._jvm = jvm
         self._conf = spark.sparkContext._jsc.hadoopConfiguration()
 
     def _fs(self, path: str):  # noqa: ANN202 - a py4j JavaObject

@@ -148,7 +148,7 @@ def plan_chunks(segments: Sequence[tuple], chunk_bytes: int) -> list[tuple]:
             chunks.append((*location, 0, segment.size))
             continue
         try:
-            index = _core.batch_index(segment.path, allow_partial_tail=True)
+            index = _core.batch_index(segment.path, allow_partial_tail=True)  # type: ignore[attr-defined]
         except EpochGuardError:
             chunks.append((*location, 0, segment.size))  # the decoder will report where it breaks
             continue
@@ -184,7 +184,7 @@ def pack_tasks(chunks: list[tuple], target_bytes: int, min_tasks: int) -> list[l
 def _locate_files(batches: Iterator[pa.RecordBatch], *, where: dict[str, tuple]) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         paths = batch.column("path").to_pylist()
-        cols = list(zip(*(where[p] for p in paths))) if paths else [[], [], [], []]
+        cols: list[tuple] = list(zip(*(where[p] for p in paths))) if paths else [(), (), (), ()]
         arrays = [pa.array(cols[0], pa.int32()), pa.array(cols[1], pa.string()), pa.array(cols[2], pa.int32())]
         arrays += [pa.array(cols[3], pa.int64()), batch.column("path"), batch.column("content")]
         yield pa.RecordBatch.from_arrays(arrays, names=[*LOCATION.fieldNames(), "path", "content"])
@@ -203,36 +203,27 @@ def decode_arrow_batches(
     """The ``mapInArrow`` body: each input row names bytes to decode, either a file range (``path``,
     ``position``, ``length``) or a binary column `source`; output rows are the row's `carry` columns
     followed by one row per record."""
+    options = {"schema": schema, "with_errors": with_errors, "verify_crc": verify_crc, "max_decompressed_size": max_decompressed_size}
     for batch in batches:
         names = batch.schema.names
         for i in range(batch.num_rows):
             row = batch.slice(i, 1)
             carried = {name: row.column(name)[0].as_py() for name in carry}
-            if "position" in names:
-                path = row.column("path")[0].as_py()
-                source_arg: object = path
-                window = {"offset": row.column("position")[0].as_py(), "length": row.column("length")[0].as_py()}
+            path = row.column("path")[0].as_py() if "path" in names else None
+            if path is not None and "position" in names:
+                position, length = row.column("position")[0].as_py(), row.column("length")[0].as_py()
+                yield from _decode_one(path, position, length, carried, path, **options)
             else:
                 cell = row.column(source)[0]
-                path = row.column("path")[0].as_py() if "path" in names else None
-                if not cell.is_valid:
-                    continue
-                source_arg, window = memoryview(cell.as_buffer()), {}
-            yield from _decode_one(
-                source_arg,
-                window,
-                carried,
-                path,
-                schema=schema,
-                with_errors=with_errors,
-                verify_crc=verify_crc,
-                max_decompressed_size=max_decompressed_size,
-            )
+                if cell.is_valid:
+                    data = memoryview(cell.as_buffer())
+                    yield from _decode_one(data, 0, len(data), carried, path, **options)
 
 
 def _decode_one(
-    source: object,
-    window: dict[str, int],
+    source: str | memoryview,
+    start: int,
+    length: int,
     carried: dict[str, object],
     path: str | None,
     *,
@@ -241,42 +232,49 @@ def _decode_one(
     verify_crc: bool,
     max_decompressed_size: int,
 ) -> Iterator[pa.RecordBatch]:
-    options = {"verify_crc": verify_crc, "max_decompressed_size": max_decompressed_size}
+    """Decode bytes ``[start, start + length)`` of a file or buffer. With `with_errors`, a corrupt
+    batch ends the range: the records before it are kept and the error becomes a row."""
     emitted = 0
     try:
-        records = _core.decode_arrow(source, allow_partial_tail=with_errors, **options, **window)
+        records = _core.decode_arrow(
+            source,
+            verify_crc=verify_crc,
+            allow_partial_tail=with_errors,
+            max_decompressed_size=max_decompressed_size,
+            offset=start,
+            length=length,
+        )
         for batch in pa.RecordBatchReader.from_stream(records):
             emitted += batch.num_rows
             yield _with_columns(batch, carried, schema)
         if records.partial_tail is not None:
-            end = window.get("offset", 0) + window["length"] if window else len(source)  # type: ignore[arg-type]
-            yield _error_row(
-                carried, path, records.partial_tail, f"incomplete batch at the end: {end - records.partial_tail} bytes", schema
-            )
+            missing = start + length - records.partial_tail
+            yield _error_row(carried, path, records.partial_tail, f"incomplete batch at the end: {missing} bytes", schema)
     except (EpochGuardError, OSError) as exc:
         if not with_errors:
             raise
         position = getattr(exc, "position", None)
         reason = getattr(exc, "reason", None) or str(exc)
-        start = window.get("offset", 0)
         if position is not None and position > start:
             # Keep every record before the bad batch: decode up to it (the batch it falls in, if
             # cut, is a tolerated partial tail) and emit what the failed stream had not yet.
-            head = dict(window, length=position - start) if window else {}
-            head_source = source if window else memoryview(source)[:position]  # type: ignore[arg-type]
             try:
+                head = _core.decode_arrow(
+                    source,
+                    verify_crc=verify_crc,
+                    allow_partial_tail=True,
+                    max_decompressed_size=max_decompressed_size,
+                    offset=start,
+                    length=position - start,
+                )
                 skip = emitted
-                for batch in pa.RecordBatchReader.from_stream(
-                    _core.decode_arrow(head_source, allow_partial_tail=True, **options, **head)
-                ):
-                    if skip >= batch.num_rows:
-                        skip -= batch.num_rows
-                        continue
-                    yield _with_columns(batch.slice(skip), carried, schema)
-                    skip = 0
+                for batch in pa.RecordBatchReader.from_stream(head):
+                    if skip < batch.num_rows:
+                        yield _with_columns(batch.slice(skip), carried, schema)
+                    skip = max(0, skip - batch.num_rows)
             except EpochGuardError:
                 pass  # nothing more is recoverable before the error; it is reported below
-        yield _error_row(carried, path, position if position is not None else start, reason, schema)
+        yield _error_row(carried, path, start if position is None else position, reason, schema)
 
 
 def _with_columns(batch: pa.RecordBatch, carried: dict[str, object], schema: pa.Schema) -> pa.RecordBatch:

@@ -23,7 +23,9 @@ from kafka_logs import Replica, write_log_dir  # noqa: E402
 from epochguard import _core  # noqa: E402
 from epochguard.spark import local_session, read_kafka_logs  # noqa: E402
 
-PARTITIONS, BATCHES, PER_BATCH = int(os.environ.get("EG_BENCH_PARTITIONS", 4)), 400, 250  # 400k records of ~100 bytes, 4 segments of ~10 MB each
+# 2M records of ~100 bytes (about 200 MB of segments): enough that Spark's fixed cost per job and
+# per task (tens of ms each) does not hide the decoding. EG_BENCH_BATCHES scales it.
+PARTITIONS, BATCHES, PER_BATCH = 4, int(os.environ.get("EG_BENCH_BATCHES", 2000)), 250
 RATES: dict[str, float] = {}
 pytestmark = pytest.mark.spark
 
@@ -33,7 +35,12 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("bench")
     value = b"v" * 90
     replicas = [
-        Replica("bench", p, [(b // 100, [(f"k{b}-{i}".encode(), value) for i in range(PER_BATCH)]) for b in range(BATCHES)])
+        Replica(
+            "bench",
+            p,
+            [(b // 100, [(f"k{b}-{i}".encode(), value) for i in range(PER_BATCH)]) for b in range(BATCHES)],
+            segment_records=100_000,
+        )
         for p in range(PARTITIONS)
     ]
     yield write_log_dir(root, 1, replicas)

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 DEFAULT_MAX_DECOMPRESSED = 64 << 20
+# A Python task costs tens of milliseconds before it decodes anything, so tasks are few and large
+# (one per core unless there is more than this much to read); chunks bound the memory of one decode.
+TASK_BYTES = 1 << 30
 
 LOCATION = StructType(
     [
@@ -43,7 +46,6 @@ ERROR_FIELDS = [
     StructField("error_position", LongType()),
     StructField("error_reason", StringType()),
 ]
-_RANGE_FIELDS = [StructField("path", StringType()), StructField("position", LongType()), StructField("length", LongType())]
 
 
 @functools.cache
@@ -122,10 +124,11 @@ def decode_listing(
     frames = []
     if local or not remote:
         chunks = plan_chunks(local, chunk_bytes)
-        groups = pack_tasks(chunks, chunk_bytes, spark.sparkContext.defaultParallelism)
-        rows = spark.sparkContext.parallelize(groups, max(1, len(groups))).flatMap(lambda group: group)
-        tasks = spark.createDataFrame(rows, StructType(list(LOCATION.fields) + _RANGE_FIELDS))
-        frames.append(tasks.mapInArrow(decode, schema))
+        groups = pack_tasks(chunks, TASK_BYTES, spark.sparkContext.defaultParallelism)
+        # One row per task, one task per partition, and the chunk list travels with the function:
+        # no Python RDD and no shuffle before the decode.
+        tasks = spark.range(0, len(groups), 1, max(1, len(groups)))
+        frames.append(tasks.mapInArrow(functools.partial(decode_task_groups, groups=groups, decode=decode), schema))
     if remote:
         where = {s.path: (r.broker, r.topic, r.partition, s.base_offset) for r, s in remote}
         files = spark.read.format("binaryFile").load([s.path for _, s in remote])
@@ -166,8 +169,9 @@ def plan_chunks(segments: Sequence[tuple], chunk_bytes: int) -> list[tuple]:
 
 
 def pack_tasks(chunks: list[tuple], target_bytes: int, min_tasks: int) -> list[list[tuple]]:
-    """Group chunks into Spark tasks of about `target_bytes` (largest first onto the lightest task),
-    at least `min_tasks` of them when there are that many chunks, so small segments share a task."""
+    """Group chunks into Spark tasks of at most about `target_bytes` (largest first onto the lightest
+    task), at least `min_tasks` of them when there are that many chunks: a large segment's chunks
+    spread over the cores, small segments share a task."""
     if not chunks:
         return []
     total = sum(c[-1] for c in chunks)
@@ -188,6 +192,17 @@ def _locate_files(batches: Iterator[pa.RecordBatch], *, where: dict[str, tuple])
         arrays = [pa.array(cols[0], pa.int32()), pa.array(cols[1], pa.string()), pa.array(cols[2], pa.int32())]
         arrays += [pa.array(cols[3], pa.int64()), batch.column("path"), batch.column("content")]
         yield pa.RecordBatch.from_arrays(arrays, names=[*LOCATION.fieldNames(), "path", "content"])
+
+
+def decode_task_groups(
+    batches: Iterator[pa.RecordBatch], *, groups: list[list[tuple]], decode: functools.partial
+) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` body for local files: each input row is a task id, naming chunks
+    ``(broker, topic, partition, segment, path, position, length)`` to decode."""
+    names = [*LOCATION.fieldNames(), "path", "position", "length"]
+    for batch in batches:
+        for task in batch.column("id").to_pylist():
+            yield from decode(iter([pa.RecordBatch.from_pylist([dict(zip(names, c)) for c in groups[task]])]))
 
 
 def decode_arrow_batches(

@@ -23,6 +23,8 @@ use crate::Error;
 /// The bytes behind a `source` argument: a caller's buffer, or a memory-mapped file.
 enum Backing {
     Buffer(PyBuffer<u8>),
+    /// Buffers that export signed bytes (format "b", e.g. `pyarrow.Buffer`).
+    SignedBuffer(PyBuffer<i8>),
     Mmap(memmap2::Mmap),
     Empty,
 }
@@ -47,14 +49,26 @@ impl Source {
                 Backing::Mmap(unsafe { memmap2::Mmap::map(&file) }.map_err(Error::from)?)
             }
         } else {
-            let buffer = PyBuffer::<u8>::get(source)?;
-            if !buffer.is_c_contiguous() {
+            let backing = match PyBuffer::<u8>::get(source) {
+                Ok(buffer) => Backing::Buffer(buffer),
+                Err(unsigned_err) => match PyBuffer::<i8>::get(source) {
+                    Ok(buffer) => Backing::SignedBuffer(buffer),
+                    Err(_) => return Err(unsigned_err),
+                },
+            };
+            let contiguous = match &backing {
+                Backing::Buffer(b) => b.is_c_contiguous(),
+                Backing::SignedBuffer(b) => b.is_c_contiguous(),
+                _ => true,
+            };
+            if !contiguous {
                 return Err(PyBufferError::new_err("source buffer must be C-contiguous bytes"));
             }
-            Backing::Buffer(buffer)
+            backing
         };
         let total = match &backing {
             Backing::Buffer(b) => b.len_bytes(),
+            Backing::SignedBuffer(b) => b.len_bytes(),
             Backing::Mmap(m) => m.len(),
             Backing::Empty => 0,
         };
@@ -74,6 +88,8 @@ impl Source {
         let all: &[u8] = match &self.backing {
             // SAFETY: the buffer is C-contiguous, `len_bytes` long and kept alive (exported) by `self`.
             Backing::Buffer(b) => unsafe { std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes()) },
+            // SAFETY: as above; i8 and u8 have the same layout.
+            Backing::SignedBuffer(b) => unsafe { std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes()) },
             Backing::Mmap(m) => m,
             Backing::Empty => &[],
         };

@@ -180,7 +180,9 @@ impl Columns {
 }
 
 impl RecordSink for Columns {
-    fn begin_batch(&mut self, h: &BatchHeader, n: usize) -> Result<()> {
+    fn begin_batch(&mut self, h: &BatchHeader, n: usize, payload_len: usize) -> Result<()> {
+        // Keys and values are cut from the payload: it bounds their bytes (values dominate).
+        self.value.data.reserve(payload_len);
         self.offset.reserve(n);
         self.timestamp.reserve(n);
         self.sequence.reserve(n);
@@ -235,6 +237,9 @@ pub fn decode_arrow(data: &[u8], base_position: u64, opts: DecodeOptions) -> Res
     let mut cursor = BatchCursor::new(data, base_position, opts.allow_partial_tail);
     let mut decoder = Decoder::new(opts);
     let mut columns = Columns::new();
+    // Uncompressed input bounds the value bytes of the first chunk: one allocation instead of a
+    // doubling series (compressed batches reserve per batch).
+    columns.value.data.reserve(data.len().min(CHUNK_BYTES));
     let mut batches = Vec::new();
     while let Some(frame) = cursor.next()? {
         if columns.rows() >= CHUNK_ROWS || columns.bytes() >= CHUNK_BYTES {

@@ -2,7 +2,7 @@
 //! whose value is a message set of inner messages (Kafka's `AbstractLegacyRecordBatch`).
 
 use super::batch::{i32_at, i64_at, u32_at, BatchHeader, Frame, LEGACY_MIN_MESSAGE, LOG_OVERHEAD};
-use super::compression::{decompress, Compression};
+use super::compression::{Compression, Decompressor};
 use super::record::{PayloadPos, RecordSink, RecordView};
 use super::DecodeOptions;
 use crate::{Error, Result};
@@ -59,7 +59,7 @@ fn parse_message<'a>(bytes: &'a [u8], verify_crc: bool) -> std::result::Result<M
 pub(crate) fn decode_legacy<S: RecordSink>(
     frame: &Frame<'_>,
     opts: &DecodeOptions,
-    payload: &mut Vec<u8>,
+    decompressor: &mut Decompressor,
     sink: &mut S,
 ) -> Result<BatchHeader> {
     let mut h = frame.header;
@@ -68,7 +68,7 @@ pub(crate) fn decode_legacy<S: RecordSink>(
     let wrapper = parse_message(frame.bytes, false).map_err(|r| Error::corrupt(at, r))?;
     let codec = h.compression().unwrap_or(Compression::None);
     if codec == Compression::None {
-        sink.begin_batch(&h, 1)?;
+        sink.begin_batch(&h, 1, frame.bytes.len())?;
         let record = RecordView {
             offset: wrapper.offset,
             timestamp: wrapper.timestamp,
@@ -84,12 +84,13 @@ pub(crate) fn decode_legacy<S: RecordSink>(
     }
 
     let compressed = wrapper.value.ok_or_else(|| Error::corrupt(at, "compressed wrapper message has a null value"))?;
-    decompress(codec, compressed, opts.max_decompressed_size, wrapper.magic == 0, payload)
+    let payload = decompressor
+        .decompress(codec, compressed, opts.max_decompressed_size, wrapper.magic == 0)
         .map_err(|e| Error::corrupt(at, e.reason(codec)))?;
     let pos = PayloadPos { batch: at, start: None };
 
     let mut inner = Vec::new();
-    let mut rest = payload.as_slice();
+    let mut rest = payload;
     while !rest.is_empty() {
         let here = payload.len() - rest.len();
         let size = i32_at(rest, 8).ok_or_else(|| pos.error(here, "inner message header truncated"))?;
@@ -114,7 +115,7 @@ pub(crate) fn decode_legacy<S: RecordSink>(
     let offset_base = if wrapper.magic >= 1 { wrapper.offset.wrapping_sub(last.offset) } else { 0 };
     let log_append_time = h.timestamp_type() == 1;
     h.records_count = i32::try_from(inner.len()).unwrap_or(i32::MAX);
-    sink.begin_batch(&h, inner.len())?;
+    sink.begin_batch(&h, inner.len(), payload.len())?;
     for (index, m) in inner.iter().enumerate() {
         let record = RecordView {
             offset: offset_base.wrapping_add(m.offset),

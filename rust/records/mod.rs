@@ -45,12 +45,12 @@ impl Default for DecodeOptions {
 #[derive(Debug, Default)]
 pub struct Decoder {
     opts: DecodeOptions,
-    payload: Vec<u8>,
+    decompressor: compression::Decompressor,
 }
 
 impl Decoder {
     pub fn new(opts: DecodeOptions) -> Self {
-        Decoder { opts, payload: Vec::new() }
+        Decoder { opts, decompressor: compression::Decompressor::new() }
     }
 
     pub fn options(&self) -> &DecodeOptions {
@@ -65,7 +65,7 @@ impl Decoder {
         }
         let h = &frame.header;
         if h.magic < 2 {
-            return legacy::decode_legacy(frame, &self.opts, &mut self.payload, sink);
+            return legacy::decode_legacy(frame, &self.opts, &mut self.decompressor, sink);
         }
         let records = frame.bytes.get(batch::V2_HEADER_SIZE..).unwrap_or_default();
         let records_at = h.file_position + batch::V2_HEADER_SIZE as u64;
@@ -74,9 +74,11 @@ impl Decoder {
                 record::decode_v2(h, records, PayloadPos { batch: h.file_position, start: Some(records_at) }, sink)?
             }
             Some(codec) => {
-                compression::decompress(codec, records, self.opts.max_decompressed_size, false, &mut self.payload)
+                let payload = self
+                    .decompressor
+                    .decompress(codec, records, self.opts.max_decompressed_size, false)
                     .map_err(|e| crate::Error::corrupt(records_at, e.reason(codec)))?;
-                record::decode_v2(h, &self.payload, PayloadPos { batch: h.file_position, start: None }, sink)?
+                record::decode_v2(h, payload, PayloadPos { batch: h.file_position, start: None }, sink)?
             }
         }
         Ok(*h)
@@ -119,7 +121,7 @@ pub struct DecodedBatch {
 }
 
 impl RecordSink for Vec<OwnedRecord> {
-    fn begin_batch(&mut self, _header: &BatchHeader, records: usize) -> Result<()> {
+    fn begin_batch(&mut self, _header: &BatchHeader, records: usize, _payload_len: usize) -> Result<()> {
         self.reserve(records);
         Ok(())
     }

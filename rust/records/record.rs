@@ -33,8 +33,9 @@ pub struct RecordView<'a, 'h> {
 
 /// Receives a batch's records as they are decoded.
 pub trait RecordSink {
-    /// Called before the first record with the (validated) number of records to come.
-    fn begin_batch(&mut self, _header: &BatchHeader, _records: usize) -> Result<()> {
+    /// Called before the first record with the (validated) number of records to come and the size
+    /// of the records payload they are cut from (an upper bound on their key and value bytes).
+    fn begin_batch(&mut self, _header: &BatchHeader, _records: usize, _payload_len: usize) -> Result<()> {
         Ok(())
     }
     fn record(&mut self, header: &BatchHeader, record: &RecordView<'_, '_>) -> Result<()>;
@@ -66,7 +67,7 @@ pub(crate) fn decode_v2<S: RecordSink>(h: &BatchHeader, payload: &[u8], pos: Pay
             format!("record count {count} cannot fit in {} bytes of records", payload.len()),
         ));
     }
-    sink.begin_batch(h, count)?;
+    sink.begin_batch(h, count, payload.len())?;
     let log_append_time = h.timestamp_type() == 1;
     let mut headers: Vec<Header<'_>> = Vec::new();
     let mut cur = payload;

@@ -16,9 +16,11 @@ use super::record::{RecordSink, RecordView};
 use super::{DecodeOptions, Decoder};
 use crate::{Error, Result};
 
-/// Start a new Arrow chunk once this many rows or key/value/header bytes have accumulated.
+/// Start a new Arrow chunk once this many rows or key/value/header bytes have accumulated. Chunks
+/// of a few MiB keep offsets far from `i32::MAX` and stay under glibc's 32 MiB mmap threshold, so
+/// their memory is recycled instead of page-faulted in afresh on every decode.
 const CHUNK_ROWS: usize = 1 << 20;
-const CHUNK_BYTES: usize = 256 << 20;
+const CHUNK_BYTES: usize = 8 << 20;
 
 fn header_fields() -> Fields {
     Fields::from(vec![Field::new("key", DataType::Utf8, true), Field::new("value", DataType::Binary, true)])
@@ -237,13 +239,17 @@ pub fn decode_arrow(data: &[u8], base_position: u64, opts: DecodeOptions) -> Res
     let mut cursor = BatchCursor::new(data, base_position, opts.allow_partial_tail);
     let mut decoder = Decoder::new(opts);
     let mut columns = Columns::new();
-    // Uncompressed input bounds the value bytes of the first chunk: one allocation instead of a
-    // doubling series (compressed batches reserve per batch).
-    columns.value.data.reserve(data.len().min(CHUNK_BYTES));
     let mut batches = Vec::new();
     while let Some(frame) = cursor.next()? {
         if columns.rows() >= CHUNK_ROWS || columns.bytes() >= CHUNK_BYTES {
             batches.push(columns.finish(&schema)?);
+        }
+        if columns.rows() == 0 {
+            // One allocation for the chunk's values rather than a doubling series: sized from the
+            // input left (x4 for compression), so a small input does not get a whole chunk.
+            let consumed = (cursor.position() - base_position) as usize - frame.bytes.len();
+            let left = data.len() - consumed;
+            columns.value.data.reserve(left.saturating_mul(4).min(CHUNK_BYTES) + frame.bytes.len());
         }
         decoder.decode(&frame, &mut columns)?;
     }

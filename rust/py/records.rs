@@ -15,8 +15,9 @@ use pyo3::types::{PyBytes, PyCapsule, PyString, PyTuple};
 
 use crate::records::arrow::{decode_arrow as decode_arrow_core, ArrowDecoded};
 use crate::records::{
-    batch_index as batch_index_core, next_decoded, BatchCursor, BatchHeader, BatchSpec, Compression, DecodeOptions,
-    Decoder, Header, NewRecord, OwnedRecord, DEFAULT_MAX_DECOMPRESSED_SIZE,
+    batch_index as batch_index_core, next_decoded, BatchCursor, BatchHeader, BatchSpec,
+    Compression, DecodeOptions, Decoder, Header, NewRecord, OwnedRecord,
+    DEFAULT_MAX_DECOMPRESSED_SIZE,
 };
 use crate::Error;
 
@@ -62,7 +63,9 @@ impl Source {
                 _ => true,
             };
             if !contiguous {
-                return Err(PyBufferError::new_err("source buffer must be C-contiguous bytes"));
+                return Err(PyBufferError::new_err(
+                    "source buffer must be C-contiguous bytes",
+                ));
             }
             backing
         };
@@ -72,24 +75,37 @@ impl Source {
             Backing::Mmap(m) => m.len(),
             Backing::Empty => 0,
         };
-        let start = usize::try_from(offset).ok().filter(|&s| s <= total).ok_or_else(|| {
-            PyValueError::new_err(format!("offset {offset} is past the end of the source ({total} bytes)"))
-        })?;
+        let start = usize::try_from(offset)
+            .ok()
+            .filter(|&s| s <= total)
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "offset {offset} is past the end of the source ({total} bytes)"
+                ))
+            })?;
         let end = match length {
             None => total,
             Some(len) => usize::try_from(len).ok().and_then(|l| start.checked_add(l)).filter(|&e| e <= total).ok_or_else(
                 || PyValueError::new_err(format!("offset {offset} + length {len} is past the end of the source ({total} bytes)")),
             )?,
         };
-        Ok(Source { backing, start, end })
+        Ok(Source {
+            backing,
+            start,
+            end,
+        })
     }
 
     fn bytes(&self) -> &[u8] {
         let all: &[u8] = match &self.backing {
             // SAFETY: the buffer is C-contiguous, `len_bytes` long and kept alive (exported) by `self`.
-            Backing::Buffer(b) => unsafe { std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes()) },
+            Backing::Buffer(b) => unsafe {
+                std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes())
+            },
             // SAFETY: as above; i8 and u8 have the same layout.
-            Backing::SignedBuffer(b) => unsafe { std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes()) },
+            Backing::SignedBuffer(b) => unsafe {
+                std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes())
+            },
             Backing::Mmap(m) => m,
             Backing::Empty => &[],
         };
@@ -101,8 +117,16 @@ impl Source {
     }
 }
 
-fn options(verify_crc: bool, allow_partial_tail: bool, max_decompressed_size: usize) -> DecodeOptions {
-    DecodeOptions { verify_crc, allow_partial_tail, max_decompressed_size }
+fn options(
+    verify_crc: bool,
+    allow_partial_tail: bool,
+    max_decompressed_size: usize,
+) -> DecodeOptions {
+    DecodeOptions {
+        verify_crc,
+        allow_partial_tail,
+        max_decompressed_size,
+    }
 }
 
 /// One record. Bytes fields are copied out on access.
@@ -141,7 +165,11 @@ impl PyRecord {
     }
     #[getter]
     fn headers<'py>(&self, py: Python<'py>) -> Vec<(&str, Option<Bound<'py, PyBytes>>)> {
-        self.0.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref().map(|b| PyBytes::new(py, b)))).collect()
+        self.0
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_deref().map(|b| PyBytes::new(py, b))))
+            .collect()
     }
     fn __repr__(&self) -> String {
         let r = &self.0;
@@ -199,7 +227,10 @@ impl PyRecordBatch {
     }
     #[getter]
     fn compression(&self) -> &'static str {
-        self.header.compression().unwrap_or(Compression::None).name()
+        self.header
+            .compression()
+            .unwrap_or(Compression::None)
+            .name()
     }
     #[getter]
     fn timestamp_type(&self) -> i8 {
@@ -307,7 +338,10 @@ impl PyBatchIterator {
         match step {
             Ok((Some(batch), _)) => {
                 this.pos += batch.header.size_in_bytes as usize;
-                Ok(Some(PyRecordBatch { header: batch.header, records: batch.records }))
+                Ok(Some(PyRecordBatch {
+                    header: batch.header,
+                    records: batch.records,
+                }))
             }
             Ok((None, tail)) => {
                 this.done = true;
@@ -334,7 +368,11 @@ fn iter_batches(
 ) -> PyResult<PyBatchIterator> {
     Ok(PyBatchIterator {
         source: Source::open(source, offset, length)?,
-        decoder: Decoder::new(options(verify_crc, allow_partial_tail, max_decompressed_size)),
+        decoder: Decoder::new(options(
+            verify_crc,
+            allow_partial_tail,
+            max_decompressed_size,
+        )),
         pos: 0,
         done: false,
         partial_tail: None,
@@ -369,7 +407,8 @@ impl PyArrowRecords {
         let batches = self.0.batches.clone();
         let reader = RecordBatchIterator::new(batches.into_iter().map(Ok), self.0.schema.clone());
         let stream = FFI_ArrowArrayStream::new(Box::new(reader));
-        let name = CString::new("arrow_array_stream").map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let name =
+            CString::new("arrow_array_stream").map_err(|e| PyValueError::new_err(e.to_string()))?;
         PyCapsule::new(py, stream, Some(name))
     }
 }
@@ -401,8 +440,19 @@ fn batch_index(
     length: Option<u64>,
 ) -> PyResult<Vec<(u64, u32, i64, i64)>> {
     let source = Source::open(source, offset, length)?;
-    let (locations, _) = py.detach(|| batch_index_core(source.bytes(), source.base(), allow_partial_tail))?;
-    Ok(locations.into_iter().map(|l| (l.file_position, l.size_in_bytes, l.base_offset, l.last_offset)).collect())
+    let (locations, _) =
+        py.detach(|| batch_index_core(source.bytes(), source.base(), allow_partial_tail))?;
+    Ok(locations
+        .into_iter()
+        .map(|l| {
+            (
+                l.file_position,
+                l.size_in_bytes,
+                l.base_offset,
+                l.last_offset,
+            )
+        })
+        .collect())
 }
 
 /// A record tuple from Python: `(key, value[, headers[, timestamp]])`.
@@ -424,14 +474,22 @@ impl<'py> FromPyObject<'_, 'py> for PyNewRecord {
             )));
         }
         let headers = match t.len() > 2 {
-            true => t.get_item(2)?.extract::<Option<Vec<(String, Option<PyBackedBytes>)>>>()?.unwrap_or_default(),
+            true => t
+                .get_item(2)?
+                .extract::<Option<Vec<(String, Option<PyBackedBytes>)>>>()?
+                .unwrap_or_default(),
             false => Vec::new(),
         };
         let timestamp = match t.len() > 3 {
             true => t.get_item(3)?.extract()?,
             false => None,
         };
-        Ok(PyNewRecord { key: t.get_item(0)?.extract()?, value: t.get_item(1)?.extract()?, headers, timestamp })
+        Ok(PyNewRecord {
+            key: t.get_item(0)?.extract()?,
+            value: t.get_item(1)?.extract()?,
+            headers,
+            timestamp,
+        })
     }
 }
 
@@ -454,7 +512,9 @@ fn encode_batch<'py>(
     is_control: bool,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let compression = Compression::from_name(compression).ok_or_else(|| {
-        PyValueError::new_err(format!("unknown compression {compression:?} (none, gzip, snappy, lz4 or zstd)"))
+        PyValueError::new_err(format!(
+            "unknown compression {compression:?} (none, gzip, snappy, lz4 or zstd)"
+        ))
     })?;
     let spec = BatchSpec {
         base_offset,
@@ -473,7 +533,14 @@ fn encode_batch<'py>(
         .map(|r| NewRecord {
             key: r.key.as_deref(),
             value: r.value.as_deref(),
-            headers: r.headers.iter().map(|(k, v)| Header { key: k, value: v.as_deref() }).collect(),
+            headers: r
+                .headers
+                .iter()
+                .map(|(k, v)| Header {
+                    key: k,
+                    value: v.as_deref(),
+                })
+                .collect(),
             timestamp: r.timestamp,
         })
         .collect();

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use arrow_array::{
-    ArrayRef, BinaryArray, BooleanArray, Int16Array, Int32Array, Int64Array, Int8Array, ListArray, RecordBatch,
-    StringArray, StructArray,
+    ArrayRef, BinaryArray, BooleanArray, Int16Array, Int32Array, Int64Array, Int8Array, ListArray,
+    RecordBatch, StringArray, StructArray,
 };
 use arrow_buffer::{BooleanBufferBuilder, Buffer, NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, Field, Fields, Schema, SchemaRef};
@@ -23,7 +23,10 @@ const CHUNK_ROWS: usize = 1 << 20;
 const CHUNK_BYTES: usize = 8 << 20;
 
 fn header_fields() -> Fields {
-    Fields::from(vec![Field::new("key", DataType::Utf8, true), Field::new("value", DataType::Binary, true)])
+    Fields::from(vec![
+        Field::new("key", DataType::Utf8, true),
+        Field::new("value", DataType::Binary, true),
+    ])
 }
 
 fn header_item() -> Arc<Field> {
@@ -55,7 +58,11 @@ fn arrow_err(e: ArrowError) -> Error {
 }
 
 fn offset_i32(len: usize) -> Result<i32> {
-    i32::try_from(len).map_err(|_| Error::invalid("more than 2 GiB of binary data in one Arrow chunk; lower max_decompressed_size"))
+    i32::try_from(len).map_err(|_| {
+        Error::invalid(
+            "more than 2 GiB of binary data in one Arrow chunk; lower max_decompressed_size",
+        )
+    })
 }
 
 #[derive(Debug)]
@@ -67,7 +74,11 @@ struct BinaryColumn {
 
 impl BinaryColumn {
     fn new() -> Self {
-        BinaryColumn { offsets: vec![0], data: Vec::new(), nulls: NullBufferBuilder::new(0) }
+        BinaryColumn {
+            offsets: vec![0],
+            data: Vec::new(),
+            nulls: NullBufferBuilder::new(0),
+        }
     }
     fn reserve(&mut self, rows: usize) {
         self.offsets.reserve(rows);
@@ -87,7 +98,11 @@ impl BinaryColumn {
     fn take(&mut self) -> (OffsetBuffer<i32>, Buffer, Option<arrow_buffer::NullBuffer>) {
         let offsets = std::mem::replace(&mut self.offsets, vec![0]);
         let data = std::mem::take(&mut self.data);
-        (OffsetBuffer::new(ScalarBuffer::from(offsets)), Buffer::from_vec(data), self.nulls.finish())
+        (
+            OffsetBuffer::new(ScalarBuffer::from(offsets)),
+            Buffer::from_vec(data),
+            self.nulls.finish(),
+        )
     }
     fn binary(&mut self) -> Result<BinaryArray> {
         let (offsets, data, nulls) = self.take();
@@ -147,35 +162,72 @@ impl Columns {
     }
 
     fn bytes(&self) -> usize {
-        self.key.data.len() + self.value.data.len() + self.header_key.data.len() + self.header_value.data.len()
+        self.key.data.len()
+            + self.value.data.len()
+            + self.header_key.data.len()
+            + self.header_value.data.len()
     }
 
     fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch> {
         let header_struct = StructArray::try_new(
             header_fields(),
-            vec![Arc::new(self.header_key.string()?) as ArrayRef, Arc::new(self.header_value.binary()?)],
+            vec![
+                Arc::new(self.header_key.string()?) as ArrayRef,
+                Arc::new(self.header_value.binary()?),
+            ],
             None,
         )
         .map_err(arrow_err)?;
         let header_offsets = std::mem::replace(&mut self.header_offsets, vec![0]);
-        let headers =
-            ListArray::try_new(header_item(), OffsetBuffer::new(ScalarBuffer::from(header_offsets)), Arc::new(header_struct), None)
-                .map_err(arrow_err)?;
+        let headers = ListArray::try_new(
+            header_item(),
+            OffsetBuffer::new(ScalarBuffer::from(header_offsets)),
+            Arc::new(header_struct),
+            None,
+        )
+        .map_err(arrow_err)?;
         let columns: Vec<ArrayRef> = vec![
-            Arc::new(Int64Array::new(ScalarBuffer::from(std::mem::take(&mut self.offset)), None)),
-            Arc::new(Int64Array::new(ScalarBuffer::from(std::mem::take(&mut self.timestamp)), None)),
-            Arc::new(Int8Array::new(ScalarBuffer::from(std::mem::take(&mut self.timestamp_type)), None)),
+            Arc::new(Int64Array::new(
+                ScalarBuffer::from(std::mem::take(&mut self.offset)),
+                None,
+            )),
+            Arc::new(Int64Array::new(
+                ScalarBuffer::from(std::mem::take(&mut self.timestamp)),
+                None,
+            )),
+            Arc::new(Int8Array::new(
+                ScalarBuffer::from(std::mem::take(&mut self.timestamp_type)),
+                None,
+            )),
             Arc::new(self.key.binary()?),
             Arc::new(self.value.binary()?),
             Arc::new(headers),
-            Arc::new(Int32Array::new(ScalarBuffer::from(std::mem::take(&mut self.leader_epoch)), None)),
-            Arc::new(Int64Array::new(ScalarBuffer::from(std::mem::take(&mut self.batch_offset)), None)),
-            Arc::new(Int64Array::new(ScalarBuffer::from(std::mem::take(&mut self.producer_id)), None)),
-            Arc::new(Int16Array::new(ScalarBuffer::from(std::mem::take(&mut self.producer_epoch)), None)),
-            Arc::new(Int32Array::new(ScalarBuffer::from(std::mem::take(&mut self.sequence)), None)),
+            Arc::new(Int32Array::new(
+                ScalarBuffer::from(std::mem::take(&mut self.leader_epoch)),
+                None,
+            )),
+            Arc::new(Int64Array::new(
+                ScalarBuffer::from(std::mem::take(&mut self.batch_offset)),
+                None,
+            )),
+            Arc::new(Int64Array::new(
+                ScalarBuffer::from(std::mem::take(&mut self.producer_id)),
+                None,
+            )),
+            Arc::new(Int16Array::new(
+                ScalarBuffer::from(std::mem::take(&mut self.producer_epoch)),
+                None,
+            )),
+            Arc::new(Int32Array::new(
+                ScalarBuffer::from(std::mem::take(&mut self.sequence)),
+                None,
+            )),
             Arc::new(BooleanArray::new(self.is_transactional.finish(), None)),
             Arc::new(BooleanArray::new(self.is_control.finish(), None)),
-            Arc::new(Int8Array::new(ScalarBuffer::from(std::mem::take(&mut self.magic)), None)),
+            Arc::new(Int8Array::new(
+                ScalarBuffer::from(std::mem::take(&mut self.magic)),
+                None,
+            )),
         ];
         RecordBatch::try_new(schema.clone(), columns).map_err(arrow_err)
     }
@@ -192,11 +244,16 @@ impl RecordSink for Columns {
         self.value.reserve(n);
         self.header_offsets.reserve(n);
         // Batch-level columns: the decoder emits exactly `n` records or fails.
-        self.timestamp_type.extend(std::iter::repeat_n(h.timestamp_type(), n));
-        self.leader_epoch.extend(std::iter::repeat_n(h.partition_leader_epoch, n));
-        self.batch_offset.extend(std::iter::repeat_n(h.base_offset, n));
-        self.producer_id.extend(std::iter::repeat_n(h.producer_id, n));
-        self.producer_epoch.extend(std::iter::repeat_n(h.producer_epoch, n));
+        self.timestamp_type
+            .extend(std::iter::repeat_n(h.timestamp_type(), n));
+        self.leader_epoch
+            .extend(std::iter::repeat_n(h.partition_leader_epoch, n));
+        self.batch_offset
+            .extend(std::iter::repeat_n(h.base_offset, n));
+        self.producer_id
+            .extend(std::iter::repeat_n(h.producer_id, n));
+        self.producer_epoch
+            .extend(std::iter::repeat_n(h.producer_epoch, n));
         self.is_transactional.append_n(n, h.is_transactional());
         self.is_control.append_n(n, h.is_control());
         self.magic.extend(std::iter::repeat_n(h.magic, n));
@@ -214,7 +271,8 @@ impl RecordSink for Columns {
             self.header_key.push(Some(header.key.as_bytes()))?;
             self.header_value.push(header.value)?;
         }
-        self.header_offsets.push(offset_i32(self.header_key.offsets.len() - 1)?);
+        self.header_offsets
+            .push(offset_i32(self.header_key.offsets.len() - 1)?);
         Ok(())
     }
 }
@@ -249,12 +307,19 @@ pub fn decode_arrow(data: &[u8], base_position: u64, opts: DecodeOptions) -> Res
             // input left (x4 for compression), so a small input does not get a whole chunk.
             let consumed = (cursor.position() - base_position) as usize - frame.bytes.len();
             let left = data.len() - consumed;
-            columns.value.data.reserve(left.saturating_mul(4).min(CHUNK_BYTES) + frame.bytes.len());
+            columns
+                .value
+                .data
+                .reserve(left.saturating_mul(4).min(CHUNK_BYTES) + frame.bytes.len());
         }
         decoder.decode(&frame, &mut columns)?;
     }
     if columns.rows() > 0 || batches.is_empty() {
         batches.push(columns.finish(&schema)?);
     }
-    Ok(ArrowDecoded { schema, batches, partial_tail: cursor.partial_tail() })
+    Ok(ArrowDecoded {
+        schema,
+        batches,
+        partial_tail: cursor.partial_tail(),
+    })
 }

@@ -67,7 +67,8 @@ impl BatchHeader {
         self.magic >= 2 && self.attributes & DELETE_HORIZON_BIT != 0
     }
     pub fn last_offset(&self) -> i64 {
-        self.base_offset.wrapping_add(i64::from(self.last_offset_delta))
+        self.base_offset
+            .wrapping_add(i64::from(self.last_offset_delta))
     }
     pub fn next_offset(&self) -> i64 {
         self.last_offset().wrapping_add(1)
@@ -126,7 +127,13 @@ pub struct BatchCursor<'a> {
 impl<'a> BatchCursor<'a> {
     /// `base_position`: absolute position of `data[0]` (for a byte range cut out of a file).
     pub fn new(data: &'a [u8], base_position: u64, allow_partial_tail: bool) -> Self {
-        BatchCursor { data, base_position, pos: 0, allow_partial_tail, partial_tail: None }
+        BatchCursor {
+            data,
+            base_position,
+            pos: 0,
+            allow_partial_tail,
+            partial_tail: None,
+        }
     }
 
     /// Absolute position of an incomplete last batch, once iteration has reached it.
@@ -146,7 +153,10 @@ impl<'a> BatchCursor<'a> {
             self.pos = self.data.len();
             Ok(None)
         } else {
-            Err(Error::corrupt(at, format!("{what} (a partial batch at the end of the input)")))
+            Err(Error::corrupt(
+                at,
+                format!("{what} (a partial batch at the end of the input)"),
+            ))
         }
     }
 
@@ -159,22 +169,36 @@ impl<'a> BatchCursor<'a> {
         }
         let at = self.position();
         let (Some(base_offset), Some(length)) = (i64_at(rest, 0), i32_at(rest, 8)) else {
-            return self.incomplete(&format!("only {} bytes left, a batch needs {LOG_OVERHEAD} to start", rest.len()));
+            return self.incomplete(&format!(
+                "only {} bytes left, a batch needs {LOG_OVERHEAD} to start",
+                rest.len()
+            ));
         };
         // Legacy messages and v2 batches both put the magic byte right after offset, length and 4 bytes.
         let min_length = LEGACY_MIN_MESSAGE[0] as i32;
         if length < min_length {
-            return Err(Error::corrupt(at, format!("batch length {length} is smaller than the smallest batch ({min_length})")));
+            return Err(Error::corrupt(
+                at,
+                format!("batch length {length} is smaller than the smallest batch ({min_length})"),
+            ));
         }
         let size = LOG_OVERHEAD + length as usize;
         let Some(bytes) = rest.get(..size) else {
-            return self.incomplete(&format!("batch of {size} bytes but only {} left", rest.len()));
+            return self.incomplete(&format!(
+                "batch of {size} bytes but only {} left",
+                rest.len()
+            ));
         };
         let magic = bytes.get(16).copied().unwrap_or_default() as i8;
         let header = match magic {
             2 => v2_header(bytes, at, base_offset, length)?,
             0 | 1 => legacy_header(bytes, at, base_offset, length, magic)?,
-            _ => return Err(Error::corrupt(at + 16, format!("unknown magic {magic} (expected 0, 1 or 2)"))),
+            _ => {
+                return Err(Error::corrupt(
+                    at + 16,
+                    format!("unknown magic {magic} (expected 0, 1 or 2)"),
+                ))
+            }
         };
         self.pos += size;
         Ok(Some(Frame { header, bytes }))
@@ -185,7 +209,10 @@ fn v2_header(b: &[u8], at: u64, base_offset: i64, length: i32) -> Result<BatchHe
     if b.len() < V2_HEADER_SIZE {
         return Err(Error::corrupt(
             at,
-            format!("v2 batch length {length} is smaller than the v2 header ({})", V2_HEADER_SIZE - LOG_OVERHEAD),
+            format!(
+                "v2 batch length {length} is smaller than the v2 header ({})",
+                V2_HEADER_SIZE - LOG_OVERHEAD
+            ),
         ));
     }
     let field = || Error::corrupt(at, "v2 header shorter than expected");
@@ -207,10 +234,16 @@ fn v2_header(b: &[u8], at: u64, base_offset: i64, length: i32) -> Result<BatchHe
         records_count: i32_at(b, 57).ok_or_else(field)?,
     };
     if h.compression().is_none() {
-        return Err(Error::corrupt(at + 21, format!("unknown compression codec id {}", h.attributes & 0x07)));
+        return Err(Error::corrupt(
+            at + 21,
+            format!("unknown compression codec id {}", h.attributes & 0x07),
+        ));
     }
     if h.records_count < 0 {
-        return Err(Error::corrupt(at + 57, format!("negative record count {}", h.records_count)));
+        return Err(Error::corrupt(
+            at + 57,
+            format!("negative record count {}", h.records_count),
+        ));
     }
     Ok(h)
 }
@@ -218,11 +251,18 @@ fn v2_header(b: &[u8], at: u64, base_offset: i64, length: i32) -> Result<BatchHe
 fn legacy_header(b: &[u8], at: u64, offset: i64, length: i32, magic: i8) -> Result<BatchHeader> {
     let min = LEGACY_MIN_MESSAGE[magic as usize];
     if (length as usize) < min {
-        return Err(Error::corrupt(at, format!("magic {magic} message size {length} is smaller than the minimum ({min})")));
+        return Err(Error::corrupt(
+            at,
+            format!("magic {magic} message size {length} is smaller than the minimum ({min})"),
+        ));
     }
     let field = || Error::corrupt(at, "legacy header shorter than expected");
     let attributes = i16::from(b.get(17).copied().ok_or_else(field)? as i8);
-    let timestamp = if magic == 1 { i64_at(b, 18).ok_or_else(field)? } else { -1 };
+    let timestamp = if magic == 1 {
+        i64_at(b, 18).ok_or_else(field)?
+    } else {
+        -1
+    };
     let h = BatchHeader {
         file_position: at,
         size_in_bytes: b.len() as u32,
@@ -241,7 +281,10 @@ fn legacy_header(b: &[u8], at: u64, offset: i64, length: i32, magic: i8) -> Resu
         records_count: 1,
     };
     if h.compression().is_none() {
-        return Err(Error::corrupt(at + 17, format!("unknown compression codec id {}", attributes & 0x07)));
+        return Err(Error::corrupt(
+            at + 17,
+            format!("unknown compression codec id {}", attributes & 0x07),
+        ));
     }
     Ok(h)
 }
@@ -257,7 +300,10 @@ pub fn verify_crc(frame: &Frame<'_>) -> Result<()> {
     if computed != h.crc {
         return Err(Error::corrupt(
             h.file_position,
-            format!("CRC mismatch: stored {:#010x}, computed {computed:#010x}", h.crc),
+            format!(
+                "CRC mismatch: stored {:#010x}, computed {computed:#010x}",
+                h.crc
+            ),
         ));
     }
     Ok(())

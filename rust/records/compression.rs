@@ -15,8 +15,13 @@ pub enum Compression {
 }
 
 impl Compression {
-    pub const ALL: [Compression; 5] =
-        [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd];
+    pub const ALL: [Compression; 5] = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
 
     /// The codec for an attributes value; `None` for the unassigned ids 5..=7.
     pub fn from_attributes(attributes: i16) -> Option<Compression> {
@@ -59,7 +64,10 @@ impl DecompressError {
     pub fn reason(&self, codec: Compression) -> String {
         match self {
             DecompressError::TooLarge { cap } => {
-                format!("{} payload decompresses to more than max_decompressed_size ({cap} bytes)", codec.name())
+                format!(
+                    "{} payload decompresses to more than max_decompressed_size ({cap} bytes)",
+                    codec.name()
+                )
             }
             DecompressError::Invalid(msg) => format!("invalid {} data: {msg}", codec.name()),
         }
@@ -91,14 +99,20 @@ pub struct Decompressor {
 
 impl std::fmt::Debug for Decompressor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Decompressor").field("capacity", &self.buf.len()).field("len", &self.len).finish()
+        f.debug_struct("Decompressor")
+            .field("capacity", &self.buf.len())
+            .field("len", &self.len)
+            .finish()
     }
 }
 
 /// Grow `buf` so that it holds at least `need` bytes (`need <= cap`), geometrically but within `cap`.
 fn grow(buf: &mut Vec<u8>, need: usize, cap: usize) {
     if buf.len() < need {
-        let target = need.max(buf.len().saturating_mul(2)).max(64 * 1024).min(cap.max(need));
+        let target = need
+            .max(buf.len().saturating_mul(2))
+            .max(64 * 1024)
+            .min(cap.max(need));
         buf.resize(target, 0);
     }
 }
@@ -136,13 +150,21 @@ impl Decompressor {
                 }
                 input.len()
             }
-            Compression::Gzip => read_capped(&mut self.buf, flate2::read::MultiGzDecoder::new(input), cap)?,
+            Compression::Gzip => {
+                read_capped(&mut self.buf, flate2::read::MultiGzDecoder::new(input), cap)?
+            }
             Compression::Snappy => snappy(&mut self.buf, input, cap)?,
-            Compression::Lz4 => match lz4_independent(&mut self.buf, input, cap, lz4_legacy_checksum)? {
-                Some(n) => n,
-                // Linked blocks (never written by Kafka clients): the streaming frame decoder.
-                None => read_capped(&mut self.buf, lz4_flex::frame::FrameDecoder::new(input), cap)?,
-            },
+            Compression::Lz4 => {
+                match lz4_independent(&mut self.buf, input, cap, lz4_legacy_checksum)? {
+                    Some(n) => n,
+                    // Linked blocks (never written by Kafka clients): the streaming frame decoder.
+                    None => read_capped(
+                        &mut self.buf,
+                        lz4_flex::frame::FrameDecoder::new(input),
+                        cap,
+                    )?,
+                }
+            }
             Compression::Zstd => {
                 let dctx = self.zstd.get_or_insert_with(zstd::zstd_safe::DCtx::create);
                 zstd_stream(&mut self.buf, dctx, input, cap)?
@@ -153,7 +175,11 @@ impl Decompressor {
 }
 
 /// Stream `reader` into `buf`, growing it up to `cap`; one byte more than `cap` is `TooLarge`.
-fn read_capped<R: Read>(buf: &mut Vec<u8>, mut reader: R, cap: usize) -> Result<usize, DecompressError> {
+fn read_capped<R: Read>(
+    buf: &mut Vec<u8>,
+    mut reader: R,
+    cap: usize,
+) -> Result<usize, DecompressError> {
     let mut filled = 0usize;
     loop {
         if filled >= buf.len().min(cap) {
@@ -167,7 +193,9 @@ fn read_capped<R: Read>(buf: &mut Vec<u8>, mut reader: R, cap: usize) -> Result<
             grow(buf, filled + 1, cap);
         }
         let end = buf.len().min(cap);
-        let Some(spare) = buf.get_mut(filled..end) else { return Ok(filled) };
+        let Some(spare) = buf.get_mut(filled..end) else {
+            return Ok(filled);
+        };
         match read_some(&mut reader, spare)? {
             0 => return Ok(filled),
             n => filled += n,
@@ -209,7 +237,11 @@ fn zstd_stream(
             }
             hint == 0
         } else {
-            grow(buf, (filled + 1).max(input.len().saturating_mul(4)).min(cap), cap);
+            grow(
+                buf,
+                (filled + 1).max(input.len().saturating_mul(4)).min(cap),
+                cap,
+            );
             let end = buf.len().min(cap);
             let window = buf.get_mut(..end).unwrap_or_default();
             let mut dst = OutBuffer::around_pos(window, filled);
@@ -245,13 +277,17 @@ fn snappy(buf: &mut Vec<u8>, input: &[u8], cap: usize) -> Result<usize, Decompre
     match input.strip_prefix(XERIAL_MAGIC.as_slice()) {
         None => append_block(input, buf)?,
         Some(rest) => {
-            let mut rest =
-                rest.get(XERIAL_HEADER_LEN - XERIAL_MAGIC.len()..).ok_or_else(|| invalid("truncated xerial header"))?;
+            let mut rest = rest
+                .get(XERIAL_HEADER_LEN - XERIAL_MAGIC.len()..)
+                .ok_or_else(|| invalid("truncated xerial header"))?;
             while !rest.is_empty() {
-                let (len, tail) =
-                    rest.split_first_chunk::<4>().ok_or_else(|| invalid("truncated xerial block length"))?;
+                let (len, tail) = rest
+                    .split_first_chunk::<4>()
+                    .ok_or_else(|| invalid("truncated xerial block length"))?;
                 let len = u32::from_be_bytes(*len) as usize;
-                let block = tail.get(..len).ok_or_else(|| invalid("xerial block runs past the end of the payload"))?;
+                let block = tail
+                    .get(..len)
+                    .ok_or_else(|| invalid("xerial block runs past the end of the payload"))?;
                 append_block(block, buf)?;
                 rest = tail.get(len..).unwrap_or_default();
             }
@@ -266,7 +302,12 @@ fn xxh32(data: &[u8]) -> u32 {
 
 /// LZ4 frames of independent blocks (what Kafka writes), each block decoded straight into `buf`.
 /// `Ok(None)`: a frame uses linked blocks; the caller falls back to the streaming decoder.
-fn lz4_independent(buf: &mut Vec<u8>, input: &[u8], cap: usize, legacy: bool) -> Result<Option<usize>, DecompressError> {
+fn lz4_independent(
+    buf: &mut Vec<u8>,
+    input: &[u8],
+    cap: usize,
+    legacy: bool,
+) -> Result<Option<usize>, DecompressError> {
     let truncated = || invalid("truncated LZ4 frame");
     let mut rest = input;
     let mut filled = 0usize;
@@ -278,7 +319,9 @@ fn lz4_independent(buf: &mut Vec<u8>, input: &[u8], cap: usize, legacy: bool) ->
         let magic = u32::from_le_bytes(*magic);
         if LZ4_SKIPPABLE.contains(&magic) {
             let (len, tail) = tail.split_first_chunk::<4>().ok_or_else(truncated)?;
-            rest = tail.get(u32::from_le_bytes(*len) as usize..).ok_or_else(truncated)?;
+            rest = tail
+                .get(u32::from_le_bytes(*len) as usize..)
+                .ok_or_else(truncated)?;
             continue;
         }
         if magic != LZ4_MAGIC {
@@ -286,7 +329,9 @@ fn lz4_independent(buf: &mut Vec<u8>, input: &[u8], cap: usize, legacy: bool) ->
         }
         let (&[flg, bd], _) = tail.split_first_chunk::<2>().ok_or_else(truncated)?;
         if flg >> 6 != 1 || flg & 0x02 != 0 || bd & 0x8f != 0 {
-            return Err(invalid("unsupported LZ4 frame version or reserved bits set"));
+            return Err(invalid(
+                "unsupported LZ4 frame version or reserved bits set",
+            ));
         }
         if flg & 0x20 == 0 {
             return Ok(None);
@@ -320,7 +365,9 @@ fn lz4_independent(buf: &mut Vec<u8>, input: &[u8], cap: usize, legacy: bool) ->
             }
             let size = (word & 0x7fff_ffff) as usize;
             if size > max_block {
-                return Err(invalid(format!("LZ4 block of {size} bytes exceeds the frame's block size {max_block}")));
+                return Err(invalid(format!(
+                    "LZ4 block of {size} bytes exceeds the frame's block size {max_block}"
+                )));
             }
             let block = rest.get(..size).ok_or_else(truncated)?;
             rest = rest.get(size..).ok_or_else(truncated)?;
@@ -336,7 +383,9 @@ fn lz4_independent(buf: &mut Vec<u8>, input: &[u8], cap: usize, legacy: bool) ->
                     return Err(DecompressError::TooLarge { cap });
                 }
                 grow(buf, filled + size, cap);
-                buf.get_mut(filled..filled + size).unwrap_or_default().copy_from_slice(block);
+                buf.get_mut(filled..filled + size)
+                    .unwrap_or_default()
+                    .copy_from_slice(block);
                 filled += size;
             } else {
                 let room = max_block.min(cap - filled);
@@ -344,7 +393,9 @@ fn lz4_independent(buf: &mut Vec<u8>, input: &[u8], cap: usize, legacy: bool) ->
                 let dst = buf.get_mut(filled..filled + room).unwrap_or_default();
                 match lz4_flex::block::decompress_into(block, dst) {
                     Ok(n) => filled += n,
-                    Err(lz4_flex::block::DecompressError::OutputTooSmall { .. }) if room < max_block => {
+                    Err(lz4_flex::block::DecompressError::OutputTooSmall { .. })
+                        if room < max_block =>
+                    {
                         return Err(DecompressError::TooLarge { cap })
                     }
                     Err(e) => return Err(invalid(e)),
@@ -373,7 +424,8 @@ pub fn compress(codec: Compression, input: &[u8]) -> io::Result<Vec<u8>> {
             enc.finish()
         }
         Compression::Snappy => {
-            let mut out = Vec::with_capacity(XERIAL_HEADER_LEN + snap::raw::max_compress_len(input.len()));
+            let mut out =
+                Vec::with_capacity(XERIAL_HEADER_LEN + snap::raw::max_compress_len(input.len()));
             out.extend_from_slice(XERIAL_MAGIC);
             out.extend_from_slice(&1i32.to_be_bytes()); // version
             out.extend_from_slice(&1i32.to_be_bytes()); // minimum compatible version
@@ -403,15 +455,24 @@ mod tests {
 
     #[test]
     fn every_codec_round_trips() {
-        let data: Vec<u8> = (0..200_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        let data: Vec<u8> = (0..200_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect();
         for codec in Compression::ALL {
             let packed = compress(codec, &data).map_err(|e| e.to_string());
             let mut out = Decompressor::new();
             assert!(packed.is_ok(), "{codec:?}");
             let packed = packed.unwrap_or_default();
-            assert_eq!(out.decompress(codec, &packed, data.len(), false).ok(), Some(data.as_slice()), "{codec:?}");
+            assert_eq!(
+                out.decompress(codec, &packed, data.len(), false).ok(),
+                Some(data.as_slice()),
+                "{codec:?}"
+            );
             let capped = out.decompress(codec, &packed, data.len() - 1, false);
-            assert!(matches!(capped, Err(DecompressError::TooLarge { .. })), "{codec:?}");
+            assert!(
+                matches!(capped, Err(DecompressError::TooLarge { .. })),
+                "{codec:?}"
+            );
         }
     }
 
@@ -424,7 +485,13 @@ mod tests {
         broken[hc] = (twox_hash::XxHash32::oneshot(0, &packed[0..hc]) >> 8) as u8;
         assert_ne!(broken[hc], packed[hc]);
         let mut out = Decompressor::new();
-        assert!(out.decompress(Compression::Lz4, &broken, 1 << 20, false).is_err());
-        assert_eq!(out.decompress(Compression::Lz4, &broken, 1 << 20, true).ok(), Some(b"hello hello hello".as_slice()));
+        assert!(out
+            .decompress(Compression::Lz4, &broken, 1 << 20, false)
+            .is_err());
+        assert_eq!(
+            out.decompress(Compression::Lz4, &broken, 1 << 20, true)
+                .ok(),
+            Some(b"hello hello hello".as_slice())
+        );
     }
 }

@@ -1,6 +1,8 @@
 //! Writing magic v2 record batches (Kafka's `MemoryRecordsBuilder` + `DefaultRecord.writeTo`).
 
-use super::batch::{CONTROL_BIT, LOG_OVERHEAD, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, V2_CRC_START, V2_HEADER_SIZE};
+use super::batch::{
+    CONTROL_BIT, LOG_OVERHEAD, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, V2_CRC_START, V2_HEADER_SIZE,
+};
 use super::compression::{compress, Compression};
 use super::record::Header;
 use super::varint::{write_varint, write_varlong};
@@ -54,7 +56,8 @@ fn write_bytes(out: &mut Vec<u8>, bytes: Option<&[u8]>) -> Result<()> {
     match bytes {
         None => write_varint(out, -1),
         Some(b) => {
-            let len = i32::try_from(b.len()).map_err(|_| Error::invalid("a key, value or header is larger than 2 GiB"))?;
+            let len = i32::try_from(b.len())
+                .map_err(|_| Error::invalid("a key, value or header is larger than 2 GiB"))?;
             write_varint(out, len);
             out.extend_from_slice(b);
         }
@@ -67,11 +70,18 @@ pub fn encode_batch(spec: &BatchSpec, records: &[NewRecord<'_>]) -> Result<Vec<u
     let Some(last_index) = records.len().checked_sub(1) else {
         return Err(Error::invalid("a record batch needs at least one record"));
     };
-    let last_offset_delta = i32::try_from(last_index).map_err(|_| Error::invalid("too many records for one batch"))?;
+    let last_offset_delta =
+        i32::try_from(last_index).map_err(|_| Error::invalid("too many records for one batch"))?;
     if !(0..=1).contains(&spec.timestamp_type) {
-        return Err(Error::invalid(format!("timestamp_type must be 0 or 1, not {}", spec.timestamp_type)));
+        return Err(Error::invalid(format!(
+            "timestamp_type must be 0 or 1, not {}",
+            spec.timestamp_type
+        )));
     }
-    let base_timestamp = spec.base_timestamp.or_else(|| records.iter().find_map(|r| r.timestamp)).unwrap_or(-1);
+    let base_timestamp = spec
+        .base_timestamp
+        .or_else(|| records.iter().find_map(|r| r.timestamp))
+        .unwrap_or(-1);
 
     let mut payload = Vec::new();
     let mut body = Vec::new();
@@ -85,13 +95,15 @@ pub fn encode_batch(spec: &BatchSpec, records: &[NewRecord<'_>]) -> Result<Vec<u
         write_varint(&mut body, delta);
         write_bytes(&mut body, r.key)?;
         write_bytes(&mut body, r.value)?;
-        let header_count = i32::try_from(r.headers.len()).map_err(|_| Error::invalid("too many headers"))?;
+        let header_count =
+            i32::try_from(r.headers.len()).map_err(|_| Error::invalid("too many headers"))?;
         write_varint(&mut body, header_count);
         for h in &r.headers {
             write_bytes(&mut body, Some(h.key.as_bytes()))?;
             write_bytes(&mut body, h.value)?;
         }
-        let len = i32::try_from(body.len()).map_err(|_| Error::invalid("record larger than 2 GiB"))?;
+        let len =
+            i32::try_from(body.len()).map_err(|_| Error::invalid("record larger than 2 GiB"))?;
         write_varint(&mut payload, len);
         payload.extend_from_slice(&body);
     }

@@ -18,7 +18,10 @@ struct Message<'a> {
 }
 
 /// Parse `[offset][size][crc][magic][attributes][timestamp?][key][value]`; `bytes` is the whole entry.
-fn parse_message<'a>(bytes: &'a [u8], verify_crc: bool) -> std::result::Result<Message<'a>, String> {
+fn parse_message<'a>(
+    bytes: &'a [u8],
+    verify_crc: bool,
+) -> std::result::Result<Message<'a>, String> {
     let field = || "message shorter than its header".to_string();
     let offset = i64_at(bytes, 0).ok_or_else(field)?;
     let magic = *bytes.get(16).ok_or_else(field)? as i8;
@@ -32,27 +35,46 @@ fn parse_message<'a>(bytes: &'a [u8], verify_crc: bool) -> std::result::Result<M
         let stored = u32_at(bytes, 12).ok_or_else(field)?;
         let computed = crc32fast::hash(bytes.get(16..).unwrap_or_default());
         if stored != computed {
-            return Err(format!("CRC mismatch: stored {stored:#010x}, computed {computed:#010x}"));
+            return Err(format!(
+                "CRC mismatch: stored {stored:#010x}, computed {computed:#010x}"
+            ));
         }
     }
     let attributes = *bytes.get(17).ok_or_else(field)? as i8;
-    let (timestamp, mut at) = if magic == 1 { (i64_at(bytes, 18).ok_or_else(field)?, 26) } else { (-1, 18) };
+    let (timestamp, mut at) = if magic == 1 {
+        (i64_at(bytes, 18).ok_or_else(field)?, 26)
+    } else {
+        (-1, 18)
+    };
     let mut sized = |what: &str| -> std::result::Result<Option<&'a [u8]>, String> {
-        let len = i32_at(bytes, at).ok_or_else(|| format!("{what} length past the end of the message"))?;
+        let len = i32_at(bytes, at)
+            .ok_or_else(|| format!("{what} length past the end of the message"))?;
         at += 4;
         if len < 0 {
             return Ok(None);
         }
-        let data = bytes.get(at..at + len as usize).ok_or_else(|| format!("{what} length {len} runs past the end of the message"))?;
+        let data = bytes
+            .get(at..at + len as usize)
+            .ok_or_else(|| format!("{what} length {len} runs past the end of the message"))?;
         at += len as usize;
         Ok(Some(data))
     };
     let key = sized("key")?;
     let value = sized("value")?;
     if at != bytes.len() {
-        return Err(format!("{} bytes left in the message after its value", bytes.len() - at));
+        return Err(format!(
+            "{} bytes left in the message after its value",
+            bytes.len() - at
+        ));
     }
-    Ok(Message { offset, magic, attributes, timestamp, key, value })
+    Ok(Message {
+        offset,
+        magic,
+        attributes,
+        timestamp,
+        key,
+        value,
+    })
 }
 
 /// Decode one legacy entry into `sink`; returns the header with `records_count` set.
@@ -83,24 +105,47 @@ pub(crate) fn decode_legacy<S: RecordSink>(
         return Ok(h);
     }
 
-    let compressed = wrapper.value.ok_or_else(|| Error::corrupt(at, "compressed wrapper message has a null value"))?;
+    let compressed = wrapper
+        .value
+        .ok_or_else(|| Error::corrupt(at, "compressed wrapper message has a null value"))?;
     let payload = decompressor
-        .decompress(codec, compressed, opts.max_decompressed_size, wrapper.magic == 0)
+        .decompress(
+            codec,
+            compressed,
+            opts.max_decompressed_size,
+            wrapper.magic == 0,
+        )
         .map_err(|e| Error::corrupt(at, e.reason(codec)))?;
-    let pos = PayloadPos { batch: at, start: None };
+    let pos = PayloadPos {
+        batch: at,
+        start: None,
+    };
 
     let mut inner = Vec::new();
     let mut rest = payload;
     while !rest.is_empty() {
         let here = payload.len() - rest.len();
-        let size = i32_at(rest, 8).ok_or_else(|| pos.error(here, "inner message header truncated"))?;
+        let size =
+            i32_at(rest, 8).ok_or_else(|| pos.error(here, "inner message header truncated"))?;
         let entry = usize::try_from(size)
             .ok()
             .and_then(|s| rest.get(..LOG_OVERHEAD + s))
-            .ok_or_else(|| pos.error(here, format!("inner message size {size} runs past the end of the payload")))?;
-        let m = parse_message(entry, opts.verify_crc).map_err(|r| pos.error(here, format!("inner message: {r}")))?;
+            .ok_or_else(|| {
+                pos.error(
+                    here,
+                    format!("inner message size {size} runs past the end of the payload"),
+                )
+            })?;
+        let m = parse_message(entry, opts.verify_crc)
+            .map_err(|r| pos.error(here, format!("inner message: {r}")))?;
         if m.magic != wrapper.magic {
-            return Err(pos.error(here, format!("inner message magic {} differs from the wrapper's {}", m.magic, wrapper.magic)));
+            return Err(pos.error(
+                here,
+                format!(
+                    "inner message magic {} differs from the wrapper's {}",
+                    m.magic, wrapper.magic
+                ),
+            ));
         }
         if m.attributes & 0x07 != 0 {
             return Err(pos.error(here, "inner message is compressed again"));
@@ -109,17 +154,28 @@ pub(crate) fn decode_legacy<S: RecordSink>(
         rest = rest.get(entry.len()..).unwrap_or_default();
     }
     let Some(last) = inner.last() else {
-        return Err(Error::corrupt(at, "compressed wrapper message holds no inner messages"));
+        return Err(Error::corrupt(
+            at,
+            "compressed wrapper message holds no inner messages",
+        ));
     };
     // Magic 1 inner offsets are relative; the wrapper carries the absolute offset of the last one.
-    let offset_base = if wrapper.magic >= 1 { wrapper.offset.wrapping_sub(last.offset) } else { 0 };
+    let offset_base = if wrapper.magic >= 1 {
+        wrapper.offset.wrapping_sub(last.offset)
+    } else {
+        0
+    };
     let log_append_time = h.timestamp_type() == 1;
     h.records_count = i32::try_from(inner.len()).unwrap_or(i32::MAX);
     sink.begin_batch(&h, inner.len(), payload.len())?;
     for (index, m) in inner.iter().enumerate() {
         let record = RecordView {
             offset: offset_base.wrapping_add(m.offset),
-            timestamp: if log_append_time { wrapper.timestamp } else { m.timestamp },
+            timestamp: if log_append_time {
+                wrapper.timestamp
+            } else {
+                m.timestamp
+            },
             attributes: m.attributes,
             timestamp_delta: 0,
             offset_delta: index as i32,

@@ -37,7 +37,11 @@ pub struct DecodeOptions {
 
 impl Default for DecodeOptions {
     fn default() -> Self {
-        DecodeOptions { verify_crc: true, allow_partial_tail: false, max_decompressed_size: DEFAULT_MAX_DECOMPRESSED_SIZE }
+        DecodeOptions {
+            verify_crc: true,
+            allow_partial_tail: false,
+            max_decompressed_size: DEFAULT_MAX_DECOMPRESSED_SIZE,
+        }
     }
 }
 
@@ -50,7 +54,10 @@ pub struct Decoder {
 
 impl Decoder {
     pub fn new(opts: DecodeOptions) -> Self {
-        Decoder { opts, decompressor: compression::Decompressor::new() }
+        Decoder {
+            opts,
+            decompressor: compression::Decompressor::new(),
+        }
     }
 
     pub fn options(&self) -> &DecodeOptions {
@@ -59,7 +66,11 @@ impl Decoder {
 
     /// Verify (CRC), decompress and decode `frame`'s records into `sink`. Returns the header, with
     /// `records_count` filled in for legacy wrappers (their count is only known after decoding).
-    pub fn decode<S: RecordSink>(&mut self, frame: &Frame<'_>, sink: &mut S) -> Result<BatchHeader> {
+    pub fn decode<S: RecordSink>(
+        &mut self,
+        frame: &Frame<'_>,
+        sink: &mut S,
+    ) -> Result<BatchHeader> {
         if self.opts.verify_crc {
             batch::verify_crc(frame)?;
         }
@@ -70,15 +81,29 @@ impl Decoder {
         let records = frame.bytes.get(batch::V2_HEADER_SIZE..).unwrap_or_default();
         let records_at = h.file_position + batch::V2_HEADER_SIZE as u64;
         match h.compression() {
-            Some(Compression::None) | None => {
-                record::decode_v2(h, records, PayloadPos { batch: h.file_position, start: Some(records_at) }, sink)?
-            }
+            Some(Compression::None) | None => record::decode_v2(
+                h,
+                records,
+                PayloadPos {
+                    batch: h.file_position,
+                    start: Some(records_at),
+                },
+                sink,
+            )?,
             Some(codec) => {
                 let payload = self
                     .decompressor
                     .decompress(codec, records, self.opts.max_decompressed_size, false)
                     .map_err(|e| crate::Error::corrupt(records_at, e.reason(codec)))?;
-                record::decode_v2(h, payload, PayloadPos { batch: h.file_position, start: None }, sink)?
+                record::decode_v2(
+                    h,
+                    payload,
+                    PayloadPos {
+                        batch: h.file_position,
+                        start: None,
+                    },
+                    sink,
+                )?
             }
         }
         Ok(*h)
@@ -108,7 +133,11 @@ impl From<&RecordView<'_, '_>> for OwnedRecord {
             offset_delta: r.offset_delta,
             key: r.key.map(<[u8]>::to_vec),
             value: r.value.map(<[u8]>::to_vec),
-            headers: r.headers.iter().map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec))).collect(),
+            headers: r
+                .headers
+                .iter()
+                .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
+                .collect(),
         }
     }
 }
@@ -121,7 +150,12 @@ pub struct DecodedBatch {
 }
 
 impl RecordSink for Vec<OwnedRecord> {
-    fn begin_batch(&mut self, _header: &BatchHeader, records: usize, _payload_len: usize) -> Result<()> {
+    fn begin_batch(
+        &mut self,
+        _header: &BatchHeader,
+        records: usize,
+        _payload_len: usize,
+    ) -> Result<()> {
         self.reserve(records);
         Ok(())
     }
@@ -132,8 +166,13 @@ impl RecordSink for Vec<OwnedRecord> {
 }
 
 /// Decode the next batch of `cursor` with owned records; `None` at the end.
-pub fn next_decoded(cursor: &mut BatchCursor<'_>, decoder: &mut Decoder) -> Result<Option<DecodedBatch>> {
-    let Some(frame) = cursor.next()? else { return Ok(None) };
+pub fn next_decoded(
+    cursor: &mut BatchCursor<'_>,
+    decoder: &mut Decoder,
+) -> Result<Option<DecodedBatch>> {
+    let Some(frame) = cursor.next()? else {
+        return Ok(None);
+    };
     let mut records = Vec::new();
     let header = decoder.decode(&frame, &mut records)?;
     Ok(Some(DecodedBatch { header, records }))
@@ -141,7 +180,11 @@ pub fn next_decoded(cursor: &mut BatchCursor<'_>, decoder: &mut Decoder) -> Resu
 
 /// Decode every batch of `data` (whose first byte is at absolute `base_position`). Returns the
 /// batches and the position of a tolerated partial tail.
-pub fn decode_batches(data: &[u8], base_position: u64, opts: DecodeOptions) -> Result<(Vec<DecodedBatch>, Option<u64>)> {
+pub fn decode_batches(
+    data: &[u8],
+    base_position: u64,
+    opts: DecodeOptions,
+) -> Result<(Vec<DecodedBatch>, Option<u64>)> {
     let mut cursor = BatchCursor::new(data, base_position, opts.allow_partial_tail);
     let mut decoder = Decoder::new(opts);
     let mut out = Vec::new();
@@ -162,7 +205,11 @@ pub struct BatchLocation {
 
 /// Header-only scan (no CRC check, no decompression): where each batch is and which offsets it
 /// holds. For batch-aligned byte ranges to decode in parallel. Returns the partial tail too.
-pub fn batch_index(data: &[u8], base_position: u64, allow_partial_tail: bool) -> Result<(Vec<BatchLocation>, Option<u64>)> {
+pub fn batch_index(
+    data: &[u8],
+    base_position: u64,
+    allow_partial_tail: bool,
+) -> Result<(Vec<BatchLocation>, Option<u64>)> {
     let mut cursor = BatchCursor::new(data, base_position, allow_partial_tail);
     let mut out = Vec::new();
     while let Some(frame) = cursor.next()? {

@@ -35,7 +35,12 @@ pub struct RecordView<'a, 'h> {
 pub trait RecordSink {
     /// Called before the first record with the (validated) number of records to come and the size
     /// of the records payload they are cut from (an upper bound on their key and value bytes).
-    fn begin_batch(&mut self, _header: &BatchHeader, _records: usize, _payload_len: usize) -> Result<()> {
+    fn begin_batch(
+        &mut self,
+        _header: &BatchHeader,
+        _records: usize,
+        _payload_len: usize,
+    ) -> Result<()> {
         Ok(())
     }
     fn record(&mut self, header: &BatchHeader, record: &RecordView<'_, '_>) -> Result<()>;
@@ -53,18 +58,32 @@ impl PayloadPos {
     pub fn error(self, at: usize, reason: impl Into<String>) -> Error {
         match self.start {
             Some(start) => Error::corrupt(start + at as u64, reason),
-            None => Error::corrupt(self.batch, format!("{} (at byte {at} of the decompressed records)", reason.into())),
+            None => Error::corrupt(
+                self.batch,
+                format!(
+                    "{} (at byte {at} of the decompressed records)",
+                    reason.into()
+                ),
+            ),
         }
     }
 }
 
 /// Decode the `records_count` records of a v2 batch from `payload` into `sink`.
-pub(crate) fn decode_v2<S: RecordSink>(h: &BatchHeader, payload: &[u8], pos: PayloadPos, sink: &mut S) -> Result<()> {
+pub(crate) fn decode_v2<S: RecordSink>(
+    h: &BatchHeader,
+    payload: &[u8],
+    pos: PayloadPos,
+    sink: &mut S,
+) -> Result<()> {
     let count = h.records_count as usize;
     if count > payload.len() / MIN_RECORD_SIZE {
         return Err(pos.error(
             0,
-            format!("record count {count} cannot fit in {} bytes of records", payload.len()),
+            format!(
+                "record count {count} cannot fit in {} bytes of records",
+                payload.len()
+            ),
         ));
     }
     sink.begin_batch(h, count, payload.len())?;
@@ -73,12 +92,17 @@ pub(crate) fn decode_v2<S: RecordSink>(h: &BatchHeader, payload: &[u8], pos: Pay
     let mut cur = payload;
     for index in 0..count {
         let at = payload.len() - cur.len();
-        let varint = |e: VarintError, what: &str| pos.error(at, e.reason(&format!("record {index}: {what}")));
+        let varint = |e: VarintError, what: &str| {
+            pos.error(at, e.reason(&format!("record {index}: {what}")))
+        };
         let length = read_varint(&mut cur).map_err(|e| varint(e, "length"))?;
         let body_len = usize::try_from(length)
             .map_err(|_| pos.error(at, format!("record {index}: negative length {length}")))?;
         let (Some(mut body), Some(rest)) = (cur.get(..body_len), cur.get(body_len..)) else {
-            return Err(pos.error(at, format!("record {index}: length {length} runs past the end of the batch")));
+            return Err(pos.error(
+                at,
+                format!("record {index}: length {length} runs past the end of the batch"),
+            ));
         };
         cur = rest;
 
@@ -88,27 +112,39 @@ pub(crate) fn decode_v2<S: RecordSink>(h: &BatchHeader, payload: &[u8], pos: Pay
         body = tail;
         let timestamp_delta = read_varlong(&mut body).map_err(|e| varint(e, "timestamp delta"))?;
         let offset_delta = read_varint(&mut body).map_err(|e| varint(e, "offset delta"))?;
-        let key = read_bytes(&mut body).map_err(|r| pos.error(at, format!("record {index}: key {r}")))?;
-        let value = read_bytes(&mut body).map_err(|r| pos.error(at, format!("record {index}: value {r}")))?;
+        let key =
+            read_bytes(&mut body).map_err(|r| pos.error(at, format!("record {index}: key {r}")))?;
+        let value = read_bytes(&mut body)
+            .map_err(|r| pos.error(at, format!("record {index}: value {r}")))?;
         let header_count = read_varint(&mut body).map_err(|e| varint(e, "header count"))?;
-        let header_count = usize::try_from(header_count)
-            .map_err(|_| pos.error(at, format!("record {index}: negative header count {header_count}")))?;
+        let header_count = usize::try_from(header_count).map_err(|_| {
+            pos.error(
+                at,
+                format!("record {index}: negative header count {header_count}"),
+            )
+        })?;
         headers.clear();
         if header_count > 0 {
             // Each header takes at least two bytes (two one-byte lengths).
             if header_count > body.len() / 2 {
-                return Err(pos.error(at, format!("record {index}: {header_count} headers cannot fit in the record")));
+                return Err(pos.error(
+                    at,
+                    format!("record {index}: {header_count} headers cannot fit in the record"),
+                ));
             }
             headers.reserve(header_count);
             for _ in 0..header_count {
                 let key = match read_bytes(&mut body) {
-                    Ok(Some(k)) => std::str::from_utf8(k)
-                        .map_err(|_| pos.error(at, format!("record {index}: header key is not valid UTF-8")))?,
-                    Ok(None) => return Err(pos.error(at, format!("record {index}: null header key"))),
+                    Ok(Some(k)) => std::str::from_utf8(k).map_err(|_| {
+                        pos.error(at, format!("record {index}: header key is not valid UTF-8"))
+                    })?,
+                    Ok(None) => {
+                        return Err(pos.error(at, format!("record {index}: null header key")))
+                    }
                     Err(r) => return Err(pos.error(at, format!("record {index}: header key {r}"))),
                 };
-                let value =
-                    read_bytes(&mut body).map_err(|r| pos.error(at, format!("record {index}: header value {r}")))?;
+                let value = read_bytes(&mut body)
+                    .map_err(|r| pos.error(at, format!("record {index}: header value {r}")))?;
                 headers.push(Header { key, value });
             }
         }
@@ -118,7 +154,11 @@ pub(crate) fn decode_v2<S: RecordSink>(h: &BatchHeader, payload: &[u8], pos: Pay
                 format!("record {index}: {} bytes left in the record after its headers (length {length})", body.len()),
             ));
         }
-        let timestamp = if log_append_time { h.max_timestamp } else { h.base_timestamp.wrapping_add(timestamp_delta) };
+        let timestamp = if log_append_time {
+            h.max_timestamp
+        } else {
+            h.base_timestamp.wrapping_add(timestamp_delta)
+        };
         let record = RecordView {
             offset: h.base_offset.wrapping_add(i64::from(offset_delta)),
             timestamp,

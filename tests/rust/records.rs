@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use _core::records::arrow::decode_arrow;
 use _core::records::{
-    batch_index, decode_batches, encode_batch, BatchSpec, Compression, DecodeOptions, Header, NewRecord,
+    batch_index, decode_batches, encode_batch, BatchSpec, Compression, DecodeOptions, Header,
+    NewRecord,
 };
 use _core::Error;
 use proptest::prelude::*;
@@ -21,13 +22,20 @@ fn corpus() -> Vec<(PathBuf, Vec<u8>)> {
         .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
         .unwrap_or_default();
     files.sort();
-    files.into_iter().filter_map(|p| std::fs::read(&p).ok().map(|b| (p, b))).collect()
+    files
+        .into_iter()
+        .filter_map(|p| std::fs::read(&p).ok().map(|b| (p, b)))
+        .collect()
 }
 
 /// Decode with every entry point; any error must be `Corrupt` at a position inside the input.
 fn decode_everything(data: &[u8], verify_crc: bool) -> Result<(), String> {
     for allow_partial_tail in [false, true] {
-        let o = DecodeOptions { verify_crc, allow_partial_tail, max_decompressed_size: 1 << 20 };
+        let o = DecodeOptions {
+            verify_crc,
+            allow_partial_tail,
+            max_decompressed_size: 1 << 20,
+        };
         let results = [
             decode_batches(data, 7, o).map(|_| ()),
             decode_arrow(data, 7, o).map(|_| ()),
@@ -36,7 +44,8 @@ fn decode_everything(data: &[u8], verify_crc: bool) -> Result<(), String> {
         for r in results {
             match r {
                 Ok(()) => {}
-                Err(Error::Corrupt { position, .. }) if (7..=7 + data.len() as u64).contains(&position) => {}
+                Err(Error::Corrupt { position, .. })
+                    if (7..=7 + data.len() as u64).contains(&position) => {}
                 Err(e) => return Err(format!("unexpected error {e:?}")),
             }
         }
@@ -49,7 +58,9 @@ fn corpus_decodes_and_survives_mutation() {
     let files = corpus();
     assert!(files.len() >= 10, "tests/data/fuzz corpus missing");
     for (path, data) in &files {
-        let (batches, tail) = decode_batches(data, 0, opts()).map_err(|e| format!("{path:?}: {e}")).unwrap_or_default();
+        let (batches, tail) = decode_batches(data, 0, opts())
+            .map_err(|e| format!("{path:?}: {e}"))
+            .unwrap_or_default();
         assert!(!batches.is_empty() && tail.is_none(), "{path:?}");
         // Every single-byte flip and every truncation of every corpus file.
         for i in 0..data.len() {
@@ -57,16 +68,34 @@ fn corpus_decodes_and_survives_mutation() {
             m[i] ^= 0x5a;
             assert_eq!(decode_everything(&m, false), Ok(()), "{path:?} flip {i}");
             assert_eq!(decode_everything(&m, true), Ok(()), "{path:?} flip {i}");
-            assert_eq!(decode_everything(&data[..i], false), Ok(()), "{path:?} cut {i}");
+            assert_eq!(
+                decode_everything(&data[..i], false),
+                Ok(()),
+                "{path:?} cut {i}"
+            );
         }
     }
 }
 
-fn record_strategy() -> impl Strategy<Value = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Option<Vec<u8>>)>, Option<i64>)> {
+/// (key, value, headers, timestamp) of one generated record.
+type GenRecord = (
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    Vec<(String, Option<Vec<u8>>)>,
+    Option<i64>,
+);
+
+fn record_strategy() -> impl Strategy<Value = GenRecord> {
     (
         proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)),
         proptest::option::of(proptest::collection::vec(any::<u8>(), 0..200)),
-        proptest::collection::vec((".{0,6}", proptest::option::of(proptest::collection::vec(any::<u8>(), 0..10))), 0..3),
+        proptest::collection::vec(
+            (
+                ".{0,6}",
+                proptest::option::of(proptest::collection::vec(any::<u8>(), 0..10)),
+            ),
+            0..3,
+        ),
         proptest::option::of(0i64..1 << 42),
     )
 }
@@ -157,18 +186,39 @@ proptest! {
 #[test]
 fn decompression_cap_is_exact() {
     let value = vec![b'x'; 100_000];
-    let rec = [NewRecord { value: Some(&value), ..NewRecord::default() }];
-    for codec in [Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
-        let bytes = encode_batch(&BatchSpec { compression: codec, ..BatchSpec::default() }, &rec).unwrap_or_default();
+    let rec = [NewRecord {
+        value: Some(&value),
+        ..NewRecord::default()
+    }];
+    for codec in [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        let bytes = encode_batch(
+            &BatchSpec {
+                compression: codec,
+                ..BatchSpec::default()
+            },
+            &rec,
+        )
+        .unwrap_or_default();
         // Exactly the payload size is allowed; one byte less is not.
         let payload = {
             let plain = encode_batch(&BatchSpec::default(), &rec).unwrap_or_default();
             plain.len() - 61
         };
-        let at = |cap| DecodeOptions { max_decompressed_size: cap, ..DecodeOptions::default() };
+        let at = |cap| DecodeOptions {
+            max_decompressed_size: cap,
+            ..DecodeOptions::default()
+        };
         assert!(decode_batches(&bytes, 0, at(payload)).is_ok(), "{codec:?}");
         match decode_batches(&bytes, 0, at(payload - 1)) {
-            Err(Error::Corrupt { position: 61, reason }) => assert!(reason.contains("max_decompressed_size"), "{reason}"),
+            Err(Error::Corrupt {
+                position: 61,
+                reason,
+            }) => assert!(reason.contains("max_decompressed_size"), "{reason}"),
             other => panic!("{codec:?}: {other:?}"),
         }
     }
@@ -177,28 +227,55 @@ fn decompression_cap_is_exact() {
 /// `"batch_count": N` and `"record_count": N` from an expected/*.json (no JSON dependency needed).
 fn json_int(text: &str, key: &str) -> Option<usize> {
     let at = text.find(&format!("\"{key}\":"))? + key.len() + 3;
-    text[at..].trim_start().split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    text[at..]
+        .trim_start()
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 #[test]
 fn real_segments_match_expected_counts() {
     let root = Path::new("/work/shared/kafka-segments");
-    let Ok(entries) = std::fs::read_dir(root.join("expected")) else { return };
+    let Ok(entries) = std::fs::read_dir(root.join("expected")) else {
+        return;
+    };
     let mut checked = 0;
     for entry in entries.filter_map(|e| e.ok()) {
         let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-        let Some(start) = text.find("\"description\": \"") else { continue };
+        let Some(start) = text.find("\"description\": \"") else {
+            continue;
+        };
         let rel = &text[start + 16..];
         let rel = &rel[..rel.find('"').unwrap_or(0)];
         let data = std::fs::read(root.join(rel)).unwrap_or_default();
         let verify_crc = !text.contains("\"crc_valid\": false");
-        let (batches, tail) = decode_batches(&data, 0, DecodeOptions { verify_crc, ..DecodeOptions::default() })
-            .unwrap_or_else(|e| panic!("{rel}: {e}"));
+        let (batches, tail) = decode_batches(
+            &data,
+            0,
+            DecodeOptions {
+                verify_crc,
+                ..DecodeOptions::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{rel}: {e}"));
         assert!(tail.is_none());
         assert_eq!(Some(batches.len()), json_int(&text, "batch_count"), "{rel}");
-        assert_eq!(Some(batches.iter().map(|b| b.records.len()).sum()), json_int(&text, "record_count"), "{rel}");
-        let arrow = decode_arrow(&data, 0, DecodeOptions { verify_crc, ..DecodeOptions::default() })
-            .unwrap_or_else(|e| panic!("{rel}: {e}"));
+        assert_eq!(
+            Some(batches.iter().map(|b| b.records.len()).sum()),
+            json_int(&text, "record_count"),
+            "{rel}"
+        );
+        let arrow = decode_arrow(
+            &data,
+            0,
+            DecodeOptions {
+                verify_crc,
+                ..DecodeOptions::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{rel}: {e}"));
         assert_eq!(Some(arrow.num_rows()), json_int(&text, "record_count"));
         checked += 1;
     }

@@ -494,6 +494,10 @@ impl<'py> FromPyObject<'_, 'py> for PyNewRecord {
 }
 
 #[pyfunction]
+// pyo3 renders negative defaults as `...`; spell the signature out for help() and stubtest.
+#[pyo3(
+    text_signature = "(records, *, base_offset=0, partition_leader_epoch=-1, compression='none', timestamp_type=0, base_timestamp=None, producer_id=-1, producer_epoch=-1, base_sequence=-1, is_transactional=False, is_control=False)"
+)]
 #[pyo3(signature = (records, *, base_offset=0, partition_leader_epoch=-1, compression="none", timestamp_type=0,
     base_timestamp=None, producer_id=-1, producer_epoch=-1, base_sequence=-1, is_transactional=false, is_control=false))]
 #[allow(clippy::too_many_arguments)]

@@ -15,6 +15,7 @@ from kafka_logs import Replica, records, write_log_dir
 from epochguard import _core
 from epochguard.spark import decode_batches, read_kafka_logs
 from epochguard.spark.listing import list_log_dirs
+from epochguard.spark.logs import pack_tasks, plan_chunks
 
 SEGMENTS = Path("/work/shared/kafka-segments")
 LDI = SEGMENTS / "ldi-poc"
@@ -67,9 +68,17 @@ def test_real_segments_match_the_independent_decode(spark, ldi_dir) -> None:  # 
 
 def test_large_segments_split_into_batch_aligned_chunks_decode_the_same(spark, ldi_dir) -> None:  # noqa: ANN001
     whole = read_kafka_logs(spark, [str(ldi_dir)]).orderBy(*KEYS).collect()
-    # __cluster_metadata's segment is ~360 KB: with 16 KB chunks it spreads over many tasks
+    # __cluster_metadata's segment is ~360 KB: with 16 KB chunks it is cut at batch boundaries
+    segment = ldi_dir / "__cluster_metadata-0" / f"{0:020d}.log"
+    chunks = [c for c in plan_chunks(list(list_log_dirs([str(ldi_dir)]).segments), 16 << 10) if c[4] == str(segment)]
+    starts = {position for position, *_ in _core.batch_index(str(segment))}
+    assert len(chunks) > 10 and all(c[5] in starts for c in chunks)
+    assert sorted((c[5], c[5] + c[6]) for c in chunks)[-1][1] == segment.stat().st_size
+    assert sum(c[6] for c in chunks) == segment.stat().st_size
+    # ... and its chunks spread over every core's task
+    groups = pack_tasks(chunks, 1 << 30, 2)
+    assert len(groups) == 2 and all(groups)
     split = read_kafka_logs(spark, [str(ldi_dir)], chunk_bytes=16 << 10)
-    assert split.rdd.getNumPartitions() > 2
     assert split.orderBy(*KEYS).collect() == whole
 
 

@@ -80,8 +80,9 @@ class AuditProgress:
             self._progress.console.print(f"[green]✓[/] {name}")
 
 
-def print_summary(result: AuditResult, console: Console | None = None) -> None:
-    """One table per partition, then the lost records and phantom reads found (a sample)."""
+def print_summary(result: AuditResult, console: Console | None = None, *, rows: int = 15) -> None:
+    """One table per partition, then the first `rows` lost records and phantom reads (all of them
+    are in the Parquet output and report.html's sample)."""
     console = console or Console()
     partitions: dict[tuple[str, int], list[ReplicaSummary]] = {}
     for r in result.replicas:
@@ -109,10 +110,11 @@ def print_summary(result: AuditResult, console: Console | None = None) -> None:
             )
         console.print(table)
     if result.lost_records:
-        table = Table(title=f"Lost records ({result.lost_count}; first {len(result.lost_records)})", title_justify="left")
+        shown = result.lost_records[:rows]
+        table = Table(title=f"Lost records ({result.lost_count}; first {len(shown)})", title_justify="left")
         for column in ("topic", "partition", "broker", "offset", "epoch", "key", "value"):
             table.add_column(column, overflow="fold")
-        for row in result.lost_records:
+        for row in shown:
             table.add_row(
                 row["topic"], str(row["partition"]), str(row["broker"]), str(row["offset"]), str(row["leader_epoch"]),
                 _show(row["key"]), _show(row["value"]),
@@ -122,10 +124,11 @@ def print_summary(result: AuditResult, console: Console | None = None) -> None:
         counts = ", ".join(f"{k}: {v}" for k, v in sorted(result.phantom_counts.items())) or "none"
         console.print(f"[bold]Phantom reads[/] (consumed, not in the reference log): {counts}")
         if result.phantom_reads:
-            table = Table(title=f"Phantom reads (first {len(result.phantom_reads)})", title_justify="left")
+            phantoms = result.phantom_reads[:rows]
+            table = Table(title=f"Phantom reads (first {len(phantoms)})", title_justify="left")
             for column in ("topic", "partition", "offset", "epoch", "kind", "lost on", "why"):
                 table.add_column(column, overflow="fold")
-            for row in result.phantom_reads:
+            for row in phantoms:
                 table.add_row(
                     row["topic"], str(row["partition"]), str(row["offset"]), str(row["leader_epoch"]),
                     f"[{'bold red' if row['kind'] in ('truncated', 'rewritten') else 'yellow'}]{row['kind']}[/]",
@@ -152,7 +155,7 @@ PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9
 LANE, GAP, LEFT, WIDTH = 26, 10, 90, 860
 
 
-def partition_svg(replicas: list[ReplicaSummary]) -> str:
+def partition_svg(replicas: list[ReplicaSummary], index: int = 0) -> str:
     """Each replica a lane; its epochs as coloured spans over [log start, log end); the lost range
     hatched; its divergence point a red line."""
     lo = min(min(r.log_start_offset, r.reference_log_start_offset) for r in replicas)
@@ -164,10 +167,11 @@ def partition_svg(replicas: list[ReplicaSummary]) -> str:
 
     epochs = sorted({e for r in replicas for e, _ in r.epochs})
     color = {e: PALETTE[i % len(PALETTE)] for i, e in enumerate(epochs)}
-    height = len(replicas) * (LANE + GAP) + 40
+    height = 10 + len(replicas) * (LANE + GAP) + 42  # lanes, then the axis and the legend
+    pattern = f"lost-{index}"  # element ids are page-wide: one per picture
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="11">',
-        '<defs><pattern id="lost" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
+        f'<defs><pattern id="{pattern}" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
         '<rect width="3" height="6" fill="#d62728" fill-opacity="0.75"/></pattern></defs>',
     ]
     for i, r in enumerate(replicas):
@@ -189,7 +193,7 @@ def partition_svg(replicas: list[ReplicaSummary]) -> str:
         if r.lost_count and r.lost_first_offset is not None and r.lost_last_offset is not None:
             a, b = r.lost_first_offset, r.lost_last_offset + 1
             out.append(
-                f'<rect x="{x(a):.1f}" y="{y}" width="{max(1.0, x(b) - x(a)):.1f}" height="{LANE}" fill="url(#lost)">'
+                f'<rect x="{x(a):.1f}" y="{y}" width="{max(1.0, x(b) - x(a)):.1f}" height="{LANE}" fill="url(#{pattern})">'
                 f"<title>{r.lost_count} lost records, offsets {a}..{b - 1}</title></rect>"
             )
         if r.divergence_offset is not None:
@@ -220,9 +224,9 @@ def write_html(result: AuditResult, path: str) -> None:
         f"<p>{len(partitions)} partitions, {len(result.diverged)} diverged replicas, {result.lost_count} lost records, "
         f"{result.error_count} errors; phantom reads: {html.escape(str(result.phantom_counts))}.</p>",
     ]
-    for (topic, partition), replicas in partitions.items():
+    for index, ((topic, partition), replicas) in enumerate(partitions.items()):
         parts.append(f"<h2>{html.escape(topic)}-{partition}</h2>")
-        parts.append(partition_svg(replicas))
+        parts.append(partition_svg(replicas, index))
         parts.append(_html_table(
             ["broker", "kind", "log start", "log end", "latest epoch", "diverges at", "lost", "why"],
             [

@@ -131,3 +131,17 @@ def test_record_and_batch_objects() -> None:
     rec = b2.records()[0]
     assert (rec.key, rec.value, rec.headers, rec.offset) == (None, b"3", [("h", None)], 2)
     assert "offset=2" in repr(rec)
+
+
+def test_empty_batch_left_by_compaction() -> None:
+    """Kafka keeps empty batches (count 0) for producer state; they decode to no records."""
+    import struct
+
+    from conftest import fix_v2_crc
+
+    header = struct.pack(">qiibIhiqqqhii", 40, 49, 3, 2, 0, 0x13, 4, 1, 1, 77, 1, 10, 0)  # lz4 bits, transactional
+    empty = fix_v2_crc(header)
+    (batch,) = list(iter_batches(empty + B1))[:1]
+    assert (batch.records_count, len(batch), batch.last_offset, batch.producer_id) == (0, 0, 44, 77)
+    assert decode_to_arrow(empty + B1).num_rows == 2
+    assert batch_index(empty) == [(0, 61, 40, 44)]

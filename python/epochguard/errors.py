@@ -27,7 +27,10 @@ __all__ = [
     "UnknownTopicOrPartitionError",
     "LeaderNotAvailableError",
     "NotLeaderOrFollowerError",
+    "RequestTimedOutError",
     "ReplicaNotAvailableError",
+    "NotEnoughReplicasError",
+    "NotEnoughReplicasAfterAppendError",
     "TopicAuthorizationFailedError",
     "KafkaStorageError",
     "FencedLeaderEpochError",
@@ -107,7 +110,23 @@ class NotLeaderOrFollowerError(ApiError):
     retriable = True
 
 
+class RequestTimedOutError(ApiError):
+    retriable = True
+
+
 class ReplicaNotAvailableError(ApiError):
+    retriable = True
+
+
+class NotEnoughReplicasError(ApiError):
+    """acks=all and the ISR is smaller than min.insync.replicas: nothing was appended."""
+
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(ApiError):
+    """acks=all: appended, but the ISR shrank below min.insync.replicas before it was replicated."""
+
     retriable = True
 
 
@@ -152,7 +171,10 @@ class Errors(enum.IntEnum):
     UNKNOWN_TOPIC_OR_PARTITION = 3
     LEADER_NOT_AVAILABLE = 5
     NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
     REPLICA_NOT_AVAILABLE = 9
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     TOPIC_AUTHORIZATION_FAILED = 29
     KAFKA_STORAGE_ERROR = 56
     FENCED_LEADER_EPOCH = 74
@@ -189,7 +211,10 @@ _EXCEPTIONS: dict[Errors, type[ApiError]] = {
     Errors.UNKNOWN_TOPIC_OR_PARTITION: UnknownTopicOrPartitionError,
     Errors.LEADER_NOT_AVAILABLE: LeaderNotAvailableError,
     Errors.NOT_LEADER_OR_FOLLOWER: NotLeaderOrFollowerError,
+    Errors.REQUEST_TIMED_OUT: RequestTimedOutError,
     Errors.REPLICA_NOT_AVAILABLE: ReplicaNotAvailableError,
+    Errors.NOT_ENOUGH_REPLICAS: NotEnoughReplicasError,
+    Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND: NotEnoughReplicasAfterAppendError,
     Errors.TOPIC_AUTHORIZATION_FAILED: TopicAuthorizationFailedError,
     Errors.KAFKA_STORAGE_ERROR: KafkaStorageError,
     Errors.FENCED_LEADER_EPOCH: FencedLeaderEpochError,

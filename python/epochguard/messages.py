@@ -33,6 +33,12 @@ __all__ = [
     "METADATA_VERSION",
     "OFFSET_COMMIT_VERSION",
     "OFFSET_FETCH_VERSION",
+    "PRODUCE_VERSION",
+    "ProduceRecord",
+    "ProducePartition",
+    "ProduceRequest",
+    "ProducePartitionResponse",
+    "ProduceResponse",
     "FetchPartition",
     "FetchRequest",
     "DivergingEpoch",
@@ -69,11 +75,68 @@ __all__ = [
 
 # Latest versions in Kafka trunk (late 2024); every epoch field exists from these on.
 FETCH_VERSION = 17
+PRODUCE_VERSION = 11
 LIST_OFFSETS_VERSION = 9
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 METADATA_VERSION = 12
 OFFSET_COMMIT_VERSION = 9
 OFFSET_FETCH_VERSION = 9
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderIdAndEpoch:
+    """Produce/Fetch response tagged field (KIP-951 leader hint); -1/-1 = absent."""
+
+    leader_id: int = -1
+    leader_epoch: int = NO_EPOCH
+
+
+# --- Produce -------------------------------------------------------------------------------------
+ProduceRecord = tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+"""(key, value) or (key, value, headers); the leader stamps offsets, epoch and timestamp."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProducePartition:
+    """One partition's records. Kafka sends encoded batches and the leader rewrites base offset and
+    partition leader epoch in place; here the leader encodes them (`encode_batch`), same result."""
+
+    topic: str
+    partition_index: int
+    records: tuple[ProduceRecord, ...]
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRequest:
+    partitions: tuple[ProducePartition, ...]
+    acks: int = -1  # -1 all ISR, 1 leader only, 0 none
+    timeout_ms: int = 30_000
+    version: int = PRODUCE_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class ProducePartitionResponse:
+    topic: str
+    partition_index: int
+    error_code: Errors = Errors.NONE
+    base_offset: int = NO_OFFSET
+    log_append_time_ms: int = -1
+    log_start_offset: int = NO_OFFSET
+    current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResponse:
+    partitions: tuple[ProducePartitionResponse, ...]
+    throttle_time_ms: int = 0
 
 
 # --- Fetch ---------------------------------------------------------------------------------------
@@ -115,14 +178,6 @@ class DivergingEpoch:
 
     epoch: int
     end_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class LeaderIdAndEpoch:
-    """Fetch response tagged field 1 (KIP-951 leader hint); -1/-1 = absent."""
-
-    leader_id: int = -1
-    leader_epoch: int = NO_EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,7 +461,8 @@ class BrokerRegistration:
 
 
 Request = (
-    FetchRequest
+    ProduceRequest
+    | FetchRequest
     | OffsetsForLeaderEpochRequest
     | ListOffsetsRequest
     | MetadataRequest
@@ -415,7 +471,8 @@ Request = (
     | AlterPartitionRequest
 )
 Response = (
-    FetchResponse
+    ProduceResponse
+    | FetchResponse
     | OffsetsForLeaderEpochResponse
     | ListOffsetsResponse
     | MetadataResponse

@@ -36,6 +36,7 @@ __all__ = [
     "ConsumerRecord",
     "ConsumerRecords",
     "TruncationEvent",
+    "OffsetResetEvent",
     "epoch_or_none",
     "epoch_or_sentinel",
 ]
@@ -230,3 +231,22 @@ class TruncationEvent:
     offsets_affected: int | None
     resolution: Literal["rewound", "reset", "raised"]
     detected_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetResetEvent:
+    """A position the consumer set by its reset policy, distinct from a detected truncation.
+
+    `reason`: "no_position" (nothing committed, no position yet), "out_of_range" (a fetch answered
+    OFFSET_OUT_OF_RANGE: retention, or a truncation the offsets-only protocol cannot tell apart),
+    "truncation" (a KIP-320 validation found a truncation the leader could not locate; the matching
+    `TruncationEvent` has resolution "reset"). `from_offset` is the position before (None if none).
+    """
+
+    partition: TopicPartition
+    policy: ResetPolicy
+    reason: Literal["no_position", "out_of_range", "truncation"]
+    from_offset: int | None
+    to_offset: int
+    to_epoch: int | None
+    at_ms: int

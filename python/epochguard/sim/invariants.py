@@ -1,0 +1,292 @@
+"""The invariant checker: five properties of a correct leader-epoch protocol, checked after every step.
+
+1. `isr-agreement`: every replica in the controller's ISR holds the same records as the leader below
+   the leader's high watermark.
+2. `acked-durable`: with clean elections, an acks=all record acknowledged to a producer is in the
+   current leader's log at its offset (exempt: records acknowledged before an unclean election).
+3. `consumer-continuity`: a consumer never skips an offset, never delivers a different record at an
+   offset it already delivered, and never continues on a log that disagrees with what it already
+   delivered, unless it raised or reported the truncation (a `TruncationEvent`; a plain
+   out-of-range reset excuses a skip only).
+4. `list-offsets-monotonic`: the latest offset a client gets from ListOffsets never goes backwards,
+   unless an unclean election happened in between.
+5. `metadata-epoch-monotonic`: the leader epoch a client accepts for a partition never goes backwards.
+
+Each violation is reported once (per invariant, partition and offset), with the step, and the last
+events as a readable trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from epochguard.types import ConsumerRecord, OffsetResetEvent, TopicPartition, TruncationEvent
+
+if TYPE_CHECKING:
+    from epochguard.sim.cluster import Cluster
+    from epochguard.sim.storage import SimLog
+
+ISR_AGREEMENT = "isr-agreement"
+ACKED_DURABLE = "acked-durable"
+CONSUMER_CONTINUITY = "consumer-continuity"
+LIST_OFFSETS_MONOTONIC = "list-offsets-monotonic"
+METADATA_EPOCH_MONOTONIC = "metadata-epoch-monotonic"
+ALL_INVARIANTS = (ISR_AGREEMENT, ACKED_DURABLE, CONSUMER_CONTINUITY, LIST_OFFSETS_MONOTONIC, METADATA_EPOCH_MONOTONIC)
+
+TRACE_LENGTH = 12
+_NO_LIMIT = 1 << 62
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    invariant: str
+    step: int
+    time_ms: int
+    node: str
+    partition: str | None
+    message: str
+    trace: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "invariant": self.invariant,
+            "step": self.step,
+            "time_ms": self.time_ms,
+            "node": self.node,
+            "partition": self.partition,
+            "message": self.message,
+            "trace": list(self.trace),
+        }
+
+    def __str__(self) -> str:
+        where = f" {self.partition}" if self.partition else ""
+        lines = [f"VIOLATION {self.invariant} at step {self.step} ({self.time_ms} ms) on {self.node}{where}: {self.message}"]
+        lines += [f"    {line}" for line in self.trace]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class AckedRecord:
+    """An acks=all record a producer was told is committed."""
+
+    tp: TopicPartition
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    step: int
+
+
+@dataclass(slots=True)
+class _Delivered:
+    identity: tuple[int | None, bytes | None, bytes | None]
+    seq: int  # delivery order within its (consumer, partition)
+
+
+@dataclass(slots=True)
+class _ConsumerView:
+    """What one consumer delivered for one partition, and what it reported."""
+
+    delivered: dict[int, _Delivered] = field(default_factory=dict)
+    last_offset: int | None = None
+    seq: int = 0
+    # (seq of the last delivery when reported, divergent offset): covers deliveries with seq <= that
+    truncations: list[tuple[int, int | None]] = field(default_factory=list)
+    last_reset_seq: int = -1
+    checked_against: tuple[int, int] | None = None  # (broker, log generation) last compared
+
+    def truncation_covers(self, offset: int, after_seq: int) -> bool:
+        return any(seq >= after_seq and (div is None or div <= offset) for seq, div in self.truncations)
+
+
+class InvariantChecker:
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.violations: list[Violation] = []
+        self._reported: set[tuple[Any, ...]] = set()
+        self._agreed: dict[tuple[TopicPartition, int, int], tuple[int, int, int]] = {}
+        self.acked: list[AckedRecord] = []
+        self._acked_checked: dict[TopicPartition, tuple[int, int, int, int]] = {}
+        self._consumers: dict[tuple[str, TopicPartition], _ConsumerView] = {}
+        self._list_offsets: dict[tuple[str, TopicPartition], tuple[int, int]] = {}
+        self._metadata_epochs: dict[tuple[str, TopicPartition], int] = {}
+
+    # --- reporting -------------------------------------------------------------------------------
+    def report(self, invariant: str, node: str, tp: TopicPartition | None, message: str, key: tuple[Any, ...]) -> None:
+        if (invariant, *key) in self._reported:
+            return
+        self._reported.add((invariant, *key))
+        timeline = self.cluster.timeline
+        trace = tuple(str(e) for e in timeline.tail(TRACE_LENGTH))
+        violation = Violation(invariant, timeline.step, timeline.time_ms, node, None if tp is None else str(tp), message, trace)
+        self.violations.append(violation)
+        timeline.record("violation", node, f"{invariant}: {message}", invariant=invariant,
+                        partition=None if tp is None else str(tp))
+
+    # --- after every step ------------------------------------------------------------------------
+    def check_step(self) -> None:
+        for tp in self.cluster.topic_partitions:
+            leader = self.cluster.acting_leader(tp)
+            if leader is None:
+                continue
+            self._check_isr_agreement(tp, leader)
+            self._check_acked(tp, leader)
+
+    def _check_isr_agreement(self, tp: TopicPartition, leader: int) -> None:
+        state = self.cluster.controller.state(tp)
+        leader_log = self.cluster.log(leader, tp)
+        hw = leader_log.high_watermark
+        for replica in state.isr:
+            if replica == leader:
+                continue
+            log = self.cluster.log(replica, tp)
+            bound = min(hw, log.log_end_offset)
+            key = (tp, leader, replica)
+            start = 0
+            agreed = self._agreed.get(key)
+            if agreed is not None and agreed[:2] == (leader_log.generation, log.generation):
+                start = agreed[2]
+            if start >= bound:
+                continue
+            if leader_log.read(start, max_bytes=_NO_LIMIT, upper_bound=bound) == log.read(start, max_bytes=_NO_LIMIT, upper_bound=bound):
+                self._agreed[key] = (leader_log.generation, log.generation, bound)
+                continue
+            offset, mine, theirs = _first_difference(leader_log, log, start, bound)
+            self.report(
+                ISR_AGREEMENT, f"broker-{replica}", tp,
+                f"ISR member {replica} disagrees with leader {leader} at offset {offset} below the high watermark "
+                f"{hw}: leader has {_show(mine)}, replica has {_show(theirs)} (ISR {list(state.isr)})",
+                key=(tp, replica, offset),
+            )
+
+    def _check_acked(self, tp: TopicPartition, leader: int) -> None:
+        log = self.cluster.log(leader, tp)
+        state = self.cluster.controller.state(tp)
+        mine = [r for r in self.acked if r.tp == tp]
+        marker = (leader, state.leader_epoch, log.generation, len(mine))
+        if self._acked_checked.get(tp) == marker or not mine:
+            return
+        self._acked_checked[tp] = marker
+        offsets = [r.offset for r in mine]
+        present = log.records_between(min(offsets), max(offsets) + 1)
+        for rec in mine:
+            got = present.get(rec.offset)
+            if got is not None and (got[1], got[2]) == (rec.key, rec.value):
+                continue
+            if self.cluster.controller.unclean_since(tp, rec.step):
+                continue
+            self.report(
+                ACKED_DURABLE, f"broker-{leader}", tp,
+                f"acknowledged acks=all record {_show((None, rec.key, rec.value))} at offset {rec.offset} "
+                f"(acked at step {rec.step}) is gone: leader {leader} (epoch {state.leader_epoch}) has "
+                f"{_show(got) if got else 'nothing'} there, log end {log.log_end_offset}; no unclean election",
+                key=(tp, rec.offset),
+            )
+
+    # --- hooks called by the clients as things happen --------------------------------------------
+    def on_acked(self, tp: TopicPartition, offset: int, key: bytes | None, value: bytes | None) -> None:
+        self.acked.append(AckedRecord(tp, offset, key, value, self.cluster.timeline.step))
+
+    def on_truncation(self, consumer: str, event: TruncationEvent) -> None:
+        view = self._view(consumer, event.partition)
+        view.truncations.append((view.seq, event.divergent_offset))
+
+    def on_reset(self, consumer: str, event: OffsetResetEvent) -> None:
+        view = self._view(consumer, event.partition)
+        view.last_reset_seq = view.seq
+
+    def on_consumed(self, consumer: str, record: ConsumerRecord, served_by: int) -> None:
+        tp = record.topic_partition
+        view = self._view(consumer, tp)
+        offset = record.offset
+        identity = (record.leader_epoch, record.key, record.value)
+        before = view.delivered.get(offset)
+        if before is not None and before.identity != identity and not view.truncation_covers(offset, before.seq):
+            self.report(
+                CONSUMER_CONTINUITY, consumer, tp,
+                f"delivered {_show(identity)} at offset {offset} (from broker {served_by}), but it had delivered "
+                f"{_show(before.identity)} there before, and no truncation was reported",
+                key=(consumer, tp, "redelivered", offset),
+            )
+        if view.last_offset is not None and offset > view.last_offset + 1:
+            since = view.delivered[view.last_offset].seq
+            excused = view.last_reset_seq >= since or any(seq >= since for seq, _ in view.truncations)
+            if not excused:
+                self.report(
+                    CONSUMER_CONTINUITY, consumer, tp,
+                    f"skipped offsets {view.last_offset + 1}..{offset - 1}: delivered {view.last_offset} then {offset} "
+                    "with no truncation or reset reported",
+                    key=(consumer, tp, "skip", offset),
+                )
+        self._check_consumer_log(consumer, tp, view, offset, served_by)
+        view.seq += 1
+        view.delivered[offset] = _Delivered(identity, view.seq)
+        view.last_offset = offset
+
+    def _check_consumer_log(self, consumer: str, tp: TopicPartition, view: _ConsumerView, offset: int, broker: int) -> None:
+        """Everything delivered below `offset` must still be in the log now serving `offset`."""
+        log = self.cluster.log(broker, tp)
+        if view.checked_against == (broker, log.generation):
+            return  # same log, nothing removed from it since the last comparison
+        view.checked_against = (broker, log.generation)
+        earlier = [o for o in view.delivered if log.log_start_offset <= o < offset]
+        if not earlier:
+            return
+        actual = log.records_between(min(earlier), offset)
+        for o in sorted(earlier):
+            seen = view.delivered[o]
+            now = actual.get(o)
+            if now is not None and now == seen.identity:
+                continue
+            if view.truncation_covers(o, seen.seq):
+                continue
+            self.report(
+                CONSUMER_CONTINUITY, consumer, tp,
+                f"continued at offset {offset} on broker {broker}, whose log has {_show(now) if now else 'nothing'} "
+                f"at offset {o} where the consumer delivered {_show(seen.identity)}; no truncation was reported",
+                key=(consumer, tp, "diverged", o),
+            )
+            return
+
+    def on_list_offsets(self, client: str, tp: TopicPartition, offset: int) -> None:
+        step = self.cluster.timeline.step
+        seen = self._list_offsets.get((client, tp))
+        if seen is not None and offset < seen[0] and not self.cluster.controller.unclean_since(tp, seen[1]):
+            self.report(
+                LIST_OFFSETS_MONOTONIC, client, tp,
+                f"ListOffsets(latest) went back from {seen[0]} (step {seen[1]}) to {offset} with no unclean election",
+                key=(client, tp, offset, seen[0]),
+            )
+        if seen is None or offset >= seen[0]:
+            self._list_offsets[(client, tp)] = (offset, step)
+
+    def on_metadata_accepted(self, client: str, tp: TopicPartition, leader: int | None, epoch: int | None) -> None:
+        if epoch is None or epoch < 0:
+            return
+        before = self._metadata_epochs.get((client, tp))
+        if before is not None and epoch < before:
+            self.report(
+                METADATA_EPOCH_MONOTONIC, client, tp,
+                f"accepted metadata with leader {leader} epoch {epoch} after having epoch {before}",
+                key=(client, tp, epoch, before),
+            )
+        self._metadata_epochs[(client, tp)] = max(epoch, before if before is not None else epoch)
+
+    def _view(self, consumer: str, tp: TopicPartition) -> _ConsumerView:
+        return self._consumers.setdefault((consumer, tp), _ConsumerView())
+
+
+def _first_difference(a: SimLog, b: SimLog, start: int, end: int) -> tuple[int, Any, Any]:
+    ra, rb = a.records_between(start, end), b.records_between(start, end)
+    for offset in range(start, end):
+        if ra.get(offset) != rb.get(offset):
+            return offset, ra.get(offset), rb.get(offset)
+    return start, None, None  # same records, different batch framing
+
+
+def _show(record: Any) -> str:
+    if record is None:
+        return "nothing"
+    epoch, key, value = record
+    text = (value or b"").decode("utf-8", "replace")
+    return f"{text!r}" + ("" if epoch is None else f" (epoch {epoch})")

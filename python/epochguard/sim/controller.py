@@ -56,6 +56,7 @@ class UpdateMetadata:
 
     partitions: tuple[LeaderAndIsrPartitionState, ...]
     alive_brokers: tuple[int, ...]
+    broker_epochs: tuple[tuple[int, int], ...] = ()  # (broker, registered epoch) of the alive brokers
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +85,8 @@ class Controller:
         self.unclean_leader_election = unclean_leader_election
         self.session_timeout_ms = session_timeout_ms
         self.partitions: dict[TopicPartition, LeaderAndIsrPartitionState] = {
-            tp: LeaderAndIsrPartitionState(tp.topic, tp.partition, -1, 0, (), replicas, 0)
+            # A new topic: every replica in sync, no leader until the preferred one registers (epoch 0).
+            tp: LeaderAndIsrPartitionState(tp.topic, tp.partition, -1, -1, replicas, replicas, 0)
             for tp, replicas in sorted(assignment.items())
         }
         self.broker_epochs: dict[int, int] = {}  # registered (unfenced) brokers
@@ -137,14 +139,16 @@ class Controller:
             self.network.reply(env, BrokerHeartbeatResponse(hb.broker_epoch, fenced=True))
 
     def _register(self, broker: int) -> None:
+        if broker in self.broker_epochs:  # a new incarnation: the old one is fenced first (KRaft)
+            self.fence(broker, reason="registered again (restarted)")
         self._next_broker_epoch += 1
         self.broker_epochs[broker] = self._next_broker_epoch
         self.timeline.record("register", CONTROLLER, f"broker {broker} registered (epoch {self._next_broker_epoch})",
                              broker=broker, broker_epoch=self._next_broker_epoch)
         changed = []
         for tp, st in self.partitions.items():
-            if broker in st.replicas and st.leader < 0:
-                new = self._elect(tp, reason=f"broker {broker} is back")
+            if broker in st.replicas and st.leader < 0 and (st.leader_epoch >= 0 or broker == st.replicas[0]):
+                new = self._elect(tp, reason=f"broker {broker} registered")
                 if new is not None:
                     changed.append(new)
         self._push(changed)
@@ -190,7 +194,9 @@ class Controller:
         alive = self.broker_epochs
         clean = [b for b in st.replicas if b in st.isr and b in alive and b != st.leader]
         if clean:
-            leader, isr, is_clean = clean[0], tuple(b for b in st.isr if b in alive), True
+            # A new topic starts with every replica in sync; later the fenced ones are already out.
+            isr = st.isr if st.leader_epoch < 0 else tuple(b for b in st.isr if b in alive)
+            leader, is_clean = clean[0], True
         else:
             unclean = [b for b in st.replicas if b in alive and b != st.leader]
             if self.unclean_leader_election and unclean:
@@ -251,6 +257,7 @@ class Controller:
         self._push_metadata()
 
     def _push_metadata(self) -> None:
-        update = UpdateMetadata(tuple(self.partitions.values()), tuple(sorted(self.broker_epochs)))
+        update = UpdateMetadata(tuple(self.partitions.values()), tuple(sorted(self.broker_epochs)),
+                                tuple(sorted(self.broker_epochs.items())))
         for broker in sorted(self.broker_epochs):
             self.network.send(CONTROLLER, broker_node(broker), update)

@@ -22,7 +22,7 @@ from epochguard.messages import (
     MetadataResponseTopic,
 )
 from epochguard.sim.controller import CONTROLLER, BrokerHeartbeat, BrokerHeartbeatResponse, LeaderAndIsr, UpdateMetadata
-from epochguard.sim.network import Envelope, broker_node
+from epochguard.sim.network import Disconnected, Envelope, broker_node
 from epochguard.sim.storage import SimLog
 from epochguard.types import TopicPartition
 
@@ -102,7 +102,10 @@ class Broker:
         now = self.now_ms
         if env.reply_to is not None:
             pending = self._pending.pop(env.reply_to, None)
-            if isinstance(msg, BrokerHeartbeatResponse):
+            if isinstance(msg, Disconnected):
+                if pending is not None and not isinstance(pending[1], BrokerHeartbeat):
+                    self.manager.on_request_failed(pending[0], pending[1], now)
+            elif isinstance(msg, BrokerHeartbeatResponse):
                 self._on_heartbeat_response(msg)
             elif pending is not None:
                 node_id, request, _ = pending

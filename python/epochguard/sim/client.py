@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from epochguard.messages import MetadataRequest, MetadataResponse
 from epochguard.metadata import ClientMetadata, MetadataUpdate
-from epochguard.sim.network import Envelope, broker_node
+from epochguard.sim.network import Disconnected, Envelope, broker_node
 
 if TYPE_CHECKING:
     from epochguard.sim.cluster import Cluster
@@ -50,6 +50,13 @@ class Client:
         if env.reply_to is None or env.reply_to not in self._pending:
             return  # not an answer to anything we still wait for (late, after a timeout)
         kind, context, _ = self._pending.pop(env.reply_to)
+        if isinstance(env.payload, Disconnected):
+            if kind == "metadata":
+                self._metadata_in_flight = None
+                self.metadata.failed_update(self.now_ms)
+            else:
+                self.on_timeout(kind, context)
+            return
         if kind == "metadata":
             self._metadata_in_flight = None
             self._on_metadata(env.payload)

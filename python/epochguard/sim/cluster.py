@@ -18,7 +18,7 @@ from epochguard.sim.controller import CONTROLLER, Controller
 from epochguard.sim.faults import Fault, Schedule
 from epochguard.sim.invariants import InvariantChecker
 from epochguard.sim.monitor import OffsetMonitor
-from epochguard.sim.network import Network, broker_node
+from epochguard.sim.network import Disconnected, Network, broker_node
 from epochguard.sim.producer import Producer
 from epochguard.sim.storage import SimLog
 from epochguard.sim.timeline import Timeline
@@ -124,7 +124,6 @@ class Cluster:
         self.network.purge(broker_node(broker_id))
 
     def restart(self, broker_id: int) -> None:
-        self.network.purge(broker_node(broker_id))
         self.brokers[broker_id].restart()
 
     # --- running ---------------------------------------------------------------------------------
@@ -137,7 +136,10 @@ class Cluster:
             fault.apply(self)
         for env in self.network.due():
             node = self._nodes.get(env.dst)
-            if node is not None:
+            if isinstance(node, Broker) and not node.alive:
+                if not env.is_response:
+                    self.network.reply(env, Disconnected())
+            elif node is not None:
                 node.receive(env)
         self.controller.tick()
         for broker in self.brokers.values():

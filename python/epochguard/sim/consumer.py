@@ -1,12 +1,18 @@
-"""A consumer application: `epochguard.consumer` state machines (positions, validation, resets) driven
-over the network; every delivered record and every reported truncation goes to the checker."""
+"""A consumer application: the `epochguard.consumer.Consumer` state machine (positions, validation,
+resets, fetches: every rule) driven over the network. The application polls every step, hands each
+record to the checker, and reports the truncations and resets the state machine recorded."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from epochguard.sim.client import Client
+from epochguard.consumer import Consumer as ConsumerMachine
+from epochguard.errors import LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError
+from epochguard.messages import FetchResponse, MetadataResponse
+from epochguard.metadata import ClientMetadata
+from epochguard.sim.network import Disconnected, Envelope, broker_node
+from epochguard.types import ConsumerRecord, TopicPartition
 
 if TYPE_CHECKING:
     from epochguard.sim.cluster import Cluster
@@ -36,7 +42,107 @@ class ConsumedRecord:
         }
 
 
-class Consumer(Client):
+class Consumer:
     def __init__(self, name: str, cluster: Cluster) -> None:
-        super().__init__(name, cluster)
+        cfg = cluster.config
+        self.name = name
+        self.cluster = cluster
+        metadata = ClientMetadata(protocol=cluster.protocol, topics=[cfg.topic],
+                                  refresh_backoff_ms=cfg.metadata_backoff_ms, metadata_max_age_ms=cfg.metadata_max_age_ms)
+        self.machine = ConsumerMachine(
+            bootstrap=cluster.broker_ids,
+            reset_policy=cfg.auto_offset_reset,
+            protocol=cluster.protocol,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            request_timeout_ms=cfg.request_timeout_ms,
+            metadata=metadata,
+        )
+        self.machine.assign(cluster.topic_partitions)
         self.consumed: list[ConsumedRecord] = []
+        self._sent: dict[int, tuple[int, Any]] = {}  # msg id -> (broker, request)
+        self._served_by: dict[TopicPartition, int] = {}
+        self._truncations_seen = 0
+        self._resets_seen = 0
+
+    @property
+    def metadata(self) -> ClientMetadata:
+        return self.machine.metadata
+
+    def receive(self, env: Envelope) -> None:
+        sent = self._sent.pop(env.reply_to, None) if env.reply_to is not None else None
+        if sent is None:
+            return
+        node, request = sent
+        now = self.cluster.clock.now_ms
+        if isinstance(env.payload, Disconnected):
+            self.machine.on_request_failed(node, request, now)
+            return
+        if isinstance(env.payload, FetchResponse):
+            for data in env.payload.partitions:
+                if data.records:
+                    self._served_by[data.tp] = node
+        self.machine.on_response(node, request, env.payload, now)
+        if isinstance(env.payload, MetadataResponse):
+            for tp in self.cluster.topic_partitions:
+                meta = self.metadata.partition_metadata(tp)
+                if meta is not None:
+                    self.cluster.checker.on_metadata_accepted(self.name, tp, meta.leader_id, meta.leader_epoch)
+
+    def tick(self) -> None:
+        now = self.cluster.clock.now_ms
+        for node, request in self.machine.poll_requests(now):
+            msg_id = self.cluster.network.send(self.name, broker_node(node), request)
+            self._sent[msg_id] = (node, request)
+        try:
+            records = self.machine.poll(now)
+        except LogTruncationError as e:  # reset policy "none": the application decides where to go on
+            self._report()
+            for tp, divergent in e.divergent_offsets.items():
+                if divergent is not None:
+                    self.machine.seek(tp, divergent)
+                else:
+                    self.machine.seek_to_beginning(tp)
+            return
+        except (OffsetOutOfRangeError, NoOffsetForPartitionError) as e:
+            self._report()
+            self.cluster.timeline.record("error", self.name, f"{type(e).__name__}: {e}; seeking to the beginning")
+            for tp in self.cluster.topic_partitions:
+                self.machine.seek_to_beginning(tp)
+            return
+        self._report()
+        step = self.cluster.timeline.step
+        for tp in records.partitions():
+            batch: list[ConsumerRecord] = list(records[tp])
+            broker = self._served_by.get(tp, -1)
+            for record in batch:
+                self.consumed.append(ConsumedRecord(self.name, record.topic, record.partition, record.offset,
+                                                    record.leader_epoch, record.key, record.value, broker, step))
+                self.cluster.checker.on_consumed(self.name, record, broker)
+            self.cluster.timeline.record(
+                "consume", self.name,
+                f"{tp} offsets {batch[0].offset}..{batch[-1].offset} from broker {broker} (epoch {batch[-1].leader_epoch})",
+                partition=str(tp), first=batch[0].offset, last=batch[-1].offset, broker=broker,
+            )
+
+    def _report(self) -> None:
+        """Hand the truncations and resets the state machine recorded to the checker and the timeline."""
+        for event in self.machine.truncations[self._truncations_seen:]:
+            self.cluster.checker.on_truncation(self.name, event)
+            where = "unknown" if event.divergent_offset is None else f"{event.divergent_offset} (epoch {event.divergent_epoch})"
+            self.cluster.timeline.record(
+                "truncation", self.name,
+                f"{event.partition}: log truncated below position {event.position.offset}, divergent offset {where}, "
+                f"{event.resolution}",
+                partition=str(event.partition), position=event.position.offset,
+                divergent_offset=event.divergent_offset, divergent_epoch=event.divergent_epoch,
+                resolution=event.resolution,
+            )
+        self._truncations_seen = len(self.machine.truncations)
+        for reset in self.machine.resets[self._resets_seen:]:
+            self.cluster.checker.on_reset(self.name, reset)
+            self.cluster.timeline.record(
+                "reset", self.name,
+                f"{reset.partition}: position reset ({reset.policy}, {reset.reason}) from {reset.from_offset} to {reset.to_offset}",
+                partition=str(reset.partition), reason=reset.reason, from_offset=reset.from_offset, to_offset=reset.to_offset,
+            )
+        self._resets_seen = len(self.machine.resets)

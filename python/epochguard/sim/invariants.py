@@ -206,7 +206,7 @@ class InvariantChecker:
                 CONSUMER_CONTINUITY, consumer, tp,
                 f"delivered {_show(identity)} at offset {offset} (from broker {served_by}), but it had delivered "
                 f"{_show(before.identity)} there before, and no truncation was reported",
-                key=(consumer, tp, "redelivered", offset),
+                key=(consumer, tp, "redelivered", len(view.truncations), view.last_reset_seq),  # once per incident
             )
         if view.last_offset is not None and offset > view.last_offset + 1:
             since = view.delivered[view.last_offset].seq
@@ -216,7 +216,7 @@ class InvariantChecker:
                     CONSUMER_CONTINUITY, consumer, tp,
                     f"skipped offsets {view.last_offset + 1}..{offset - 1}: delivered {view.last_offset} then {offset} "
                     "with no truncation or reset reported",
-                    key=(consumer, tp, "skip", offset),
+                    key=(consumer, tp, "skip", len(view.truncations), view.last_reset_seq),
                 )
         self._check_consumer_log(consumer, tp, view, offset, served_by)
         view.seq += 1
@@ -244,7 +244,7 @@ class InvariantChecker:
                 CONSUMER_CONTINUITY, consumer, tp,
                 f"continued at offset {offset} on broker {broker}, whose log has {_show(now) if now else 'nothing'} "
                 f"at offset {o} where the consumer delivered {_show(seen.identity)}; no truncation was reported",
-                key=(consumer, tp, "diverged", o),
+                key=(consumer, tp, "diverged", len(view.truncations), view.last_reset_seq),
             )
             return
 

@@ -22,6 +22,11 @@ def broker_node(broker_id: int) -> Node:
 
 
 @dataclass(frozen=True, slots=True)
+class Disconnected:
+    """The answer a request gets when its destination process is down: the connection was refused/reset."""
+
+
+@dataclass(frozen=True, slots=True)
 class Envelope:
     """A request or the response to one (`reply_to` = the request's id)."""
 
@@ -91,8 +96,10 @@ class Network:
         return out
 
     def purge(self, node: Node) -> int:
-        """Drop everything in flight to or from `node` (its connections closed: crash or restart)."""
-        kept = [item for item in self._queue if node not in (item[2].src, item[2].dst)]
+        """Drop everything `node` had in flight (its send buffers die with the process).
+
+        Requests on their way to it still arrive, and bounce as `Disconnected`."""
+        kept = [item for item in self._queue if item[2].src != node]
         purged = len(self._queue) - len(kept)
         heapq.heapify(kept)
         self._queue = kept

@@ -102,4 +102,5 @@ class Producer(Client):
 
     def on_timeout(self, kind: str, context: Any) -> None:
         super().on_timeout(kind, context)
+        self._next_send[context] = self.now_ms + self.cluster.config.retry_backoff_ms
         self.errors += 1  # the batch stays and is sent again: maybe a duplicate

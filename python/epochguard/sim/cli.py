@@ -9,14 +9,14 @@ import sys
 from epochguard.sim.scenarios import PROTOCOLS, SCENARIOS, SimulationResult, run_scenario
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("simulate", help="deterministic cluster simulation with fault injection and invariant checks")
+def configure(p: argparse.ArgumentParser) -> None:
+    """Arguments of `epochguard simulate` (the parser is made by `epochguard.__main__`)."""
     p.add_argument("--scenario", required=True, choices=list(SCENARIOS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--protocol", choices=list(PROTOCOLS), default="kip-320")
     p.add_argument("--steps", type=int, default=None, help="number of steps (default: the scenario's)")
-    p.add_argument("--partitions", type=int, default=None)
-    p.add_argument("--log-dir", default=None, help="write every broker's Kafka log dir here at the end")
+    p.add_argument("--partitions", type=int, default=None, help="partitions of the topic (default: the scenario's)")
+    p.add_argument("--log-dir", default=None, help="write every broker's Kafka log dir (broker-<id>/) here at the end")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(run=run)
 

@@ -104,12 +104,10 @@ class Controller:
     def state(self, tp: TopicPartition) -> LeaderAndIsrPartitionState:
         return self.partitions[tp]
 
-    def unclean_since(self, tp: TopicPartition, step: int) -> bool:
-        """Whether `tp` had an unclean election at or after `step`."""
-        return any(e.tp == tp and not e.clean and e.step >= step for e in self.elections)
-
-    def ever_unclean(self, tp: TopicPartition) -> bool:
-        return any(e.tp == tp and not e.clean for e in self.elections)
+    def unclean_after_epoch(self, tp: TopicPartition, epoch: int) -> bool:
+        """Whether an unclean election of `tp` started an epoch newer than `epoch`: what was written or
+        seen in `epoch` may be gone (even if a zombie learned of the election late)."""
+        return any(e.tp == tp and not e.clean and e.leader_epoch > epoch for e in self.elections)
 
     # --- messages --------------------------------------------------------------------------------
     def receive(self, env: Envelope) -> None:

@@ -35,6 +35,7 @@ METADATA_EPOCH_MONOTONIC = "metadata-epoch-monotonic"
 ALL_INVARIANTS = (ISR_AGREEMENT, ACKED_DURABLE, CONSUMER_CONTINUITY, LIST_OFFSETS_MONOTONIC, METADATA_EPOCH_MONOTONIC)
 
 TRACE_LENGTH = 12
+_NOT_IN_TRACE = frozenset({"ack", "violation"})  # the bulk, and the other reports
 _NO_LIMIT = 1 << 62
 
 
@@ -75,6 +76,7 @@ class AckedRecord:
     key: bytes | None
     value: bytes | None
     step: int
+    leader_epoch: int  # of the leader that acknowledged it
 
 
 @dataclass(slots=True)
@@ -108,7 +110,7 @@ class InvariantChecker:
         self.acked: list[AckedRecord] = []
         self._acked_checked: dict[TopicPartition, tuple[int, int, int, int]] = {}
         self._consumers: dict[tuple[str, TopicPartition], _ConsumerView] = {}
-        self._list_offsets: dict[tuple[str, TopicPartition], tuple[int, int]] = {}
+        self._list_offsets: dict[tuple[str, TopicPartition], tuple[int, int, int]] = {}  # (max, step, epoch)
         self._metadata_epochs: dict[tuple[str, TopicPartition], int] = {}
 
     # --- reporting -------------------------------------------------------------------------------
@@ -117,7 +119,7 @@ class InvariantChecker:
             return
         self._reported.add((invariant, *key))
         timeline = self.cluster.timeline
-        trace = tuple(str(e) for e in timeline.tail(TRACE_LENGTH))
+        trace = tuple(str(e) for e in timeline.tail(TRACE_LENGTH, exclude=_NOT_IN_TRACE))
         violation = Violation(invariant, timeline.step, timeline.time_ms, node, None if tp is None else str(tp), message, trace)
         self.violations.append(violation)
         timeline.record("violation", node, f"{invariant}: {message}", invariant=invariant,
@@ -173,19 +175,19 @@ class InvariantChecker:
             got = present.get(rec.offset)
             if got is not None and (got[1], got[2]) == (rec.key, rec.value):
                 continue
-            if self.cluster.controller.unclean_since(tp, rec.step):
+            if self.cluster.controller.unclean_after_epoch(tp, rec.leader_epoch):
                 continue
             self.report(
                 ACKED_DURABLE, f"broker-{leader}", tp,
                 f"acknowledged acks=all record {_show((None, rec.key, rec.value))} at offset {rec.offset} "
-                f"(acked at step {rec.step}) is gone: leader {leader} (epoch {state.leader_epoch}) has "
+                f"(acked at step {rec.step} in epoch {rec.leader_epoch}) is gone: leader {leader} (epoch {state.leader_epoch}) has "
                 f"{_show(got) if got else 'nothing'} there, log end {log.log_end_offset}; no unclean election",
                 key=(tp, rec.offset),
             )
 
     # --- hooks called by the clients as things happen --------------------------------------------
-    def on_acked(self, tp: TopicPartition, offset: int, key: bytes | None, value: bytes | None) -> None:
-        self.acked.append(AckedRecord(tp, offset, key, value, self.cluster.timeline.step))
+    def on_acked(self, tp: TopicPartition, offset: int, key: bytes | None, value: bytes | None, leader_epoch: int) -> None:
+        self.acked.append(AckedRecord(tp, offset, key, value, self.cluster.timeline.step, leader_epoch))
 
     def on_truncation(self, consumer: str, event: TruncationEvent) -> None:
         view = self._view(consumer, event.partition)
@@ -248,17 +250,19 @@ class InvariantChecker:
             )
             return
 
-    def on_list_offsets(self, client: str, tp: TopicPartition, offset: int) -> None:
+    def on_list_offsets(self, client: str, tp: TopicPartition, offset: int, leader_epoch: int) -> None:
+        """A ListOffsets(latest) answer `offset` from a leader in `leader_epoch`."""
         step = self.cluster.timeline.step
         seen = self._list_offsets.get((client, tp))
-        if seen is not None and offset < seen[0] and not self.cluster.controller.unclean_since(tp, seen[1]):
+        if seen is not None and offset < seen[0] and not self.cluster.controller.unclean_after_epoch(tp, seen[2]):
             self.report(
                 LIST_OFFSETS_MONOTONIC, client, tp,
-                f"ListOffsets(latest) went back from {seen[0]} (step {seen[1]}) to {offset} with no unclean election",
-                key=(client, tp, offset, seen[0]),
+                f"ListOffsets(latest) went back from {seen[0]} (step {seen[1]}, epoch {seen[2]}) to {offset} "
+                f"(epoch {leader_epoch}) with no unclean election in between",
+                key=(client, tp, seen[0]),
             )
         if seen is None or offset >= seen[0]:
-            self._list_offsets[(client, tp)] = (offset, step)
+            self._list_offsets[(client, tp)] = (offset, step, leader_epoch)
 
     def on_metadata_accepted(self, client: str, tp: TopicPartition, leader: int | None, epoch: int | None) -> None:
         if epoch is None or epoch < 0:

@@ -44,6 +44,6 @@ class OffsetMonitor(Client):
             if answer.error_code == Errors.NONE and answer.offset >= 0:
                 if self.latest.get(tp) != answer.offset:
                     self.latest[tp] = answer.offset
-                self.cluster.checker.on_list_offsets(self.name, tp, answer.offset)
+                self.cluster.checker.on_list_offsets(self.name, tp, answer.offset, answer.leader_epoch)
             elif answer.error_code != Errors.OFFSET_NOT_AVAILABLE:  # a lagging new leader: just ask again
                 self.metadata.request_update()

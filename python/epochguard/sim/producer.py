@@ -88,11 +88,12 @@ class Producer(Client):
             return
         batch = self._batch.pop(tp)
         step = self.cluster.timeline.step
+        epoch = self.cluster.broker(broker).leader_epoch(tp)
         for i, (key, value) in enumerate(batch):
             record = ProducedRecord(tp.topic, tp.partition, part.base_offset + i, key, value, self.acks, broker, step)
             self.acked.append(record)
             if self.acks == -1:
-                self.cluster.checker.on_acked(tp, record.offset, key, value)
+                self.cluster.checker.on_acked(tp, record.offset, key, value, -1 if epoch is None else epoch)
         self.cluster.timeline.record(
             "ack", self.name,
             f"{tp} offsets {part.base_offset}..{part.base_offset + len(batch) - 1} acked by broker {broker} (acks={self.acks})",

@@ -45,10 +45,15 @@ class Timeline:
         self.events.append(event)
         return event
 
-    def tail(self, n: int, *, kinds: frozenset[str] | None = None) -> list[Event]:
-        """The last `n` events (of the given kinds): the readable trace attached to a violation."""
-        picked = [e for e in self.events if kinds is None or e.kind in kinds]
-        return picked[-n:]
+    def tail(self, n: int, *, exclude: frozenset[str] = frozenset()) -> list[Event]:
+        """The last `n` events (but those of the excluded kinds): the readable trace of a violation."""
+        picked: list[Event] = []
+        for event in reversed(self.events):
+            if event.kind not in exclude:
+                picked.append(event)
+                if len(picked) == n:
+                    break
+        return picked[::-1]
 
     def __iter__(self) -> Iterator[Event]:
         return iter(self.events)

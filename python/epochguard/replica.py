@@ -103,6 +103,7 @@ class ReplicaFetcher:
         self.fetch_max_bytes = fetch_max_bytes
         self.states: dict[TopicPartition, PartitionFetchState] = {}
         self.truncations: list[TruncationRecord] = []
+        self.failed: dict[TopicPartition, str] = {}  # partitions parked after an impossible append
         self._in_flight: dict[int, _InFlight] = {}  # id(request) -> what was sent
 
     @property
@@ -116,6 +117,7 @@ class ReplicaFetcher:
         if partition.leader_id is None:
             self.states.pop(partition.tp, None)  # leaderless: nothing to fetch from until the next change
             return
+        self.failed.pop(partition.tp, None)
         hw = log.high_watermark
         latest = log.latest_epoch
         state = PartitionFetchState(
@@ -274,8 +276,11 @@ class ReplicaFetcher:
         if data.records:
             try:
                 info = log.append_as_follower(data.records)
-            except UnexpectedAppendOffsetError:
-                s.delay_until_ms = now_ms + self.fetch_backoff_ms
+            except UnexpectedAppendOffsetError as e:
+                # The leader's batch starts below our end: the logs diverged in a way offsets cannot
+                # repair. Kafka marks the partition failed until the next leadership change.
+                s.state = FetchState.PARKED
+                self.failed[s.partition.tp] = str(e)
                 return
             if info is not None:
                 s.fetch_offset = info.last_offset + 1

@@ -27,7 +27,7 @@ test-python:
 	$(PY) -m pytest
 
 bench: setup
-	cargo bench --locked --bench core
+	cargo bench --locked
 	$(PY) -m pytest benches/python --benchmark-only --benchmark-group-by=group
 
 lint:

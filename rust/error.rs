@@ -19,10 +19,16 @@ pub enum Error {
 
 impl Error {
     pub fn corrupt(position: u64, reason: impl Into<String>) -> Self {
-        Error::Corrupt { position, reason: reason.into() }
+        Error::Corrupt {
+            position,
+            reason: reason.into(),
+        }
     }
     pub fn checkpoint(line: usize, reason: impl Into<String>) -> Self {
-        Error::Checkpoint { line, reason: reason.into() }
+        Error::Checkpoint {
+            line,
+            reason: reason.into(),
+        }
     }
     pub fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())

@@ -42,12 +42,18 @@ class LeaderEpochCache:
     @staticmethod
     def read_checkpoint(path: str | PathLike[str]) -> LeaderEpochCache: ...
     def write_checkpoint(self, path: str | PathLike[str]) -> None: ...
-    # Batched, GIL released. Input: any buffer of int32 (epochs) / int64 (offsets), e.g. a numpy
-    # array, or an Arrow array (__arrow_c_array__). Output: numpy arrays over Rust-owned memory.
+    # Batched, GIL released. Input: any 1-D buffer of int32 (epochs) / int64 (offsets), e.g. a numpy
+    # array, array.array or memoryview, or a null-free Arrow array (__arrow_c_array__, imported via
+    # the C Data Interface). Output: read-only numpy arrays over Rust-owned memory (zero-copy).
     def end_offsets_for(self, epochs: Any, log_end_offset: int) -> tuple[Any, Any]: ...
     def epochs_for_offsets(self, offsets: Any) -> Any: ...  # int32, -1 where no epoch
 
 # --- divergence search ---------------------------------------------------------------------------
+# find_diverging_epoch: (-1, -1) = the leader cannot answer; callers map it to OFFSET_OUT_OF_RANGE.
+# truncation_offset: None = leader offset undefined; truncate to the initial fetch offset (HW).
+# divergence_point: smallest o in [max(earliest starts), max(log ends)) where the histories assign
+# different epochs (each last epoch extends to infinity); None if none or either cache is empty.
+# divergence_points: CSR batches, bounds int64 (n + 1), epochs int32, starts/log_ends int64.
 def find_diverging_epoch(
     leader_cache: LeaderEpochCache, leader_log_end_offset: int, last_fetched_epoch: int, fetch_offset: int
 ) -> tuple[int, int] | None: ...

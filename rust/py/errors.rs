@@ -6,7 +6,12 @@ use pyo3::prelude::*;
 
 use crate::Error;
 
-create_exception!(epochguard._core, EpochGuardError, PyException, "Base class of every epochguard error.");
+create_exception!(
+    epochguard._core,
+    EpochGuardError,
+    PyException,
+    "Base class of every epochguard error."
+);
 create_exception!(
     epochguard._core,
     CorruptRecordError,
@@ -48,8 +53,20 @@ impl From<Error> for PyErr {
                 with_attrs(
                     CorruptRecordError::new_err(msg),
                     &[
-                        ("position", position.into_pyobject(py).map(|o| o.into_any().unbind()).unwrap_or_else(|_| py.None())),
-                        ("reason", reason.into_pyobject(py).map(|o| o.into_any().unbind()).unwrap_or_else(|_| py.None())),
+                        (
+                            "position",
+                            position
+                                .into_pyobject(py)
+                                .map(|o| o.into_any().unbind())
+                                .unwrap_or_else(|_| py.None()),
+                        ),
+                        (
+                            "reason",
+                            reason
+                                .into_pyobject(py)
+                                .map(|o| o.into_any().unbind())
+                                .unwrap_or_else(|_| py.None()),
+                        ),
                     ],
                 )
             }),
@@ -57,8 +74,19 @@ impl From<Error> for PyErr {
                 with_attrs(
                     CheckpointError::new_err(msg),
                     &[
-                        ("line", line.into_pyobject(py).map(|o| o.into_any().unbind()).unwrap_or_else(|_| py.None())),
-                        ("reason", reason.into_pyobject(py).map(|o| o.into_any().unbind()).unwrap_or_else(|_| py.None())),
+                        (
+                            "line",
+                            line.into_pyobject(py)
+                                .map(|o| o.into_any().unbind())
+                                .unwrap_or_else(|_| py.None()),
+                        ),
+                        (
+                            "reason",
+                            reason
+                                .into_pyobject(py)
+                                .map(|o| o.into_any().unbind())
+                                .unwrap_or_else(|_| py.None()),
+                        ),
                     ],
                 )
             }),

@@ -124,6 +124,8 @@ class Cluster:
         self.network.purge(broker_node(broker_id))
 
     def restart(self, broker_id: int) -> None:
+        if self.brokers[broker_id].alive:  # a bounce: the old process dies first
+            self.crash(broker_id)
         self.brokers[broker_id].restart()
 
     # --- running ---------------------------------------------------------------------------------

@@ -128,13 +128,18 @@ def stale_metadata(seed: int, partitions: int) -> Scenario:
 
 def leader_bounce(seed: int, partitions: int) -> Scenario:
     cfg = ClusterConfig(partitions=partitions, producers=(-1, 1))
+    b1, b2, b3 = (broker_node(b) for b in (1, 2, 3))
+    # Before each leader dies, the follower that will remain in sync with the next leader loses its
+    # link to it for a while: the new leader's high watermark stays behind the old leader's until that
+    # follower drops out of the ISR (the KIP-207 window).
     schedule: Schedule = [
-        (20, LinkDelay(broker_node(3), broker_node(2), delay_ms=60, duration_ms=400)),  # broker 2 will lead a lagging ISR
-        (30, Crash(1)),
+        (25, LinkDelay(b3, b2, drop_rate=1.0, duration_ms=250)),
+        (30, Crash(1)),  # leader 1 -> 2
         (50, Restart(1)),
-        (90, Crash(2)),
+        (85, LinkDelay(b3, b1, drop_rate=1.0, duration_ms=250)),
+        (90, Crash(2)),  # leader 2 -> 1
         (110, Restart(2)),
-        (150, Crash(3)),
+        (150, Crash(3)),  # a follower bounces too
         (170, Restart(3)),
     ]
     return Scenario("leader-bounce", cfg, schedule, steps=220)

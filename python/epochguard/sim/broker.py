@@ -14,6 +14,8 @@ from epochguard.errors import Errors
 from epochguard.leader import ReplicaManager
 from epochguard.messages import (
     BrokerRegistration,
+    FetchRequest,
+    FetchResponse,
     LeaderAndIsrPartitionState,
     MetadataRequest,
     MetadataResponse,
@@ -122,9 +124,17 @@ class Broker:
             client = -1 if not env.src.startswith("broker-") else int(env.src.rsplit("-", 1)[1])
             response = self.manager.handle(client, msg, now)
             if response is not None:
+                if isinstance(response, FetchResponse) and client < 0:
+                    self._served(env.src, msg, response)
                 self.cluster.network.reply(env, response)
             else:  # an acks=all produce waits for replication
                 self._waiting_produce[id(msg)] = env
+
+    def _served(self, consumer: str, request: FetchRequest, response: FetchResponse) -> None:
+        offsets = {p.tp: p.fetch_offset for p in request.partitions}
+        for data in response.partitions:
+            if data.records and data.error_code == Errors.NONE and data.tp in offsets:
+                self.cluster.checker.on_fetch_served(consumer, data.tp, self.id, offsets[data.tp])
 
     def _apply(self, state: LeaderAndIsrPartitionState) -> None:
         before = self.manager.partitions.get(state.tp)

@@ -95,7 +95,7 @@ class _ConsumerView:
     # (seq of the last delivery when reported, divergent offset): covers deliveries with seq <= that
     truncations: list[tuple[int, int | None]] = field(default_factory=list)
     last_reset_seq: int = -1
-    checked_against: tuple[int, int] | None = None  # (broker, log generation) last compared
+    checked_against: tuple[int, int] | None = None  # (broker, log generation) last compared against
 
     def truncation_covers(self, offset: int, after_seq: int) -> bool:
         return any(seq >= after_seq and (div is None or div <= offset) for seq, div in self.truncations)
@@ -220,21 +220,27 @@ class InvariantChecker:
                     "with no truncation or reset reported",
                     key=(consumer, tp, "skip", len(view.truncations), view.last_reset_seq),
                 )
-        self._check_consumer_log(consumer, tp, view, offset, served_by)
+        if view.checked_against is not None and view.checked_against[0] != served_by:
+            view.checked_against = None  # records from another broker: compare again at the next fetch
         view.seq += 1
         view.delivered[offset] = _Delivered(identity, view.seq)
         view.last_offset = offset
 
-    def _check_consumer_log(self, consumer: str, tp: TopicPartition, view: _ConsumerView, offset: int, broker: int) -> None:
-        """Everything delivered below `offset` must still be in the log now serving `offset`."""
+    def on_fetch_served(self, consumer: str, tp: TopicPartition, broker: int, fetch_offset: int) -> None:
+        """A broker hands `consumer` records from `fetch_offset` on: everything the consumer delivered
+        below that must still be in this broker's log now (checked when served, not when delivered,
+        so a truncation while the response is in flight is not held against the consumer)."""
+        view = self._consumers.get((consumer, tp))
+        if view is None or not view.delivered:
+            return
         log = self.cluster.log(broker, tp)
         if view.checked_against == (broker, log.generation):
-            return  # same log, nothing removed from it since the last comparison
+            return  # same log, nothing removed from it, nothing delivered from elsewhere since
         view.checked_against = (broker, log.generation)
-        earlier = [o for o in view.delivered if log.log_start_offset <= o < offset]
+        earlier = [o for o in view.delivered if log.log_start_offset <= o < fetch_offset]
         if not earlier:
             return
-        actual = log.records_between(min(earlier), offset)
+        actual = log.records_between(min(earlier), fetch_offset)
         for o in sorted(earlier):
             seen = view.delivered[o]
             now = actual.get(o)
@@ -244,7 +250,7 @@ class InvariantChecker:
                 continue
             self.report(
                 CONSUMER_CONTINUITY, consumer, tp,
-                f"continued at offset {offset} on broker {broker}, whose log has {_show(now) if now else 'nothing'} "
+                f"continued at offset {fetch_offset} on broker {broker}, whose log has {_show(now) if now else 'nothing'} "
                 f"at offset {o} where the consumer delivered {_show(seen.identity)}; no truncation was reported",
                 key=(consumer, tp, "diverged", len(view.truncations), view.last_reset_seq),
             )
@@ -272,7 +278,7 @@ class InvariantChecker:
             self.report(
                 METADATA_EPOCH_MONOTONIC, client, tp,
                 f"accepted metadata with leader {leader} epoch {epoch} after having epoch {before}",
-                key=(client, tp, epoch, before),
+                key=(client, tp, before),
             )
         self._metadata_epochs[(client, tp)] = max(epoch, before if before is not None else epoch)
 

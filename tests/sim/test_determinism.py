@@ -19,3 +19,18 @@ def test_different_seeds_differ() -> None:
     a = run_scenario("random", seed=1, steps=200)
     b = run_scenario("random", seed=2, steps=200)
     assert [e.to_json() for e in a.events] != [e.to_json() for e in b.events]
+
+
+def test_same_seed_same_output_across_processes_and_hash_seeds() -> None:
+    """Nothing depends on set or dict ordering of hashed values (PYTHONHASHSEED differs per process)."""
+    import os
+    import subprocess
+    import sys
+
+    outputs = set()
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        cmd = [sys.executable, "-m", "epochguard", "simulate", "--scenario", "random", "--seed", "5",
+               "--partitions", "3", "--steps", "150", "--json"]
+        outputs.add(subprocess.run(cmd, env=env, capture_output=True, text=True, check=False).stdout)
+    assert len(outputs) == 1 and '"events"' in outputs.pop()

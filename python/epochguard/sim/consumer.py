@@ -111,7 +111,7 @@ class Consumer:
             return
         self._report()
         step = self.cluster.timeline.step
-        for tp in records.partitions():
+        for tp in sorted(records.partitions()):
             batch: list[ConsumerRecord] = list(records[tp])
             broker = self._served_by.get(tp, -1)
             for record in batch:

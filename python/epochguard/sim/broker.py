@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from epochguard.errors import Errors
 from epochguard.leader import ReplicaManager
+from epochguard.replica import FetchState
 from epochguard.messages import (
     BrokerRegistration,
     FetchRequest,
@@ -63,6 +64,8 @@ class Broker:
         self.metadata: UpdateMetadata | None = None
         self._metadata_queue: list[tuple[int, UpdateMetadata]] = []
         self._pending: dict[int, tuple[int, Any, int]] = {}  # msg id -> (node id, request, sent at)
+        self._truncations_seen = 0
+        self._parked: set[TopicPartition] = set()
         self._waiting_produce: dict[int, Envelope] = {}  # id(acks=all request) -> its envelope
         self._next_heartbeat_ms = self.cluster.clock.now_ms
         self._next_checkpoint_ms = self.cluster.clock.now_ms + cfg.hw_checkpoint_interval_ms
@@ -163,9 +166,28 @@ class Broker:
             env = self._waiting_produce.pop(id(request), None)
             if env is not None:
                 self.cluster.network.reply(env, response)
+        self._report_fetcher(now)
         if now >= self._next_checkpoint_ms:
             self._next_checkpoint_ms = now + self.cluster.config.hw_checkpoint_interval_ms
             self.hw_checkpoint = {tp: log.high_watermark for tp, log in self.logs.items()}
+
+    def _report_fetcher(self, now: int) -> None:
+        """Follower truncations and fenced fetchers, for the timeline."""
+        fetcher = self.manager.fetcher
+        for t in fetcher.truncations[self._truncations_seen:]:
+            self.cluster.timeline.record(
+                "truncate", self.node, f"{t.partition}: log truncated {t.from_offset} -> {t.to_offset} ({t.reason})",
+                partition=str(t.partition), from_offset=t.from_offset, to_offset=t.to_offset, reason=t.reason,
+            )
+        self._truncations_seen = len(fetcher.truncations)
+        parked = {tp for tp, s in fetcher.states.items() if s.state == FetchState.PARKED}
+        for tp in sorted(parked - self._parked):
+            self.cluster.timeline.record(
+                "fenced", self.node, f"{tp}: fetch from broker {fetcher.states[tp].leader_id} fenced "
+                f"(epoch {fetcher.states[tp].current_leader_epoch} is stale); waiting for the controller",
+                partition=str(tp),
+            )
+        self._parked = parked
 
     def _expire_requests(self, now: int) -> None:
         timeout = self.cluster.config.request_timeout_ms

@@ -181,7 +181,7 @@ class Controller:
         if broker == st.leader or broker not in st.isr or broker not in self.broker_epochs:
             return False
         new = replace(st, leader=broker, leader_epoch=st.leader_epoch + 1, partition_epoch=st.partition_epoch + 1)
-        self._commit(new, f"leader {broker} epoch {new.leader_epoch} (preferred election)")
+        self._commit(new, f"leader {broker} epoch {new.leader_epoch}, clean election (preferred leader)", election="clean")
         self.elections.append(Election(self.timeline.step, tp, broker, new.leader_epoch, clean=True))
         self._push([new])
         return True

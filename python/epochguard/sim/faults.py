@@ -91,10 +91,15 @@ class LinkDelay:
     duration_ms: int | None = None
 
     def apply(self, cluster: Cluster) -> None:
+        if not self.delay_ms and not self.drop_rate:
+            cluster.network.heal(self.src, self.dst)
+            return
         until = None if self.duration_ms is None else cluster.clock.now_ms + self.duration_ms
         cluster.network.set_fault(self.src, self.dst, LinkFault(self.delay_ms, self.drop_rate, until))
 
     def describe(self) -> str:
+        if not self.delay_ms and not self.drop_rate:
+            return f"link {self.src} -> {self.dst} back to normal"
         what = f"+{self.delay_ms} ms" if self.delay_ms else ""
         if self.drop_rate:
             what += f"{' ' if what else ''}drop {self.drop_rate:.0%}"

@@ -107,7 +107,7 @@ def zombie_replica(seed: int, partitions: int) -> Scenario:
         (10, LinkDelay(broker_node(3), broker_node(1), delay_ms=100)),  # broker 3 lags: the HW trails broker 2
         (20, Zombie(2)),  # broker 2 loses the controller but keeps fetching from broker 1 at epoch 0
         (30, Crash(1)),  # broker 3 (in the ISR, behind broker 2) becomes leader
-        (31, LinkDelay(broker_node(3), broker_node(1), duration_ms=0)),
+        (31, LinkDelay(broker_node(3), broker_node(1))),  # back to normal
         (45, Restart(1)),  # broker 1 comes back as a follower of 3 and truncates
         (90, PreferredElection(tp, 1)),  # leadership moves back to broker 1: the zombie can fetch again
     ]

@@ -39,3 +39,10 @@ def test_simulate_writes_kafka_log_dirs(tmp_path, capsys) -> None:
     assert old.logs[tp].leader_epoch_cache.entries() == [(0, 0)]
     [(e0, _), (e1, start1)] = new.logs[tp].leader_epoch_cache.entries()
     assert (e0, e1) == (0, 1) and start1 < old.logs[tp].log_end_offset
+
+
+def test_simulate_refuses_a_used_log_dir(tmp_path, capsys) -> None:
+    (tmp_path / "broker-1").mkdir()
+    (tmp_path / "broker-1" / "something").write_text("x")
+    assert main(["simulate", "--scenario", "leader-bounce", "--log-dir", str(tmp_path)]) == 2
+    assert "not empty" in capsys.readouterr().err

@@ -34,3 +34,12 @@ def test_same_seed_same_output_across_processes_and_hash_seeds() -> None:
                "--partitions", "3", "--steps", "150", "--json"]
         outputs.add(subprocess.run(cmd, env=env, capture_output=True, text=True, check=False).stdout)
     assert len(outputs) == 1 and '"events"' in outputs.pop()
+
+
+@pytest.mark.parametrize("name", ["leader-bounce", "random"])
+def test_logs_on_disk_behave_like_logs_in_memory(name: str, tmp_path) -> None:
+    """On disk, restarts recover every log with PartitionLog.open; the run must not notice."""
+    in_memory = run_scenario(name, seed=3, steps=250)
+    on_disk = run_scenario(name, seed=3, steps=250, log_dir=tmp_path)
+    assert [e.to_json() for e in on_disk.events] == [e.to_json() for e in in_memory.events]
+    assert any(e.kind == "restart" for e in on_disk.events) or name == "random"

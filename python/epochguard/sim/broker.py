@@ -2,12 +2,15 @@
 plus what the protocol does not cover: registration and heartbeats with the controller, the metadata
 cache it serves to clients, the high-watermark checkpoint, crash and restart.
 
-The partition logs are the broker's disk: they survive a crash (a process crash keeps the page cache),
-and a restart builds a new ReplicaManager over them with the high watermarks from the last checkpoint.
+The partition logs are the broker's disk: in memory (a process crash keeps the page cache) or real
+Kafka partition directories under `ClusterConfig.data_dir`, recovered with `PartitionLog.open` on
+restart. A restart builds a new ReplicaManager over them, with the high watermarks from the last
+checkpoint.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from epochguard.errors import Errors
@@ -40,7 +43,9 @@ class Broker:
         self.id = broker_id
         self.node = broker_node(broker_id)
         self.cluster = cluster
-        self.logs: dict[TopicPartition, SimLog] = {tp: SimLog(tp) for tp in sorted(hosted)}
+        root = None if cluster.config.data_dir is None else Path(cluster.config.data_dir) / f"broker-{broker_id}"
+        self.log_dirs = {tp: None if root is None else root / str(tp) for tp in sorted(hosted)}
+        self.logs: dict[TopicPartition, SimLog] = {tp: SimLog(tp, directory=d) for tp, d in self.log_dirs.items()}
         self.hw_checkpoint: dict[TopicPartition, int] = {}
         self.metadata_lag_ms = 0
         self.alive = True
@@ -85,8 +90,14 @@ class Broker:
         self.cluster.timeline.record("crash", self.node, "process killed; log dirs kept")
 
     def restart(self) -> None:
+        """In memory the logs are kept as they were; on disk they are recovered from their directories.
+        Either way the high watermarks come from the last checkpoint."""
         for tp, log in self.logs.items():
-            log.update_high_watermark(self.hw_checkpoint.get(tp, 0))
+            directory = self.log_dirs[tp]
+            if directory is not None:
+                self.logs[tp] = SimLog.open(directory, high_watermark=self.hw_checkpoint.get(tp, 0))
+            else:
+                log.update_high_watermark(self.hw_checkpoint.get(tp, 0))
         self.alive = True
         self._boot()
         self.cluster.timeline.record(

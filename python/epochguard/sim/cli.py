@@ -22,8 +22,12 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = run_scenario(args.scenario, seed=args.seed, protocol=args.protocol, steps=args.steps,
-                          partitions=args.partitions, log_dir=args.log_dir)
+    try:
+        result = run_scenario(args.scenario, seed=args.seed, protocol=args.protocol, steps=args.steps,
+                              partitions=args.partitions, log_dir=args.log_dir)
+    except (FileExistsError, ValueError) as e:
+        print(f"epochguard simulate: {e}", file=sys.stderr)
+        return 2
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")

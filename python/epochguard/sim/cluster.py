@@ -51,6 +51,8 @@ class ClusterConfig:
     retry_backoff_ms: int = 20
     metadata_backoff_ms: int = 20
     metadata_max_age_ms: int = 100
+    # storage: None = in memory; else every broker's log dir lives under data_dir/broker-<id>/
+    data_dir: str | None = None
     # network
     base_delay_ms: int = 2
     jitter_ms: int = 3

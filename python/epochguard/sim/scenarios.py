@@ -194,13 +194,21 @@ def run_scenario(
 
 
 def run(scenario: Scenario, *, seed: int, protocol: Protocol, log_dir: str | Path | None = None) -> SimulationResult:
-    cluster = Cluster(scenario.config, seed, protocol, scenario.schedule)
+    """Run `scenario`. With `log_dir`, brokers keep their logs on disk there (`broker-<id>/`, recovered
+    from disk on restart) and the root files Kafka keeps (meta.properties, checkpoints) are written at the end."""
+    config = scenario.config
+    if log_dir is not None:
+        root = Path(log_dir)
+        taken = [p for p in (root / f"broker-{b}" for b in range(1, config.brokers + 1)) if p.exists() and any(p.iterdir())]
+        if taken:
+            raise FileExistsError(f"log dir not empty: {taken[0]} (choose a new --log-dir)")
+        config = replace(config, data_dir=str(root))
+    cluster = Cluster(config, seed, protocol, scenario.schedule)
     cluster.run(scenario.steps)
     dirs: dict[int, Path] = {}
     if log_dir is not None:
-        root = Path(log_dir)
         for broker_id in cluster.broker_ids:
-            dirs[broker_id] = write_log_dir(root / f"broker-{broker_id}", broker_id, cluster.logs_of(broker_id))
+            dirs[broker_id] = write_log_dir(Path(log_dir) / f"broker-{broker_id}", broker_id, cluster.logs_of(broker_id))
     return SimulationResult(
         scenario=scenario.name,
         seed=seed,

@@ -48,7 +48,7 @@ def test_isr_member_with_a_different_record_below_the_hw(cluster: Cluster) -> No
 
 
 def test_lost_acks_all_record(cluster: Cluster) -> None:
-    acked = [a for a in cluster.checker.acked if a.tp == TP]
+    acked = cluster.checker.acked[TP]
     assert acked
     cluster.log(1, TP).truncate_to(acked[0].offset)
     cluster.checker.check_step()

@@ -107,8 +107,8 @@ class InvariantChecker:
         self.violations: list[Violation] = []
         self._reported: set[tuple[Any, ...]] = set()
         self._agreed: dict[tuple[TopicPartition, int, int], tuple[int, int, int]] = {}
-        self.acked: list[AckedRecord] = []
-        self._acked_checked: dict[TopicPartition, tuple[int, int, int, int]] = {}
+        self.acked: dict[TopicPartition, list[AckedRecord]] = {}
+        self._acked_checked: dict[TopicPartition, tuple[tuple[int, int, int] | None, int]] = {}
         self._consumers: dict[tuple[str, TopicPartition], _ConsumerView] = {}
         self._list_offsets: dict[tuple[str, TopicPartition], tuple[int, int, int]] = {}  # (max, step, epoch)
         self._metadata_epochs: dict[tuple[str, TopicPartition], int] = {}
@@ -162,16 +162,21 @@ class InvariantChecker:
             )
 
     def _check_acked(self, tp: TopicPartition, leader: int) -> None:
+        """New acks are checked once; all of them again whenever the leader, its epoch or its log's
+        generation (a truncation) changes."""
+        mine = self.acked.get(tp)
+        if not mine:
+            return
         log = self.cluster.log(leader, tp)
         state = self.cluster.controller.state(tp)
-        mine = [r for r in self.acked if r.tp == tp]
-        marker = (leader, state.leader_epoch, log.generation, len(mine))
-        if self._acked_checked.get(tp) == marker or not mine:
+        marker = (leader, state.leader_epoch, log.generation)
+        last_marker, checked = self._acked_checked.get(tp, (None, 0))
+        todo = mine[checked:] if last_marker == marker else mine
+        self._acked_checked[tp] = (marker, len(mine))
+        if not todo:
             return
-        self._acked_checked[tp] = marker
-        offsets = [r.offset for r in mine]
-        present = log.records_between(min(offsets), max(offsets) + 1)
-        for rec in mine:
+        present = log.records_between(min(r.offset for r in todo), max(r.offset for r in todo) + 1)
+        for rec in todo:
             got = present.get(rec.offset)
             if got is not None and (got[1], got[2]) == (rec.key, rec.value):
                 continue
@@ -180,14 +185,14 @@ class InvariantChecker:
             self.report(
                 ACKED_DURABLE, f"broker-{leader}", tp,
                 f"acknowledged acks=all record {_show((None, rec.key, rec.value))} at offset {rec.offset} "
-                f"(acked at step {rec.step} in epoch {rec.leader_epoch}) is gone: leader {leader} (epoch {state.leader_epoch}) has "
-                f"{_show(got) if got else 'nothing'} there, log end {log.log_end_offset}; no unclean election",
+                f"(acked at step {rec.step} in epoch {rec.leader_epoch}) is gone: leader {leader} (epoch "
+                f"{state.leader_epoch}) has {_show(got)} there, log end {log.log_end_offset}; no unclean election",
                 key=(tp, rec.offset),
             )
 
     # --- hooks called by the clients as things happen --------------------------------------------
     def on_acked(self, tp: TopicPartition, offset: int, key: bytes | None, value: bytes | None, leader_epoch: int) -> None:
-        self.acked.append(AckedRecord(tp, offset, key, value, self.cluster.timeline.step, leader_epoch))
+        self.acked.setdefault(tp, []).append(AckedRecord(tp, offset, key, value, self.cluster.timeline.step, leader_epoch))
 
     def on_truncation(self, consumer: str, event: TruncationEvent) -> None:
         view = self._view(consumer, event.partition)

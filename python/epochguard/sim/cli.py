@@ -11,12 +11,14 @@ from epochguard.sim.scenarios import PROTOCOLS, SCENARIOS, SimulationResult, run
 
 def configure(p: argparse.ArgumentParser) -> None:
     """Arguments of `epochguard simulate` (the parser is made by `epochguard.__main__`)."""
-    p.add_argument("--scenario", required=True, choices=list(SCENARIOS))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--protocol", choices=list(PROTOCOLS), default="kip-320")
+    p.description = "Run a seeded fault scenario on a simulated cluster and check the leader-epoch invariants after every step."
+    p.add_argument("--scenario", required=True, choices=list(SCENARIOS), help="the fault scenario")
+    p.add_argument("--seed", type=int, default=0, help="seed of every delay, drop and random fault (default 0)")
+    p.add_argument("--protocol", choices=list(PROTOCOLS), default="kip-320",
+                   help="kip-320 (epochs, the default) or pre-kip-320 (offsets only)")
     p.add_argument("--steps", type=int, default=None, help="number of steps (default: the scenario's)")
     p.add_argument("--partitions", type=int, default=None, help="partitions of the topic (default: the scenario's)")
-    p.add_argument("--log-dir", default=None, help="write every broker's Kafka log dir (broker-<id>/) here at the end")
+    p.add_argument("--log-dir", default=None, help="keep every broker's Kafka log dir here (broker-<id>/, must be new)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(run=run)
 

@@ -658,7 +658,12 @@ class Consumer:
         if code == Errors.NONE:
             if data.preferred_read_replica >= 0:
                 s.preferred_read_replica = data.preferred_read_replica
-            self._completed.append(self._decode(tp, sent.fetch_offset, data.records))
+            completed = self._decode(tp, sent.fetch_offset, data.records)
+            if completed.records:
+                self._completed.append(completed)  # handed out (and the position moved) by poll()
+            elif completed.next_offset != sent.fetch_offset:
+                # Only control batches or records below the fetch offset: nothing to hand out, move on.
+                s.position = FetchPosition(completed.next_offset, completed.last_epoch, s.position.current_leader)
             return
         from_replica = s.preferred_read_replica is not None and flight.node_id == s.preferred_read_replica
         if code == Errors.OFFSET_OUT_OF_RANGE:
@@ -668,6 +673,7 @@ class Consumer:
                 self._pending_errors.append(
                     OffsetOutOfRangeError(f"fetch offset {sent.fetch_offset} out of range for {tp}", {tp: sent.fetch_offset})
                 )
+                s.next_retry_ms = now_ms + self.retry_backoff_ms
             else:
                 s.request_reset(s.reset_policy, "out_of_range")
             return

@@ -218,7 +218,10 @@ class PartitionLog:
             compression=compression,
             base_timestamp=timestamp_ms,
         )
-        return self._append(raw)
+        info = self._append(raw)
+        if info is None:  # encode_batch always yields one whole batch
+            raise RuntimeError("encoded batch did not decode")
+        return info
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo | None:
         """Append the leader's batches verbatim (whole batches only; a partial last batch is left out,

@@ -362,6 +362,10 @@ class OffsetCommitPartitionResponse:
     partition_index: int
     error_code: Errors = Errors.NONE
 
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommitResponse:

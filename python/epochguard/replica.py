@@ -230,8 +230,8 @@ class ReplicaFetcher:
                 if answer.tp in sent_epochs:
                     self._on_epoch_end_offset(node_id, answer, sent_epochs[answer.tp], now_ms)
         elif isinstance(response, ListOffsetsResponse) and isinstance(request, ListOffsetsRequest):
-            for answer in response.partitions:
-                self._on_leader_offset(node_id, answer, request.partitions[0], now_ms)
+            for offset in response.partitions:
+                self._on_leader_offset(node_id, offset, request.partitions[0], now_ms)
 
     def on_request_failed(self, node_id: int, request: Request, now_ms: int) -> None:
         flight = self._in_flight.pop(id(request), None)

@@ -73,6 +73,9 @@ class Cluster:
         for _ in range(rounds):
             for node, request in consumer.poll_requests(now_ms):
                 self.sent.append((node, request))
+                if node not in self.brokers and node != COORD and not isinstance(request, MetadataRequest):
+                    consumer.on_request_failed(node, request, now_ms)  # no such broker (any more)
+                    continue
                 response = self.answer(node, request)
                 if isinstance(request, self.hold_types):
                     self.hold.append((node, request, response))
@@ -173,13 +176,14 @@ def read_all_then_move_leader(cluster, c):
     cluster.meta = (2, 2)
     c.metadata.request_update()
     cluster.sent.clear()
-    cluster.run(c, rounds=1)
+    cluster.run(c, now_ms=200, rounds=3)  # metadata, then validation, then a fetch from the new leader
 
 
 @pytest.mark.parametrize("policy", ["earliest", "latest"])
 def test_truncation_rewinds_precisely_under_a_reset_policy(policy):
     cluster = truncated_cluster()
     c = consumer(policy)
+    c.seek(TP, 0)
     read_all_then_move_leader(cluster, c)
     [validation] = cluster.sent_of(OffsetsForLeaderEpochRequest)
     assert (validation.partitions[0].leader_epoch, validation.partitions[0].current_leader_epoch) == (1, 2)
@@ -188,7 +192,7 @@ def test_truncation_rewinds_precisely_under_a_reset_policy(policy):
     [event] = c.truncations
     assert (event.divergent_offset, event.divergent_epoch, event.offsets_affected, event.resolution) == (4, 1, 2, "rewound")
     assert event.position.offset == 6
-    assert len(c.resets) == 1  # only the initial one
+    assert c.resets == []  # a precise rewind, not a policy reset
     cluster.run(c)
     assert [r.offset for r in c.poll().records()] == [4, 5, 6]
 
@@ -229,7 +233,7 @@ def test_undefined_answer_resets_by_policy_and_reports_it():
     c.poll()
     cluster.meta = (2, 4)
     c.metadata.request_update()
-    cluster.run(c)
+    cluster.run(c, now_ms=200)
     [event] = c.truncations
     assert (event.divergent_offset, event.divergent_epoch, event.offsets_affected, event.resolution) == (None, None, None, "reset")
     [reset] = c.resets
@@ -245,7 +249,7 @@ def test_undefined_answer_under_none_raises_without_divergent_offset():
     c.poll()
     cluster.meta = (2, 4)
     c.metadata.request_update()
-    cluster.run(c)
+    cluster.run(c, now_ms=200)
     with pytest.raises(LogTruncationError) as info:
         c.poll()
     assert info.value.divergent_offsets == {TP: None}
@@ -253,10 +257,12 @@ def test_undefined_answer_under_none_raises_without_divergent_offset():
 
 
 def test_different_epoch_alone_is_not_truncation():
-    cluster = Cluster({1: [(0, 2), (1, 4)]}, leader=1, epoch=1)
+    cluster = Cluster({1: [(0, 2), (2, 4)]}, leader=1, epoch=2)
     c = consumer()
-    c.seek(TP, OffsetAndMetadata(2, leader_epoch=0))  # epoch 0 ended at 2: consistent
+    c.seek(TP, OffsetAndMetadata(2, leader_epoch=1))  # the leader never had epoch 1: answers (0, 2)
     cluster.run(c)
+    [validation] = cluster.sent_of(OffsetsForLeaderEpochRequest)
+    assert validation.partitions[0].leader_epoch == 1
     assert c.truncations == [] and c.state_of(TP) == FetchState.FETCHING
     assert [r.offset for r in c.poll().records()] == [2, 3, 4, 5]
 
@@ -276,40 +282,49 @@ def test_committed_epoch_newer_than_metadata_waits_for_metadata():
     cluster.meta = (1, 2)  # metadata still shows the previous epoch
     c = consumer(group_id="g", coordinator_id=COORD)
     cluster.run(c)
+    cluster.run(c, now_ms=200)
     assert c.state_of(TP) == FetchState.AWAIT_VALIDATION
     assert c.position(TP).current_leader == LeaderAndEpoch(None, 3)
     assert cluster.sent_of(OffsetsForLeaderEpochRequest) == []  # no leader to ask yet
     assert len(cluster.sent_of(MetadataRequest)) >= 2  # it keeps refreshing
     cluster.meta = (1, 3)
-    cluster.run(c, now_ms=1000)
+    cluster.run(c, now_ms=400)
     assert len(cluster.sent_of(OffsetsForLeaderEpochRequest)) == 1
     assert c.state_of(TP) == FetchState.FETCHING
     assert [r.offset for r in c.poll().records()] == [3]
 
 
 # --- fetch errors ------------------------------------------------------------------------------------
-def test_fenced_fetch_refreshes_metadata_unknown_epoch_just_retries():
+def test_fenced_fetch_follows_the_leader_hint_and_validates():
     cluster = Cluster({1: [(0, 2)]}, leader=1, epoch=1)
     c = consumer()
     cluster.run(c)
     c.poll()
-    rm = cluster.brokers[1]
-    rm.apply_partition_state(state(1, 2, isr=(1,), replicas=(1,)), 0)  # broker moved to epoch 2
+    cluster.brokers[1].apply_partition_state(state(1, 2, isr=(1,), replicas=(1,)), 0)  # broker moved to epoch 2
     cluster.sent.clear()
     cluster.run(c, rounds=1)
     [fetch] = cluster.sent_of(FetchRequest)
-    assert fetch.partitions[0].current_leader_epoch == 1
-    assert c.metadata.update_requested  # FENCED_LEADER_EPOCH: our metadata is stale
-    cluster.meta = (1, 3)  # metadata ahead of the broker: UNKNOWN_LEADER_EPOCH
-    c.metadata.update(cluster.metadata(), 0)
-    c._maybe_validate_position(TP)
-    cluster.run(c, rounds=3)
+    assert fetch.partitions[0].current_leader_epoch == 1  # answered FENCED_LEADER_EPOCH with a KIP-951 hint
+    assert c.metadata.current_leader(TP) == LeaderAndEpoch(1, 2)
     assert c.state_of(TP) == FetchState.AWAIT_VALIDATION
-    v = cluster.sent_of(OffsetsForLeaderEpochRequest)[-1]
-    assert v.partitions[0].current_leader_epoch == 3
-    assert not c.metadata.update_requested  # UNKNOWN_LEADER_EPOCH: retry, no refresh
-    rm.apply_partition_state(state(1, 3, isr=(1,), replicas=(1,)), 0)
     cluster.run(c, now_ms=200)
+    assert c.state_of(TP) == FetchState.FETCHING
+
+
+def test_unknown_leader_epoch_retries_without_refresh():
+    cluster = Cluster({1: [(0, 2)]}, leader=1, epoch=1)
+    c = consumer()
+    cluster.run(c)
+    c.poll()
+    cluster.meta = (1, 2)  # metadata ahead of the broker
+    c.metadata.request_update()
+    cluster.run(c, now_ms=100, rounds=3)
+    assert c.state_of(TP) == FetchState.AWAIT_VALIDATION
+    [validation] = cluster.sent_of(OffsetsForLeaderEpochRequest)
+    assert validation.partitions[0].current_leader_epoch == 2
+    assert not c.metadata.update_requested  # UNKNOWN_LEADER_EPOCH: the broker will catch up, just retry
+    cluster.brokers[1].apply_partition_state(state(1, 2, isr=(1,), replicas=(1,)), 0)
+    cluster.run(c, now_ms=300)
     assert c.state_of(TP) == FetchState.FETCHING
 
 
@@ -318,7 +333,7 @@ def test_offset_out_of_range_resets_or_raises(policy):
     cluster = Cluster({1: [(0, 4)]}, leader=1, epoch=1)
     c = consumer(policy)
     c.seek(TP, 10)  # beyond the log end
-    cluster.run(c, rounds=1)
+    cluster.run(c, rounds=3)
     if policy == "none":
         with pytest.raises(OffsetOutOfRangeError) as info:
             c.poll()
@@ -341,15 +356,15 @@ def test_two_quick_leader_changes_do_not_stall_validation():
     cluster.hold_types = (OffsetsForLeaderEpochRequest,)  # the first validation is slow
     cluster.meta = (2, 2)
     c.metadata.request_update()
-    cluster.run(c, rounds=1)
+    cluster.run(c, now_ms=200, rounds=2)
     assert len(cluster.hold) == 1 and c.state_of(TP) == FetchState.AWAIT_VALIDATION
     cluster.hold_types = ()
     cluster.meta = (3, 3)  # second leader change while the first validation is in flight
     c.metadata.request_update()
-    cluster.run(c, now_ms=150, rounds=2)
+    cluster.run(c, now_ms=400, rounds=2)
     assert c.state_of(TP) == FetchState.FETCHING  # validated against broker 3 without waiting
     node, request, response = cluster.hold.pop()
-    c.on_response(node, request, response, 200)  # the late answer for broker 2 is ignored
+    c.on_response(node, request, response, 500)  # the late answer for broker 2 is ignored
     assert c.truncations == [] and c.position(TP).current_leader == LeaderAndEpoch(3, 3)
 
 
@@ -361,11 +376,12 @@ def test_lost_validation_request_is_retried_after_timeout():
     cluster.hold_types = (OffsetsForLeaderEpochRequest,)
     cluster.meta = (2, 2)
     c.metadata.request_update()
-    cluster.run(c, now_ms=0, rounds=2)
+    cluster.run(c, now_ms=200, rounds=2)
     cluster.hold_types = ()
-    cluster.run(c, now_ms=500, rounds=2)
+    cluster.run(c, now_ms=700, rounds=2)
     assert len(cluster.sent_of(OffsetsForLeaderEpochRequest)) == 1  # still in flight
-    cluster.run(c, now_ms=1200, rounds=2)
+    cluster.run(c, now_ms=1300, rounds=2)  # expired: failed, retried after backoff
+    cluster.run(c, now_ms=1500, rounds=2)
     assert len(cluster.sent_of(OffsetsForLeaderEpochRequest)) == 2
     assert c.state_of(TP) == FetchState.FETCHING
 
@@ -377,12 +393,13 @@ def test_leaderless_epoch_does_not_disable_validation_for_good():
     c.poll()
     cluster.meta = (2, -1)  # a response without a usable epoch
     c.metadata.request_update()
-    cluster.run(c, rounds=1)
+    cluster.run(c, now_ms=200, rounds=1)
     assert c.position(TP).current_leader == LeaderAndEpoch(2, None)
     assert c.state_of(TP) == FetchState.FETCHING  # nothing to validate with...
+    cluster.run(c, now_ms=250, rounds=1)
     assert c.metadata.update_requested  # ...so it keeps asking for metadata
     cluster.meta = (2, 2)
-    cluster.run(c, now_ms=200, rounds=2)
+    cluster.run(c, now_ms=400, rounds=2)
     assert [e.resolution for e in c.truncations] == ["rewound"]  # checks resumed and caught it
 
 
@@ -433,7 +450,7 @@ def test_pre_kip_320_consumer_never_validates():
     c.poll()
     cluster.meta = (2, 2)
     c.metadata.request_update()
-    cluster.run(c)
+    cluster.run(c, now_ms=200)
     assert cluster.sent_of(OffsetsForLeaderEpochRequest) == []
     assert all(p.current_leader_epoch == -1 for f in cluster.sent_of(FetchRequest) for p in f.partitions)
     assert c.truncations == []

@@ -28,8 +28,8 @@ def test_new_leader_assigns_epoch_at_leo_before_writing():
     log.append_as_leader(recs(2), 1)
     log.assign_epoch_start(3)
     assert log.leader_epoch_cache.entries() == [(1, 0), (3, 2)]
-    log.truncate_to(log.log_end_offset)  # at the LEO: drops nothing (the epoch starts exactly there)
-    assert log.leader_epoch_cache.entries() == [(1, 0), (3, 2)]
+    log.truncate_to(log.log_end_offset)  # truncateTo(LEO) drops an epoch never written to (SPEC (a))
+    assert log.leader_epoch_cache.entries() == [(1, 0)]
 
 
 def test_read_bounds_and_batch_granularity():

@@ -523,14 +523,27 @@ class ReplicaManager:
         self._delayed: list[_DelayedProduce] = []
         self._isr_requests: dict[int, TopicPartition] = {}
         self.fetcher = ReplicaFetcher(self, protocol=protocol, truncate_on_fetch=truncate_on_fetch)
+        if self.log_dir is not None and not (self.log_dir / "meta.properties").exists():
+            from epochguard.logdir import write_meta_properties
+
+            write_meta_properties(self.log_dir, broker_id)
 
     @classmethod
     def recover(cls, root: str | os.PathLike[str], **kwargs: object) -> ReplicaManager:
-        """A restarted broker: every partition log recovered from its log dir (`logdir.read_log_dir`)."""
+        """A restarted broker: every partition log recovered from its log dir (`logdir.read_log_dir`:
+        torn tails cut, epoch caches re-truncated, high watermarks from the last `checkpoint()`)."""
         from epochguard.logdir import read_log_dir
 
         loaded = read_log_dir(root, write_through=True)
         return cls(loaded.node_id, log_dir=root, logs=loaded.logs, **kwargs)  # type: ignore[arg-type]
+
+    def checkpoint(self) -> None:
+        """Write the root checkpoints (high watermarks, log start offsets), as Kafka does periodically."""
+        if self.log_dir is None:
+            return
+        from epochguard.logdir import write_root_checkpoints
+
+        write_root_checkpoints(self.log_dir, [p.log for p in self.partitions.values()])
 
     # --- controller -> broker -----------------------------------------------------------------
     def update_brokers(self, registrations: Iterable[BrokerRegistration]) -> None:

@@ -34,6 +34,7 @@ __all__ = [
     "write_partition_metadata",
     "read_partition_metadata",
     "write_log_dir",
+    "write_root_checkpoints",
     "read_log_dir",
 ]
 
@@ -168,10 +169,17 @@ def write_log_dir(
             log.write_to(partition_dir)
         if topic_ids and log.tp.topic in topic_ids:
             write_partition_metadata(partition_dir, topic_ids[log.tp.topic])
+    write_root_checkpoints(root, logs)
+    return root
+
+
+def write_root_checkpoints(root: str | os.PathLike[str], logs: Iterable[PartitionLog]) -> None:
+    """High watermarks, log start offsets and recovery points of `logs`, at the log dir root."""
+    root = Path(root)
+    logs = list(logs)
     write_offset_checkpoint(root / REPLICATION_OFFSET_CHECKPOINT, {log.tp: log.high_watermark for log in logs})
     write_offset_checkpoint(root / LOG_START_OFFSET_CHECKPOINT, {log.tp: log.log_start_offset for log in logs})
     write_offset_checkpoint(root / RECOVERY_POINT_OFFSET_CHECKPOINT, {log.tp: log.log_end_offset for log in logs})
-    return root
 
 
 def read_log_dir(

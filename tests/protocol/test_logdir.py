@@ -90,3 +90,23 @@ def test_kafka_uuid_form():
     u = uuid.UUID("07bfc788-d3e0-490e-a8c4-6f5967a10394")
     assert kafka_uuid(u) == "B7_HiNPgSQ6oxG9ZZ6EDlA"
     assert kafka_uuid("B3_HiNPgSQ6oxG9ZZ6ED5A") == "B3_HiNPgSQ6oxG9ZZ6ED5A"
+
+
+def test_broker_restart_recovers_logs_epochs_and_high_watermarks(tmp_path):
+    from conftest import TP, state
+
+    from epochguard.leader import ReplicaManager
+
+    rm = ReplicaManager(4, log_dir=tmp_path, segment_bytes=200)
+    rm.apply_partition_state(state(4, 3, isr=(4,), replicas=(4,)), 0)
+    for i in range(5):
+        rm.partitions[TP].append_records_to_leader(recs(2, f"r{i}-"), acks=1, min_insync_replicas=1, now_ms=10 * i)
+    rm.checkpoint()
+    before = rm.partitions[TP].log
+    restarted = ReplicaManager.recover(tmp_path)
+    assert restarted.broker_id == 4
+    restarted.apply_partition_state(state(4, 4, isr=(4,), replicas=(4,)), 100)
+    after = restarted.partitions[TP].log
+    assert after.read(0) == before.read(0)
+    assert after.high_watermark == 10
+    assert after.leader_epoch_cache.entries() == [(3, 0), (4, 10)]  # the new epoch starts at the recovered LEO

@@ -3,7 +3,8 @@
 Mirrors the offset-storage part of Kafka's `GroupCoordinator` / `GroupMetadataManager` (the
 `__consumer_offsets` topic without its log): a commit stores offset, metadata and committed leader epoch
 per group and partition, and OffsetFetch returns them (-1/-1 where nothing is committed). Group
-membership and generations are out of scope: every commit is accepted.
+membership and generations are out of scope: every commit is accepted (except a negative offset, which
+`OffsetAndMetadata` cannot hold: refused with OFFSET_OUT_OF_RANGE).
 """
 
 from __future__ import annotations

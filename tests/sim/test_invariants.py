@@ -126,3 +126,21 @@ def test_metadata_epoch_going_back(cluster: Cluster) -> None:
     [v] = checker.violations
     assert v.invariant == inv.METADATA_EPOCH_MONOTONIC and "epoch 2 after having epoch 3" in v.message
     assert v.trace and v.to_json()["invariant"] == inv.METADATA_EPOCH_MONOTONIC
+
+
+def test_a_consumer_that_cannot_reach_the_brokers_is_reported_stuck() -> None:
+    from epochguard.sim.faults import LinkDelay
+
+    cut = [(20, LinkDelay("consumer-0", f"broker-{b}", drop_rate=1.0)) for b in (1, 2, 3)]
+    c = Cluster(ClusterConfig(monitor=False), seed=0, schedule=cut)
+    c.run(300)
+    c.checker.check_progress()
+    [v] = c.checker.violations
+    assert v.invariant == inv.CONSUMER_PROGRESS and v.node == "consumer-0" and "stuck at offset" in v.message
+
+
+def test_a_caught_up_consumer_is_not_reported() -> None:
+    c = Cluster(ClusterConfig(monitor=False), seed=0)
+    c.run(100)
+    c.checker.check_progress()
+    assert c.checker.violations == []

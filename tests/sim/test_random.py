@@ -25,7 +25,8 @@ _SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], de
 
 
 def _check(schedule: Schedule, steps: int, seed: int = 0) -> None:
-    result = run(Scenario("hypothesis", CONFIG, schedule, steps), seed=seed, protocol="kip-320")
+    # Arbitrary schedules may leave brokers down or links cut: safety only, no progress check.
+    result = run(Scenario("hypothesis", CONFIG, schedule, steps, check_progress=False), seed=seed, protocol="kip-320")
     assert result.violations == [], "\n".join(map(str, result.violations))
 
 

@@ -181,10 +181,11 @@ def random_schedule(
 ) -> Schedule:
     """A random mix of every fault kind over `steps`; crashed brokers come back, cuts heal.
 
-    The last fifth of the run is left quiet so the cluster can settle (and the invariants see it).
+    Faults start in the first 3/5 of the run and last at most 1/6 of it, so the cluster has time to
+    settle before the end (the invariants see the recovery, and the consumers must catch up).
     """
     count = faults if faults is not None else max(1, steps // 40)
-    busy_until = max(1, steps * 4 // 5)
+    busy_until = max(1, steps * 3 // 5)
     schedule: Schedule = []
     down: dict[int, int] = {}  # broker -> step it comes back
     for _ in range(count):

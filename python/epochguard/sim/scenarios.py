@@ -53,6 +53,7 @@ class Scenario:
     config: ClusterConfig
     schedule: Schedule
     steps: int
+    check_progress: bool = True  # every fault heals before the end: consumers must have caught up
 
 
 @dataclass
@@ -205,6 +206,8 @@ def run(scenario: Scenario, *, seed: int, protocol: Protocol, log_dir: str | Pat
         config = replace(config, data_dir=str(root))
     cluster = Cluster(config, seed, protocol, scenario.schedule)
     cluster.run(scenario.steps)
+    if scenario.check_progress:
+        cluster.checker.check_progress()
     dirs: dict[int, Path] = {}
     if log_dir is not None:
         for broker_id in cluster.broker_ids:

@@ -36,6 +36,7 @@ from epochguard.errors import (
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
     RequestTimedOutError,
+    TopicAuthorizationFailedError,
 )
 from epochguard.messages import (
     FetchPartition,
@@ -69,14 +70,15 @@ from epochguard.types import (
     ConsumerRecords,
     FetchPosition,
     IsolationLevel,
-    LeaderAndEpoch,
     OffsetAndMetadata,
     OffsetAndTimestamp,
     OffsetResetEvent,
     Protocol,
     ResetPolicy,
+    ResetReason,
     TopicPartition,
     TruncationEvent,
+    TruncationResolution,
     epoch_or_none,
     epoch_or_sentinel,
 )
@@ -122,7 +124,7 @@ class PartitionState:
     state: FetchState = FetchState.INITIALIZING
     position: FetchPosition | None = None
     reset_strategy: ResetPolicy | None = None  # the strategy of a pending reset
-    reset_reason: str = "no_position"
+    reset_reason: ResetReason = "no_position"
     reset_from: int | None = None
     next_retry_ms: int = 0
     paused: bool = False
@@ -158,7 +160,7 @@ class PartitionState:
         self.seek_validated(position)
         self.validate_position(position)
 
-    def request_reset(self, strategy: ResetPolicy, reason: str) -> None:
+    def request_reset(self, strategy: ResetPolicy, reason: ResetReason) -> None:
         from_offset = self.position.offset if self.position is not None else None
         if self.transition(FetchState.AWAIT_RESET):
             self.reset_strategy = strategy
@@ -678,7 +680,7 @@ class Consumer:
                 s.request_reset(s.reset_policy, "out_of_range")
             return
         if code == Errors.TOPIC_AUTHORIZATION_FAILED:
-            self._pending_errors.append(Errors.TOPIC_AUTHORIZATION_FAILED.exception(f"not authorized to read {tp.topic}"))  # type: ignore[arg-type]
+            self._pending_errors.append(TopicAuthorizationFailedError(f"not authorized to read {tp.topic}"))
             return
         if code in _REFRESH_METADATA:
             s.preferred_read_replica = None
@@ -735,7 +737,7 @@ class Consumer:
                 continue
             if answer.error_code != Errors.NONE:
                 if answer.error_code == Errors.TOPIC_AUTHORIZATION_FAILED:
-                    self._pending_errors.append(Errors.TOPIC_AUTHORIZATION_FAILED.exception())  # type: ignore[arg-type]
+                    self._pending_errors.append(TopicAuthorizationFailedError(f"not authorized to describe {answer.tp.topic}"))
                 elif answer.error_code != Errors.UNKNOWN_LEADER_EPOCH:
                     self.metadata.request_update()
                 s.next_retry_ms = now_ms + self.retry_backoff_ms
@@ -783,7 +785,7 @@ class Consumer:
         position: FetchPosition,
         divergent_offset: int | None,
         divergent_epoch: int | None,
-        resolution: str,
+        resolution: TruncationResolution,
         now_ms: int,
     ) -> None:
         key = (position, divergent_offset, divergent_epoch)
@@ -792,11 +794,11 @@ class Consumer:
         s.reported_truncation = key
         affected = None if divergent_offset is None else position.offset - divergent_offset
         self.truncations.append(
-            TruncationEvent(tp, position, divergent_offset, divergent_epoch, affected, resolution, now_ms)  # type: ignore[arg-type]
+            TruncationEvent(tp, position, divergent_offset, divergent_epoch, affected, resolution, now_ms)
         )
 
     # resets and lookups -------------------------------------------------------------------------
-    def _reset_or_raise(self, tp: TopicPartition, reason: str, now_ms: int) -> None:
+    def _reset_or_raise(self, tp: TopicPartition, reason: ResetReason, now_ms: int) -> None:
         s = self.assignment[tp]
         if s.reset_policy == "none":
             if s.state == FetchState.INITIALIZING:
@@ -828,7 +830,7 @@ class Consumer:
         reason, from_offset = s.reset_reason, s.reset_from
         s.seek_unvalidated(position)
         self.resets.append(
-            OffsetResetEvent(tp, strategy, reason, from_offset, answer.offset, epoch_or_none(answer.leader_epoch), now_ms)  # type: ignore[arg-type]
+            OffsetResetEvent(tp, strategy, reason, from_offset, answer.offset, epoch_or_none(answer.leader_epoch), now_ms)
         )
 
     def _on_lookup(self, lookup: OffsetsForTimesLookup, response: ListOffsetsResponse, now_ms: int) -> None:

@@ -521,7 +521,6 @@ class ReplicaManager:
         self.log_dir_offline = False
         self._recovered_logs: dict[TopicPartition, PartitionLog] = dict(logs or {})
         self._delayed: list[_DelayedProduce] = []
-        self._isr_requests: dict[int, TopicPartition] = {}
         self.fetcher = ReplicaFetcher(self, protocol=protocol, truncate_on_fetch=truncate_on_fetch)
         if self.log_dir is not None and not (self.log_dir / "meta.properties").exists():
             from epochguard.logdir import write_meta_properties

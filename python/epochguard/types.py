@@ -19,6 +19,8 @@ from typing import Literal
 __all__ = [
     "Protocol",
     "ResetPolicy",
+    "ResetReason",
+    "TruncationResolution",
     "NO_EPOCH",
     "NO_OFFSET",
     "CONSUMER_REPLICA_ID",
@@ -46,6 +48,9 @@ Protocol = Literal["kip-320", "pre-kip-320"]
 
 ResetPolicy = Literal["earliest", "latest", "none"]
 """`auto.offset.reset`."""
+
+ResetReason = Literal["no_position", "out_of_range", "truncation"]
+TruncationResolution = Literal["rewound", "reset", "raised"]
 
 NO_EPOCH = -1
 NO_OFFSET = -1
@@ -229,7 +234,7 @@ class TruncationEvent:
     divergent_offset: int | None
     divergent_epoch: int | None
     offsets_affected: int | None
-    resolution: Literal["rewound", "reset", "raised"]
+    resolution: TruncationResolution
     detected_at_ms: int
 
 
@@ -245,7 +250,7 @@ class OffsetResetEvent:
 
     partition: TopicPartition
     policy: ResetPolicy
-    reason: Literal["no_position", "out_of_range", "truncation"]
+    reason: ResetReason
     from_offset: int | None
     to_offset: int
     to_epoch: int | None

@@ -11,7 +11,7 @@ checkpoint.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from epochguard.errors import Errors
 from epochguard.leader import ReplicaManager
@@ -95,7 +95,7 @@ class Broker:
         for tp, log in self.logs.items():
             directory = self.log_dirs[tp]
             if directory is not None:
-                self.logs[tp] = SimLog.open(directory, high_watermark=self.hw_checkpoint.get(tp, 0))
+                self.logs[tp] = cast(SimLog, SimLog.open(directory, high_watermark=self.hw_checkpoint.get(tp, 0)))
             else:
                 log.update_high_watermark(self.hw_checkpoint.get(tp, 0))
         self.alive = True

@@ -11,14 +11,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from epochguard.sim.broker import Broker
-from epochguard.sim.client import Client
 from epochguard.sim.clock import SeededRandom, VirtualClock
 from epochguard.sim.consumer import Consumer
 from epochguard.sim.controller import CONTROLLER, Controller
 from epochguard.sim.faults import Fault, Schedule
 from epochguard.sim.invariants import InvariantChecker
 from epochguard.sim.monitor import OffsetMonitor
-from epochguard.sim.network import Disconnected, Network, broker_node
+from epochguard.sim.network import Actor, Disconnected, Network, broker_node
 from epochguard.sim.producer import Producer
 from epochguard.sim.storage import SimLog
 from epochguard.sim.timeline import Timeline
@@ -95,9 +94,10 @@ class Cluster:
                                    interval_ms=cfg.producer_interval_ms) for i, acks in enumerate(cfg.producers)]
         self.consumers = [Consumer(f"consumer-{i}", self) for i in range(cfg.consumers)]
         self.monitors = [OffsetMonitor("monitor", self)] if cfg.monitor else []
-        self.clients: list[Client] = [*self.producers, *self.consumers, *self.monitors]
-        self._nodes = {CONTROLLER: self.controller, **{b.node: b for b in self.brokers.values()},
-                       **{c.name: c for c in self.clients}}
+        named: list[Producer | Consumer | OffsetMonitor] = [*self.producers, *self.consumers, *self.monitors]
+        self.clients: list[Actor] = list(named)
+        self._nodes: dict[str, Actor] = {CONTROLLER: self.controller, **{b.node: b for b in self.brokers.values()},
+                                         **{c.name: c for c in named}}
         self._faults: dict[int, list[Fault]] = {}
         for step, fault in self.schedule:
             self._faults.setdefault(step, []).append(fault)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from epochguard.sim.clock import SeededRandom, VirtualClock
 
@@ -19,6 +19,14 @@ Node = str
 
 def broker_node(broker_id: int) -> Node:
     return f"broker-{broker_id}"
+
+
+class Actor(Protocol):
+    """A node of the simulation: takes messages, and acts once per step."""
+
+    def receive(self, env: Envelope) -> None: ...
+
+    def tick(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

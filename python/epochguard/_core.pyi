@@ -69,10 +69,15 @@ def divergence_points(
 ) -> Any: ...  # int64 per partition, -1 = no divergence
 
 # --- record batches ------------------------------------------------------------------------------
+# `source`: bytes-like (any C-contiguous buffer, read in place) or a segment file path (memory-mapped).
+# `offset`/`length`: decode only that byte range (batch-aligned); positions stay absolute.
+# Legacy magic 0/1 entries are batches too: base_offset is the message's own offset (for a compressed
+# wrapper, its last inner offset), partition_leader_epoch/producer fields are -1, timestamp_type -1
+# for magic 0; their records' offset_delta is the index inside the wrapper.
 @final
 class Record:
     offset: int
-    timestamp: int
+    timestamp: int  # effective: batch max timestamp under log-append time, -1 for magic 0
     attributes: int
     timestamp_delta: int
     offset_delta: int
@@ -91,9 +96,10 @@ class RecordBatch:
     crc: int
     attributes: int
     compression: str  # "none" | "gzip" | "snappy" | "lz4" | "zstd"
-    timestamp_type: int  # 0 create time, 1 log append time
+    timestamp_type: int  # 0 create time, 1 log append time, -1 magic 0 (none)
     is_transactional: bool
     is_control: bool
+    has_delete_horizon: bool
     last_offset_delta: int
     base_timestamp: int
     max_timestamp: int
@@ -106,6 +112,7 @@ class RecordBatch:
     @property
     def next_offset(self) -> int: ...
     def records(self) -> list[Record]: ...
+    def __len__(self) -> int: ...
 
 @final
 class BatchIterator(Iterator[RecordBatch]):
@@ -115,30 +122,50 @@ class BatchIterator(Iterator[RecordBatch]):
     def __next__(self) -> RecordBatch: ...
 
 def iter_batches(
-    source: bytes | bytearray | memoryview | str | PathLike[str],
+    source: bytes | bytearray | memoryview | str | PathLike[str] | Any,
     *,
     verify_crc: bool = True,
     allow_partial_tail: bool = False,
     max_decompressed_size: int = 64 * 1024 * 1024,
+    offset: int = 0,
+    length: int | None = None,
 ) -> BatchIterator: ...
 
 @final
 class ArrowRecords:
     """Arrow C stream/array exporter (PyCapsule interface); wrap with pyarrow.table()."""
     partial_tail: int | None
+    @property
+    def num_rows(self) -> int: ...
+    def __len__(self) -> int: ...
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
 
 def decode_arrow(
-    source: bytes | bytearray | memoryview | str | PathLike[str],
+    source: bytes | bytearray | memoryview | str | PathLike[str] | Any,
     *,
     verify_crc: bool = True,
     allow_partial_tail: bool = False,
     max_decompressed_size: int = 64 * 1024 * 1024,
+    offset: int = 0,
+    length: int | None = None,
 ) -> ArrowRecords: ...
 
+# Header-only scan (no CRC check, no decompression): (file_position, size_in_bytes, base_offset,
+# last_offset) per batch, for cutting a file into batch-aligned ranges. An incomplete last batch is
+# left out with allow_partial_tail=True, an error otherwise.
+def batch_index(
+    source: bytes | bytearray | memoryview | str | PathLike[str] | Any,
+    *,
+    allow_partial_tail: bool = False,
+    offset: int = 0,
+    length: int | None = None,
+) -> list[tuple[int, int, int, int]]: ...
+
+# Records are (key, value[, headers[, timestamp]]); offsets are base_offset + index. A record without
+# a timestamp gets base_timestamp; base_timestamp None = the first explicit timestamp, else -1.
 def encode_batch(
     records: Sequence[tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
-                      | tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int]],
+                      | tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int | None]],
     *,
     base_offset: int = 0,
     partition_leader_epoch: int = -1,

@@ -1,5 +1,571 @@
-use pyo3::prelude::*;
+//! Bindings for `crate::records`: record batches as Python objects, Arrow export, encoding.
+//! Inputs are borrowed (buffer protocol, or a memory-mapped file) and decoded with the GIL released.
 
-pub(crate) fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use std::ffi::CString;
+use std::fs::File;
+use std::path::PathBuf;
+
+use arrow_array::ffi_stream::FFI_ArrowArrayStream;
+use arrow_array::RecordBatchIterator;
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
+use pyo3::types::{PyBytes, PyCapsule, PyString, PyTuple};
+
+use crate::records::arrow::{decode_arrow as decode_arrow_core, ArrowDecoded};
+use crate::records::{
+    batch_index as batch_index_core, next_decoded, BatchCursor, BatchHeader, BatchSpec,
+    Compression, DecodeOptions, Decoder, Header, NewRecord, OwnedRecord,
+    DEFAULT_MAX_DECOMPRESSED_SIZE,
+};
+use crate::Error;
+
+/// The bytes behind a `source` argument: a caller's buffer, or a memory-mapped file.
+enum Backing {
+    Buffer(PyBuffer<u8>),
+    /// Buffers that export signed bytes (format "b", e.g. `pyarrow.Buffer`).
+    SignedBuffer(PyBuffer<i8>),
+    Mmap(memmap2::Mmap),
+    Empty,
+}
+
+/// A byte range of a backing store; positions reported are absolute within the backing.
+struct Source {
+    backing: Backing,
+    start: usize,
+    end: usize,
+}
+
+impl Source {
+    fn open(source: &Bound<'_, PyAny>, offset: u64, length: Option<u64>) -> PyResult<Source> {
+        let backing = if source.is_instance_of::<PyString>() || source.hasattr("__fspath__")? {
+            let path: PathBuf = source.extract()?;
+            let file = File::open(&path).map_err(Error::from)?;
+            if file.metadata().map_err(Error::from)?.len() == 0 {
+                Backing::Empty
+            } else {
+                // SAFETY: the map is read-only; as with any mmap, a file truncated by another process
+                // while we read it faults. Kafka segments only grow while a reader may hold them.
+                Backing::Mmap(unsafe { memmap2::Mmap::map(&file) }.map_err(Error::from)?)
+            }
+        } else {
+            let backing = match PyBuffer::<u8>::get(source) {
+                Ok(buffer) => Backing::Buffer(buffer),
+                Err(unsigned_err) => match PyBuffer::<i8>::get(source) {
+                    Ok(buffer) => Backing::SignedBuffer(buffer),
+                    Err(_) => return Err(unsigned_err),
+                },
+            };
+            let contiguous = match &backing {
+                Backing::Buffer(b) => b.is_c_contiguous(),
+                Backing::SignedBuffer(b) => b.is_c_contiguous(),
+                _ => true,
+            };
+            if !contiguous {
+                return Err(PyBufferError::new_err(
+                    "source buffer must be C-contiguous bytes",
+                ));
+            }
+            backing
+        };
+        let total = match &backing {
+            Backing::Buffer(b) => b.len_bytes(),
+            Backing::SignedBuffer(b) => b.len_bytes(),
+            Backing::Mmap(m) => m.len(),
+            Backing::Empty => 0,
+        };
+        let start = usize::try_from(offset)
+            .ok()
+            .filter(|&s| s <= total)
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "offset {offset} is past the end of the source ({total} bytes)"
+                ))
+            })?;
+        let end = match length {
+            None => total,
+            Some(len) => usize::try_from(len).ok().and_then(|l| start.checked_add(l)).filter(|&e| e <= total).ok_or_else(
+                || PyValueError::new_err(format!("offset {offset} + length {len} is past the end of the source ({total} bytes)")),
+            )?,
+        };
+        Ok(Source {
+            backing,
+            start,
+            end,
+        })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        let all: &[u8] = match &self.backing {
+            // SAFETY: the buffer is C-contiguous, `len_bytes` long and kept alive (exported) by `self`.
+            Backing::Buffer(b) => unsafe {
+                std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes())
+            },
+            // SAFETY: as above; i8 and u8 have the same layout.
+            Backing::SignedBuffer(b) => unsafe {
+                std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes())
+            },
+            Backing::Mmap(m) => m,
+            Backing::Empty => &[],
+        };
+        all.get(self.start..self.end).unwrap_or_default()
+    }
+
+    fn base(&self) -> u64 {
+        self.start as u64
+    }
+}
+
+fn options(
+    verify_crc: bool,
+    allow_partial_tail: bool,
+    max_decompressed_size: usize,
+) -> DecodeOptions {
+    DecodeOptions {
+        verify_crc,
+        allow_partial_tail,
+        max_decompressed_size,
+    }
+}
+
+/// One record. Bytes fields are copied out on access.
+#[pyclass(frozen, name = "Record", module = "epochguard._core")]
+pub struct PyRecord(OwnedRecord);
+
+#[pymethods]
+impl PyRecord {
+    #[getter]
+    fn offset(&self) -> i64 {
+        self.0.offset
+    }
+    #[getter]
+    fn timestamp(&self) -> i64 {
+        self.0.timestamp
+    }
+    #[getter]
+    fn attributes(&self) -> i8 {
+        self.0.attributes
+    }
+    #[getter]
+    fn timestamp_delta(&self) -> i64 {
+        self.0.timestamp_delta
+    }
+    #[getter]
+    fn offset_delta(&self) -> i32 {
+        self.0.offset_delta
+    }
+    #[getter]
+    fn key<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        self.0.key.as_deref().map(|b| PyBytes::new(py, b))
+    }
+    #[getter]
+    fn value<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        self.0.value.as_deref().map(|b| PyBytes::new(py, b))
+    }
+    #[getter]
+    fn headers<'py>(&self, py: Python<'py>) -> Vec<(&str, Option<Bound<'py, PyBytes>>)> {
+        self.0
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_deref().map(|b| PyBytes::new(py, b))))
+            .collect()
+    }
+    fn __repr__(&self) -> String {
+        let r = &self.0;
+        format!(
+            "Record(offset={}, timestamp={}, key_len={}, value_len={}, headers={})",
+            r.offset,
+            r.timestamp,
+            r.key.as_ref().map_or(-1, |k| k.len() as i64),
+            r.value.as_ref().map_or(-1, |v| v.len() as i64),
+            r.headers.len()
+        )
+    }
+}
+
+/// One batch (a v2 record batch, or a legacy message / compressed wrapper) with its records decoded.
+#[pyclass(frozen, name = "RecordBatch", module = "epochguard._core")]
+pub struct PyRecordBatch {
+    header: BatchHeader,
+    records: Vec<OwnedRecord>,
+}
+
+#[pymethods]
+impl PyRecordBatch {
+    #[getter]
+    fn file_position(&self) -> u64 {
+        self.header.file_position
+    }
+    #[getter]
+    fn size_in_bytes(&self) -> u32 {
+        self.header.size_in_bytes
+    }
+    #[getter]
+    fn base_offset(&self) -> i64 {
+        self.header.base_offset
+    }
+    #[getter]
+    fn batch_length(&self) -> i32 {
+        self.header.batch_length
+    }
+    #[getter]
+    fn partition_leader_epoch(&self) -> i32 {
+        self.header.partition_leader_epoch
+    }
+    #[getter]
+    fn magic(&self) -> i8 {
+        self.header.magic
+    }
+    #[getter]
+    fn crc(&self) -> u32 {
+        self.header.crc
+    }
+    #[getter]
+    fn attributes(&self) -> i16 {
+        self.header.attributes
+    }
+    #[getter]
+    fn compression(&self) -> &'static str {
+        self.header
+            .compression()
+            .unwrap_or(Compression::None)
+            .name()
+    }
+    #[getter]
+    fn timestamp_type(&self) -> i8 {
+        self.header.timestamp_type()
+    }
+    #[getter]
+    fn is_transactional(&self) -> bool {
+        self.header.is_transactional()
+    }
+    #[getter]
+    fn is_control(&self) -> bool {
+        self.header.is_control()
+    }
+    #[getter]
+    fn has_delete_horizon(&self) -> bool {
+        self.header.has_delete_horizon()
+    }
+    #[getter]
+    fn last_offset_delta(&self) -> i32 {
+        self.header.last_offset_delta
+    }
+    #[getter]
+    fn base_timestamp(&self) -> i64 {
+        self.header.base_timestamp
+    }
+    #[getter]
+    fn max_timestamp(&self) -> i64 {
+        self.header.max_timestamp
+    }
+    #[getter]
+    fn producer_id(&self) -> i64 {
+        self.header.producer_id
+    }
+    #[getter]
+    fn producer_epoch(&self) -> i16 {
+        self.header.producer_epoch
+    }
+    #[getter]
+    fn base_sequence(&self) -> i32 {
+        self.header.base_sequence
+    }
+    #[getter]
+    fn records_count(&self) -> i32 {
+        self.header.records_count
+    }
+    #[getter]
+    fn last_offset(&self) -> i64 {
+        self.header.last_offset()
+    }
+    #[getter]
+    fn next_offset(&self) -> i64 {
+        self.header.next_offset()
+    }
+    fn records(&self) -> Vec<PyRecord> {
+        self.records.iter().cloned().map(PyRecord).collect()
+    }
+    fn __len__(&self) -> usize {
+        self.records.len()
+    }
+    fn __repr__(&self) -> String {
+        let h = &self.header;
+        format!(
+            "RecordBatch(file_position={}, base_offset={}, last_offset={}, magic={}, partition_leader_epoch={}, compression={:?}, records={})",
+            h.file_position,
+            h.base_offset,
+            h.last_offset(),
+            h.magic,
+            h.partition_leader_epoch,
+            self.compression(),
+            self.records.len()
+        )
+    }
+}
+
+/// Lazily decodes one batch per `__next__` (GIL released while decoding).
+#[pyclass(name = "BatchIterator", module = "epochguard._core")]
+pub struct PyBatchIterator {
+    source: Source,
+    decoder: Decoder,
+    /// Next unread byte, relative to `source.bytes()`.
+    pos: usize,
+    done: bool,
+    #[pyo3(get)]
+    partial_tail: Option<u64>,
+}
+
+#[pymethods]
+impl PyBatchIterator {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(mut slf: PyRefMut<'_, Self>, py: Python<'_>) -> PyResult<Option<PyRecordBatch>> {
+        let this = &mut *slf;
+        if this.done {
+            return Ok(None);
+        }
+        let (source, decoder, pos) = (&this.source, &mut this.decoder, this.pos);
+        let allow_partial_tail = decoder.options().allow_partial_tail;
+        let step = py.detach(|| {
+            let data = source.bytes().get(pos..).unwrap_or_default();
+            let mut cursor = BatchCursor::new(data, source.base() + pos as u64, allow_partial_tail);
+            next_decoded(&mut cursor, decoder).map(|b| (b, cursor.partial_tail()))
+        });
+        match step {
+            Ok((Some(batch), _)) => {
+                this.pos += batch.header.size_in_bytes as usize;
+                Ok(Some(PyRecordBatch {
+                    header: batch.header,
+                    records: batch.records,
+                }))
+            }
+            Ok((None, tail)) => {
+                this.done = true;
+                this.partial_tail = tail;
+                Ok(None)
+            }
+            Err(e) => {
+                this.done = true;
+                Err(e.into())
+            }
+        }
+    }
+}
+
+#[pyfunction]
+#[pyo3(signature = (source, *, verify_crc=true, allow_partial_tail=false, max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE, offset=0, length=None))]
+fn iter_batches(
+    source: &Bound<'_, PyAny>,
+    verify_crc: bool,
+    allow_partial_tail: bool,
+    max_decompressed_size: usize,
+    offset: u64,
+    length: Option<u64>,
+) -> PyResult<PyBatchIterator> {
+    Ok(PyBatchIterator {
+        source: Source::open(source, offset, length)?,
+        decoder: Decoder::new(options(
+            verify_crc,
+            allow_partial_tail,
+            max_decompressed_size,
+        )),
+        pos: 0,
+        done: false,
+        partial_tail: None,
+    })
+}
+
+/// Decoded records as Arrow; export with the Arrow PyCapsule stream interface.
+#[pyclass(frozen, name = "ArrowRecords", module = "epochguard._core")]
+pub struct PyArrowRecords(ArrowDecoded);
+
+#[pymethods]
+impl PyArrowRecords {
+    #[getter]
+    fn partial_tail(&self) -> Option<u64> {
+        self.0.partial_tail
+    }
+    #[getter]
+    fn num_rows(&self) -> usize {
+        self.0.num_rows()
+    }
+    fn __len__(&self) -> usize {
+        self.0.num_rows()
+    }
+    /// The records as an `ArrowArrayStream` capsule (`requested_schema` is not supported and ignored).
+    #[pyo3(signature = (requested_schema=None))]
+    fn __arrow_c_stream__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        let _ = requested_schema;
+        let batches = self.0.batches.clone();
+        let reader = RecordBatchIterator::new(batches.into_iter().map(Ok), self.0.schema.clone());
+        let stream = FFI_ArrowArrayStream::new(Box::new(reader));
+        let name =
+            CString::new("arrow_array_stream").map_err(|e| PyValueError::new_err(e.to_string()))?;
+        PyCapsule::new(py, stream, Some(name))
+    }
+}
+
+#[pyfunction]
+#[pyo3(signature = (source, *, verify_crc=true, allow_partial_tail=false, max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE, offset=0, length=None))]
+fn decode_arrow(
+    py: Python<'_>,
+    source: &Bound<'_, PyAny>,
+    verify_crc: bool,
+    allow_partial_tail: bool,
+    max_decompressed_size: usize,
+    offset: u64,
+    length: Option<u64>,
+) -> PyResult<PyArrowRecords> {
+    let source = Source::open(source, offset, length)?;
+    let opts = options(verify_crc, allow_partial_tail, max_decompressed_size);
+    let decoded = py.detach(|| decode_arrow_core(source.bytes(), source.base(), opts))?;
+    Ok(PyArrowRecords(decoded))
+}
+
+#[pyfunction]
+#[pyo3(signature = (source, *, allow_partial_tail=false, offset=0, length=None))]
+fn batch_index(
+    py: Python<'_>,
+    source: &Bound<'_, PyAny>,
+    allow_partial_tail: bool,
+    offset: u64,
+    length: Option<u64>,
+) -> PyResult<Vec<(u64, u32, i64, i64)>> {
+    let source = Source::open(source, offset, length)?;
+    let (locations, _) =
+        py.detach(|| batch_index_core(source.bytes(), source.base(), allow_partial_tail))?;
+    Ok(locations
+        .into_iter()
+        .map(|l| {
+            (
+                l.file_position,
+                l.size_in_bytes,
+                l.base_offset,
+                l.last_offset,
+            )
+        })
+        .collect())
+}
+
+/// A record tuple from Python: `(key, value[, headers[, timestamp]])`.
+struct PyNewRecord {
+    key: Option<PyBackedBytes>,
+    value: Option<PyBackedBytes>,
+    headers: Vec<(String, Option<PyBackedBytes>)>,
+    timestamp: Option<i64>,
+}
+
+impl<'py> FromPyObject<'_, 'py> for PyNewRecord {
+    type Error = PyErr;
+    fn extract(obj: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
+        let t = obj.cast::<PyTuple>()?;
+        if !(2..=4).contains(&t.len()) {
+            return Err(PyValueError::new_err(format!(
+                "a record is (key, value[, headers[, timestamp]]), got a tuple of {}",
+                t.len()
+            )));
+        }
+        let headers = match t.len() > 2 {
+            true => t
+                .get_item(2)?
+                .extract::<Option<Vec<(String, Option<PyBackedBytes>)>>>()?
+                .unwrap_or_default(),
+            false => Vec::new(),
+        };
+        let timestamp = match t.len() > 3 {
+            true => t.get_item(3)?.extract()?,
+            false => None,
+        };
+        Ok(PyNewRecord {
+            key: t.get_item(0)?.extract()?,
+            value: t.get_item(1)?.extract()?,
+            headers,
+            timestamp,
+        })
+    }
+}
+
+#[pyfunction]
+// pyo3 renders negative defaults as `...`; spell the signature out for help() and stubtest.
+#[pyo3(
+    text_signature = "(records, *, base_offset=0, partition_leader_epoch=-1, compression='none', timestamp_type=0, base_timestamp=None, producer_id=-1, producer_epoch=-1, base_sequence=-1, is_transactional=False, is_control=False)"
+)]
+#[pyo3(signature = (records, *, base_offset=0, partition_leader_epoch=-1, compression="none", timestamp_type=0,
+    base_timestamp=None, producer_id=-1, producer_epoch=-1, base_sequence=-1, is_transactional=false, is_control=false))]
+#[allow(clippy::too_many_arguments)]
+fn encode_batch<'py>(
+    py: Python<'py>,
+    records: Vec<PyNewRecord>,
+    base_offset: i64,
+    partition_leader_epoch: i32,
+    compression: &str,
+    timestamp_type: i8,
+    base_timestamp: Option<i64>,
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+    is_transactional: bool,
+    is_control: bool,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let compression = Compression::from_name(compression).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "unknown compression {compression:?} (none, gzip, snappy, lz4 or zstd)"
+        ))
+    })?;
+    let spec = BatchSpec {
+        base_offset,
+        partition_leader_epoch,
+        compression,
+        timestamp_type,
+        base_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        is_transactional,
+        is_control,
+    };
+    let views: Vec<NewRecord<'_>> = records
+        .iter()
+        .map(|r| NewRecord {
+            key: r.key.as_deref(),
+            value: r.value.as_deref(),
+            headers: r
+                .headers
+                .iter()
+                .map(|(k, v)| Header {
+                    key: k,
+                    value: v.as_deref(),
+                })
+                .collect(),
+            timestamp: r.timestamp,
+        })
+        .collect();
+    let bytes = py.detach(|| crate::records::encode_batch(&spec, &views))?;
+    Ok(PyBytes::new(py, &bytes))
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyRecord>()?;
+    m.add_class::<PyRecordBatch>()?;
+    m.add_class::<PyBatchIterator>()?;
+    m.add_class::<PyArrowRecords>()?;
+    m.add_function(wrap_pyfunction!(iter_batches, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_arrow, m)?)?;
+    m.add_function(wrap_pyfunction!(batch_index, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_batch, m)?)?;
     Ok(())
 }
+
+/// The extension's allocator. Decoded columns are large, short-lived buffers handed to Arrow; glibc
+/// maps every one above its mmap threshold afresh (page-faulting it in again on each decode),
+/// mimalloc reuses them. Arrow frees them through our release callbacks, so one allocator owns them.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

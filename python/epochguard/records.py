@@ -1,0 +1,81 @@
+"""Kafka record batches: decode log segments, fetch responses and message sets; encode v2 batches.
+
+Decoding is done by the Rust core (GIL released). `iter_batches` yields one `RecordBatch` at a
+time; `decode_to_arrow` returns every record as one row of a `pyarrow.Table` (pyarrow is imported
+only when that function is called).
+"""
+
+from __future__ import annotations
+
+from os import PathLike
+from typing import TYPE_CHECKING, Any
+
+from epochguard._core import (
+    ArrowRecords,
+    BatchIterator,
+    Record,
+    RecordBatch,
+    batch_index,
+    decode_arrow,
+    encode_batch,
+    iter_batches,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = [
+    "ArrowRecords",
+    "BatchIterator",
+    "DEFAULT_MAX_DECOMPRESSED_SIZE",
+    "PARTIAL_TAIL_METADATA_KEY",
+    "Record",
+    "RecordBatch",
+    "batch_index",
+    "decode_arrow",
+    "decode_to_arrow",
+    "encode_batch",
+    "iter_batches",
+]
+
+DEFAULT_MAX_DECOMPRESSED_SIZE = 64 * 1024 * 1024
+#: Schema metadata key holding the byte position of a tolerated partial last batch.
+PARTIAL_TAIL_METADATA_KEY = b"epochguard.partial_tail"
+
+
+def decode_to_arrow(
+    source: bytes | bytearray | memoryview | str | PathLike[str] | Any,
+    *,
+    verify_crc: bool = True,
+    allow_partial_tail: bool = False,
+    max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
+    offset: int = 0,
+    length: int | None = None,
+) -> pa.Table:
+    """Decode every record of `source` into a `pyarrow.Table`, one row per record.
+
+    `source` is bytes-like (any C-contiguous buffer, e.g. a `pyarrow.Buffer`; read without copying)
+    or a segment file path (memory-mapped). `offset`/`length` select a batch-aligned byte range;
+    positions (errors, `partial_tail`) stay absolute. Columns: offset, timestamp, timestamp_type,
+    key, value, headers, leader_epoch, batch_offset, producer_id, producer_epoch, sequence,
+    is_transactional, is_control, magic. With `allow_partial_tail=True` an incomplete last batch is
+    skipped and its byte position stored in the schema metadata under `PARTIAL_TAIL_METADATA_KEY`.
+
+    Raises `epochguard.errors.CorruptRecordError` for malformed input.
+    """
+    import pyarrow as pa
+
+    records = decode_arrow(
+        source,
+        verify_crc=verify_crc,
+        allow_partial_tail=allow_partial_tail,
+        max_decompressed_size=max_decompressed_size,
+        offset=offset,
+        length=length,
+    )
+    table = pa.RecordBatchReader.from_stream(records).read_all()
+    if records.partial_tail is not None:
+        metadata = dict(table.schema.metadata or {})
+        metadata[PARTIAL_TAIL_METADATA_KEY] = str(records.partial_tail).encode()
+        table = table.replace_schema_metadata(metadata)
+    return table

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from epochguard.sim.faults import (
+    ConsumerRestart,
     Crash,
     Heal,
     Isolate,
@@ -35,6 +36,7 @@ def faults(partitions: int) -> st.SearchStrategy:
         st.builds(PreferredElection, tps, BROKERS),
         st.builds(UncleanElections, st.booleans()),
         st.builds(Heal, NODES),
+        st.just(ConsumerRestart(0)),
     )
 
 

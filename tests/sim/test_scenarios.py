@@ -77,3 +77,23 @@ def test_zombie_is_fenced_under_kip320() -> None:
 
 def test_every_scenario_is_known_to_the_cli() -> None:
     assert set(TARGETED) | {"random"} == set(SCENARIOS)
+
+
+@pytest.mark.parametrize("protocol", ["kip-320", "pre-kip-320"])
+def test_consumer_restarting_across_an_unclean_election(protocol: str) -> None:
+    """The consumer restarts from its committed offsets while its partition's log is being replaced:
+    KIP-320 validates the committed epoch and reports the truncation; offsets only cannot."""
+    from dataclasses import replace
+
+    from epochguard.sim.faults import ConsumerRestart
+    from epochguard.sim.scenarios import build_scenario, run
+
+    base = build_scenario("unclean-election")
+    scenario = replace(base, schedule=sorted([*base.schedule, (71, ConsumerRestart(0))], key=lambda x: x[0]))
+    result = run(scenario, seed=0, protocol=protocol)
+    assert any(e.kind == "restart" and e.node == "consumer-0" for e in result.events)
+    if protocol == "kip-320":
+        assert result.ok, "\n".join(map(str, result.violations))
+        assert any(e.kind == "truncation" and e.detail["partition"] == "events-0" for e in result.events)
+    else:
+        assert inv.CONSUMER_CONTINUITY in result.violated()

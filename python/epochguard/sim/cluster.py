@@ -14,6 +14,7 @@ from epochguard.sim.broker import Broker
 from epochguard.sim.clock import SeededRandom, VirtualClock
 from epochguard.sim.consumer import Consumer
 from epochguard.sim.controller import CONTROLLER, Controller
+from epochguard.sim.coordinator import COORDINATOR, CoordinatorNode
 from epochguard.sim.faults import Fault, Schedule
 from epochguard.sim.invariants import InvariantChecker
 from epochguard.sim.monitor import OffsetMonitor
@@ -45,6 +46,7 @@ class ClusterConfig:
     producer_interval_ms: int = 20
     consumers: int = 1
     auto_offset_reset: ResetPolicy = "earliest"
+    commit_interval_ms: int = 100
     monitor: bool = True
     request_timeout_ms: int = 100
     retry_backoff_ms: int = 20
@@ -96,7 +98,9 @@ class Cluster:
         self.monitors = [OffsetMonitor("monitor", self)] if cfg.monitor else []
         named: list[Producer | Consumer | OffsetMonitor] = [*self.producers, *self.consumers, *self.monitors]
         self.clients: list[Actor] = list(named)
-        self._nodes: dict[str, Actor] = {CONTROLLER: self.controller, **{b.node: b for b in self.brokers.values()},
+        self.coordinator = CoordinatorNode(self.network)
+        self._nodes: dict[str, Actor] = {CONTROLLER: self.controller, COORDINATOR: self.coordinator,
+                                         **{b.node: b for b in self.brokers.values()},
                                          **{c.name: c for c in named}}
         self._faults: dict[int, list[Fault]] = {}
         for step, fault in self.schedule:

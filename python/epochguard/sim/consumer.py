@@ -11,6 +11,7 @@ from epochguard.consumer import Consumer as ConsumerMachine
 from epochguard.errors import LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError
 from epochguard.messages import FetchResponse, MetadataResponse
 from epochguard.metadata import ClientMetadata
+from epochguard.sim.coordinator import COORDINATOR, COORDINATOR_ID, GROUP_ID
 from epochguard.sim.network import Disconnected, Envelope, broker_node
 from epochguard.types import ConsumerRecord, TopicPartition
 
@@ -43,26 +44,42 @@ class ConsumedRecord:
 
 
 class Consumer:
+    """The application around one `ConsumerMachine`: it polls every step, commits its positions (with
+    their epochs) every `commit_interval_ms` to the group coordinator, and can be restarted: a new
+    machine resumes from the committed offsets, as a restarted consumer process would."""
+
     def __init__(self, name: str, cluster: Cluster) -> None:
-        cfg = cluster.config
         self.name = name
         self.cluster = cluster
-        metadata = ClientMetadata(protocol=cluster.protocol, topics=[cfg.topic],
+        self.consumed: list[ConsumedRecord] = []
+        self._start()
+
+    def _start(self) -> None:
+        cfg = self.cluster.config
+        metadata = ClientMetadata(protocol=self.cluster.protocol, topics=[cfg.topic],
                                   refresh_backoff_ms=cfg.metadata_backoff_ms, metadata_max_age_ms=cfg.metadata_max_age_ms)
         self.machine = ConsumerMachine(
-            bootstrap=cluster.broker_ids,
+            bootstrap=self.cluster.broker_ids,
+            group_id=GROUP_ID,
+            coordinator_id=COORDINATOR_ID,
             reset_policy=cfg.auto_offset_reset,
-            protocol=cluster.protocol,
+            protocol=self.cluster.protocol,
             retry_backoff_ms=cfg.retry_backoff_ms,
             request_timeout_ms=cfg.request_timeout_ms,
             metadata=metadata,
         )
-        self.machine.assign(cluster.topic_partitions)
-        self.consumed: list[ConsumedRecord] = []
-        self._sent: dict[int, tuple[int, Any]] = {}  # msg id -> (broker, request)
+        self.machine.assign(self.cluster.topic_partitions)
+        self._sent: dict[int, tuple[int, Any]] = {}  # msg id -> (node, request)
         self._served_by: dict[TopicPartition, int] = {}
         self._truncations_seen = 0
         self._resets_seen = 0
+        self._next_commit_ms = self.cluster.clock.now_ms + cfg.commit_interval_ms
+
+    def restart(self) -> None:
+        """The process dies (uncommitted progress is lost) and starts again from the committed offsets."""
+        self._start()
+        self.cluster.checker.on_client_restart(self.name)
+        self.cluster.timeline.record("restart", self.name, "consumer restarted; resuming from committed offsets")
 
     @property
     def metadata(self) -> ClientMetadata:
@@ -90,8 +107,12 @@ class Consumer:
 
     def tick(self) -> None:
         now = self.cluster.clock.now_ms
+        if now >= self._next_commit_ms:
+            self._next_commit_ms = now + self.cluster.config.commit_interval_ms
+            self.machine.commit()
         for node, request in self.machine.poll_requests(now):
-            msg_id = self.cluster.network.send(self.name, broker_node(node), request)
+            dst = COORDINATOR if node == COORDINATOR_ID else broker_node(node)
+            msg_id = self.cluster.network.send(self.name, dst, request)
             self._sent[msg_id] = (node, request)
         try:
             records = self.machine.poll(now)

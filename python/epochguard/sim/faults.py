@@ -50,6 +50,20 @@ class Restart:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerRestart:
+    """A consumer process restarts: it resumes from its committed offsets (and their leader epochs)."""
+
+    consumer: int = 0
+
+    def apply(self, cluster: Cluster) -> None:
+        if self.consumer < len(cluster.consumers):
+            cluster.consumers[self.consumer].restart()
+
+    def describe(self) -> str:
+        return f"restart consumer-{self.consumer}"
+
+
+@dataclass(frozen=True, slots=True)
 class Zombie:
     """Cut the broker off from the controller (KAFKA-6880): it is fenced, hears of no new epoch, and
     keeps fetching and serving on what it last knew. Heals after `duration_ms` (None = never)."""
@@ -191,7 +205,7 @@ def random_schedule(
     for _ in range(count):
         step = rng.randint(1, busy_until)
         broker = rng.choice(brokers)
-        kind = rng.choice(("crash", "zombie", "stale", "delay", "isolate", "preferred", "unclean"))
+        kind = rng.choice(("crash", "zombie", "stale", "delay", "isolate", "preferred", "unclean", "consumer"))
         span = rng.randint(5, max(6, steps // 6))
         if kind == "crash":
             if down.get(broker, -1) >= step:
@@ -217,5 +231,7 @@ def random_schedule(
             schedule.append((step, PreferredElection(rng.choice(topic_partitions), broker)))
         elif kind == "unclean" and unclean:
             schedule.append((step, UncleanElections(True)))
+        elif kind == "consumer":
+            schedule.append((step, ConsumerRestart(0)))
     schedule.sort(key=lambda item: item[0])
     return schedule

@@ -10,7 +10,8 @@
    out-of-range reset excuses a skip only).
 4. `list-offsets-monotonic`: the latest offset a client gets from ListOffsets never goes backwards,
    unless an unclean election happened in between.
-5. `metadata-epoch-monotonic`: the leader epoch a client accepts for a partition never goes backwards.
+5. `metadata-epoch-monotonic`: the leader epoch a client accepts for a partition never goes backwards
+   (within one client process: a restarted client starts from nothing).
 
 And one liveness check, at the end of a scenario whose faults have all healed: `consumer-progress`,
 every consumer has caught up with every partition that has a leader (no state without a way out:
@@ -327,6 +328,11 @@ class InvariantChecker:
                 key=(client, tp, before),
             )
         self._metadata_epochs[(client, tp)] = max(epoch, before if before is not None else epoch)
+
+    def on_client_restart(self, client: str) -> None:
+        """A new client process knows nothing: its metadata epochs start over (what it delivered stays)."""
+        for key in [k for k in self._metadata_epochs if k[0] == client]:
+            del self._metadata_epochs[key]
 
     def _view(self, consumer: str, tp: TopicPartition) -> _ConsumerView:
         return self._consumers.setdefault((consumer, tp), _ConsumerView())

@@ -1,12 +1,11 @@
 """Shared helpers for the protocol tests: independent batch builders (kafka-python), partition
-states, and a tiny in-memory network that pumps requests between sans-IO brokers."""
+states, and a tiny in-memory network that pumps requests between sans-IO brokers. (A plain module,
+not conftest.py: several test folders have a conftest and `from conftest import` would be ambiguous.)"""
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
-
-import pytest
 
 from epochguard.errors import Errors
 from epochguard.leader import ReplicaManager
@@ -108,8 +107,3 @@ class Network:
 
 def brokers(n: int = 3, protocol: str = "kip-320", **kw) -> dict[int, ReplicaManager]:
     return {i: ReplicaManager(i, protocol=protocol, controller_id=CONTROLLER, **kw) for i in range(1, n + 1)}
-
-
-@pytest.fixture
-def tp() -> TopicPartition:
-    return TP

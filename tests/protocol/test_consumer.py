@@ -4,7 +4,7 @@ committed epochs, resets, offsets-for-times, pre-KIP-320, and the ways out of ev
 from __future__ import annotations
 
 import pytest
-from conftest import CONTROLLER, TP, recs, state
+from protocol_support import CONTROLLER, TP, recs, state
 
 from epochguard.consumer import Consumer, FetchState, PartitionState
 from epochguard.coordinator import GroupCoordinator

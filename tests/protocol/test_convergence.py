@@ -3,7 +3,7 @@ every follower ends byte-identical to the leader once it has fetched enough (KIP
 
 from __future__ import annotations
 
-from conftest import TP, Network, brokers, recs, state
+from protocol_support import TP, Network, brokers, recs, state
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -4,7 +4,7 @@ high watermark, ISR rules (d), produce."""
 from __future__ import annotations
 
 import pytest
-from conftest import TP, recs, state
+from protocol_support import TP, recs, state
 
 from epochguard._core import iter_batches
 from epochguard.errors import Errors

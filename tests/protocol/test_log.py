@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import TP, kafka_python_batch, kafka_python_legacy_batch, recs
+from protocol_support import TP, kafka_python_batch, kafka_python_legacy_batch, recs
 
 from epochguard._core import LeaderEpochCache, iter_batches
 from epochguard.log import PartitionLog, UnexpectedAppendOffsetError, parse_partition_dir_name, segment_file_name

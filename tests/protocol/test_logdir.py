@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from conftest import recs
+from protocol_support import recs
 
 from epochguard._core import iter_batches
 from epochguard.log import PartitionLog
@@ -93,7 +93,7 @@ def test_kafka_uuid_form():
 
 
 def test_broker_restart_recovers_logs_epochs_and_high_watermarks(tmp_path):
-    from conftest import TP, state
+    from protocol_support import TP, state
 
     from epochguard.leader import ReplicaManager
 

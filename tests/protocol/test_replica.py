@@ -3,7 +3,7 @@ OffsetsForLeaderEpoch and the diverging-epoch paths, out-of-range, fencing, pre-
 
 from __future__ import annotations
 
-from conftest import CONTROLLER, TP, Network, recs, state
+from protocol_support import CONTROLLER, TP, Network, recs, state
 
 from epochguard._core import iter_batches
 from epochguard.errors import Errors

@@ -33,6 +33,7 @@ def test_simulate_writes_kafka_log_dirs(tmp_path, capsys) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broker-1", "broker-2", "broker-3"]
     old, new = read_log_dir(tmp_path / "broker-1"), read_log_dir(tmp_path / "broker-2")
     assert old.node_id == 1 and new.node_id == 2
+    assert old.topic_ids == new.topic_ids and set(old.topic_ids) == {"events"}
     tp = TopicPartition("events", 0)
     assert sorted(old.logs) == [TopicPartition("events", p) for p in range(3)]
     # broker 1 died with records broker 2 never got; broker 2 started epoch 1 below broker 1's end.

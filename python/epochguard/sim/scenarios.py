@@ -18,12 +18,13 @@ protocol exists to prevent. Under "kip-320" the checker must find nothing; under
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from epochguard.logdir import write_log_dir
+from epochguard.logdir import kafka_uuid, write_log_dir
 from epochguard.sim.cluster import Cluster, ClusterConfig
 from epochguard.sim.consumer import ConsumedRecord
 from epochguard.sim.faults import (
@@ -194,6 +195,11 @@ def run_scenario(
     return run(scenario, seed=seed, protocol=protocol, log_dir=log_dir)
 
 
+def topic_id(topic: str) -> str:
+    """A stable topic id for the simulated topic (the same in every run, as `partition.metadata` shows)."""
+    return kafka_uuid(uuid.uuid5(uuid.NAMESPACE_URL, f"https://epochguard/sim/{topic}"))
+
+
 def run(scenario: Scenario, *, seed: int, protocol: Protocol, log_dir: str | Path | None = None) -> SimulationResult:
     """Run `scenario`. With `log_dir`, brokers keep their logs on disk there (`broker-<id>/`, recovered
     from disk on restart) and the root files Kafka keeps (meta.properties, checkpoints) are written at the end."""
@@ -210,8 +216,10 @@ def run(scenario: Scenario, *, seed: int, protocol: Protocol, log_dir: str | Pat
         cluster.checker.check_progress()
     dirs: dict[int, Path] = {}
     if log_dir is not None:
+        topic_ids = {config.topic: topic_id(config.topic)}
         for broker_id in cluster.broker_ids:
-            dirs[broker_id] = write_log_dir(Path(log_dir) / f"broker-{broker_id}", broker_id, cluster.logs_of(broker_id))
+            dirs[broker_id] = write_log_dir(Path(log_dir) / f"broker-{broker_id}", broker_id, cluster.logs_of(broker_id),
+                                            topic_ids=topic_ids)
     return SimulationResult(
         scenario=scenario.name,
         seed=seed,

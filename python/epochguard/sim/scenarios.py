@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from epochguard.logdir import kafka_uuid, write_log_dir
+from epochguard.sim.clock import SeededRandom
 from epochguard.sim.cluster import Cluster, ClusterConfig
 from epochguard.sim.consumer import ConsumedRecord
 from epochguard.sim.faults import (
@@ -55,6 +56,14 @@ class Scenario:
     schedule: Schedule
     steps: int
     check_progress: bool = True  # every fault heals before the end: consumers must have caught up
+
+    def settled(self, settle_steps: int = 40) -> bool:
+        """Whether the run goes on for `settle_steps` after the last fault (and its duration) ended."""
+        last = 0
+        for step, fault in self.schedule:
+            duration = getattr(fault, "duration_ms", None) or 0
+            last = max(last, step + -(-duration // self.config.tick_ms))
+        return self.steps >= last + settle_steps
 
 
 @dataclass
@@ -150,8 +159,6 @@ def leader_bounce(seed: int, partitions: int) -> Scenario:
 def random_faults(seed: int, partitions: int, steps: int = 400) -> Scenario:
     cfg = ClusterConfig(partitions=partitions, producers=(-1, 1), unclean_leader_election=False)
     tps = tuple(sorted(cfg.assignment()))
-    from epochguard.sim.clock import SeededRandom
-
     schedule = random_schedule(
         SeededRandom(seed).fork("faults"), steps=steps, brokers=tuple(range(1, cfg.brokers + 1)),
         topic_partitions=tps, clients=("producer-0", "producer-1", "consumer-0", "monitor"),
@@ -212,7 +219,7 @@ def run(scenario: Scenario, *, seed: int, protocol: Protocol, log_dir: str | Pat
         config = replace(config, data_dir=str(root))
     cluster = Cluster(config, seed, protocol, scenario.schedule)
     cluster.run(scenario.steps)
-    if scenario.check_progress:
+    if scenario.check_progress and scenario.settled():
         cluster.checker.check_progress()
     dirs: dict[int, Path] = {}
     if log_dir is not None:

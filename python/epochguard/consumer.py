@@ -846,7 +846,7 @@ class Consumer:
             if answer.offset < 0:
                 lookup.result[tp] = None
             else:
-                lookup.result[tp] = OffsetAndTimestamp(answer.offset, max(answer.timestamp, 0), answer.leader_epoch)
+                lookup.result[tp] = OffsetAndTimestamp(answer.offset, answer.timestamp, answer.leader_epoch)
                 if answer.leader_epoch >= 0:
                     self.metadata.update_last_seen_epoch_if_newer(tp, answer.leader_epoch)
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from epochguard._core import iter_batches
 from epochguard.errors import (
+    CorruptRecordError,
     EpochGuardError,
     Errors,
     LogTruncationError,
@@ -660,7 +661,12 @@ class Consumer:
         if code == Errors.NONE:
             if data.preferred_read_replica >= 0:
                 s.preferred_read_replica = data.preferred_read_replica
-            completed = self._decode(tp, sent.fetch_offset, data.records)
+            try:
+                completed = self._decode(tp, sent.fetch_offset, data.records)
+            except CorruptRecordError as e:
+                self._pending_errors.append(e)  # raised by poll(), as Kafka's consumer does
+                s.next_retry_ms = now_ms + self.retry_backoff_ms
+                return
             if completed.records:
                 self._completed.append(completed)  # handed out (and the position moved) by poll()
             elif completed.next_offset != sent.fetch_offset:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from epochguard._core import truncation_offset
-from epochguard.errors import Errors
+from epochguard.errors import CorruptRecordError, Errors
 from epochguard.log import UnexpectedAppendOffsetError
 from epochguard.messages import (
     EpochEndOffset,
@@ -276,6 +276,9 @@ class ReplicaFetcher:
         if data.records:
             try:
                 info = log.append_as_follower(data.records)
+            except CorruptRecordError:
+                s.delay_until_ms = now_ms + self.fetch_backoff_ms  # a bad response: fetch again later
+                return
             except UnexpectedAppendOffsetError as e:
                 # The leader's batch starts below our end: the logs diverged in a way offsets cannot
                 # repair. Kafka marks the partition failed until the next leadership change.

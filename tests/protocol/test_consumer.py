@@ -458,3 +458,22 @@ def test_pre_kip_320_consumer_never_validates():
     assert [r.offset for r in c.poll().records()] == [6]
     c.seek(TP, OffsetAndMetadata(2, leader_epoch=1))
     assert c.state_of(TP) == FetchState.FETCHING
+
+
+def test_corrupt_records_surface_from_poll():
+    from epochguard.errors import CorruptRecordError
+
+    cluster = Cluster({1: [(0, 2)]}, leader=1, epoch=1)
+    c = consumer()
+    cluster.run(c, rounds=2)  # metadata, reset
+    [(node, request)] = [(n, r) for n, r in c.poll_requests(0) if isinstance(r, FetchRequest)]
+    response = cluster.answer(node, request)
+    data = response.partitions[0]
+    bad = bytearray(data.records)
+    bad[-1] ^= 0xFF
+    import dataclasses
+
+    c.on_response(node, request, FetchResponse((dataclasses.replace(data, records=bytes(bad)),)), 0)
+    with pytest.raises(CorruptRecordError):
+        c.poll()
+    assert c.position(TP).offset == 0

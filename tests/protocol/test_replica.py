@@ -282,3 +282,16 @@ def test_three_broker_replication_end_to_end():
     assert leader.isr == (1, 2, 3)
     assert all(log_of(rm).read(0) == log_of(rms[1]).read(0) for rm in rms.values())
     assert {log_of(rm).high_watermark for rm in rms.values()} == {6}
+
+
+def test_corrupt_fetch_response_is_retried_not_appended():
+    b1 = broker(1, make_log([(1, 2, "a-")], hw=2))
+    b1.apply_partition_state(state(2, 3, isr=(2,), replicas=(1, 2)), 0)
+    [(_, fetch)] = b1.poll_requests(0)
+    good = make_log([(1, 2, "a-"), (3, 2, "b-")]).read(2)
+    bad = bytearray(good)
+    bad[-1] ^= 0xFF  # breaks the CRC
+    b1.on_response(2, fetch, FetchResponse((FetchPartitionData(TP.topic, 0, Errors.NONE, 4, 4, 0, records=bytes(bad)),)), 0)
+    assert log_of(b1).log_end_offset == 2
+    s = b1.fetcher.states[TP]
+    assert s.state == FetchState.FETCHING and s.delay_until_ms == b1.fetcher.fetch_backoff_ms

@@ -390,7 +390,10 @@ class Partition:
             return Errors.NOT_LEADER_OR_FOLLOWER, None
         if acks == -1 and len(self.isr) < min_insync_replicas:
             return Errors.NOT_ENOUGH_REPLICAS, None
-        info = self.log.append_as_leader(list(records), self.leader_epoch, timestamp_ms=now_ms)
+        batch = list(records)
+        if not batch:
+            return Errors.NONE, None  # nothing to append (Kafka answers NONE with base offset -1)
+        info = self.log.append_as_leader(batch, self.leader_epoch, timestamp_ms=now_ms)
         self.maybe_increment_high_watermark(now_ms)
         return Errors.NONE, info
 
@@ -675,7 +678,8 @@ class ReplicaManager:
             p.records, acks=acks, min_insync_replicas=self.min_insync_replicas, now_ms=now_ms
         )
         if info is None:
-            return ProducePartitionResponse(p.topic, p.partition_index, code, current_leader=partition._leader_hint())
+            hint = partition._leader_hint() if code.retriable else LeaderIdAndEpoch()
+            return ProducePartitionResponse(p.topic, p.partition_index, code, current_leader=hint)
         delayed.waiting[p.tp] = info.last_offset + 1
         return ProducePartitionResponse(
             p.topic, p.partition_index, Errors.NONE, info.first_offset, -1, partition.log.log_start_offset

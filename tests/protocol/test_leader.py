@@ -414,3 +414,11 @@ def test_leadership_lost_fails_pending_produce():
     rm.apply_partition_state(state(2, 4, isr=(2,), replicas=(1, 2)), 5)
     [(_, _, response)] = rm.poll_responses(5)
     assert response.partitions[0].error_code == Errors.NOT_LEADER_OR_FOLLOWER
+
+
+def test_empty_produce_appends_nothing():
+    rm = ReplicaManager(1)
+    rm.apply_partition_state(state(1, 3, isr=(1,), replicas=(1,)), 0)
+    r = rm.handle(7, ProduceRequest((ProducePartition("t", 0, ()),), acks=1), 0).partitions[0]
+    assert (r.error_code, r.base_offset) == (Errors.NONE, -1)
+    assert rm.partitions[TP].log.log_end_offset == 0

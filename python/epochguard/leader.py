@@ -511,7 +511,7 @@ class ReplicaManager:
         from epochguard.replica import ReplicaFetcher  # the fetcher drives this manager's partitions
 
         self.broker_id = broker_id
-        self.broker_epoch = broker_epoch
+        self._broker_epoch = broker_epoch
         self.protocol: Protocol = protocol
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.segment_bytes = segment_bytes
@@ -546,6 +546,17 @@ class ReplicaManager:
         from epochguard.logdir import write_root_checkpoints
 
         write_root_checkpoints(self.log_dir, [p.log for p in self.partitions.values()])
+
+    @property
+    def broker_epoch(self) -> int:
+        """This broker's registration epoch (KRaft); sent in follower fetches and AlterPartition."""
+        return self._broker_epoch
+
+    @broker_epoch.setter
+    def broker_epoch(self, epoch: int) -> None:
+        self._broker_epoch = epoch
+        for partition in self.partitions.values():
+            partition.broker_epoch = epoch
 
     # --- controller -> broker -----------------------------------------------------------------
     def update_brokers(self, registrations: Iterable[BrokerRegistration]) -> None:

@@ -422,3 +422,12 @@ def test_empty_produce_appends_nothing():
     r = rm.handle(7, ProduceRequest((ProducePartition("t", 0, ()),), acks=1), 0).partitions[0]
     assert (r.error_code, r.base_offset) == (Errors.NONE, -1)
     assert rm.partitions[TP].log.log_end_offset == 0
+
+
+def test_broker_epoch_reaches_partitions_and_fetches():
+    rm = ReplicaManager(2)
+    rm.apply_partition_state(state(1, 3, isr=(1, 2), replicas=(1, 2)), 0)
+    rm.broker_epoch = 17
+    assert rm.partitions[TP].broker_epoch == 17
+    [(_, fetch)] = rm.poll_requests(0)
+    assert fetch.replica_epoch == 17 and fetch.replica_id == 2

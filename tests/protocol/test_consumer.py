@@ -477,3 +477,46 @@ def test_corrupt_records_surface_from_poll():
     with pytest.raises(CorruptRecordError):
         c.poll()
     assert c.position(TP).offset == 0
+
+
+def test_control_batches_advance_the_position_but_are_not_records():
+    from epochguard._core import encode_batch
+
+    log = PartitionLog(TP)
+    log.append_as_follower(
+        encode_batch([(None, b"a")], base_offset=0, partition_leader_epoch=1, base_timestamp=1)
+        + encode_batch([(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00")], base_offset=1, partition_leader_epoch=1, base_timestamp=1, is_control=True, is_transactional=True, producer_id=5, producer_epoch=0)
+        + encode_batch([(None, b"b")], base_offset=2, partition_leader_epoch=2, base_timestamp=1)
+    )
+    rm = ReplicaManager(1, controller_id=CONTROLLER, logs={TP: log})
+    rm.apply_partition_state(state(1, 2, isr=(1,), replicas=(1,)), 0)
+    cluster = Cluster()
+    cluster.brokers[1] = rm
+    cluster.meta = (1, 2)
+    c = consumer("earliest")
+    cluster.run(c)
+    got = c.poll()
+    assert [(r.offset, r.value, r.leader_epoch) for r in got.records()] == [(0, b"a", 1), (2, b"b", 2)]
+    assert got.next_offsets() == {TP: OffsetAndMetadata(3, "", 2)}
+    # a fetch that returns only a control batch moves the position without records
+    log.append_as_follower(
+        encode_batch([(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00")], base_offset=3, partition_leader_epoch=2, base_timestamp=1, is_control=True, is_transactional=True, producer_id=5, producer_epoch=0)
+    )
+    log.update_high_watermark(4)
+    cluster.run(c, now_ms=100)
+    assert c.poll().is_empty() and c.position(TP).offset == 4
+
+
+def test_pause_resume_and_unassign():
+    cluster = Cluster({1: [(0, 2)]}, leader=1, epoch=1)
+    c = consumer()
+    c.pause(TP)
+    cluster.run(c)
+    assert cluster.sent_of(FetchRequest) == [] and c.state_of(TP) == FetchState.FETCHING
+    c.resume(TP)
+    cluster.run(c)
+    assert c.poll().count() == 2
+    c.unassign([TP])
+    assert c.assignment == {}
+    with pytest.raises(ValueError):
+        c.position(TP)

@@ -244,7 +244,7 @@ class PartitionLog:
                 raise UnexpectedAppendOffsetError(f"{self.tp}: batch offsets not increasing at {cur.base_offset}")
         self._roll_if_needed(len(raw), infos[0].base_offset)
         self.segments[-1].append(raw, infos)
-        before = self.leader_epoch_cache.entries()
+        before = self._cache_snapshot()
         for info in infos:
             if info.magic >= 2:
                 if info.partition_leader_epoch >= 0:
@@ -262,7 +262,7 @@ class PartitionLog:
 
     def assign_epoch_start(self, epoch: int) -> None:
         """A new leader with a higher epoch assigns (epoch, LEO) before writing anything."""
-        before = self.leader_epoch_cache.entries()
+        before = self._cache_snapshot()
         self.leader_epoch_cache.assign(epoch, self._log_end_offset)
         self._checkpoint_if_changed(before)
 
@@ -289,7 +289,7 @@ class PartitionLog:
         to is dropped). Returns whether any data was removed."""
         if offset < 0:
             raise ValueError(f"cannot truncate to a negative offset {offset}")
-        before = self.leader_epoch_cache.entries()
+        before = self._cache_snapshot()
         if offset >= self._log_end_offset:
             self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
             self._checkpoint_if_changed(before)
@@ -324,7 +324,7 @@ class PartitionLog:
         offset = min(offset, self._high_watermark)
         if offset <= self._log_start_offset:
             return False
-        before = self.leader_epoch_cache.entries()
+        before = self._cache_snapshot()
         self._log_start_offset = offset
         while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
             self.segments.pop(0).delete_file()
@@ -404,7 +404,11 @@ class PartitionLog:
     def checkpoint_path(self) -> Path | None:
         return None if self.dir is None else self.dir / CHECKPOINT_FILE
 
-    def _checkpoint_if_changed(self, before: list[tuple[int, int]]) -> None:
+    def _cache_snapshot(self) -> list[tuple[int, int]] | None:
+        """The cache entries before a change, when there is a checkpoint file to keep in sync."""
+        return None if self.dir is None else self.leader_epoch_cache.entries()
+
+    def _checkpoint_if_changed(self, before: list[tuple[int, int]] | None) -> None:
         if self.dir is not None and self.leader_epoch_cache.entries() != before:
             self._write_checkpoint()
 

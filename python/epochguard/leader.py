@@ -506,6 +506,9 @@ class ReplicaManager:
         min_insync_replicas: int = 1,
         controller_id: int = -1,
         truncate_on_fetch: bool = True,
+        fetch_backoff_ms: int = 1_000,
+        request_timeout_ms: int = 30_000,
+        alter_partition_retry_ms: int = 5_000,
         logs: Mapping[TopicPartition, PartitionLog] | None = None,
     ) -> None:
         from epochguard.replica import ReplicaFetcher  # the fetcher drives this manager's partitions
@@ -518,13 +521,20 @@ class ReplicaManager:
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.min_insync_replicas = min_insync_replicas
         self.controller_id = controller_id
+        self.alter_partition_retry_ms = alter_partition_retry_ms
         self.brokers: dict[int, BrokerRegistration] = {}
         self.partitions: dict[TopicPartition, Partition] = {}
         self.known_topics: set[str] = set()
         self.log_dir_offline = False
         self._recovered_logs: dict[TopicPartition, PartitionLog] = dict(logs or {})
         self._delayed: list[_DelayedProduce] = []
-        self.fetcher = ReplicaFetcher(self, protocol=protocol, truncate_on_fetch=truncate_on_fetch)
+        self.fetcher = ReplicaFetcher(
+            self,
+            protocol=protocol,
+            truncate_on_fetch=truncate_on_fetch,
+            fetch_backoff_ms=fetch_backoff_ms,
+            request_timeout_ms=request_timeout_ms,
+        )
         if self.log_dir is not None and not (self.log_dir / "meta.properties").exists():
             from epochguard.logdir import write_meta_properties
 
@@ -578,6 +588,7 @@ class ReplicaManager:
                 broker_epoch=self.broker_epoch,
                 brokers=self.brokers,
                 replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                alter_partition_retry_ms=self.alter_partition_retry_ms,
                 topic_id=topic_id,
             )
             self.partitions[tp] = partition

@@ -431,3 +431,10 @@ def test_broker_epoch_reaches_partitions_and_fetches():
     assert rm.partitions[TP].broker_epoch == 17
     [(_, fetch)] = rm.poll_requests(0)
     assert fetch.replica_epoch == 17 and fetch.replica_id == 2
+
+
+def test_timing_settings_reach_fetcher_and_partitions():
+    rm = ReplicaManager(1, fetch_backoff_ms=20, request_timeout_ms=300, alter_partition_retry_ms=50)
+    rm.apply_partition_state(state(1, 1, isr=(1,), replicas=(1, 2)), 0)
+    assert (rm.fetcher.fetch_backoff_ms, rm.fetcher.request_timeout_ms) == (20, 300)
+    assert rm.partitions[TP].alter_partition_retry_ms == 50

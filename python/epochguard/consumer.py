@@ -28,7 +28,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from epochguard._core import iter_batches
+from epochguard._core import LeaderEpochCache, iter_batches, truncation_offset
 from epochguard.errors import (
     CorruptRecordError,
     EpochGuardError,
@@ -135,6 +135,7 @@ class PartitionState:
     fetch_in_flight: bool = False
     committed_in_flight: bool = False
     reported_truncation: tuple[FetchPosition, int | None, int | None] | None = None
+    consumed: LeaderEpochCache | None = None  # epochs of the records handed out (track_consumed_epochs)
 
     def transition(self, new: FetchState, position: FetchPosition | None = None) -> bool:
         """Kafka's `transitionState`: a disallowed transition is silently ignored."""
@@ -196,6 +197,7 @@ class _CompletedFetch:
     records: list[ConsumerRecord]
     next_offset: int
     last_epoch: int | None
+    epochs: list[tuple[int, int]]  # (epoch, first offset read) per batch read
 
 
 @dataclass(slots=True)
@@ -224,6 +226,7 @@ class Consumer:
         retry_backoff_ms: int = 100,
         request_timeout_ms: int = 30_000,
         metadata: ClientMetadata | None = None,
+        track_consumed_epochs: bool = False,
     ) -> None:
         if reset_policy not in ("earliest", "latest", "none"):
             raise ValueError(f"invalid reset policy {reset_policy!r}")
@@ -234,6 +237,9 @@ class Consumer:
         self.isolation_level = isolation_level
         self.retry_backoff_ms = retry_backoff_ms
         self.request_timeout_ms = request_timeout_ms
+        # Beyond Kafka (off by default): remember the epochs of what was consumed, so validation finds
+        # the exact first diverged offset with the core's `truncation_offset`, as followers do.
+        self.track_consumed_epochs = track_consumed_epochs and protocol == "kip-320"
         self.metadata = metadata or ClientMetadata(protocol=protocol, topics=(), refresh_backoff_ms=retry_backoff_ms)
         self.bootstrap = tuple(bootstrap)
         self.assignment: dict[TopicPartition, PartitionState] = {}
@@ -285,6 +291,7 @@ class Consumer:
             if value < 0:
                 raise ValueError(f"seek offset must not be negative: {value}")
             state.seek_validated(FetchPosition(value, None, current))
+        self._restart_history(state)
         self._drop_buffered(tp)
 
     def seek_to_beginning(self, tp: TopicPartition) -> None:
@@ -339,6 +346,7 @@ class Consumer:
             if state.position.offset != completed.fetch_offset:
                 continue
             state.position = FetchPosition(completed.next_offset, completed.last_epoch, state.position.current_leader)
+            self._record_consumed(state, completed)
             if completed.records:
                 records.setdefault(completed.tp, []).extend(completed.records)
             next_offsets[completed.tp] = OffsetAndMetadata(completed.next_offset, "", completed.last_epoch)
@@ -672,6 +680,7 @@ class Consumer:
             elif completed.next_offset != sent.fetch_offset:
                 # Only control batches or records below the fetch offset: nothing to hand out, move on.
                 s.position = FetchPosition(completed.next_offset, completed.last_epoch, s.position.current_leader)
+                self._record_consumed(s, completed)
             return
         from_replica = s.preferred_read_replica is not None and flight.node_id == s.preferred_read_replica
         if code == Errors.OFFSET_OUT_OF_RANGE:
@@ -701,6 +710,7 @@ class Consumer:
         """Records at or after the fetch offset, each with its batch's leader epoch; the position after
         the last batch read (control batches advance it too)."""
         records: list[ConsumerRecord] = []
+        epochs: list[tuple[int, int]] = []
         next_offset = fetch_offset
         last_epoch: int | None = None
         s = self.assignment[tp]
@@ -726,9 +736,11 @@ class Consumer:
                                 epoch,
                             )
                         )
+            if epoch is not None:
+                epochs.append((epoch, max(batch.base_offset, next_offset)))
             next_offset = batch.next_offset
             last_epoch = epoch
-        return _CompletedFetch(tp, fetch_offset, records, next_offset, last_epoch)
+        return _CompletedFetch(tp, fetch_offset, records, next_offset, last_epoch, epochs)
 
     def _drop_buffered(self, tp: TopicPartition) -> None:
         self._completed = [c for c in self._completed if c.tp != tp]
@@ -765,6 +777,9 @@ class Consumer:
         if s.state != FetchState.AWAIT_VALIDATION or s.position != request_position:
             return  # stale: the position moved since the request
         position = s.position
+        if s.consumed is not None and end_offset != NO_OFFSET and epoch != NO_EPOCH:
+            self._complete_validation_with_history(tp, s, s.consumed, position, epoch, end_offset, now_ms)
+            return
         if end_offset == NO_OFFSET or epoch == NO_EPOCH:
             if s.reset_policy != "none":
                 self._report_truncation(tp, s, position, None, None, "reset", now_ms)
@@ -783,6 +798,54 @@ class Consumer:
                 s.next_retry_ms = now_ms + self.retry_backoff_ms
         else:
             s.transition(FetchState.FETCHING, position)
+
+    def _complete_validation_with_history(
+        self,
+        tp: TopicPartition,
+        s: PartitionState,
+        consumed: LeaderEpochCache,
+        position: FetchPosition,
+        epoch: int,
+        end_offset: int,
+        now_ms: int,
+    ) -> None:
+        """Like `_complete_validation`, but the divergence point is the core's `truncation_offset` over
+        the consumed epochs (the follower's rule), not the leader's end offset alone: it also catches
+        records consumed in an epoch the new leader holds under another epoch. Not final (our history
+        has epochs the leader lacks): rewind there and validate again."""
+        answer = truncation_offset(consumed, position.offset, epoch, end_offset)
+        if answer is None or answer[0] >= position.offset:
+            s.transition(FetchState.FETCHING, position)
+            return
+        divergent, final = answer
+        history = consumed.copy()
+        history.truncate_from_end(divergent)
+        common = history.latest_epoch if history.latest_epoch is not None else epoch
+        if s.reset_policy == "none":
+            self._report_truncation(tp, s, position, divergent, common, "raised", now_ms)
+            self._truncation_batch[tp] = (position.offset, OffsetAndMetadata(divergent, "", common))
+            s.next_retry_ms = now_ms + self.retry_backoff_ms
+            return
+        self._report_truncation(tp, s, position, divergent, common, "rewound", now_ms)
+        rewound = FetchPosition(divergent, common, position.current_leader)
+        if final:
+            s.seek_validated(rewound)
+        else:
+            s.seek_unvalidated(rewound)
+        s.consumed = history
+
+    def _record_consumed(self, s: PartitionState, completed: _CompletedFetch) -> None:
+        if s.consumed is not None:
+            for epoch, offset in completed.epochs:
+                s.consumed.assign(epoch, offset)
+
+    def _restart_history(self, s: PartitionState) -> None:
+        """A position set by seek, reset or commit: the only history known is the epoch before it."""
+        if not self.track_consumed_epochs:
+            return
+        s.consumed = LeaderEpochCache()
+        if s.position is not None and s.position.offset_epoch is not None:
+            s.consumed.assign(s.position.offset_epoch, s.position.offset)
 
     def _report_truncation(
         self,
@@ -835,6 +898,7 @@ class Consumer:
             return  # a seek or another reset happened meanwhile
         reason, from_offset = s.reset_reason, s.reset_from
         s.seek_unvalidated(position)
+        self._restart_history(s)
         self.resets.append(
             OffsetResetEvent(tp, strategy, reason, from_offset, answer.offset, epoch_or_none(answer.leader_epoch), now_ms)
         )
@@ -876,6 +940,7 @@ class Consumer:
             if epoch is not None:
                 self.metadata.update_last_seen_epoch_if_newer(tp, epoch)  # bump first, then read the leader
             s.seek_unvalidated(FetchPosition(answer.committed_offset, epoch, self.metadata.current_leader(tp)))
+            self._restart_history(s)
 
     def _on_commit(self, request: OffsetCommitRequest, response: OffsetCommitResponse) -> None:
         sent = {p.tp: p for p in request.partitions}

@@ -170,9 +170,9 @@ def truncated_cluster():
     return cluster
 
 
-def read_all_then_move_leader(cluster, c):
+def read_all_then_move_leader(cluster, c, count=6):
     cluster.run(c)
-    assert c.poll().count() == 6
+    assert c.poll().count() == count
     cluster.meta = (2, 2)
     c.metadata.request_update()
     cluster.sent.clear()
@@ -520,3 +520,62 @@ def test_pause_resume_and_unassign():
     assert c.assignment == {}
     with pytest.raises(ValueError):
         c.position(TP)
+
+
+# --- beyond Kafka: consumed-epoch history (opt-in) ------------------------------------------------------
+def unclean_history(new_leader_epoch0_records):
+    """Consumer reads 0-9 from broker 1: epoch 0 at 0-3, epoch 1 at 4-9. Broker 2, which only ever had
+    epoch-0 records (0..n-1), is elected uncleanly at epoch 2: the consumer's 4-9 all diverged."""
+    cluster = Cluster({1: [(0, 4), (1, 6)]}, leader=1, epoch=1)
+    cluster.add_leader(2, [(0, new_leader_epoch0_records), (2, 3)], 2)
+    return cluster
+
+
+@pytest.mark.parametrize("n, kafka_divergent", [(6, 6), (12, None)])
+def test_kafka_rule_misses_part_of_the_divergence(n, kafka_divergent):
+    cluster = unclean_history(n)
+    c = consumer()
+    c.seek(TP, 0)
+    read_all_then_move_leader(cluster, c, count=10)
+    # The leader answers (0, n) for epoch 1: Kafka rewinds to n, or sees nothing when n >= 10.
+    assert [e.divergent_offset for e in c.truncations] == ([kafka_divergent] if kafka_divergent else [])
+
+
+@pytest.mark.parametrize("n", [6, 12])
+def test_consumed_epochs_find_the_first_diverged_offset(n):
+    cluster = unclean_history(n)
+    c = consumer(track_consumed_epochs=True)
+    c.seek(TP, 0)
+    read_all_then_move_leader(cluster, c, count=10)
+    [event] = c.truncations
+    assert (event.divergent_offset, event.divergent_epoch, event.offsets_affected, event.resolution) == (4, 0, 6, "rewound")
+    assert c.position(TP) == FetchPosition(4, 0, LeaderAndEpoch(2, 2))
+    cluster.run(c, now_ms=300)
+    assert [(r.offset, r.leader_epoch) for r in c.poll().records()][:2] == [(4, 0), (5, 0)]
+
+
+def test_consumed_epochs_under_none_report_the_first_diverged_offset():
+    cluster = unclean_history(12)
+    c = consumer("none", track_consumed_epochs=True)
+    c.seek(TP, 0)
+    read_all_then_move_leader(cluster, c, count=10)
+    with pytest.raises(LogTruncationError) as info:
+        c.poll()
+    assert info.value.divergent_offsets == {TP: OffsetAndMetadata(4, "", 0)}
+
+
+def test_consumed_epochs_agree_with_kafka_when_history_is_consistent():
+    cluster = truncated_cluster()
+    c = consumer(track_consumed_epochs=True)
+    c.seek(TP, 0)
+    read_all_then_move_leader(cluster, c)
+    [event] = c.truncations
+    assert (event.divergent_offset, event.divergent_epoch, event.offsets_affected) == (4, 1, 2)
+
+
+def test_consumed_epochs_after_seek_with_epoch_match_kafka():
+    cluster = Cluster({1: [(0, 2), (2, 4)]}, leader=1, epoch=2)
+    c = consumer(track_consumed_epochs=True)
+    c.seek(TP, OffsetAndMetadata(2, leader_epoch=1))  # the leader answers (0, 2): not a truncation
+    cluster.run(c)
+    assert c.truncations == [] and c.state_of(TP) == FetchState.FETCHING

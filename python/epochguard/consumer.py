@@ -20,6 +20,11 @@ is accepted when the topic id changes (ClientMetadata).
 
 `protocol="pre-kip-320"`: positions are never validated (a leader change just re-points them), fetches
 carry no epoch, and the only reset trigger is OFFSET_OUT_OF_RANGE.
+
+`track_consumed_epochs=True` goes beyond Kafka (off by default, where behaviour is SPEC (e) exactly): the
+consumer keeps a `LeaderEpochCache` of the epochs it handed out and locates a divergence with the core's
+`truncation_offset`, as a follower does, instead of trusting the leader's end offset alone. After an
+unclean election this finds the first diverged offset where Kafka's rule reports a later one or none.
 """
 
 from __future__ import annotations
@@ -212,7 +217,13 @@ class _InFlight:
 
 
 class Consumer:
-    """One consumer with manually assigned partitions (see module docstring)."""
+    """One consumer with manually assigned partitions (see module docstring).
+
+    `bootstrap`: nodes to ask for metadata before any is known. `group_id`/`coordinator_id`: where
+    committed offsets live (without them positions come from the reset policy). `reset_policy`:
+    `auto.offset.reset`, per partition overridable in `assign`. Times are milliseconds of the caller's
+    clock (`now_ms` arguments); nothing here reads a clock.
+    """
 
     def __init__(
         self,

@@ -144,3 +144,17 @@ def test_a_caught_up_consumer_is_not_reported() -> None:
     c.run(100)
     c.checker.check_progress()
     assert c.checker.violations == []
+
+
+def test_a_restarted_consumer_keeps_only_its_committed_history(cluster: Cluster) -> None:
+    checker = cluster.checker
+    for o in range(6):
+        checker.on_consumed("c", _record(o, b"old-%d" % o), 1)
+    checker.on_client_restart("c")
+    checker.on_consumer_resumed("c", TP, 3)  # committed offset 3: deliveries 3..5 were never committed
+    checker.on_consumed("c", _record(3, b"new-3"), 1)
+    checker.on_consumed("c", _record(4, b"new-4"), 1)
+    assert checker.violations == []
+    checker.on_consumed("c", _record(2, b"new-2"), 1)  # below the committed offset: still its history
+    [v] = checker.violations
+    assert "had delivered" in v.message and "offset 2" in v.message

@@ -52,6 +52,7 @@ class Consumer:
         self.name = name
         self.cluster = cluster
         self.consumed: list[ConsumedRecord] = []
+        self._resuming: set[TopicPartition] = set()  # restarted, nothing delivered yet
         self._start()
 
     def _start(self) -> None:
@@ -78,6 +79,7 @@ class Consumer:
     def restart(self) -> None:
         """The process dies (uncommitted progress is lost) and starts again from the committed offsets."""
         self._start()
+        self._resuming = set(self.cluster.topic_partitions)
         self.cluster.checker.on_client_restart(self.name)
         self.cluster.timeline.record("restart", self.name, "consumer restarted; resuming from committed offsets")
 
@@ -135,6 +137,10 @@ class Consumer:
         for tp in sorted(records.partitions()):
             batch: list[ConsumerRecord] = list(records[tp])
             broker = self._served_by.get(tp, -1)
+            if tp in self._resuming:
+                self._resuming.discard(tp)
+                committed = self.machine.committed.get(tp)
+                self.cluster.checker.on_consumer_resumed(self.name, tp, committed.offset if committed else 0)
             for record in batch:
                 self.consumed.append(ConsumedRecord(self.name, record.topic, record.partition, record.offset,
                                                     record.leader_epoch, record.key, record.value, broker, step))

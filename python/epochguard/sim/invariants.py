@@ -330,9 +330,18 @@ class InvariantChecker:
         self._metadata_epochs[(client, tp)] = max(epoch, before if before is not None else epoch)
 
     def on_client_restart(self, client: str) -> None:
-        """A new client process knows nothing: its metadata epochs start over (what it delivered stays)."""
+        """A new client process knows nothing: the metadata epochs it accepts start over."""
         for key in [k for k in self._metadata_epochs if k[0] == client]:
             del self._metadata_epochs[key]
+
+    def on_consumer_resumed(self, consumer: str, tp: TopicPartition, committed: int) -> None:
+        """A restarted consumer resumed `tp` from its committed offset: what it delivered below stays its
+        history (the committed offset and epoch vouch for it); what the old process delivered from
+        there on is forgotten with it (uncommitted), and may legitimately be read differently now."""
+        view = self._view(consumer, tp)
+        view.delivered = {o: d for o, d in view.delivered.items() if o < committed}
+        view.last_offset = max(view.delivered, default=None)
+        view.checked_against = None
 
     def _view(self, consumer: str, tp: TopicPartition) -> _ConsumerView:
         return self._consumers.setdefault((consumer, tp), _ConsumerView())

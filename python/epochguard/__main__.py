@@ -11,6 +11,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="unclean election -> real log dirs -> Spark audit report")
     demo.set_defaults(run=_demo)
+    from epochguard.sim.cli import configure as configure_simulate
+
+    configure_simulate(sub.add_parser("simulate", help="seeded cluster simulation: faults, invariants, timeline"))
     args = parser.parse_args(argv)
     return int(args.run(args))
 

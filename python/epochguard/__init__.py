@@ -1,5 +1,81 @@
-"""epochguard: Kafka's leader-epoch protocol for Python and Spark."""
+"""epochguard: Kafka's leader-epoch protocol (KIP-101, KIP-320, KIP-232, KIP-207) for Python and Spark.
 
-from epochguard._core import __version__
+The curated API. Subsystems have their own modules: `epochguard.records` (codec, Arrow),
+`epochguard.messages` (request/response dataclasses), `epochguard.sim` (cluster simulator) and
+`epochguard.spark` (the truncation audit; needs the `spark` extra).
+"""
 
-__all__ = ["__version__"]
+from epochguard._core import (
+    LeaderEpochCache,
+    __version__,
+    batch_index,
+    divergence_point,
+    divergence_points,
+    encode_batch,
+    find_diverging_epoch,
+    iter_batches,
+    truncation_offset,
+)
+from epochguard.consumer import Consumer
+from epochguard.errors import (
+    CheckpointError,
+    CorruptRecordError,
+    EpochGuardError,
+    Errors,
+    FencedLeaderEpochError,
+    LogTruncationError,
+    NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
+    OffsetOutOfRangeError,
+    UnknownLeaderEpochError,
+)
+from epochguard.leader import Partition, ReplicaManager
+from epochguard.log import PartitionLog
+from epochguard.metadata import ClientMetadata
+from epochguard.replica import ReplicaFetcher
+from epochguard.types import (
+    ConsumerRecord,
+    ConsumerRecords,
+    FetchPosition,
+    OffsetAndMetadata,
+    OffsetAndTimestamp,
+    TopicPartition,
+)
+
+__all__ = [
+    "__version__",
+    # core: epochs, divergence, bytes
+    "LeaderEpochCache",
+    "find_diverging_epoch",
+    "truncation_offset",
+    "divergence_point",
+    "divergence_points",
+    "iter_batches",
+    "batch_index",
+    "encode_batch",
+    # public types
+    "TopicPartition",
+    "OffsetAndMetadata",
+    "OffsetAndTimestamp",
+    "ConsumerRecord",
+    "ConsumerRecords",
+    "FetchPosition",
+    # sans-IO state machines
+    "PartitionLog",
+    "Partition",
+    "ReplicaManager",
+    "ReplicaFetcher",
+    "Consumer",
+    "ClientMetadata",
+    # errors
+    "EpochGuardError",
+    "CorruptRecordError",
+    "CheckpointError",
+    "Errors",
+    "OffsetOutOfRangeError",
+    "LogTruncationError",
+    "FencedLeaderEpochError",
+    "UnknownLeaderEpochError",
+    "OffsetNotAvailableError",
+    "NotLeaderOrFollowerError",
+]

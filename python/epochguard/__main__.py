@@ -10,6 +10,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="epochguard", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_spark_commands(sub)
+    from epochguard.sim.cli import configure as configure_simulate
+
+    configure_simulate(sub.add_parser("simulate", help="seeded cluster simulation: faults, invariants, timeline"))
     args = parser.parse_args(argv)
     return int(args.run(args))
 

@@ -154,7 +154,7 @@ def iter_batches(
 
 @final
 class ArrowRecords:
-    """Arrow C stream/array exporter (PyCapsule interface); wrap with pyarrow.table()."""
+    """Decoded records; an Arrow C stream exporter (PyCapsule interface): wrap with pyarrow.table()."""
     partial_tail: int | None
     @property
     def num_rows(self) -> int: ...

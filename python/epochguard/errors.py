@@ -1,5 +1,227 @@
-"""The one exception hierarchy users import. Everything derives from `EpochGuardError`."""
+"""The one exception hierarchy users import, and Kafka's error codes. Everything derives from `EpochGuardError`.
+
+Mirrors `org.apache.kafka.common.protocol.Errors` (codes by their real numbers), the `ApiException`s in
+`org.apache.kafka.common.errors` (`RetriableException` -> the `retriable` attribute), and the client-side
+`OffsetOutOfRangeException`, `LogTruncationException`, `NoOffsetForPartitionException`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import ClassVar
 
 from epochguard._core import CheckpointError, CorruptRecordError, EpochGuardError
+from epochguard.types import OffsetAndMetadata, TopicPartition
 
-__all__ = ["EpochGuardError", "CorruptRecordError", "CheckpointError"]
+__all__ = [
+    "EpochGuardError",
+    "CorruptRecordError",
+    "CheckpointError",
+    "Errors",
+    "ApiError",
+    "UnknownServerError",
+    "OffsetOutOfRangeError",
+    "LogTruncationError",
+    "NoOffsetForPartitionError",
+    "UnknownTopicOrPartitionError",
+    "LeaderNotAvailableError",
+    "NotLeaderOrFollowerError",
+    "RequestTimedOutError",
+    "ReplicaNotAvailableError",
+    "NotEnoughReplicasError",
+    "NotEnoughReplicasAfterAppendError",
+    "TopicAuthorizationFailedError",
+    "KafkaStorageError",
+    "FencedLeaderEpochError",
+    "UnknownLeaderEpochError",
+    "OffsetNotAvailableError",
+    "IneligibleReplicaError",
+]
+
+
+class ApiError(EpochGuardError):
+    """An error a broker answers with (Kafka's `ApiException`). `retriable` as in `RetriableException`."""
+
+    code: ClassVar[Errors]
+    retriable: ClassVar[bool] = False
+
+
+class UnknownServerError(ApiError):
+    retriable = False
+
+
+class OffsetOutOfRangeError(ApiError):
+    """The fetch offset is outside the log, and the reset policy is `none` (or the broker said so).
+
+    `offset_out_of_range_partitions`: the offset that was out of range, per partition.
+    """
+
+    retriable = False
+
+    def __init__(self, message: str = "", offset_out_of_range_partitions: Mapping[TopicPartition, int] | None = None):
+        super().__init__(message or "offset out of range")
+        self.offset_out_of_range_partitions: dict[TopicPartition, int] = dict(offset_out_of_range_partitions or {})
+
+
+class LogTruncationError(OffsetOutOfRangeError):
+    """The log was truncated below the consumer's position (detected by KIP-320 validation, policy `none`).
+
+    `offset_out_of_range_partitions`: the position offset of every truncated partition.
+    `divergent_offsets`: per truncated partition, the first offset (and its epoch) the consumer's log
+    and the leader's no longer share, or None where the leader could not say (its answer was undefined).
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        offset_out_of_range_partitions: Mapping[TopicPartition, int] | None = None,
+        divergent_offsets: Mapping[TopicPartition, OffsetAndMetadata | None] | None = None,
+    ):
+        divergent = dict(divergent_offsets or {})
+        if not message:
+            message = "log truncation detected: " + ", ".join(
+                f"{tp} at {off} (divergent {divergent.get(tp)})"
+                for tp, off in sorted((offset_out_of_range_partitions or {}).items())
+            )
+        super().__init__(message, offset_out_of_range_partitions)
+        self.divergent_offsets: dict[TopicPartition, OffsetAndMetadata | None] = divergent
+
+
+class NoOffsetForPartitionError(EpochGuardError):
+    """No position and no committed offset, and the reset policy is `none`."""
+
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, partitions: set[TopicPartition]):
+        super().__init__(f"undefined offset with no reset policy for partitions: {sorted(partitions)}")
+        self.partitions = set(partitions)
+
+
+class UnknownTopicOrPartitionError(ApiError):
+    retriable = True
+
+
+class LeaderNotAvailableError(ApiError):
+    retriable = True
+
+
+class NotLeaderOrFollowerError(ApiError):
+    retriable = True
+
+
+class RequestTimedOutError(ApiError):
+    retriable = True
+
+
+class ReplicaNotAvailableError(ApiError):
+    retriable = True
+
+
+class NotEnoughReplicasError(ApiError):
+    """acks=all and the ISR is smaller than min.insync.replicas: nothing was appended."""
+
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(ApiError):
+    """acks=all: appended, but the ISR shrank below min.insync.replicas before it was replicated."""
+
+    retriable = True
+
+
+class TopicAuthorizationFailedError(ApiError):
+    retriable = False
+
+
+class KafkaStorageError(ApiError):
+    retriable = True
+
+
+class FencedLeaderEpochError(ApiError):
+    """The request's leader epoch is older than the broker's: the sender's metadata is stale."""
+
+    retriable = True
+
+
+class UnknownLeaderEpochError(ApiError):
+    """The request's leader epoch is newer than the broker's: the broker has not caught up yet."""
+
+    retriable = True
+
+
+class OffsetNotAvailableError(ApiError):
+    """KIP-207: the new leader's high watermark has not caught up with its epoch start offset yet."""
+
+    retriable = True
+
+
+class IneligibleReplicaError(ApiError):
+    """The controller refused an ISR expansion (the replica is fenced, shutting down, or stale)."""
+
+    retriable = False
+
+
+class Errors(enum.IntEnum):
+    """Kafka error codes (`org.apache.kafka.common.protocol.Errors`), the ones these flows use."""
+
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    REPLICA_NOT_AVAILABLE = 9
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    TOPIC_AUTHORIZATION_FAILED = 29
+    KAFKA_STORAGE_ERROR = 56
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    OFFSET_NOT_AVAILABLE = 78
+    INELIGIBLE_REPLICA = 107
+
+    @property
+    def exception_class(self) -> type[ApiError] | None:
+        return _EXCEPTIONS.get(self)
+
+    @property
+    def retriable(self) -> bool:
+        cls = _EXCEPTIONS.get(self)
+        return cls is not None and cls.retriable
+
+    def exception(self, message: str = "") -> ApiError | None:
+        """The exception for this code (None for NONE)."""
+        cls = _EXCEPTIONS.get(self)
+        return None if cls is None else cls(message or self.name)
+
+    @classmethod
+    def for_code(cls, code: int) -> Errors:
+        """The member for a wire code; unknown codes map to UNKNOWN_SERVER_ERROR, as Kafka's `Errors.forCode`."""
+        try:
+            return cls(code)
+        except ValueError:
+            return cls.UNKNOWN_SERVER_ERROR
+
+
+_EXCEPTIONS: dict[Errors, type[ApiError]] = {
+    Errors.UNKNOWN_SERVER_ERROR: UnknownServerError,
+    Errors.OFFSET_OUT_OF_RANGE: OffsetOutOfRangeError,
+    Errors.UNKNOWN_TOPIC_OR_PARTITION: UnknownTopicOrPartitionError,
+    Errors.LEADER_NOT_AVAILABLE: LeaderNotAvailableError,
+    Errors.NOT_LEADER_OR_FOLLOWER: NotLeaderOrFollowerError,
+    Errors.REQUEST_TIMED_OUT: RequestTimedOutError,
+    Errors.REPLICA_NOT_AVAILABLE: ReplicaNotAvailableError,
+    Errors.NOT_ENOUGH_REPLICAS: NotEnoughReplicasError,
+    Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND: NotEnoughReplicasAfterAppendError,
+    Errors.TOPIC_AUTHORIZATION_FAILED: TopicAuthorizationFailedError,
+    Errors.KAFKA_STORAGE_ERROR: KafkaStorageError,
+    Errors.FENCED_LEADER_EPOCH: FencedLeaderEpochError,
+    Errors.UNKNOWN_LEADER_EPOCH: UnknownLeaderEpochError,
+    Errors.OFFSET_NOT_AVAILABLE: OffsetNotAvailableError,
+    Errors.INELIGIBLE_REPLICA: IneligibleReplicaError,
+}
+for _code, _cls in _EXCEPTIONS.items():
+    _cls.code = _code
+del _code, _cls

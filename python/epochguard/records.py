@@ -73,7 +73,7 @@ def decode_to_arrow(
         offset=offset,
         length=length,
     )
-    table = pa.RecordBatchReader.from_stream(records).read_all()
+    table = pa.table(records)
     if records.partial_tail is not None:
         metadata = dict(table.schema.metadata or {})
         metadata[PARTIAL_TAIL_METADATA_KEY] = str(records.partial_tail).encode()

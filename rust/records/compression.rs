@@ -249,13 +249,13 @@ fn zstd_stream(
             filled = dst.pos();
             hint == 0
         };
-        if src.pos() == input.len() {
-            if finished_frame {
-                return Ok(filled);
-            }
-            if before == (src.pos(), filled) && filled < cap.min(buf.len()) {
-                return Err(invalid("truncated zstd frame"));
-            }
+        if finished_frame && src.pos() == input.len() {
+            return Ok(filled);
+        }
+        // Input left or a frame unfinished, yet no byte moved although there was room: the
+        // stream is truncated (or stalled); stop rather than spin.
+        if before == (src.pos(), filled) {
+            return Err(invalid("truncated zstd frame"));
         }
     }
 }
@@ -266,6 +266,14 @@ fn snappy(buf: &mut Vec<u8>, input: &[u8], cap: usize) -> Result<usize, Decompre
     let mut filled = 0usize;
     let mut append_block = |block: &[u8], buf: &mut Vec<u8>| -> Result<(), DecompressError> {
         let len = snap::raw::decompress_len(block).map_err(invalid)?;
+        // A snappy element expands at most 64 bytes from 3 (a 2-byte-offset copy): a larger
+        // claim is a lie, rejected before it sizes the buffer.
+        if len > block.len().saturating_mul(22) {
+            return Err(invalid(format!(
+                "claims {len} bytes from a {}-byte block",
+                block.len()
+            )));
+        }
         if len > cap - filled {
             return Err(DecompressError::TooLarge { cap });
         }

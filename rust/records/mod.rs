@@ -78,6 +78,11 @@ impl Decoder {
         if h.magic < 2 {
             return legacy::decode_legacy(frame, &self.opts, &mut self.decompressor, sink);
         }
+        if h.records_count == 0 {
+            // Like Kafka's `DefaultRecordBatch.iterator()`: an empty batch (left by compaction to
+            // keep producer state) has nothing to decompress, whatever its codec bits say.
+            return Ok(*h);
+        }
         let records = frame.bytes.get(batch::V2_HEADER_SIZE..).unwrap_or_default();
         let records_at = h.file_position + batch::V2_HEADER_SIZE as u64;
         match h.compression() {

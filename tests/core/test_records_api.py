@@ -131,3 +131,30 @@ def test_record_and_batch_objects() -> None:
     rec = b2.records()[0]
     assert (rec.key, rec.value, rec.headers, rec.offset) == (None, b"3", [("h", None)], 2)
     assert "offset=2" in repr(rec)
+
+
+def test_empty_batch_left_by_compaction() -> None:
+    """Kafka keeps empty batches (count 0) for producer state; they decode to no records."""
+    import struct
+
+    from conftest import fix_v2_crc
+
+    header = struct.pack(">qiibIhiqqqhii", 40, 49, 3, 2, 0, 0x13, 4, 1, 1, 77, 1, 10, 0)  # lz4 bits, transactional
+    empty = fix_v2_crc(header)
+    (batch,) = list(iter_batches(empty + B1))[:1]
+    assert (batch.records_count, len(batch), batch.last_offset, batch.producer_id) == (0, 0, 44, 77)
+    assert decode_to_arrow(empty + B1).num_rows == 2
+    assert batch_index(empty) == [(0, 61, 40, 44)]
+
+
+def test_large_input_is_chunked_without_losing_rows() -> None:
+    value = bytes(range(256)) * 16  # 4 KiB
+    log = b"".join(
+        encode_batch([(b"%d" % (i * 1000 + j), value) for j in range(1000)], base_offset=i * 1000, compression=codec)
+        for i, codec in enumerate(["none", "lz4", "none", "zstd"])
+    )
+    table = decode_to_arrow(log)
+    assert table.num_rows == 4000 and table.column("offset").num_chunks > 1  # 16 MiB of values: chunked
+    assert table.column("offset").to_pylist() == list(range(4000))
+    assert table.column("key").to_pylist() == [b"%d" % i for i in range(4000)]
+    assert set(table.column("value").to_pylist()) == {value}

@@ -7,6 +7,8 @@ import gzip
 import struct
 
 import pytest
+import lz4.frame
+import snappy
 import zstandard
 from conftest import Rec, fix_v2_crc, kafka_python_legacy, set_v2_field, v2_with_payload
 
@@ -150,14 +152,23 @@ def test_codec_garbage(codec_id: int, name: str, garbage: bytes) -> None:
     "compress, codec_id",
     [
         (lambda b: zstandard.ZstdCompressor().compress(b), 4),
-        (lambda b: gzip.compress(b), 1),
+        (lambda b: gzip.compress(b, compresslevel=1), 1),
+        (lambda b: snappy.compress(b), 2),
+        (lambda b: lz4.frame.compress(b, block_linked=False), 3),
     ],
+    ids=["zstd", "gzip", "snappy", "lz4"],
 )
 def test_decompression_bomb_is_capped(compress, codec_id: int) -> None:
     bomb = compress(bytes(100 * 1024 * 1024))  # 100 MiB of zeros in a few KiB
-    assert len(bomb) < 200_000
+    assert len(bomb) < 5_000_000
     err = corrupt(v2_with_payload(bomb, count=1, attributes=codec_id))
     assert "max_decompressed_size" in err.reason and err.position == 61
+
+
+def test_snappy_length_claim_is_not_trusted() -> None:
+    lie = bytes([0x80, 0x80, 0x80, 0x1E]) + b"\x00" * 8  # varint preamble: 60 MiB, from 12 bytes
+    err = corrupt(v2_with_payload(lie, count=1, attributes=2))
+    assert "claims" in err.reason and "snappy" in err.reason
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -15,7 +16,19 @@ import pytest
 from epochguard.errors import CorruptRecordError
 from epochguard.records import PARTIAL_TAIL_METADATA_KEY, batch_index, decode_to_arrow, iter_batches
 
-SEGMENTS = Path("/work/shared/kafka-segments")
+def find_segments() -> Path:
+    """shared/kafka-segments: $EPOCHGUARD_KAFKA_SEGMENTS, beside or inside the checkout, or /work/shared."""
+    repo = Path(__file__).resolve().parents[2]
+    candidates = [os.environ.get("EPOCHGUARD_KAFKA_SEGMENTS", ""), repo.parent / "shared", repo / "shared", "/work/shared"]
+    for c in candidates:
+        if c and (Path(c) / "kafka-segments" / "expected").is_dir():
+            return Path(c) / "kafka-segments"
+        if c and (Path(c) / "expected").is_dir():
+            return Path(c)
+    return Path("/work/shared/kafka-segments")
+
+
+SEGMENTS = find_segments()
 EXPECTED = sorted((SEGMENTS / "expected").glob("*.json")) if SEGMENTS.exists() else []
 TIMESTAMP_TYPES = {"create_time": 0, "log_append_time": 1, None: -1}
 

@@ -1,0 +1,759 @@
+"""Partition leadership on one broker, sans-IO: requests in, responses and controller requests out.
+
+Mirrors Kafka's `kafka.cluster.Partition` (`makeLeader`, `makeFollower`, `fetchRecords`,
+`lastOffsetForLeaderEpoch`, `fetchOffsetForTimestamp`, `appendRecordsToLeader`, `maybeExpandIsr`,
+`maybeShrinkIsr`, `maybeIncrementLeaderHW`, `isReplicaIsrEligible`), `kafka.cluster.Replica` (follower
+state on the leader) and the request paths of `kafka.server.ReplicaManager` (hosting errors, delayed
+produce). Every epoch answer comes from the Rust core: `LeaderEpochCache.end_offset_for` for
+OffsetsForLeaderEpoch and `find_diverging_epoch` for Fetch.
+
+`protocol="pre-kip-320"` is the offsets-only broker: no epoch fencing (current_leader_epoch ignored), no
+diverging epochs, no KIP-207 OFFSET_NOT_AVAILABLE, and ISR expansion without the fenced/offline checks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from epochguard._core import find_diverging_epoch
+from epochguard.errors import Errors
+from epochguard.log import DEFAULT_SEGMENT_BYTES, AppendInfo, PartitionLog
+from epochguard.messages import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerRegistration,
+    DivergingEpoch,
+    EpochEndOffset,
+    FetchPartition,
+    FetchPartitionData,
+    FetchRequest,
+    FetchResponse,
+    LeaderAndIsrPartitionState,
+    LeaderIdAndEpoch,
+    ListOffsetsPartition,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderPartition,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
+    ProducePartition,
+    ProducePartitionResponse,
+    ProduceRequest,
+    ProduceResponse,
+    Request,
+    Response,
+)
+from epochguard.types import (
+    CONSUMER_REPLICA_ID,
+    DEBUGGING_REPLICA_ID,
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    NO_EPOCH,
+    NO_OFFSET,
+    IsolationLevel,
+    Protocol,
+    TopicPartition,
+)
+
+__all__ = ["ReplicaState", "Partition", "ReplicaManager", "DEFAULT_REPLICA_LAG_TIME_MAX_MS"]
+
+DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000  # replica.lag.time.max.ms
+_CONSUMER_FETCH_FROM_FOLLOWER_VERSION = 11  # KIP-392
+_OFFSET_NOT_AVAILABLE_VERSION = 5
+
+
+@dataclass(slots=True)
+class ReplicaState:
+    """What the leader knows of one follower (`kafka.cluster.Replica`)."""
+
+    broker_id: int
+    log_end_offset: int = NO_OFFSET  # unknown until its first fetch in this leadership
+    log_start_offset: int = NO_OFFSET
+    last_caught_up_time_ms: int = 0
+    last_fetch_leader_log_end_offset: int = NO_OFFSET
+    last_fetch_time_ms: int = 0
+    broker_epoch: int = -1
+
+    def is_caught_up(self, leader_end_offset: int, now_ms: int, lag_max_ms: int) -> bool:
+        return leader_end_offset == self.log_end_offset or now_ms - self.last_caught_up_time_ms <= lag_max_ms
+
+
+@dataclass(slots=True)
+class _PendingIsrChange:
+    request: AlterPartitionRequest
+    sent_ms: int | None = None
+
+
+class Partition:
+    """One partition on one broker, as leader or follower (see module docstring)."""
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        broker_id: int,
+        log: PartitionLog,
+        *,
+        protocol: Protocol = "kip-320",
+        broker_epoch: int = 0,
+        brokers: Mapping[int, BrokerRegistration] | None = None,
+        replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+        alter_partition_retry_ms: int = 5_000,
+        topic_id: str | None = None,
+    ) -> None:
+        self.tp = tp
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.log = log
+        self.protocol: Protocol = protocol
+        self.brokers: Mapping[int, BrokerRegistration] = brokers if brokers is not None else {}
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.alter_partition_retry_ms = alter_partition_retry_ms
+        self.topic_id = topic_id
+        self.leader_id: int | None = None
+        self.leader_epoch: int = NO_EPOCH
+        self.partition_epoch: int = -1
+        self.assignment: tuple[int, ...] = ()
+        self.isr: tuple[int, ...] = ()  # committed by the controller
+        self.leader_epoch_start_offset: int | None = None
+        self.replicas: dict[int, ReplicaState] = {}
+        self._pending_isr: _PendingIsrChange | None = None
+
+    # --- role changes -------------------------------------------------------------------------
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.broker_id
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The ISR the high watermark must respect: a pending expansion counts, a pending shrink does not."""
+        if self._pending_isr is not None and len(self._pending_isr.request.new_isr) > len(self.isr):
+            return self._pending_isr.request.new_isr
+        return self.isr
+
+    @property
+    def isr_change_in_flight(self) -> bool:
+        return self._pending_isr is not None
+
+    def make_leader(self, state: LeaderAndIsrPartitionState, now_ms: int) -> bool:
+        """Become (or stay) leader. A higher epoch records the epoch start offset (= LEO) and assigns
+        (epoch, LEO) in the cache; a same-epoch update keeps both. Returns whether this broker just
+        became leader or the epoch changed. Stale states (lower epoch) are ignored."""
+        if state.leader_epoch < self.leader_epoch:
+            return False
+        was_leader = self.is_leader
+        new_epoch = state.leader_epoch > self.leader_epoch
+        self._update_assignment_and_isr(state)
+        if new_epoch:
+            leo = self.log.log_end_offset
+            self.log.assign_epoch_start(state.leader_epoch)
+            self.leader_epoch = state.leader_epoch
+            self.leader_epoch_start_offset = leo
+            self.replicas = {
+                r: ReplicaState(r, last_caught_up_time_ms=now_ms if r in state.isr else 0)
+                for r in state.replicas
+                if r != self.broker_id
+            }
+        self.leader_id = self.broker_id
+        self.maybe_increment_high_watermark(now_ms)  # the ISR may be down to the leader alone
+        return new_epoch or not was_leader
+
+    def make_follower(self, state: LeaderAndIsrPartitionState) -> bool:
+        """Become (or stay) follower of `state.leader`. Clears the epoch start offset; does not truncate
+        (the fetcher does). Returns whether the leader or epoch changed (the fetcher must restart)."""
+        if state.leader_epoch < self.leader_epoch:
+            return False
+        changed = state.leader != self.leader_id or state.leader_epoch != self.leader_epoch
+        self._update_assignment_and_isr(state)
+        self.leader_epoch = state.leader_epoch
+        self.leader_epoch_start_offset = None
+        self.leader_id = state.leader if state.leader >= 0 else None
+        self.replicas = {}
+        return changed
+
+    def _update_assignment_and_isr(self, state: LeaderAndIsrPartitionState) -> None:
+        self.assignment = tuple(state.replicas)
+        self.isr = tuple(state.isr)
+        self.partition_epoch = state.partition_epoch
+        if state.topic_id is not None:
+            self.topic_id = state.topic_id
+        self._pending_isr = None
+
+    # --- fencing ------------------------------------------------------------------------------
+    def _check_epoch(self, current_leader_epoch: int, *, absent: bool) -> Errors:
+        """FENCED_LEADER_EPOCH if the requester is behind us, UNKNOWN_LEADER_EPOCH if ahead."""
+        if absent or self.protocol == "pre-kip-320":
+            return Errors.NONE
+        if self.leader_epoch > current_leader_epoch:
+            return Errors.FENCED_LEADER_EPOCH
+        if self.leader_epoch < current_leader_epoch:
+            return Errors.UNKNOWN_LEADER_EPOCH
+        return Errors.NONE
+
+    def _leader_hint(self) -> LeaderIdAndEpoch:
+        if self.leader_id is None:
+            return LeaderIdAndEpoch()
+        return LeaderIdAndEpoch(self.leader_id, self.leader_epoch)
+
+    # --- Fetch (SPEC (b)) ---------------------------------------------------------------------
+    def fetch(
+        self,
+        p: FetchPartition,
+        *,
+        replica_id: int = CONSUMER_REPLICA_ID,
+        replica_epoch: int = -1,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        version: int = 17,
+        now_ms: int = 0,
+    ) -> FetchPartitionData:
+        def error(code: Errors) -> FetchPartitionData:
+            return FetchPartitionData(
+                p.topic, p.partition, code, current_leader=self._leader_hint() if code.retriable else LeaderIdAndEpoch()
+            )
+
+        code = self._check_epoch(p.current_leader_epoch, absent=p.current_leader_epoch < 0)
+        if code != Errors.NONE:
+            return error(code)
+        from_follower = replica_id >= 0
+        if (from_follower or version < _CONSUMER_FETCH_FROM_FOLLOWER_VERSION) and not self.is_leader:
+            return error(Errors.NOT_LEADER_OR_FOLLOWER)
+        if from_follower and replica_id not in self.assignment:
+            return error(Errors.UNKNOWN_LEADER_EPOCH if p.current_leader_epoch >= 0 else Errors.NOT_LEADER_OR_FOLLOWER)
+        if from_follower and self._stale_broker_epoch(replica_id, replica_epoch):
+            return error(Errors.NOT_LEADER_OR_FOLLOWER)
+        log = self.log
+        leo = log.log_end_offset
+        if self.protocol == "kip-320" and p.last_fetched_epoch >= 0:
+            diverging = find_diverging_epoch(log.leader_epoch_cache, leo, p.last_fetched_epoch, p.fetch_offset)
+            if diverging == (NO_EPOCH, NO_OFFSET) or p.fetch_offset < log.log_start_offset:
+                return error(Errors.OFFSET_OUT_OF_RANGE)
+            if diverging is not None:
+                # No records and no follower progress: the follower truncates and fetches again.
+                return FetchPartitionData(
+                    p.topic,
+                    p.partition,
+                    Errors.NONE,
+                    high_watermark=log.high_watermark,
+                    last_stable_offset=log.high_watermark,
+                    log_start_offset=log.log_start_offset,
+                    diverging_epoch=DivergingEpoch(*diverging),
+                )
+        if p.fetch_offset < log.log_start_offset or p.fetch_offset > leo:
+            return error(Errors.OFFSET_OUT_OF_RANGE)
+        bound = leo if from_follower else log.high_watermark  # no transactions here: LSO == HW
+        high_watermark = log.high_watermark
+        records = log.read(p.fetch_offset, max_bytes=p.partition_max_bytes, upper_bound=bound)
+        if from_follower:
+            self._update_follower_fetch_state(replica_id, p, replica_epoch, leo, now_ms)
+        return FetchPartitionData(
+            p.topic,
+            p.partition,
+            Errors.NONE,
+            high_watermark=high_watermark,
+            last_stable_offset=high_watermark,
+            log_start_offset=log.log_start_offset,
+            records=records,
+        )
+
+    def _stale_broker_epoch(self, replica_id: int, replica_epoch: int) -> bool:
+        if self.protocol == "pre-kip-320" or replica_epoch < 0:
+            return False
+        registration = self.brokers.get(replica_id)
+        return registration is not None and replica_epoch < registration.broker_epoch
+
+    def _update_follower_fetch_state(
+        self, replica_id: int, p: FetchPartition, replica_epoch: int, leader_end_offset: int, now_ms: int
+    ) -> None:
+        state = self.replicas.setdefault(replica_id, ReplicaState(replica_id))
+        if p.fetch_offset >= leader_end_offset:
+            state.last_caught_up_time_ms = max(state.last_caught_up_time_ms, now_ms)
+        elif p.fetch_offset >= state.last_fetch_leader_log_end_offset:
+            state.last_caught_up_time_ms = max(state.last_caught_up_time_ms, state.last_fetch_time_ms)
+        state.log_end_offset = p.fetch_offset
+        state.log_start_offset = p.log_start_offset
+        state.last_fetch_leader_log_end_offset = leader_end_offset
+        state.last_fetch_time_ms = now_ms
+        state.broker_epoch = replica_epoch
+        self.maybe_expand_isr(replica_id, now_ms)
+        self.maybe_increment_high_watermark(now_ms)
+
+    # --- ISR (SPEC (d)) -----------------------------------------------------------------------
+    def is_follower_in_sync(self, replica_id: int) -> bool:
+        """Follower LEO >= HW and >= the epoch start offset (so the HW can never go backwards)."""
+        state = self.replicas.get(replica_id)
+        if state is None or self.leader_epoch_start_offset is None:
+            return False
+        return state.log_end_offset >= self.log.high_watermark and state.log_end_offset >= self.leader_epoch_start_offset
+
+    def is_replica_isr_eligible(self, replica_id: int) -> bool:
+        """KRaft: not fenced, not shutting down, fetching with the registered broker epoch (or -1)."""
+        if self.protocol == "pre-kip-320":
+            return True
+        registration = self.brokers.get(replica_id)
+        if registration is None:
+            return True  # no registration known: nothing to hold against it
+        if registration.fenced or registration.in_controlled_shutdown:
+            return False
+        state = self.replicas.get(replica_id)
+        fetch_epoch = state.broker_epoch if state is not None else -1
+        return fetch_epoch == -1 or fetch_epoch == registration.broker_epoch
+
+    def maybe_expand_isr(self, replica_id: int, now_ms: int) -> AlterPartitionRequest | None:
+        if not self.is_leader or self._pending_isr is not None or replica_id in self.isr:
+            return None
+        if not self.is_follower_in_sync(replica_id) or not self.is_replica_isr_eligible(replica_id):
+            return None
+        return self._propose_isr(tuple(sorted((*self.isr, replica_id))))
+
+    def maybe_shrink_isr(self, now_ms: int) -> AlterPartitionRequest | None:
+        """Drop followers that have not caught up within replica.lag.time.max.ms."""
+        if not self.is_leader or self._pending_isr is not None:
+            return None
+        leo = self.log.log_end_offset
+        out_of_sync = {
+            r
+            for r in self.isr
+            if r != self.broker_id
+            and not (r in self.replicas and self.replicas[r].is_caught_up(leo, now_ms, self.replica_lag_time_max_ms))
+        }
+        if not out_of_sync:
+            return None
+        return self._propose_isr(tuple(r for r in self.isr if r not in out_of_sync))
+
+    def _propose_isr(self, new_isr: tuple[int, ...]) -> AlterPartitionRequest:
+        request = AlterPartitionRequest(
+            broker_id=self.broker_id,
+            broker_epoch=self.broker_epoch,
+            topic=self.tp.topic,
+            partition_index=self.tp.partition,
+            leader_epoch=self.leader_epoch,
+            new_isr=new_isr,
+            partition_epoch=self.partition_epoch,
+        )
+        self._pending_isr = _PendingIsrChange(request)
+        return request
+
+    def poll_isr_change(self, now_ms: int) -> AlterPartitionRequest | None:
+        """The AlterPartition request to send now, if any: a new shrink, or a pending change not yet
+        sent or unanswered for `alter_partition_retry_ms` (resent: the controller may have lost it)."""
+        if self._pending_isr is None:
+            self.maybe_shrink_isr(now_ms)
+        pending = self._pending_isr
+        if pending is None:
+            return None
+        if pending.sent_ms is None or now_ms - pending.sent_ms >= self.alter_partition_retry_ms:
+            pending.sent_ms = now_ms
+            return pending.request
+        return None
+
+    def on_alter_partition_response(self, response: AlterPartitionResponse, now_ms: int) -> bool:
+        """Commit the ISR the controller accepted, or revert to the committed ISR (INELIGIBLE_REPLICA,
+        FENCED_LEADER_EPOCH, ...). Returns whether the ISR changed."""
+        pending = self._pending_isr
+        if pending is None:
+            return False
+        self._pending_isr = None
+        if response.error_code != Errors.NONE or response.leader_epoch != self.leader_epoch:
+            return False
+        if response.partition_epoch < self.partition_epoch:
+            return False
+        self.isr = tuple(response.isr)
+        self.partition_epoch = response.partition_epoch
+        self.maybe_increment_high_watermark(now_ms)
+        return True
+
+    def maybe_increment_high_watermark(self, now_ms: int) -> bool:
+        """HW := min LEO over the leader and the (maximal) ISR; it only moves up."""
+        if not self.is_leader:
+            return False
+        new_hw = self.log.log_end_offset
+        for r in self.maximal_isr:
+            if r == self.broker_id:
+                continue
+            state = self.replicas.get(r)
+            leo = state.log_end_offset if state is not None else NO_OFFSET
+            new_hw = min(new_hw, leo)
+        if new_hw < 0:
+            return False
+        return self.log.maybe_increment_high_watermark(new_hw)
+
+    # --- Produce -----------------------------------------------------------------------------
+    def append_records_to_leader(
+        self, records: Iterable[tuple], *, acks: int, min_insync_replicas: int, now_ms: int
+    ) -> tuple[Errors, AppendInfo | None]:
+        if not self.is_leader:
+            return Errors.NOT_LEADER_OR_FOLLOWER, None
+        if acks == -1 and len(self.isr) < min_insync_replicas:
+            return Errors.NOT_ENOUGH_REPLICAS, None
+        batch = list(records)
+        if not batch:
+            return Errors.NONE, None  # nothing to append (Kafka answers NONE with base offset -1)
+        info = self.log.append_as_leader(batch, self.leader_epoch, timestamp_ms=now_ms)
+        self.maybe_increment_high_watermark(now_ms)
+        return Errors.NONE, info
+
+    def check_enough_replicas_reach_offset(self, required_offset: int, min_insync_replicas: int) -> Errors | None:
+        """For a pending acks=all produce: None while waiting, else its final error code."""
+        if not self.is_leader:
+            return Errors.NOT_LEADER_OR_FOLLOWER
+        if self.log.high_watermark >= required_offset:
+            return Errors.NONE if len(self.isr) >= min_insync_replicas else Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return None
+
+    # --- OffsetsForLeaderEpoch (SPEC (c)) -----------------------------------------------------
+    def last_offset_for_leader_epoch(self, p: OffsetForLeaderPartition) -> EpochEndOffset:
+        code = self._check_epoch(p.current_leader_epoch, absent=p.current_leader_epoch == NO_EPOCH)
+        if code == Errors.NONE and not self.is_leader:
+            code = Errors.NOT_LEADER_OR_FOLLOWER
+        if code != Errors.NONE:
+            return EpochEndOffset(p.topic, p.partition, code)
+        epoch, end_offset = self.log.leader_epoch_cache.end_offset_for(p.leader_epoch, self.log.log_end_offset)
+        return EpochEndOffset(p.topic, p.partition, Errors.NONE, epoch, end_offset)
+
+    # --- ListOffsets (SPEC (g), KIP-207) ------------------------------------------------------
+    def fetch_offset_for_timestamp(
+        self,
+        p: ListOffsetsPartition,
+        *,
+        replica_id: int = CONSUMER_REPLICA_ID,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        version: int = 9,
+    ) -> ListOffsetsPartitionResponse:
+        def error(code: Errors) -> ListOffsetsPartitionResponse:
+            if code == Errors.OFFSET_NOT_AVAILABLE and version < _OFFSET_NOT_AVAILABLE_VERSION:
+                code = Errors.LEADER_NOT_AVAILABLE
+            return ListOffsetsPartitionResponse(p.topic, p.partition_index, code)
+
+        code = self._check_epoch(p.current_leader_epoch, absent=p.current_leader_epoch == NO_EPOCH)
+        if code == Errors.NONE and replica_id != DEBUGGING_REPLICA_ID and not self.is_leader:
+            code = Errors.NOT_LEADER_OR_FOLLOWER
+        if code != Errors.NONE:
+            return error(code)
+        log = self.log
+        is_client = replica_id == CONSUMER_REPLICA_ID
+        # Replicas (and debug requests) read up to the LEO; clients up to the HW (no transactions: LSO == HW).
+        last_fetchable = log.high_watermark if is_client else log.log_end_offset
+        lagging = (
+            self.protocol == "kip-320"
+            and is_client
+            and self.leader_epoch_start_offset is not None
+            and self.leader_epoch_start_offset > log.high_watermark
+        )
+
+        def answer(offset: int, timestamp: int, epoch: int | None) -> ListOffsetsPartitionResponse:
+            return ListOffsetsPartitionResponse(
+                p.topic, p.partition_index, Errors.NONE, timestamp, offset, NO_EPOCH if epoch is None else epoch
+            )
+
+        if p.timestamp == LATEST_TIMESTAMP:
+            if lagging:
+                return error(Errors.OFFSET_NOT_AVAILABLE)
+            return answer(last_fetchable, -1, self.leader_epoch)
+        if p.timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            earliest = log.leader_epoch_cache.earliest_entry
+            epoch = earliest[0] if earliest is not None and earliest[1] <= log.log_start_offset else None
+            return answer(log.log_start_offset, -1, epoch)
+        if p.timestamp == MAX_TIMESTAMP:
+            found = log.offset_of_max_timestamp()
+        else:
+            found = log.offset_for_timestamp(p.timestamp)
+        if found is not None and found[0] < last_fetchable:
+            offset, timestamp, epoch = found
+            return answer(offset, timestamp, epoch if epoch >= 0 else None)
+        if lagging:
+            return error(Errors.OFFSET_NOT_AVAILABLE)
+        return ListOffsetsPartitionResponse(p.topic, p.partition_index, Errors.NONE)
+
+    def __repr__(self) -> str:
+        role = "leader" if self.is_leader else f"follower of {self.leader_id}"
+        return f"Partition({self.tp} on {self.broker_id}, {role}, epoch={self.leader_epoch}, isr={self.isr}, {self.log!r})"
+
+
+@dataclass(slots=True)
+class _DelayedProduce:
+    node_id: int
+    request: ProduceRequest
+    deadline_ms: int
+    results: dict[TopicPartition, ProducePartitionResponse]
+    waiting: dict[TopicPartition, int] = field(default_factory=dict)  # tp -> required offset (last + 1)
+
+
+class ReplicaManager:
+    """All partitions of one broker: the request entry point of a sans-IO broker.
+
+    `handle(node_id, request, now_ms)` answers Produce/Fetch/OffsetsForLeaderEpoch/ListOffsets (None for
+    an acks=all produce that waits for replication: collect it from `poll_responses`).
+    `apply_partition_state` applies the controller's decisions (become leader / follower; the follower
+    side is driven by `self.fetcher`, an `epochguard.replica.ReplicaFetcher`). `poll_requests` returns
+    what this broker sends: follower fetches, OffsetsForLeaderEpoch, ListOffsets and AlterPartition
+    (addressed to `controller_id`); `on_response` takes their answers.
+    """
+
+    def __init__(
+        self,
+        broker_id: int,
+        *,
+        protocol: Protocol = "kip-320",
+        broker_epoch: int = 0,
+        log_dir: str | os.PathLike[str] | None = None,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+        min_insync_replicas: int = 1,
+        controller_id: int = -1,
+        truncate_on_fetch: bool = True,
+        fetch_backoff_ms: int = 1_000,
+        request_timeout_ms: int = 30_000,
+        alter_partition_retry_ms: int = 5_000,
+        logs: Mapping[TopicPartition, PartitionLog] | None = None,
+    ) -> None:
+        from epochguard.replica import ReplicaFetcher  # the fetcher drives this manager's partitions
+
+        self.broker_id = broker_id
+        self._broker_epoch = broker_epoch
+        self.protocol: Protocol = protocol
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.segment_bytes = segment_bytes
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.min_insync_replicas = min_insync_replicas
+        self.controller_id = controller_id
+        self.alter_partition_retry_ms = alter_partition_retry_ms
+        self.brokers: dict[int, BrokerRegistration] = {}
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.known_topics: set[str] = set()
+        self.log_dir_offline = False
+        self._recovered_logs: dict[TopicPartition, PartitionLog] = dict(logs or {})
+        self._delayed: list[_DelayedProduce] = []
+        self.fetcher = ReplicaFetcher(
+            self,
+            protocol=protocol,
+            truncate_on_fetch=truncate_on_fetch,
+            fetch_backoff_ms=fetch_backoff_ms,
+            request_timeout_ms=request_timeout_ms,
+        )
+        if self.log_dir is not None and not (self.log_dir / "meta.properties").exists():
+            from epochguard.logdir import write_meta_properties
+
+            write_meta_properties(self.log_dir, broker_id)
+
+    @classmethod
+    def recover(cls, root: str | os.PathLike[str], **kwargs: object) -> ReplicaManager:
+        """A restarted broker: every partition log recovered from its log dir (`logdir.read_log_dir`:
+        torn tails cut, epoch caches re-truncated, high watermarks from the last `checkpoint()`)."""
+        from epochguard.logdir import read_log_dir
+
+        loaded = read_log_dir(root, write_through=True)
+        return cls(loaded.node_id, log_dir=root, logs=loaded.logs, **kwargs)  # type: ignore[arg-type]
+
+    def checkpoint(self) -> None:
+        """Write the root checkpoints (high watermarks, log start offsets), as Kafka does periodically."""
+        if self.log_dir is None:
+            return
+        from epochguard.logdir import write_root_checkpoints
+
+        write_root_checkpoints(self.log_dir, [p.log for p in self.partitions.values()])
+
+    @property
+    def broker_epoch(self) -> int:
+        """This broker's registration epoch (KRaft); sent in follower fetches and AlterPartition."""
+        return self._broker_epoch
+
+    @broker_epoch.setter
+    def broker_epoch(self, epoch: int) -> None:
+        self._broker_epoch = epoch
+        for partition in self.partitions.values():
+            partition.broker_epoch = epoch
+
+    # --- controller -> broker -----------------------------------------------------------------
+    def update_brokers(self, registrations: Iterable[BrokerRegistration]) -> None:
+        for r in registrations:
+            self.brokers[r.broker_id] = r
+
+    def get_or_create_partition(self, tp: TopicPartition, topic_id: str | None = None) -> Partition:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            log = self._recovered_logs.pop(tp, None)
+            if log is None:
+                directory = None if self.log_dir is None else self.log_dir / str(tp)
+                log = PartitionLog(tp, directory=directory, segment_bytes=self.segment_bytes)
+            partition = Partition(
+                tp,
+                self.broker_id,
+                log,
+                protocol=self.protocol,
+                broker_epoch=self.broker_epoch,
+                brokers=self.brokers,
+                replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                alter_partition_retry_ms=self.alter_partition_retry_ms,
+                topic_id=topic_id,
+            )
+            self.partitions[tp] = partition
+        return partition
+
+    def apply_partition_state(self, state: LeaderAndIsrPartitionState, now_ms: int) -> None:
+        """Become leader or follower of one partition as the controller decided (LeaderAndIsr / a
+        KRaft partition change); a replica no longer in the assignment is stopped."""
+        tp = state.tp
+        self.known_topics.add(tp.topic)
+        if self.broker_id not in state.replicas:
+            self.stop_replica(tp)
+            return
+        partition = self.get_or_create_partition(tp, state.topic_id)
+        if state.leader == self.broker_id:
+            if partition.make_leader(state, now_ms):
+                self.fetcher.remove_partition(tp)
+        elif partition.make_follower(state):
+            self.fetcher.add_partition(partition, now_ms)
+
+    def stop_replica(self, tp: TopicPartition) -> None:
+        self.fetcher.remove_partition(tp)
+        self.partitions.pop(tp, None)
+
+    def set_log_dir_offline(self) -> None:
+        """The disk failed: every partition answers KAFKA_STORAGE_ERROR."""
+        self.log_dir_offline = True
+
+    def _hosting_error(self, tp: TopicPartition) -> Errors | None:
+        if self.log_dir_offline:
+            return Errors.KAFKA_STORAGE_ERROR
+        if tp not in self.partitions:
+            return Errors.NOT_LEADER_OR_FOLLOWER if tp.topic in self.known_topics else Errors.UNKNOWN_TOPIC_OR_PARTITION
+        return None
+
+    # --- requests in --------------------------------------------------------------------------
+    def handle(self, node_id: int, request: Request, now_ms: int) -> Response | None:
+        if isinstance(request, FetchRequest):
+            return self._handle_fetch(request, now_ms)
+        if isinstance(request, OffsetsForLeaderEpochRequest):
+            return self._handle_offsets_for_leader_epoch(request)
+        if isinstance(request, ListOffsetsRequest):
+            return self._handle_list_offsets(request)
+        if isinstance(request, ProduceRequest):
+            return self._handle_produce(node_id, request, now_ms)
+        raise TypeError(f"a broker does not answer {type(request).__name__}")
+
+    def _handle_fetch(self, request: FetchRequest, now_ms: int) -> FetchResponse:
+        out = []
+        for p in request.partitions:
+            code = self._hosting_error(p.tp)
+            if code is not None:
+                out.append(FetchPartitionData(p.topic, p.partition, code))
+                continue
+            out.append(
+                self.partitions[p.tp].fetch(
+                    p,
+                    replica_id=request.replica_id,
+                    replica_epoch=request.replica_epoch,
+                    isolation_level=request.isolation_level,
+                    version=request.version,
+                    now_ms=now_ms,
+                )
+            )
+        self._complete_delayed(now_ms)  # follower progress may have advanced a high watermark
+        return FetchResponse(tuple(out))
+
+    def _handle_offsets_for_leader_epoch(self, request: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:
+        out = []
+        for p in request.partitions:
+            code = self._hosting_error(p.tp)
+            out.append(
+                EpochEndOffset(p.topic, p.partition, code)
+                if code is not None
+                else self.partitions[p.tp].last_offset_for_leader_epoch(p)
+            )
+        return OffsetsForLeaderEpochResponse(tuple(out))
+
+    def _handle_list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
+        out = []
+        for p in request.partitions:
+            code = self._hosting_error(p.tp)
+            if code is not None:
+                out.append(ListOffsetsPartitionResponse(p.topic, p.partition_index, code))
+                continue
+            out.append(
+                self.partitions[p.tp].fetch_offset_for_timestamp(
+                    p, replica_id=request.replica_id, isolation_level=request.isolation_level, version=request.version
+                )
+            )
+        return ListOffsetsResponse(tuple(out))
+
+    def _handle_produce(self, node_id: int, request: ProduceRequest, now_ms: int) -> ProduceResponse | None:
+        delayed = _DelayedProduce(node_id, request, now_ms + request.timeout_ms, {})
+        for p in request.partitions:
+            delayed.results[p.tp] = self._append(p, request.acks, now_ms, delayed)
+        if request.acks == -1 and delayed.waiting:
+            self._delayed.append(delayed)
+            self._complete_delayed(now_ms)
+            return None
+        return ProduceResponse(tuple(delayed.results[p.tp] for p in request.partitions))
+
+    def _append(self, p: ProducePartition, acks: int, now_ms: int, delayed: _DelayedProduce) -> ProducePartitionResponse:
+        code = self._hosting_error(p.tp)
+        if code is not None:
+            return ProducePartitionResponse(p.topic, p.partition_index, code)
+        partition = self.partitions[p.tp]
+        code, info = partition.append_records_to_leader(
+            p.records, acks=acks, min_insync_replicas=self.min_insync_replicas, now_ms=now_ms
+        )
+        if info is None:
+            hint = partition._leader_hint() if code.retriable else LeaderIdAndEpoch()
+            return ProducePartitionResponse(p.topic, p.partition_index, code, current_leader=hint)
+        delayed.waiting[p.tp] = info.last_offset + 1
+        return ProducePartitionResponse(
+            p.topic, p.partition_index, Errors.NONE, info.first_offset, -1, partition.log.log_start_offset
+        )
+
+    def _complete_delayed(self, now_ms: int) -> None:
+        for delayed in self._delayed:
+            for tp, required in list(delayed.waiting.items()):
+                partition = self.partitions.get(tp)
+                code = (
+                    Errors.NOT_LEADER_OR_FOLLOWER
+                    if partition is None
+                    else partition.check_enough_replicas_reach_offset(required, self.min_insync_replicas)
+                )
+                if code is None and now_ms >= delayed.deadline_ms:
+                    code = Errors.REQUEST_TIMED_OUT
+                if code is not None:
+                    del delayed.waiting[tp]
+                    if code != Errors.NONE:
+                        r = delayed.results[tp]
+                        delayed.results[tp] = ProducePartitionResponse(r.topic, r.partition_index, code, r.base_offset)
+
+    def poll_responses(self, now_ms: int) -> list[tuple[int, ProduceRequest, ProduceResponse]]:
+        """Completed acks=all produces: (client node, request, response), in arrival order."""
+        self._complete_delayed(now_ms)
+        done = [d for d in self._delayed if not d.waiting]
+        self._delayed = [d for d in self._delayed if d.waiting]
+        return [
+            (d.node_id, d.request, ProduceResponse(tuple(d.results[p.tp] for p in d.request.partitions))) for d in done
+        ]
+
+    # --- requests out -------------------------------------------------------------------------
+    def poll_requests(self, now_ms: int) -> list[tuple[int, Request]]:
+        out: list[tuple[int, Request]] = list(self.fetcher.poll_requests(now_ms))
+        for tp, partition in self.partitions.items():
+            request = partition.poll_isr_change(now_ms)
+            if request is not None:
+                out.append((self.controller_id, request))
+        self._complete_delayed(now_ms)
+        return out
+
+    def on_response(self, node_id: int, request: Request, response: Response, now_ms: int) -> None:
+        if isinstance(response, AlterPartitionResponse):
+            partition = self.partitions.get(response.tp)
+            if partition is not None:
+                partition.on_alter_partition_response(response, now_ms)
+                self._complete_delayed(now_ms)
+            return
+        self.fetcher.on_response(node_id, request, response, now_ms)
+
+    def on_request_failed(self, node_id: int, request: Request, now_ms: int) -> None:
+        """A request this broker sent got no answer (disconnect, timeout)."""
+        if isinstance(request, AlterPartitionRequest):
+            return  # resent by poll_isr_change after its retry interval
+        self.fetcher.on_request_failed(node_id, request, now_ms)

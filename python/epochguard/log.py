@@ -1,0 +1,511 @@
+"""One replica of one partition: segments of real magic v2 batches, offsets, and the leader-epoch cache.
+
+Mirrors Kafka's `UnifiedLog`, `LocalLog` and `LogSegment` (storage/src/main/java/.../storage/internals/log)
+for what the epoch protocol touches: append as leader (stamps the partition leader epoch and assigns
+`(epoch, base offset)` in the cache), append as follower (the leader's batches verbatim), `truncateTo`,
+full truncation, log start offset and high watermark. Bytes come from and go to the Rust core
+(`encode_batch`, `iter_batches`); epoch rules are the core's `LeaderEpochCache`.
+
+A log lives in memory and, when given a directory, writes through to a real Kafka partition directory:
+segment files `<20-digit base offset>.log` rolled by size, and `leader-epoch-checkpoint` (written
+atomically by the core). `PartitionLog.open(dir)` recovers one from disk the way a restarting broker
+does: partial or corrupt tails are cut, the cache is re-truncated to the recovered log.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from epochguard._core import LeaderEpochCache, RecordBatch, encode_batch, iter_batches
+from epochguard.errors import CorruptRecordError
+from epochguard.types import TopicPartition
+
+__all__ = [
+    "DEFAULT_SEGMENT_BYTES",
+    "CHECKPOINT_FILE",
+    "AppendInfo",
+    "BatchInfo",
+    "LogSegment",
+    "PartitionLog",
+    "UnexpectedAppendOffsetError",
+    "segment_file_name",
+    "parse_partition_dir_name",
+]
+
+DEFAULT_SEGMENT_BYTES = 1 << 30  # segment.bytes
+CHECKPOINT_FILE = "leader-epoch-checkpoint"
+_LOG_SUFFIX = ".log"
+
+
+class UnexpectedAppendOffsetError(ValueError):
+    """A follower append whose first offset is below the log end offset (Kafka's UnexpectedAppendOffsetException)."""
+
+
+def segment_file_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{_LOG_SUFFIX}"
+
+
+def parse_partition_dir_name(name: str) -> TopicPartition:
+    """`my-topic-3` -> TopicPartition("my-topic", 3) (topics may contain '-'; the partition is after the last)."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        raise ValueError(f"not a partition directory name: {name!r}")
+    return TopicPartition(topic, int(partition))
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """Where one batch sits: its offsets, epoch, max timestamp and byte range within its segment."""
+
+    base_offset: int
+    last_offset: int
+    partition_leader_epoch: int
+    max_timestamp: int
+    position: int
+    size: int
+    magic: int
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @staticmethod
+    def of(batch: RecordBatch, position: int) -> BatchInfo:
+        return BatchInfo(
+            base_offset=batch.base_offset,
+            last_offset=batch.last_offset,
+            partition_leader_epoch=batch.partition_leader_epoch,
+            max_timestamp=batch.max_timestamp,
+            position=position,
+            size=batch.size_in_bytes,
+            magic=batch.magic,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    batches: int
+
+
+class LogSegment:
+    """The bytes of one segment and the index of its batches (Kafka's offset index, kept in memory)."""
+
+    __slots__ = ("base_offset", "data", "batches", "path")
+
+    def __init__(self, base_offset: int, path: Path | None = None) -> None:
+        self.base_offset = base_offset
+        self.data = bytearray()
+        self.batches: list[BatchInfo] = []
+        self.path = path
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    @property
+    def next_offset(self) -> int | None:
+        return self.batches[-1].next_offset if self.batches else None
+
+    def append(self, raw: bytes | memoryview, infos: Sequence[BatchInfo]) -> None:
+        shift = len(self.data)
+        self.data += raw
+        self.batches.extend(
+            BatchInfo(i.base_offset, i.last_offset, i.partition_leader_epoch, i.max_timestamp, i.position + shift, i.size, i.magic)
+            for i in infos
+        )
+        if self.path is not None:
+            with open(self.path, "ab") as f:
+                f.write(raw)
+
+    def truncate_to_batch(self, index: int) -> None:
+        """Drop batch `index` and everything after it."""
+        position = self.batches[index].position if index < len(self.batches) else len(self.data)
+        del self.batches[index:]
+        del self.data[position:]
+        if self.path is not None:
+            os.truncate(self.path, position)
+
+    def first_batch_at_or_after(self, offset: int) -> int:
+        """Index of the first batch whose last offset is >= `offset` (the batch holding it, if any)."""
+        return bisect.bisect_left(self.batches, offset, key=lambda b: b.last_offset)
+
+    def delete_file(self) -> None:
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+
+class PartitionLog:
+    """The log of one partition on one broker (see module docstring)."""
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        *,
+        directory: str | os.PathLike[str] | None = None,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        log_start_offset: int = 0,
+    ) -> None:
+        if segment_bytes <= 0:
+            raise ValueError("segment_bytes must be positive")
+        self.tp = tp
+        self.dir = Path(directory) if directory is not None else None
+        self.segment_bytes = segment_bytes
+        self.leader_epoch_cache = LeaderEpochCache()
+        self._log_start_offset = log_start_offset
+        self._high_watermark = log_start_offset
+        self._log_end_offset = log_start_offset
+        if self.dir is not None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        self.segments: list[LogSegment] = [self._new_segment(log_start_offset)]
+        if self.dir is not None:
+            self._write_checkpoint()
+
+    # --- state --------------------------------------------------------------------------------
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.leader_epoch_cache.latest_epoch
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, clamped to [log start, LEO] (`UnifiedLog.updateHighWatermark`)."""
+        self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
+        return self._high_watermark
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Leader: raise the high watermark, never lower it. Returns whether it moved."""
+        if offset > self._high_watermark and offset <= self._log_end_offset:
+            self._high_watermark = offset
+            return True
+        return False
+
+    # --- appends ------------------------------------------------------------------------------
+    def append_as_leader(
+        self,
+        records: Sequence[tuple],
+        leader_epoch: int,
+        *,
+        timestamp_ms: int | None = None,
+        compression: str = "none",
+    ) -> AppendInfo:
+        """Encode `records` ((key, value[, headers[, timestamp]]) tuples) as one v2 batch at the LEO,
+        stamped with `leader_epoch`, append it and assign (epoch, base offset) in the cache."""
+        if not records:
+            raise ValueError("no records to append")
+        if leader_epoch < 0:
+            raise ValueError(f"invalid leader epoch {leader_epoch}")
+        raw = encode_batch(
+            records,
+            base_offset=self._log_end_offset,
+            partition_leader_epoch=leader_epoch,
+            compression=compression,
+            base_timestamp=timestamp_ms,
+        )
+        info = self._append(raw)
+        if info is None:  # encode_batch always yields one whole batch
+            raise RuntimeError("encoded batch did not decode")
+        return info
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo | None:
+        """Append the leader's batches verbatim (whole batches only; a partial last batch is left out,
+        as a fetch response may cut one). Returns None when there was no complete batch."""
+        return self._append(bytes(records), follower=True)
+
+    def _append(self, raw: bytes, follower: bool = False) -> AppendInfo | None:
+        batches = iter_batches(raw, allow_partial_tail=follower)
+        infos = [BatchInfo.of(b, b.file_position) for b in batches]
+        if not infos:
+            return None
+        if batches.partial_tail is not None:
+            raw = raw[: batches.partial_tail]
+        if infos[0].base_offset < self._log_end_offset:
+            raise UnexpectedAppendOffsetError(
+                f"{self.tp}: first offset {infos[0].base_offset} is below the log end offset {self._log_end_offset}"
+            )
+        for prev, cur in zip(infos, infos[1:]):
+            if cur.base_offset <= prev.last_offset:
+                raise UnexpectedAppendOffsetError(f"{self.tp}: batch offsets not increasing at {cur.base_offset}")
+        self._roll_if_needed(len(raw), infos[0].base_offset)
+        self.segments[-1].append(raw, infos)
+        before = self._cache_snapshot()
+        for info in infos:
+            if info.magic >= 2:
+                if info.partition_leader_epoch >= 0:
+                    self.leader_epoch_cache.assign(info.partition_leader_epoch, info.base_offset)
+            else:
+                self.leader_epoch_cache.clear()  # a pre-v2 batch: epochs are no longer known
+        self._log_end_offset = infos[-1].next_offset
+        self._checkpoint_if_changed(before)
+        return AppendInfo(
+            first_offset=infos[0].base_offset,
+            last_offset=infos[-1].last_offset,
+            max_timestamp=max(i.max_timestamp for i in infos),
+            batches=len(infos),
+        )
+
+    def assign_epoch_start(self, epoch: int) -> None:
+        """A new leader with a higher epoch assigns (epoch, LEO) before writing anything."""
+        before = self._cache_snapshot()
+        self.leader_epoch_cache.assign(epoch, self._log_end_offset)
+        self._checkpoint_if_changed(before)
+
+    def _roll_if_needed(self, incoming: int, base_offset: int) -> None:
+        active = self.segments[-1]
+        if active.batches and active.size + incoming > self.segment_bytes:
+            self.segments.append(self._new_segment(base_offset))
+        elif not active.batches and active.base_offset != base_offset:
+            # An empty active segment is renamed to the first offset it will hold (offsets can jump).
+            active.delete_file()
+            self.segments[-1] = self._new_segment(base_offset)
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        path = None
+        if self.dir is not None:
+            path = self.dir / segment_file_name(base_offset)
+            path.touch()
+        return LogSegment(base_offset, path)
+
+    # --- truncation ---------------------------------------------------------------------------
+    def truncate_to(self, offset: int) -> bool:
+        """Kafka's `truncateTo`: drop everything at and above `offset` (whole batches), then the cache's
+        entries from there. At or beyond the LEO only the cache is truncated (an epoch never written
+        to is dropped). Returns whether any data was removed."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate to a negative offset {offset}")
+        before = self._cache_snapshot()
+        if offset >= self._log_end_offset:
+            self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
+            self._checkpoint_if_changed(before)
+            return False
+        if offset < self.segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+            self.segments.pop().delete_file()
+        active = self.segments[-1]
+        active.truncate_to_batch(active.first_batch_at_or_after(offset))
+        # Batch granularity: the new LEO is the end of the last kept batch. Kafka sets it to `offset`;
+        # the two agree whenever `offset` is a batch boundary, which every epoch boundary is.
+        self._log_end_offset = self._last_next_offset(default=offset)
+        self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
+        self._high_watermark = min(self._high_watermark, self._log_end_offset)
+        self._checkpoint_if_changed(before)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the log empty at `offset`; clears the epoch cache."""
+        for segment in self.segments:
+            segment.delete_file()
+        self.segments = [self._new_segment(offset)]
+        self._log_start_offset = self._log_end_offset = self._high_watermark = offset
+        self.leader_epoch_cache.clear()
+        self._write_checkpoint()
+
+    def increment_log_start_offset(self, offset: int) -> bool:
+        """Retention / DeleteRecords: move the log start up (never past the high watermark), drop whole
+        segments below it and the cache's entries before it."""
+        offset = min(offset, self._high_watermark)
+        if offset <= self._log_start_offset:
+            return False
+        before = self._cache_snapshot()
+        self._log_start_offset = offset
+        while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
+            self.segments.pop(0).delete_file()
+        self.leader_epoch_cache.truncate_from_start(offset)
+        self._checkpoint_if_changed(before)
+        return True
+
+    # --- reads --------------------------------------------------------------------------------
+    def read(self, fetch_offset: int, *, max_bytes: int = 1 << 20, upper_bound: int | None = None) -> bytes:
+        """Whole batches from the one holding `fetch_offset`, up to `upper_bound` (exclusive; default
+        LEO) and about `max_bytes` (at least one batch). Empty at or beyond the bound. The caller
+        checks the range (OFFSET_OUT_OF_RANGE is a protocol decision)."""
+        bound = self._log_end_offset if upper_bound is None else min(upper_bound, self._log_end_offset)
+        if fetch_offset >= bound:
+            return b""
+        out = bytearray()
+        for segment, info in self._batches_from(fetch_offset):
+            if info.base_offset >= bound or (out and len(out) + info.size > max_bytes):
+                break
+            out += segment.data[info.position : info.position + info.size]
+        return bytes(out)
+
+    def batches(self, start: int | None = None, end: int | None = None) -> Iterator[RecordBatch]:
+        """Decoded batches from the one holding `start` (default log start) while base offset < `end`."""
+        for segment, info in self._batches_from(self._log_start_offset if start is None else start):
+            if end is not None and info.base_offset >= end:
+                return
+            yield from iter_batches(bytes(segment.data[info.position : info.position + info.size]))
+
+    def batch_infos(self) -> Iterator[BatchInfo]:
+        for segment in self.segments:
+            yield from segment.batches
+
+    def epoch_for_offset(self, offset: int) -> int | None:
+        return self.leader_epoch_cache.epoch_for_offset(offset)
+
+    def offset_for_timestamp(self, target: int, upper_bound: int | None = None) -> tuple[int, int, int] | None:
+        """(offset, timestamp, batch leader epoch or -1) of the first record with timestamp >= `target`
+        below `upper_bound` (`UnifiedLog.fetchOffsetByTimestamp` for a real timestamp); None if none."""
+        bound = self._log_end_offset if upper_bound is None else upper_bound
+        for segment, info in self._batches_from(self._log_start_offset):
+            if info.base_offset >= bound:
+                return None
+            if info.max_timestamp < target:
+                continue
+            for batch in iter_batches(bytes(segment.data[info.position : info.position + info.size])):
+                for record in batch.records():
+                    if record.offset >= self._log_start_offset and record.timestamp >= target:
+                        return (record.offset, record.timestamp, batch.partition_leader_epoch) if record.offset < bound else None
+        return None
+
+    def offset_of_max_timestamp(self, upper_bound: int | None = None) -> tuple[int, int, int] | None:
+        """(offset, timestamp, batch leader epoch) of the record with the largest timestamp (MAX_TIMESTAMP)."""
+        bound = self._log_end_offset if upper_bound is None else upper_bound
+        best: tuple[int, int, int] | None = None
+        for batch in self.batches(end=bound):
+            for record in batch.records():
+                if self._log_start_offset <= record.offset < bound and (best is None or record.timestamp > best[1]):
+                    best = (record.offset, record.timestamp, batch.partition_leader_epoch)
+        return best
+
+    def _batches_from(self, offset: int) -> Iterator[tuple[LogSegment, BatchInfo]]:
+        start = max(0, bisect.bisect_right(self.segments, offset, key=lambda s: s.base_offset) - 1)
+        for i, segment in enumerate(self.segments[start:]):
+            first = segment.first_batch_at_or_after(offset) if i == 0 else 0
+            for info in segment.batches[first:]:
+                yield segment, info
+
+    def _last_next_offset(self, default: int) -> int:
+        for segment in reversed(self.segments):
+            if segment.next_offset is not None:
+                return segment.next_offset
+        return default
+
+    # --- persistence --------------------------------------------------------------------------
+    @property
+    def checkpoint_path(self) -> Path | None:
+        return None if self.dir is None else self.dir / CHECKPOINT_FILE
+
+    def _cache_snapshot(self) -> list[tuple[int, int]] | None:
+        """The cache entries before a change, when there is a checkpoint file to keep in sync."""
+        return None if self.dir is None else self.leader_epoch_cache.entries()
+
+    def _checkpoint_if_changed(self, before: list[tuple[int, int]] | None) -> None:
+        if self.dir is not None and self.leader_epoch_cache.entries() != before:
+            self._write_checkpoint()
+
+    def _write_checkpoint(self) -> None:
+        if self.dir is not None:
+            self.leader_epoch_cache.write_checkpoint(self.dir / CHECKPOINT_FILE)
+
+    def write_to(self, directory: str | os.PathLike[str]) -> Path:
+        """Write this log as a Kafka partition directory `directory` (segments + checkpoint)."""
+        target = Path(directory)
+        target.mkdir(parents=True, exist_ok=True)
+        for stale in target.glob("*" + _LOG_SUFFIX):
+            stale.unlink()
+        for segment in self.segments:
+            (target / segment_file_name(segment.base_offset)).write_bytes(bytes(segment.data))
+        self.leader_epoch_cache.write_checkpoint(target / CHECKPOINT_FILE)
+        return target
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        log_start_offset: int | None = None,
+        high_watermark: int | None = None,
+        write_through: bool = True,
+    ) -> PartitionLog:
+        """Recover a log from a partition directory, as a restarting broker does.
+
+        Segments are read in offset order; a partial or corrupt tail is cut off (and every later
+        segment dropped). The cache comes from `leader-epoch-checkpoint` (or, when it is missing, from
+        the batches' epochs) and is truncated to the recovered [log start, LEO]. `log_start_offset`
+        and `high_watermark` come from the broker's root checkpoints when known (see logdir).
+        """
+        path = Path(directory)
+        tp = parse_partition_dir_name(path.name)
+        log = cls.__new__(cls)
+        log.tp = tp
+        log.dir = path if write_through else None
+        log.segment_bytes = segment_bytes
+        log.segments = []
+        files = sorted(path.glob("*" + _LOG_SUFFIX), key=lambda p: int(p.stem))
+        cut = False
+        for file in files:
+            base = int(file.stem)
+            if cut:
+                if write_through:
+                    file.unlink()
+                continue
+            data = file.read_bytes()
+            infos, valid = _recover(data)
+            if valid < len(data):
+                cut = True
+                if write_through:
+                    os.truncate(file, valid)
+            segment = LogSegment(base, file if write_through else None)
+            segment.data = bytearray(data[:valid])
+            segment.batches = infos
+            log.segments.append(segment)
+        first_base = log.segments[0].base_offset if log.segments else 0
+        start = first_base if log_start_offset is None else max(log_start_offset, first_base)
+        if not log.segments:
+            log.segments = [log._new_segment(start)]
+        log._log_start_offset = start
+        log._log_end_offset = log._last_next_offset(default=log.segments[-1].base_offset)
+        checkpoint = path / CHECKPOINT_FILE
+        if checkpoint.exists():
+            log.leader_epoch_cache = LeaderEpochCache.read_checkpoint(checkpoint)
+        else:
+            log.leader_epoch_cache = LeaderEpochCache()
+            for info in log.batch_infos():
+                if info.magic >= 2 and info.partition_leader_epoch >= 0:
+                    log.leader_epoch_cache.assign(info.partition_leader_epoch, info.base_offset)
+        log.leader_epoch_cache.truncate_from_end(log._log_end_offset)
+        log.leader_epoch_cache.truncate_from_start(log._log_start_offset)
+        log._high_watermark = log._log_start_offset
+        log.update_high_watermark(log._log_start_offset if high_watermark is None else high_watermark)
+        if write_through:
+            log._write_checkpoint()
+        return log
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.tp}, start={self._log_start_offset}, hw={self._high_watermark}, "
+            f"leo={self._log_end_offset}, epochs={self.leader_epoch_cache.entries()})"
+        )
+
+
+def _recover(data: bytes) -> tuple[list[BatchInfo], int]:
+    """The batches of a segment file and the byte length that holds only whole, valid batches."""
+    infos: list[BatchInfo] = []
+    batches = iter_batches(data, allow_partial_tail=True)
+    try:
+        for batch in batches:
+            infos.append(BatchInfo.of(batch, batch.file_position))
+    except CorruptRecordError:
+        pass  # recovery truncates at the first invalid batch
+    valid = infos[-1].position + infos[-1].size if infos else 0
+    return infos, valid

@@ -1,0 +1,486 @@
+"""Requests and responses of the leader-epoch flows, as plain immutable dataclasses.
+
+Mirrors the generated message classes of `clients/src/main/resources/common/message/*.json`:
+`FetchRequest/Response`, `OffsetForLeaderEpochRequest/Response`, `ListOffsetsRequest/Response`,
+`MetadataRequest/Response`, `OffsetCommitRequest/Response`, `OffsetFetchRequest/Response`,
+`AlterPartitionRequest/Response`, plus the controller's `LeaderAndIsrRequest` partition state and
+KRaft `BrokerRegistration`. Field names are the snake_case of the wire names. Two deliberate
+simplifications keep the sans-IO layer readable: per-partition entries are flattened (each carries
+`topic` next to its partition field instead of nesting partitions under topics, except Metadata whose
+topic level holds errors and topic ids), and a tagged/absent field is `None` where the wire uses a
+default object (Fetch `diverging_epoch`). Sentinels (-1 epochs/offsets) stay as on the wire; the
+public types in `epochguard.types` use None instead. `version` is the API version the sender used,
+because behaviour depends on it (SPEC (i)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from epochguard.errors import Errors
+from epochguard.types import (
+    CONSUMER_REPLICA_ID,
+    NO_EPOCH,
+    NO_OFFSET,
+    IsolationLevel,
+    TopicPartition,
+)
+
+__all__ = [
+    "FETCH_VERSION",
+    "LIST_OFFSETS_VERSION",
+    "OFFSET_FOR_LEADER_EPOCH_VERSION",
+    "METADATA_VERSION",
+    "OFFSET_COMMIT_VERSION",
+    "OFFSET_FETCH_VERSION",
+    "PRODUCE_VERSION",
+    "ProduceRecord",
+    "ProducePartition",
+    "ProduceRequest",
+    "ProducePartitionResponse",
+    "ProduceResponse",
+    "FetchPartition",
+    "FetchRequest",
+    "DivergingEpoch",
+    "LeaderIdAndEpoch",
+    "FetchPartitionData",
+    "FetchResponse",
+    "OffsetForLeaderPartition",
+    "OffsetsForLeaderEpochRequest",
+    "EpochEndOffset",
+    "OffsetsForLeaderEpochResponse",
+    "ListOffsetsPartition",
+    "ListOffsetsRequest",
+    "ListOffsetsPartitionResponse",
+    "ListOffsetsResponse",
+    "MetadataRequest",
+    "MetadataResponseBroker",
+    "MetadataResponsePartition",
+    "MetadataResponseTopic",
+    "MetadataResponse",
+    "OffsetCommitPartition",
+    "OffsetCommitRequest",
+    "OffsetCommitPartitionResponse",
+    "OffsetCommitResponse",
+    "OffsetFetchRequest",
+    "OffsetFetchPartitionResponse",
+    "OffsetFetchResponse",
+    "AlterPartitionRequest",
+    "AlterPartitionResponse",
+    "LeaderAndIsrPartitionState",
+    "BrokerRegistration",
+    "Request",
+    "Response",
+]
+
+# Latest versions in Kafka trunk (late 2024); every epoch field exists from these on.
+FETCH_VERSION = 17
+PRODUCE_VERSION = 11
+LIST_OFFSETS_VERSION = 9
+OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+METADATA_VERSION = 12
+OFFSET_COMMIT_VERSION = 9
+OFFSET_FETCH_VERSION = 9
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderIdAndEpoch:
+    """Produce/Fetch response tagged field (KIP-951 leader hint); -1/-1 = absent."""
+
+    leader_id: int = -1
+    leader_epoch: int = NO_EPOCH
+
+
+# --- Produce -------------------------------------------------------------------------------------
+ProduceRecord = tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+"""(key, value) or (key, value, headers); the leader stamps offsets, epoch and timestamp."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProducePartition:
+    """One partition's records. Kafka sends encoded batches and the leader rewrites base offset and
+    partition leader epoch in place; here the leader encodes them (`encode_batch`), same result."""
+
+    topic: str
+    partition_index: int
+    records: tuple[ProduceRecord, ...]
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRequest:
+    partitions: tuple[ProducePartition, ...]
+    acks: int = -1  # -1 all ISR, 1 leader only, 0 none
+    timeout_ms: int = 30_000
+    version: int = PRODUCE_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class ProducePartitionResponse:
+    topic: str
+    partition_index: int
+    error_code: Errors = Errors.NONE
+    base_offset: int = NO_OFFSET
+    log_append_time_ms: int = -1
+    log_start_offset: int = NO_OFFSET
+    current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResponse:
+    partitions: tuple[ProducePartitionResponse, ...]
+    throttle_time_ms: int = 0
+
+
+# --- Fetch ---------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class FetchPartition:
+    topic: str
+    partition: int
+    fetch_offset: int
+    current_leader_epoch: int = NO_EPOCH  # v9; -1 = skip fencing
+    last_fetched_epoch: int = NO_EPOCH  # v12; followers only (consumers never send it)
+    log_start_offset: int = NO_OFFSET  # followers report theirs
+    partition_max_bytes: int = 1 << 20
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    partitions: tuple[FetchPartition, ...]
+    replica_id: int = CONSUMER_REPLICA_ID  # ReplicaState.ReplicaId from v15; >= 0 = follower
+    replica_epoch: int = -1  # ReplicaState.ReplicaEpoch: the follower's broker epoch (-1 = unknown)
+    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    max_wait_ms: int = 0
+    min_bytes: int = 1
+    max_bytes: int = 50 << 20
+    rack_id: str = ""
+    version: int = FETCH_VERSION
+
+    @property
+    def is_from_follower(self) -> bool:
+        return self.replica_id >= 0
+
+
+@dataclass(frozen=True, slots=True)
+class DivergingEpoch:
+    """Fetch response tagged field 0 (`FetchResponseData.EpochEndOffset`): present iff epoch >= 0."""
+
+    epoch: int
+    end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartitionData:
+    topic: str
+    partition_index: int
+    error_code: Errors = Errors.NONE
+    high_watermark: int = NO_OFFSET
+    last_stable_offset: int = NO_OFFSET
+    log_start_offset: int = NO_OFFSET
+    diverging_epoch: DivergingEpoch | None = None
+    current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
+    preferred_read_replica: int = -1
+    records: bytes = b""  # concatenated v2 batches, verbatim from the leader's log
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponse:
+    partitions: tuple[FetchPartitionData, ...]
+    error_code: Errors = Errors.NONE
+    throttle_time_ms: int = 0
+
+
+# --- OffsetForLeaderEpoch ------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class OffsetForLeaderPartition:
+    topic: str
+    partition: int
+    leader_epoch: int  # the epoch whose end offset is asked for
+    current_leader_epoch: int = NO_EPOCH  # v2; -1 = skip fencing
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsForLeaderEpochRequest:
+    partitions: tuple[OffsetForLeaderPartition, ...]
+    replica_id: int = CONSUMER_REPLICA_ID  # v3; consumer -1, follower its broker id, < v3 means -2
+    version: int = OFFSET_FOR_LEADER_EPOCH_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEndOffset:
+    """One partition's answer: the largest epoch <= the requested one and where it ends. Errors carry -1/-1."""
+
+    topic: str
+    partition: int
+    error_code: Errors = Errors.NONE
+    leader_epoch: int = NO_EPOCH
+    end_offset: int = NO_OFFSET
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsForLeaderEpochResponse:
+    partitions: tuple[EpochEndOffset, ...]
+    throttle_time_ms: int = 0
+
+
+# --- ListOffsets ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ListOffsetsPartition:
+    topic: str
+    partition_index: int
+    timestamp: int  # or LATEST_TIMESTAMP / EARLIEST_TIMESTAMP / MAX_TIMESTAMP / EARLIEST_LOCAL_TIMESTAMP
+    current_leader_epoch: int = NO_EPOCH  # v4; exactly -1 = skip fencing
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsRequest:
+    partitions: tuple[ListOffsetsPartition, ...]
+    replica_id: int = CONSUMER_REPLICA_ID  # -1 client, -2 debugging, >= 0 follower
+    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    version: int = LIST_OFFSETS_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsPartitionResponse:
+    topic: str
+    partition_index: int
+    error_code: Errors = Errors.NONE
+    timestamp: int = -1
+    offset: int = NO_OFFSET
+    leader_epoch: int = NO_EPOCH  # v4: the epoch of the record at `offset`
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsResponse:
+    partitions: tuple[ListOffsetsPartitionResponse, ...]
+    throttle_time_ms: int = 0
+
+
+# --- Metadata ------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class MetadataRequest:
+    topics: tuple[str, ...] | None = None  # None = all topics
+    allow_auto_topic_creation: bool = False
+    version: int = METADATA_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataResponseBroker:
+    node_id: int
+    host: str = "localhost"
+    port: int = 9092
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataResponsePartition:
+    partition_index: int
+    leader_id: int  # -1 = no leader
+    leader_epoch: int = NO_EPOCH  # v7; trusted from v9
+    replica_nodes: tuple[int, ...] = ()
+    isr_nodes: tuple[int, ...] = ()
+    offline_replicas: tuple[int, ...] = ()
+    error_code: Errors = Errors.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataResponseTopic:
+    name: str
+    partitions: tuple[MetadataResponsePartition, ...] = ()
+    topic_id: str | None = None  # a UUID string; None = zero UUID (unknown)
+    error_code: Errors = Errors.NONE
+    is_internal: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataResponse:
+    topics: tuple[MetadataResponseTopic, ...]
+    brokers: tuple[MetadataResponseBroker, ...] = ()
+    cluster_id: str | None = None
+    controller_id: int = -1
+    version: int = METADATA_VERSION  # the response version: leader epochs are usable from 9 on
+    throttle_time_ms: int = 0
+
+
+# --- OffsetCommit / OffsetFetch ------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class OffsetCommitPartition:
+    topic: str
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int = NO_EPOCH  # v6
+    committed_metadata: str = ""
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitRequest:
+    group_id: str
+    partitions: tuple[OffsetCommitPartition, ...]
+    generation_id_or_member_epoch: int = -1
+    member_id: str = ""
+    version: int = OFFSET_COMMIT_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitPartitionResponse:
+    topic: str
+    partition_index: int
+    error_code: Errors = Errors.NONE
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitResponse:
+    partitions: tuple[OffsetCommitPartitionResponse, ...]
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchRequest:
+    group_id: str
+    partitions: tuple[TopicPartition, ...] | None = None  # None = all committed partitions
+    require_stable: bool = False
+    version: int = OFFSET_FETCH_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchPartitionResponse:
+    topic: str
+    partition_index: int
+    committed_offset: int = NO_OFFSET  # -1 = nothing committed
+    committed_leader_epoch: int = NO_EPOCH  # response v5
+    metadata: str = ""
+    error_code: Errors = Errors.NONE
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResponse:
+    partitions: tuple[OffsetFetchPartitionResponse, ...]
+    error_code: Errors = Errors.NONE
+    version: int = OFFSET_FETCH_VERSION
+    throttle_time_ms: int = 0
+
+
+# --- Controller <-> partition leader -------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class AlterPartitionRequest:
+    """The leader asks the controller to change the ISR (KIP-497); one partition per request here."""
+
+    broker_id: int
+    broker_epoch: int
+    topic: str
+    partition_index: int
+    leader_epoch: int
+    new_isr: tuple[int, ...]
+    partition_epoch: int
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class AlterPartitionResponse:
+    topic: str
+    partition_index: int
+    error_code: Errors = Errors.NONE  # INELIGIBLE_REPLICA, FENCED_LEADER_EPOCH, ...
+    leader_id: int = -1
+    leader_epoch: int = NO_EPOCH
+    isr: tuple[int, ...] = ()
+    partition_epoch: int = -1
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsrPartitionState:
+    """The controller's decision for one partition (LeaderAndIsr / KRaft PartitionChangeRecord)."""
+
+    topic: str
+    partition_index: int
+    leader: int  # -1 = no leader
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    partition_epoch: int = 0
+    topic_id: str | None = None
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """A broker as the KRaft metadata image shows it; feeds ISR eligibility (SPEC (d))."""
+
+    broker_id: int
+    broker_epoch: int = -1
+    fenced: bool = False
+    in_controlled_shutdown: bool = False
+
+
+Request = (
+    ProduceRequest
+    | FetchRequest
+    | OffsetsForLeaderEpochRequest
+    | ListOffsetsRequest
+    | MetadataRequest
+    | OffsetCommitRequest
+    | OffsetFetchRequest
+    | AlterPartitionRequest
+)
+Response = (
+    ProduceResponse
+    | FetchResponse
+    | OffsetsForLeaderEpochResponse
+    | ListOffsetsResponse
+    | MetadataResponse
+    | OffsetCommitResponse
+    | OffsetFetchResponse
+    | AlterPartitionResponse
+)

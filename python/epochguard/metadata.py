@@ -1,0 +1,241 @@
+"""The client's metadata cache, which accepts or rejects each partition's metadata by leader epoch (KIP-232).
+
+Mirrors Kafka's `org.apache.kafka.clients.Metadata` (`updateLatestMetadata`, `updateLastSeenEpochIfNewer`,
+`partitionMetadataIfCurrent`, `currentLeader`, `updatePartitionLeadership`) and `MetadataCache`.
+Sans-IO: the owner sends `build_request()` when `should_update(now_ms)` and feeds the answer to `update()`.
+Under `protocol="pre-kip-320"` there is no epoch check: every response is accepted as is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from epochguard.errors import Errors
+from epochguard.messages import MetadataRequest, MetadataResponse, MetadataResponseBroker, MetadataResponsePartition
+from epochguard.types import LeaderAndEpoch, Protocol, TopicPartition
+
+__all__ = ["PartitionMetadata", "MetadataUpdate", "ClientMetadata"]
+
+_EPOCH_TRUSTED_FROM_VERSION = 9
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    """One partition as the cache holds it (`MetadataResponse.PartitionMetadata`)."""
+
+    tp: TopicPartition
+    leader_id: int | None
+    leader_epoch: int | None
+    replica_ids: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    offline_replicas: tuple[int, ...] = ()
+    error: Errors = Errors.NONE
+
+    def without_leader_epoch(self) -> PartitionMetadata:
+        return PartitionMetadata(self.tp, self.leader_id, None, self.replica_ids, self.isr, self.offline_replicas, self.error)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataUpdate:
+    """What one `update()` did, per partition: accepted, or rejected as stale (the old entry kept)."""
+
+    accepted: tuple[TopicPartition, ...] = ()
+    rejected: tuple[TopicPartition, ...] = ()
+    removed: tuple[TopicPartition, ...] = ()
+
+
+class ClientMetadata:
+    """A client's view of leaders and epochs (see module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        protocol: Protocol = "kip-320",
+        topics: Iterable[str] | None = None,
+        refresh_backoff_ms: int = 100,
+        metadata_max_age_ms: int = 300_000,
+    ) -> None:
+        self.protocol: Protocol = protocol
+        self.topics: set[str] | None = set(topics) if topics is not None else None
+        self.refresh_backoff_ms = refresh_backoff_ms
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self._partitions: dict[TopicPartition, PartitionMetadata] = {}
+        self._last_seen_epochs: dict[TopicPartition, int] = {}
+        self._topic_ids: dict[str, str] = {}
+        self._brokers: dict[int, MetadataResponseBroker] = {}
+        self._need_update = True
+        self._last_refresh_ms: int | None = None
+        self._last_attempt_ms: int | None = None
+        self.updates = 0  # accepted responses, for observers
+
+    # --- refresh scheduling -------------------------------------------------------------------
+    def add_topics(self, topics: Iterable[str]) -> None:
+        new = set(topics)
+        if self.topics is not None and not new <= self.topics:
+            self.topics |= new
+            self._need_update = True
+
+    def request_update(self) -> None:
+        self._need_update = True
+
+    @property
+    def update_requested(self) -> bool:
+        return self._need_update
+
+    def time_to_next_update(self, now_ms: int) -> int:
+        """Milliseconds until a refresh is due: after backoff when requested, else when the data ages out."""
+        if self._last_attempt_ms is None:
+            return 0
+        backoff_left = self._last_attempt_ms + self.refresh_backoff_ms - now_ms
+        if self._need_update:
+            return max(0, backoff_left)
+        age_left = (self._last_refresh_ms or 0) + self.metadata_max_age_ms - now_ms
+        return max(0, backoff_left, age_left)
+
+    def should_update(self, now_ms: int) -> bool:
+        return self.time_to_next_update(now_ms) == 0
+
+    def build_request(self, now_ms: int) -> MetadataRequest:
+        """The request to send now (records the attempt for backoff)."""
+        self._last_attempt_ms = now_ms
+        return MetadataRequest(topics=None if self.topics is None else tuple(sorted(self.topics)))
+
+    def failed_update(self, now_ms: int) -> None:
+        self._last_attempt_ms = now_ms
+        self._need_update = True
+
+    # --- updates ------------------------------------------------------------------------------
+    def update(self, response: MetadataResponse, now_ms: int) -> MetadataUpdate:
+        """Apply a Metadata response partition by partition (SPEC (f)); a rejection asks for another refresh."""
+        self._last_attempt_ms = self._last_refresh_ms = now_ms
+        self._need_update = False
+        self.updates += 1
+        if response.brokers:
+            self._brokers = {b.node_id: b for b in response.brokers}
+        trusted = response.version >= _EPOCH_TRUSTED_FROM_VERSION
+        accepted: list[TopicPartition] = []
+        rejected: list[TopicPartition] = []
+        removed: list[TopicPartition] = []
+        for topic in response.topics:
+            if topic.error_code != Errors.NONE:
+                # Topic errors drop the partitions and keep the last-seen epochs.
+                gone = [tp for tp in self._partitions if tp.topic == topic.name]
+                for tp in gone:
+                    del self._partitions[tp]
+                removed.extend(gone)
+                if topic.error_code.retriable:
+                    self._need_update = True
+                continue
+            old_topic_id = self._topic_ids.get(topic.name)
+            if topic.topic_id is not None:
+                self._topic_ids[topic.name] = topic.topic_id
+            for p in topic.partitions:
+                tp = TopicPartition(topic.name, p.partition_index)
+                if self._accept(tp, p, trusted, topic.topic_id, old_topic_id):
+                    accepted.append(tp)
+                else:
+                    rejected.append(tp)
+        if rejected:
+            self._need_update = True  # stale answer: ask again (after backoff)
+        return MetadataUpdate(tuple(accepted), tuple(rejected), tuple(removed))
+
+    def _accept(
+        self,
+        tp: TopicPartition,
+        p: MetadataResponsePartition,
+        trusted: bool,
+        topic_id: str | None,
+        old_topic_id: str | None,
+    ) -> bool:
+        meta = PartitionMetadata(
+            tp=tp,
+            leader_id=p.leader_id if p.leader_id >= 0 else None,
+            leader_epoch=p.leader_epoch if p.leader_epoch >= 0 else None,
+            replica_ids=p.replica_nodes,
+            isr=p.isr_nodes,
+            offline_replicas=p.offline_replicas,
+            error=p.error_code,
+        )
+        if self.protocol == "pre-kip-320":
+            self._partitions[tp] = meta
+            return True
+        if trusted and meta.leader_epoch is not None:
+            current = self._last_seen_epochs.get(tp)
+            topic_changed = topic_id is not None and topic_id != old_topic_id
+            if current is None or topic_changed or meta.leader_epoch >= current:
+                self._last_seen_epochs[tp] = meta.leader_epoch
+                self._partitions[tp] = meta
+                return True
+            return False  # stale: keep what we have (absent stays absent)
+        # No usable epoch (old version, or a leaderless partition answering -1): forget the last-seen.
+        self._last_seen_epochs.pop(tp, None)
+        self._partitions[tp] = meta.without_leader_epoch()
+        return True
+
+    def update_last_seen_epoch_if_newer(self, tp: TopicPartition, epoch: int) -> bool:
+        """Raise the last-seen epoch (from a committed offset, a seek, a ListOffsets answer). Only
+        when one is known and `epoch` is newer; then a full refresh is requested."""
+        if epoch < 0:
+            raise ValueError(f"invalid leader epoch {epoch} (must be non-negative)")
+        if self.protocol == "pre-kip-320":
+            return False
+        current = self._last_seen_epochs.get(tp)
+        if current is None or epoch <= current:
+            return False
+        self._last_seen_epochs[tp] = epoch
+        self._need_update = True
+        return True
+
+    def update_partition_leadership(self, tp: TopicPartition, leader_id: int, leader_epoch: int) -> bool:
+        """KIP-951 leader hint from a Fetch/Produce response: applied only if the leader and epoch are
+        present, the epoch is newer than known, the node is known and the partition is cached."""
+        cached = self._partitions.get(tp)
+        known = self._last_seen_epochs.get(tp)
+        if leader_id < 0 or leader_epoch < 0 or cached is None:
+            return False
+        if known is not None and leader_epoch <= known:
+            return False
+        if self._brokers and leader_id not in self._brokers:
+            return False
+        self._partitions[tp] = PartitionMetadata(
+            tp, leader_id, leader_epoch, cached.replica_ids, cached.isr, cached.offline_replicas
+        )
+        if self.protocol == "kip-320":
+            self._last_seen_epochs[tp] = leader_epoch
+        return True
+
+    # --- queries ------------------------------------------------------------------------------
+    def partition_metadata(self, tp: TopicPartition) -> PartitionMetadata | None:
+        return self._partitions.get(tp)
+
+    def partition_metadata_if_current(self, tp: TopicPartition) -> PartitionMetadata | None:
+        """The cached partition, unless a newer epoch has been seen than the one it carries."""
+        meta = self._partitions.get(tp)
+        epoch = self._last_seen_epochs.get(tp)
+        if epoch is None or meta is None:
+            return meta
+        return meta if meta.leader_epoch == epoch else None
+
+    def current_leader(self, tp: TopicPartition) -> LeaderAndEpoch:
+        """(leader, epoch) from current metadata, else (None, last-seen epoch): wait for a refresh."""
+        meta = self.partition_metadata_if_current(tp)
+        if meta is None:
+            return LeaderAndEpoch(None, self._last_seen_epochs.get(tp))
+        leader = meta.leader_id
+        if leader is not None and self._brokers and leader not in self._brokers:
+            leader = None  # the leader's node is not in the response
+        return LeaderAndEpoch(leader, meta.leader_epoch)
+
+    def last_seen_leader_epoch(self, tp: TopicPartition) -> int | None:
+        return self._last_seen_epochs.get(tp)
+
+    def topic_id(self, topic: str) -> str | None:
+        return self._topic_ids.get(topic)
+
+    @property
+    def brokers(self) -> dict[int, MetadataResponseBroker]:
+        return dict(self._brokers)
+
+    def partitions_for(self, topic: str) -> list[TopicPartition]:
+        return sorted(tp for tp in self._partitions if tp.topic == topic)

@@ -1,0 +1,164 @@
+"""The simulated cluster: brokers, controller, clients and network, advanced one step at a time.
+
+A step advances the virtual clock by `tick_ms`, applies the faults scheduled for it, delivers every
+message that has arrived (in arrival order), lets the controller, brokers and clients act (in a fixed
+order), then runs the invariant checker. With the same seed, every run is identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from epochguard.sim.broker import Broker
+from epochguard.sim.clock import SeededRandom, VirtualClock
+from epochguard.sim.consumer import Consumer
+from epochguard.sim.controller import CONTROLLER, Controller
+from epochguard.sim.coordinator import COORDINATOR, CoordinatorNode
+from epochguard.sim.faults import Fault, Schedule
+from epochguard.sim.invariants import InvariantChecker
+from epochguard.sim.monitor import OffsetMonitor
+from epochguard.sim.network import Actor, Disconnected, Network, broker_node
+from epochguard.sim.producer import Producer
+from epochguard.sim.storage import SimLog
+from epochguard.sim.timeline import Timeline
+from epochguard.types import Protocol, ResetPolicy, TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    brokers: int = 3
+    topic: str = "events"
+    partitions: int = 1
+    replication_factor: int = 3
+    min_insync_replicas: int = 2
+    unclean_leader_election: bool = False
+    tick_ms: int = 10
+    # broker
+    replica_lag_time_max_ms: int = 100
+    session_timeout_ms: int = 60
+    heartbeat_interval_ms: int = 20
+    hw_checkpoint_interval_ms: int = 50
+    fetch_backoff_ms: int = 20
+    # clients
+    producers: tuple[int, ...] = (-1,)  # one producer per entry: its acks
+    producer_batch_size: int = 2
+    producer_interval_ms: int = 20
+    consumers: int = 1
+    auto_offset_reset: ResetPolicy = "earliest"
+    commit_interval_ms: int = 100
+    monitor: bool = True
+    request_timeout_ms: int = 100
+    retry_backoff_ms: int = 20
+    metadata_backoff_ms: int = 20
+    metadata_max_age_ms: int = 100
+    # storage: None = in memory; else every broker's log dir lives under data_dir/broker-<id>/
+    data_dir: str | None = None
+    # network
+    base_delay_ms: int = 2
+    jitter_ms: int = 3
+
+    def assignment(self) -> dict[TopicPartition, tuple[int, ...]]:
+        """Partition p's replicas start at broker (p mod brokers) + 1, like Kafka's round robin."""
+        ids = list(range(1, self.brokers + 1))
+        return {
+            TopicPartition(self.topic, p): tuple(ids[(p + i) % len(ids)] for i in range(self.replication_factor))
+            for p in range(self.partitions)
+        }
+
+
+@dataclass
+class Cluster:
+    config: ClusterConfig
+    seed: int
+    protocol: Protocol = "kip-320"
+    schedule: Schedule = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.protocol not in ("kip-320", "pre-kip-320"):
+            raise ValueError(f"unknown protocol {self.protocol!r} (kip-320 or pre-kip-320)")
+        cfg = self.config
+        self.rng = SeededRandom(self.seed)
+        self.clock = VirtualClock()
+        self.timeline = Timeline()
+        self.network = Network(self.clock, self.rng.fork("network"), cfg.base_delay_ms, cfg.jitter_ms)
+        assignment = cfg.assignment()
+        self.topic_partitions: tuple[TopicPartition, ...] = tuple(sorted(assignment))
+        self.broker_ids: tuple[int, ...] = tuple(range(1, cfg.brokers + 1))
+        self.controller = Controller(self.network, self.timeline, assignment,
+                                     unclean_leader_election=cfg.unclean_leader_election,
+                                     session_timeout_ms=cfg.session_timeout_ms)
+        self.checker = InvariantChecker(self)
+        self.brokers: dict[int, Broker] = {
+            b: Broker(b, self, [tp for tp, replicas in assignment.items() if b in replicas]) for b in self.broker_ids
+        }
+        self.producers = [Producer(f"producer-{i}", self, acks=acks, batch_size=cfg.producer_batch_size,
+                                   interval_ms=cfg.producer_interval_ms) for i, acks in enumerate(cfg.producers)]
+        self.consumers = [Consumer(f"consumer-{i}", self) for i in range(cfg.consumers)]
+        self.monitors = [OffsetMonitor("monitor", self)] if cfg.monitor else []
+        named: list[Producer | Consumer | OffsetMonitor] = [*self.producers, *self.consumers, *self.monitors]
+        self.clients: list[Actor] = list(named)
+        self.coordinator = CoordinatorNode(self.network)
+        self._nodes: dict[str, Actor] = {CONTROLLER: self.controller, COORDINATOR: self.coordinator,
+                                         **{b.node: b for b in self.brokers.values()},
+                                         **{c.name: c for c in named}}
+        self._faults: dict[int, list[Fault]] = {}
+        for step, fault in self.schedule:
+            self._faults.setdefault(step, []).append(fault)
+        self.timeline.record("start", "cluster", f"{cfg.brokers} brokers, {cfg.partitions} partition(s) of "
+                             f"{cfg.topic!r}, protocol {self.protocol}, seed {self.seed}",
+                             protocol=self.protocol, seed=self.seed)
+
+    # --- queries used by faults, clients and the checker -----------------------------------------
+    def broker(self, broker_id: int) -> Broker:
+        return self.brokers[broker_id]
+
+    def log(self, broker_id: int, tp: TopicPartition) -> SimLog:
+        return self.brokers[broker_id].logs[tp]
+
+    def acting_leader(self, tp: TopicPartition) -> int | None:
+        """The controller's leader for `tp`, once that broker is up and has taken the leadership."""
+        state = self.controller.state(tp)
+        if state.leader < 0:
+            return None
+        broker = self.brokers[state.leader]
+        return state.leader if broker.alive and broker.leader_epoch(tp) == state.leader_epoch else None
+
+    # --- faults ----------------------------------------------------------------------------------
+    def crash(self, broker_id: int) -> None:
+        self.brokers[broker_id].crash()
+        self.network.purge(broker_node(broker_id))
+
+    def restart(self, broker_id: int) -> None:
+        if self.brokers[broker_id].alive:  # a bounce: the old process dies first
+            self.crash(broker_id)
+        self.brokers[broker_id].restart()
+
+    # --- running ---------------------------------------------------------------------------------
+    def step(self) -> None:
+        self.clock.advance(self.config.tick_ms)
+        self.timeline.step += 1
+        self.timeline.time_ms = self.clock.now_ms
+        for fault in self._faults.pop(self.timeline.step, ()):
+            self.timeline.record("fault", "cluster", fault.describe(), fault=type(fault).__name__)
+            fault.apply(self)
+        for env in self.network.due():
+            node = self._nodes.get(env.dst)
+            if isinstance(node, Broker) and not node.alive:
+                if not env.is_response:
+                    self.network.reply(env, Disconnected())
+            elif node is not None:
+                node.receive(env)
+        self.controller.tick()
+        for broker in self.brokers.values():
+            broker.tick()
+        for client in self.clients:
+            client.tick()
+        self.checker.check_step()
+
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
+            self.step()
+
+    def logs_of(self, broker_id: int) -> Iterable[SimLog]:
+        return self.brokers[broker_id].logs.values()

@@ -1,0 +1,175 @@
+"""A consumer application: the `epochguard.consumer.Consumer` state machine (positions, validation,
+resets, fetches: every rule) driven over the network. The application polls every step, hands each
+record to the checker, and reports the truncations and resets the state machine recorded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from epochguard.consumer import Consumer as ConsumerMachine
+from epochguard.errors import LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError
+from epochguard.messages import FetchResponse, MetadataResponse
+from epochguard.metadata import ClientMetadata
+from epochguard.sim.coordinator import COORDINATOR, COORDINATOR_ID, GROUP_ID
+from epochguard.sim.network import Disconnected, Envelope, broker_node
+from epochguard.types import ConsumerRecord, TopicPartition
+
+if TYPE_CHECKING:
+    from epochguard.sim.cluster import Cluster
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedRecord:
+    """One record delivered to a consumer application (what the demo's consumed-records table holds)."""
+
+    consumer: str
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int | None
+    key: bytes | None
+    value: bytes | None
+    broker: int
+    step: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "consumer": self.consumer, "topic": self.topic, "partition": self.partition, "offset": self.offset,
+            "leader_epoch": self.leader_epoch,
+            "key": None if self.key is None else self.key.decode("utf-8", "replace"),
+            "value": None if self.value is None else self.value.decode("utf-8", "replace"),
+            "broker": self.broker, "step": self.step,
+        }
+
+
+class Consumer:
+    """The application around one `ConsumerMachine`: it polls every step, commits its positions (with
+    their epochs) every `commit_interval_ms` to the group coordinator, and can be restarted: a new
+    machine resumes from the committed offsets, as a restarted consumer process would."""
+
+    def __init__(self, name: str, cluster: Cluster) -> None:
+        self.name = name
+        self.cluster = cluster
+        self.consumed: list[ConsumedRecord] = []
+        self._resuming: set[TopicPartition] = set()  # restarted, nothing delivered yet
+        self._start()
+
+    def _start(self) -> None:
+        cfg = self.cluster.config
+        metadata = ClientMetadata(protocol=self.cluster.protocol, topics=[cfg.topic],
+                                  refresh_backoff_ms=cfg.metadata_backoff_ms, metadata_max_age_ms=cfg.metadata_max_age_ms)
+        self.machine = ConsumerMachine(
+            bootstrap=self.cluster.broker_ids,
+            group_id=GROUP_ID,
+            coordinator_id=COORDINATOR_ID,
+            reset_policy=cfg.auto_offset_reset,
+            protocol=self.cluster.protocol,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            request_timeout_ms=cfg.request_timeout_ms,
+            metadata=metadata,
+        )
+        self.machine.assign(self.cluster.topic_partitions)
+        self._sent: dict[int, tuple[int, Any]] = {}  # msg id -> (node, request)
+        self._served_by: dict[TopicPartition, int] = {}
+        self._truncations_seen = 0
+        self._resets_seen = 0
+        self._next_commit_ms = self.cluster.clock.now_ms + cfg.commit_interval_ms
+
+    def restart(self) -> None:
+        """The process dies (uncommitted progress is lost) and starts again from the committed offsets."""
+        self._start()
+        self._resuming = set(self.cluster.topic_partitions)
+        self.cluster.checker.on_client_restart(self.name)
+        self.cluster.timeline.record("restart", self.name, "consumer restarted; resuming from committed offsets")
+
+    @property
+    def metadata(self) -> ClientMetadata:
+        return self.machine.metadata
+
+    def receive(self, env: Envelope) -> None:
+        sent = self._sent.pop(env.reply_to, None) if env.reply_to is not None else None
+        if sent is None:
+            return
+        node, request = sent
+        now = self.cluster.clock.now_ms
+        if isinstance(env.payload, Disconnected):
+            self.machine.on_request_failed(node, request, now)
+            return
+        if isinstance(env.payload, FetchResponse):
+            for data in env.payload.partitions:
+                if data.records:
+                    self._served_by[data.tp] = node
+        self.machine.on_response(node, request, env.payload, now)
+        if isinstance(env.payload, MetadataResponse):
+            for tp in self.cluster.topic_partitions:
+                meta = self.metadata.partition_metadata(tp)
+                if meta is not None:
+                    self.cluster.checker.on_metadata_accepted(self.name, tp, meta.leader_id, meta.leader_epoch)
+
+    def tick(self) -> None:
+        now = self.cluster.clock.now_ms
+        if now >= self._next_commit_ms:
+            self._next_commit_ms = now + self.cluster.config.commit_interval_ms
+            self.machine.commit()
+        for node, request in self.machine.poll_requests(now):
+            dst = COORDINATOR if node == COORDINATOR_ID else broker_node(node)
+            msg_id = self.cluster.network.send(self.name, dst, request)
+            self._sent[msg_id] = (node, request)
+        try:
+            records = self.machine.poll(now)
+        except LogTruncationError as e:  # reset policy "none": the application decides where to go on
+            self._report()
+            for tp, divergent in e.divergent_offsets.items():
+                if divergent is not None:
+                    self.machine.seek(tp, divergent)
+                else:
+                    self.machine.seek_to_beginning(tp)
+            return
+        except (OffsetOutOfRangeError, NoOffsetForPartitionError) as e:
+            self._report()
+            self.cluster.timeline.record("error", self.name, f"{type(e).__name__}: {e}; seeking to the beginning")
+            for tp in self.cluster.topic_partitions:
+                self.machine.seek_to_beginning(tp)
+            return
+        self._report()
+        step = self.cluster.timeline.step
+        for tp in sorted(records.partitions()):
+            batch: list[ConsumerRecord] = list(records[tp])
+            broker = self._served_by.get(tp, -1)
+            if tp in self._resuming:
+                self._resuming.discard(tp)
+                committed = self.machine.committed.get(tp)
+                self.cluster.checker.on_consumer_resumed(self.name, tp, committed.offset if committed else 0)
+            for record in batch:
+                self.consumed.append(ConsumedRecord(self.name, record.topic, record.partition, record.offset,
+                                                    record.leader_epoch, record.key, record.value, broker, step))
+                self.cluster.checker.on_consumed(self.name, record, broker)
+            self.cluster.timeline.record(
+                "consume", self.name,
+                f"{tp} offsets {batch[0].offset}..{batch[-1].offset} from broker {broker} (epoch {batch[-1].leader_epoch})",
+                partition=str(tp), first=batch[0].offset, last=batch[-1].offset, broker=broker,
+            )
+
+    def _report(self) -> None:
+        """Hand the truncations and resets the state machine recorded to the checker and the timeline."""
+        for event in self.machine.truncations[self._truncations_seen:]:
+            self.cluster.checker.on_truncation(self.name, event)
+            where = "unknown" if event.divergent_offset is None else f"{event.divergent_offset} (epoch {event.divergent_epoch})"
+            self.cluster.timeline.record(
+                "truncation", self.name,
+                f"{event.partition}: log truncated below position {event.position.offset}, divergent offset {where}, "
+                f"{event.resolution}",
+                partition=str(event.partition), position=event.position.offset,
+                divergent_offset=event.divergent_offset, divergent_epoch=event.divergent_epoch,
+                resolution=event.resolution,
+            )
+        self._truncations_seen = len(self.machine.truncations)
+        for reset in self.machine.resets[self._resets_seen:]:
+            self.cluster.checker.on_reset(self.name, reset)
+            self.cluster.timeline.record(
+                "reset", self.name,
+                f"{reset.partition}: position reset ({reset.policy}, {reset.reason}) from {reset.from_offset} to {reset.to_offset}",
+                partition=str(reset.partition), reason=reset.reason, from_offset=reset.from_offset, to_offset=reset.to_offset,
+            )
+        self._resets_seen = len(self.machine.resets)

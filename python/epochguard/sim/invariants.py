@@ -1,0 +1,363 @@
+"""The invariant checker: five properties of a correct leader-epoch protocol, checked after every step.
+
+1. `isr-agreement`: every replica in the controller's ISR holds the same records as the leader below
+   the leader's high watermark.
+2. `acked-durable`: with clean elections, an acks=all record acknowledged to a producer is in the
+   current leader's log at its offset (exempt: records acknowledged before an unclean election).
+3. `consumer-continuity`: a consumer never skips an offset, never delivers a different record at an
+   offset it already delivered, and never continues on a log that disagrees with what it already
+   delivered, unless it raised or reported the truncation (a `TruncationEvent`; a plain
+   out-of-range reset excuses a skip only).
+4. `list-offsets-monotonic`: the latest offset a client gets from ListOffsets never goes backwards,
+   unless an unclean election happened in between.
+5. `metadata-epoch-monotonic`: the leader epoch a client accepts for a partition never goes backwards
+   (within one client process: a restarted client starts from nothing).
+
+And one liveness check, at the end of a scenario whose faults have all healed: `consumer-progress`,
+every consumer has caught up with every partition that has a leader (no state without a way out:
+validation loops, partitions stuck awaiting validation or reset, metadata flip-flops).
+
+Each violation is reported once (per invariant, partition and offset), with the step, and the last
+events as a readable trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from epochguard.types import ConsumerRecord, OffsetResetEvent, TopicPartition, TruncationEvent
+
+if TYPE_CHECKING:
+    from epochguard.sim.cluster import Cluster
+    from epochguard.sim.storage import SimLog
+
+ISR_AGREEMENT = "isr-agreement"
+ACKED_DURABLE = "acked-durable"
+CONSUMER_CONTINUITY = "consumer-continuity"
+LIST_OFFSETS_MONOTONIC = "list-offsets-monotonic"
+METADATA_EPOCH_MONOTONIC = "metadata-epoch-monotonic"
+ALL_INVARIANTS = (ISR_AGREEMENT, ACKED_DURABLE, CONSUMER_CONTINUITY, LIST_OFFSETS_MONOTONIC, METADATA_EPOCH_MONOTONIC)
+CONSUMER_PROGRESS = "consumer-progress"
+MAX_FINAL_LAG = 50  # offsets; a caught-up consumer is a fetch or two behind (a few offsets)
+
+TRACE_LENGTH = 12
+_NOT_IN_TRACE = frozenset({"ack", "violation"})  # the bulk, and the other reports
+_NO_LIMIT = 1 << 62
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    invariant: str
+    step: int
+    time_ms: int
+    node: str
+    partition: str | None
+    message: str
+    trace: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "invariant": self.invariant,
+            "step": self.step,
+            "time_ms": self.time_ms,
+            "node": self.node,
+            "partition": self.partition,
+            "message": self.message,
+            "trace": list(self.trace),
+        }
+
+    def __str__(self) -> str:
+        where = f" {self.partition}" if self.partition else ""
+        lines = [f"VIOLATION {self.invariant} at step {self.step} ({self.time_ms} ms) on {self.node}{where}: {self.message}"]
+        lines += [f"    {line}" for line in self.trace]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class AckedRecord:
+    """An acks=all record a producer was told is committed."""
+
+    tp: TopicPartition
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    step: int
+    leader_epoch: int  # of the leader that acknowledged it
+
+
+@dataclass(slots=True)
+class _Delivered:
+    identity: tuple[int | None, bytes | None, bytes | None]
+    seq: int  # delivery order within its (consumer, partition)
+
+
+@dataclass(slots=True)
+class _ConsumerView:
+    """What one consumer delivered for one partition, and what it reported."""
+
+    delivered: dict[int, _Delivered] = field(default_factory=dict)
+    last_offset: int | None = None
+    seq: int = 0
+    # (seq of the last delivery when reported, divergent offset): covers deliveries with seq <= that
+    truncations: list[tuple[int, int | None]] = field(default_factory=list)
+    last_reset_seq: int = -1
+    checked_against: tuple[int, int] | None = None  # (broker, log generation) last compared against
+
+    def truncation_covers(self, offset: int, after_seq: int) -> bool:
+        return any(seq >= after_seq and (div is None or div <= offset) for seq, div in self.truncations)
+
+
+class InvariantChecker:
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.violations: list[Violation] = []
+        self._reported: set[tuple[Any, ...]] = set()
+        self._agreed: dict[tuple[TopicPartition, int, int], tuple[int, int, int]] = {}
+        self.acked: dict[TopicPartition, list[AckedRecord]] = {}
+        self._acked_checked: dict[TopicPartition, tuple[tuple[int, int, int] | None, int]] = {}
+        self._consumers: dict[tuple[str, TopicPartition], _ConsumerView] = {}
+        self._list_offsets: dict[tuple[str, TopicPartition], tuple[int, int, int]] = {}  # (max, step, epoch)
+        self._metadata_epochs: dict[tuple[str, TopicPartition], int] = {}
+
+    # --- reporting -------------------------------------------------------------------------------
+    def report(self, invariant: str, node: str, tp: TopicPartition | None, message: str, key: tuple[Any, ...]) -> None:
+        if (invariant, *key) in self._reported:
+            return
+        self._reported.add((invariant, *key))
+        timeline = self.cluster.timeline
+        trace = tuple(str(e) for e in timeline.tail(TRACE_LENGTH, exclude=_NOT_IN_TRACE))
+        violation = Violation(invariant, timeline.step, timeline.time_ms, node, None if tp is None else str(tp), message, trace)
+        self.violations.append(violation)
+        timeline.record("violation", node, f"{invariant}: {message}", invariant=invariant,
+                        partition=None if tp is None else str(tp))
+
+    # --- after every step ------------------------------------------------------------------------
+    def check_step(self) -> None:
+        for tp in self.cluster.topic_partitions:
+            leader = self.cluster.acting_leader(tp)
+            if leader is None:
+                continue
+            self._check_isr_agreement(tp, leader)
+            self._check_acked(tp, leader)
+
+    def _check_isr_agreement(self, tp: TopicPartition, leader: int) -> None:
+        state = self.cluster.controller.state(tp)
+        leader_log = self.cluster.log(leader, tp)
+        hw = leader_log.high_watermark
+        for replica in state.isr:
+            if replica == leader:
+                continue
+            log = self.cluster.log(replica, tp)
+            bound = min(hw, log.log_end_offset)
+            key = (tp, leader, replica)
+            start = 0
+            agreed = self._agreed.get(key)
+            if agreed is not None and agreed[:2] == (leader_log.generation, log.generation):
+                start = agreed[2]
+            if start >= bound:
+                continue
+            if leader_log.read(start, max_bytes=_NO_LIMIT, upper_bound=bound) == log.read(start, max_bytes=_NO_LIMIT, upper_bound=bound):
+                self._agreed[key] = (leader_log.generation, log.generation, bound)
+                continue
+            offset, mine, theirs = _first_difference(leader_log, log, start, bound)
+            self.report(
+                ISR_AGREEMENT, f"broker-{replica}", tp,
+                f"ISR member {replica} disagrees with leader {leader} at offset {offset} below the high watermark "
+                f"{hw}: leader has {_show(mine)}, replica has {_show(theirs)} (ISR {list(state.isr)})",
+                key=(tp, replica, offset),
+            )
+
+    def _check_acked(self, tp: TopicPartition, leader: int) -> None:
+        """New acks are checked once; all of them again whenever the leader, its epoch or its log's
+        generation (a truncation) changes."""
+        mine = self.acked.get(tp)
+        if not mine:
+            return
+        log = self.cluster.log(leader, tp)
+        state = self.cluster.controller.state(tp)
+        marker = (leader, state.leader_epoch, log.generation)
+        last_marker, checked = self._acked_checked.get(tp, (None, 0))
+        todo = mine[checked:] if last_marker == marker else mine
+        self._acked_checked[tp] = (marker, len(mine))
+        if not todo:
+            return
+        present = log.records_between(min(r.offset for r in todo), max(r.offset for r in todo) + 1)
+        for rec in todo:
+            got = present.get(rec.offset)
+            if got is not None and (got[1], got[2]) == (rec.key, rec.value):
+                continue
+            if self.cluster.controller.unclean_after_epoch(tp, rec.leader_epoch):
+                continue
+            self.report(
+                ACKED_DURABLE, f"broker-{leader}", tp,
+                f"acknowledged acks=all record {_show((None, rec.key, rec.value))} at offset {rec.offset} "
+                f"(acked at step {rec.step} in epoch {rec.leader_epoch}) is gone: leader {leader} (epoch "
+                f"{state.leader_epoch}) has {_show(got)} there, log end {log.log_end_offset}; no unclean election",
+                key=(tp, rec.offset),
+            )
+
+    def check_progress(self) -> None:
+        """End of run: each consumer is close to the high watermark of every partition with a leader."""
+        for consumer in self.cluster.consumers:
+            for tp in self.cluster.topic_partitions:
+                leader = self.cluster.acting_leader(tp)
+                if leader is None:
+                    continue
+                hw = self.cluster.log(leader, tp).high_watermark
+                position = consumer.machine.position(tp)
+                state = consumer.machine.state_of(tp).name
+                if position is None or hw - position.offset > MAX_FINAL_LAG:
+                    at = "no position" if position is None else f"offset {position.offset}"
+                    self.report(
+                        CONSUMER_PROGRESS, consumer.name, tp,
+                        f"stuck at {at} ({state}) while leader {leader} has high watermark {hw}",
+                        key=(consumer.name, tp),
+                    )
+
+    # --- hooks called by the clients as things happen --------------------------------------------
+    def on_acked(self, tp: TopicPartition, offset: int, key: bytes | None, value: bytes | None, leader_epoch: int) -> None:
+        self.acked.setdefault(tp, []).append(AckedRecord(tp, offset, key, value, self.cluster.timeline.step, leader_epoch))
+
+    def on_truncation(self, consumer: str, event: TruncationEvent) -> None:
+        view = self._view(consumer, event.partition)
+        view.truncations.append((view.seq, event.divergent_offset))
+
+    def on_reset(self, consumer: str, event: OffsetResetEvent) -> None:
+        view = self._view(consumer, event.partition)
+        view.last_reset_seq = view.seq
+
+    def on_consumed(self, consumer: str, record: ConsumerRecord, served_by: int) -> None:
+        tp = record.topic_partition
+        view = self._view(consumer, tp)
+        offset = record.offset
+        identity = (record.leader_epoch, record.key, record.value)
+        before = view.delivered.get(offset)
+        if before is not None and before.identity != identity and not view.truncation_covers(offset, before.seq):
+            self.report(
+                CONSUMER_CONTINUITY, consumer, tp,
+                f"delivered {_show(identity)} at offset {offset} (from broker {served_by}), but it had delivered "
+                f"{_show(before.identity)} there before, and no truncation was reported",
+                key=(consumer, tp, "redelivered", len(view.truncations), view.last_reset_seq),  # once per incident
+            )
+        if view.last_offset is not None and offset > view.last_offset + 1:
+            since = view.delivered[view.last_offset].seq
+            excused = view.last_reset_seq >= since or any(seq >= since for seq, _ in view.truncations)
+            if not excused:
+                self.report(
+                    CONSUMER_CONTINUITY, consumer, tp,
+                    f"skipped offsets {view.last_offset + 1}..{offset - 1}: delivered {view.last_offset} then {offset} "
+                    "with no truncation or reset reported",
+                    key=(consumer, tp, "skip", len(view.truncations), view.last_reset_seq),
+                )
+        if view.checked_against is not None and view.checked_against[0] != served_by:
+            view.checked_against = None  # records from another broker: compare again at the next fetch
+        view.seq += 1
+        view.delivered[offset] = _Delivered(identity, view.seq)
+        view.last_offset = offset
+
+    def on_fetch_served(self, consumer: str, tp: TopicPartition, broker: int, fetch_offset: int) -> None:
+        """A broker hands `consumer` records from `fetch_offset` on: everything the consumer delivered
+        below that must still be in this broker's log now (checked when served, not when delivered,
+        so a truncation while the response is in flight is not held against the consumer)."""
+        view = self._consumers.get((consumer, tp))
+        if view is None or not view.delivered:
+            return
+        log = self.cluster.log(broker, tp)
+        if view.checked_against == (broker, log.generation):
+            return  # same log, nothing removed from it, nothing delivered from elsewhere since
+        view.checked_against = (broker, log.generation)
+        earlier = [o for o in view.delivered if log.log_start_offset <= o < fetch_offset]
+        if not earlier:
+            return
+        actual = log.records_between(min(earlier), fetch_offset)
+        for o in sorted(earlier):
+            seen = view.delivered[o]
+            now = actual.get(o)
+            if now is not None and now == seen.identity:
+                continue
+            if view.truncation_covers(o, seen.seq):
+                continue
+            if self._imprecise_report_after_unclean(view, tp, seen):
+                self.cluster.timeline.record(
+                    "note", consumer,
+                    f"{tp}: the reported truncation point is above offset {o}, which also diverged: after an "
+                    "unclean election the leader cannot locate an epoch it never had (KIP-320 limit)",
+                    partition=str(tp), offset=o,
+                )
+                return
+            self.report(
+                CONSUMER_CONTINUITY, consumer, tp,
+                f"continued at offset {fetch_offset} on broker {broker}, whose log has {_show(now)} "
+                f"at offset {o} where the consumer delivered {_show(seen.identity)}; no truncation was reported",
+                key=(consumer, tp, "diverged", len(view.truncations), view.last_reset_seq),
+            )
+            return
+
+    def _imprecise_report_after_unclean(self, view: _ConsumerView, tp: TopicPartition, seen: _Delivered) -> bool:
+        """A truncation was reported after this delivery, but with a divergent offset above it, and an
+        unclean election started an epoch newer than the record's: the new leader never had the record's
+        epoch, so its OffsetsForLeaderEpoch answer (the end of an older epoch) can overshoot the real
+        divergence. The consumer did report the truncation; only its extent is unknowable."""
+        reported = any(seq >= seen.seq for seq, _ in view.truncations)
+        epoch = seen.identity[0]
+        return reported and epoch is not None and self.cluster.controller.unclean_after_epoch(tp, epoch)
+
+    def on_list_offsets(self, client: str, tp: TopicPartition, offset: int, leader_epoch: int) -> None:
+        """A ListOffsets(latest) answer `offset` from a leader in `leader_epoch`."""
+        step = self.cluster.timeline.step
+        seen = self._list_offsets.get((client, tp))
+        if seen is not None and offset < seen[0] and not self.cluster.controller.unclean_after_epoch(tp, seen[2]):
+            self.report(
+                LIST_OFFSETS_MONOTONIC, client, tp,
+                f"ListOffsets(latest) went back from {seen[0]} (step {seen[1]}, epoch {seen[2]}) to {offset} "
+                f"(epoch {leader_epoch}) with no unclean election in between",
+                key=(client, tp, seen[0]),
+            )
+        if seen is None or offset >= seen[0]:
+            self._list_offsets[(client, tp)] = (offset, step, leader_epoch)
+
+    def on_metadata_accepted(self, client: str, tp: TopicPartition, leader: int | None, epoch: int | None) -> None:
+        if epoch is None or epoch < 0:
+            return
+        before = self._metadata_epochs.get((client, tp))
+        if before is not None and epoch < before:
+            self.report(
+                METADATA_EPOCH_MONOTONIC, client, tp,
+                f"accepted metadata with leader {leader} epoch {epoch} after having epoch {before}",
+                key=(client, tp, before),
+            )
+        self._metadata_epochs[(client, tp)] = max(epoch, before if before is not None else epoch)
+
+    def on_client_restart(self, client: str) -> None:
+        """A new client process knows nothing: the metadata epochs it accepts start over."""
+        for key in [k for k in self._metadata_epochs if k[0] == client]:
+            del self._metadata_epochs[key]
+
+    def on_consumer_resumed(self, consumer: str, tp: TopicPartition, committed: int) -> None:
+        """A restarted consumer resumed `tp` from its committed offset: what it delivered below stays its
+        history (the committed offset and epoch vouch for it); what the old process delivered from
+        there on is forgotten with it (uncommitted), and may legitimately be read differently now."""
+        view = self._view(consumer, tp)
+        view.delivered = {o: d for o, d in view.delivered.items() if o < committed}
+        view.last_offset = max(view.delivered, default=None)
+        view.checked_against = None
+
+    def _view(self, consumer: str, tp: TopicPartition) -> _ConsumerView:
+        return self._consumers.setdefault((consumer, tp), _ConsumerView())
+
+
+def _first_difference(a: SimLog, b: SimLog, start: int, end: int) -> tuple[int, Any, Any]:
+    ra, rb = a.records_between(start, end), b.records_between(start, end)
+    for offset in range(start, end):
+        if ra.get(offset) != rb.get(offset):
+            return offset, ra.get(offset), rb.get(offset)
+    return start, None, None  # same records, different batch framing
+
+
+def _show(record: Any) -> str:
+    if record is None:
+        return "nothing"
+    epoch, key, value = record
+    text = (value or b"").decode("utf-8", "replace")
+    return f"{text!r}" + ("" if epoch is None else f" (epoch {epoch})")

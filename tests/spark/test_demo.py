@@ -6,15 +6,10 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
-
-from epochguard import _core
 from epochguard.__main__ import main
 
 
 def test_demo_shows_the_records_the_election_lost(spark, tmp_path, capsys) -> None:  # noqa: ANN001
-    if not hasattr(_core, "encode_batch"):
-        pytest.skip("core encoder not built")
     out = tmp_path / "demo-out"
     assert main(["demo", "--out", str(out), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)

@@ -151,7 +151,7 @@ def plan_chunks(segments: Sequence[tuple], chunk_bytes: int) -> list[tuple]:
             chunks.append((*location, 0, segment.size))
             continue
         try:
-            index = _core.batch_index(segment.path, allow_partial_tail=True)  # type: ignore[attr-defined]
+            index = _core.batch_index(segment.path, allow_partial_tail=True)
         except EpochGuardError:
             chunks.append((*location, 0, segment.size))  # the decoder will report where it breaks
             continue

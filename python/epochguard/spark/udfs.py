@@ -68,17 +68,6 @@ class EpochHistories:
         self._histories = {key: ([tuple(e) for e in entries], int(leo)) for key, (entries, leo) in histories.items()}
         self._broadcast: Broadcast | None = None
 
-    @classmethod
-    def from_log_dirs(cls, log_dirs: Sequence[str], spark: SparkSession | None = None) -> dict[int, EpochHistories]:
-        """Per broker, the histories in its leader-epoch-checkpoint files (log end: last segment base)."""
-        from epochguard.spark.listing import list_log_dirs
-
-        per_broker: dict[int, dict[tuple[str, int], History]] = {}
-        for r in list_log_dirs(log_dirs, spark).replicas:
-            leo = r.segments[-1].base_offset if r.segments else 0
-            per_broker.setdefault(r.broker, {})[(r.topic, r.partition)] = (r.epochs or [], leo)
-        return {broker: cls(h) for broker, h in per_broker.items()}
-
     def broadcast(self, spark: SparkSession) -> EpochHistories:
         # The token keys the per-worker cache of built LeaderEpochCaches to this broadcast.
         self._broadcast = spark.sparkContext.broadcast({"token": uuid.uuid4().hex, "histories": self._histories})

@@ -152,20 +152,21 @@ def test_listing_skips_folders_kafka_is_deleting(tmp_path) -> None:  # noqa: ANN
     assert [(r.topic, r.partition, [s.base_offset for s in r.segments]) for r in listing.replicas] == [("t", 0, [0])]
 
 
-def test_corrupt_batch_keeps_the_records_before_it(spark, tmp_path) -> None:  # noqa: ANN001
+def test_corrupt_batch_is_reported_and_decoding_resumes_after_it(spark, tmp_path) -> None:  # noqa: ANN001
     replica = Replica("c", 0, [(0, records("a", 0, 3)), (0, records("a", 3, 3)), (0, records("a", 6, 3))])
     log_dir = write_log_dir(tmp_path, 1, [replica])
     segment = log_dir / "c-0" / f"{0:020d}.log"
     data = bytearray(segment.read_bytes())
     second = 12 + int.from_bytes(data[8:12], "big")
-    data[second + 65] ^= 0x55
+    data[second + 65] ^= 0x55  # a record byte of the second batch: its CRC fails
     segment.write_bytes(bytes(data) + data[:20])  # and a cut-off batch at the end
     df = read_kafka_logs(spark, [str(log_dir)], with_errors=True)
     rows = df.orderBy("offset").collect()
     good = [r.offset for r in rows if r.error_reason is None]
-    errors = [(r.path, r.error_position) for r in rows if r.error_reason is not None]
-    assert good == [0, 1, 2]
-    assert errors == [(str(segment), second)]
+    errors = sorted((r.path, r.error_position, r.error_reason) for r in rows if r.error_reason is not None)
+    assert good == [0, 1, 2, 6, 7, 8]  # the third batch is still read
+    assert [(p, pos) for p, pos, _ in errors] == [(str(segment), second), (str(segment), len(data))]
+    assert "skipped the batch at" in errors[0][2] and "incomplete" in errors[1][2]
     with pytest.raises(Exception, match="(?i)crc|corrupt"):
         read_kafka_logs(spark, [str(log_dir)]).collect()
 

@@ -74,6 +74,7 @@ class ReplicaSummary:
     reference_log_start_offset: int
     record_count: int
     retained_count: int  # records below the reference's log start (retention, not loss)
+    error_count: int  # unreadable ranges in this replica's segments (rows of errors.parquet)
     epochs_confirmed: bool  # the epoch histories' divergence point agrees with the records
     epoch_source: str  # "checkpoint" or "records" (no usable leader-epoch-checkpoint)
     high_watermark: int | None  # from the log dir's replication-offset-checkpoint
@@ -153,9 +154,15 @@ def audit(
         frame = decode_listing(spark, listing, with_errors=True, verify_crc=verify_crc, chunk_bytes=chunk_bytes)
         frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
         records = frame.where(F.col("error_reason").isNull()).drop("path", "error_position", "error_reason")
+        # Error rows have no epoch and no offset: they form their own group per replica.
         stats = (
-            records.groupBy("topic", "partition", "broker", "leader_epoch")
-            .agg(F.count("*").alias("n"), F.min("offset").alias("lo"), F.max("offset").alias("hi"))
+            frame.groupBy("topic", "partition", "broker", "leader_epoch")
+            .agg(
+                F.count("offset").alias("n"),
+                F.min("offset").alias("lo"),
+                F.max("offset").alias("hi"),
+                F.count("error_reason").alias("errors"),
+            )
             .collect()
         )
     with step("comparing epoch histories"):
@@ -203,6 +210,8 @@ def audit(
         }
         for r in replicas:
             _confirm(r, mismatches.get((r.topic, r.partition, r.broker)), retained.get((r.topic, r.partition, r.broker), 0))
+            if r.error_count:
+                r.reason += f"; {r.error_count} unreadable byte ranges (see errors.parquet)"
     phantom_counts = None
     phantoms = None
     if consumed is not None:
@@ -249,8 +258,10 @@ def _summarize(listing: Listing, stats: list) -> list[ReplicaSummary]:
     summaries: list[ReplicaSummary] = []
     comparisons: list[tuple[ReplicaSummary, dict, dict]] = []
     for (topic, partition), members in sorted(partitions.items()):
+        # Highest epoch, then longest log; then the one read without errors and holding the most
+        # records (a copy with an unreadable batch must not make the others' records look lost).
         ref_replica, ref = max(
-            members, key=lambda m: (_latest(m[1]["epochs"]), m[1]["log_end"], -m[0].broker)
+            members, key=lambda m: (_latest(m[1]["epochs"]), m[1]["log_end"], -m[1]["errors"], m[1]["count"], -m[0].broker)
         )
         for replica, facts in sorted(members, key=lambda m: m[0].broker):
             summary = ReplicaSummary(
@@ -272,6 +283,7 @@ def _summarize(listing: Listing, stats: list) -> list[ReplicaSummary]:
                 reference_log_start_offset=ref["log_start"],
                 record_count=facts["count"],
                 retained_count=0,
+                error_count=facts["errors"],
                 epochs_confirmed=True,
                 epoch_source=facts["epoch_source"],
                 high_watermark=replica.high_watermark,
@@ -291,7 +303,9 @@ def _summarize(listing: Listing, stats: list) -> list[ReplicaSummary]:
     return summaries
 
 
-def _facts(replica: PartitionReplica, rows: list) -> dict:
+def _facts(replica: PartitionReplica, groups: list) -> dict:
+    errors = sum(r.errors for r in groups)
+    rows = [r for r in groups if r.n]
     count = sum(r.n for r in rows)
     if rows:
         log_end = max(r.hi for r in rows) + 1
@@ -308,7 +322,14 @@ def _facts(replica: PartitionReplica, rows: list) -> dict:
         for r in sorted((r for r in rows if r.leader_epoch is not None and r.leader_epoch >= 0), key=lambda r: r.lo):
             cache.assign(r.leader_epoch, r.lo)
         epochs, source = cache.entries(), "records"
-    return {"count": count, "log_end": log_end, "log_start": log_start, "epochs": epochs, "epoch_source": source}
+    return {
+        "count": count,
+        "errors": errors,
+        "log_end": log_end,
+        "log_start": log_start,
+        "epochs": epochs,
+        "epoch_source": source,
+    }
 
 
 def _latest(epochs: list[tuple[int, int]]) -> int:
@@ -474,7 +495,7 @@ PARTITIONS_SCHEMA = (
     "topic string, partition int, reference_broker int, reference_latest_epoch int, reference_log_end_offset long, "
     "broker int, latest_epoch int, log_end_offset long, divergence_offset long, lost_count long, "
     "lost_first_offset long, lost_last_offset long, kind string, reason string, log_start_offset long, "
-    "reference_log_start_offset long, record_count long, retained_count long, epochs_confirmed boolean, "
+    "reference_log_start_offset long, record_count long, retained_count long, error_count long, epochs_confirmed boolean, "
     "epoch_source string, high_watermark long, lost_visible_count long"
 )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -248,48 +248,67 @@ def _decode_one(
     max_decompressed_size: int,
 ) -> Iterator[pa.RecordBatch]:
     """Decode bytes ``[start, start + length)`` of a file or buffer. With `with_errors`, a corrupt
-    batch ends the range: the records before it are kept and the error becomes a row."""
-    emitted = 0
+    batch becomes an error row: the records before it are kept and decoding resumes after it when
+    the batch headers still say where it ends (else the rest of the range is reported undecoded)."""
+    decode = functools.partial(_core.decode_arrow, verify_crc=verify_crc, max_decompressed_size=max_decompressed_size)
+    end, position = start + length, start
+    while position < end:
+        emitted = 0
+        try:
+            records = decode(source, allow_partial_tail=with_errors, offset=position, length=end - position)
+            for batch in pa.RecordBatchReader.from_stream(records):
+                emitted += batch.num_rows
+                yield _with_columns(batch, carried, schema)
+            if records.partial_tail is not None:
+                tail = records.partial_tail
+                yield _error_row(carried, path, tail, f"incomplete batch at the end: {end - tail} bytes", schema)
+            return
+        except (EpochGuardError, OSError) as exc:
+            if not with_errors:
+                raise
+            failed = getattr(exc, "position", None)
+            reason = getattr(exc, "reason", None) or str(exc)
+            if failed is None or not position <= failed < end:
+                yield _error_row(carried, path, position, f"{reason}; bytes {position}..{end} not decoded", schema)
+                return
+            yield from _records_before(decode, source, position, failed, emitted, carried, schema)
+            bad = _batch_around(source, position, end, failed)
+            if bad is None:
+                yield _error_row(carried, path, failed, f"{reason}; bytes {failed}..{end} not decoded", schema)
+                return
+            yield _error_row(carried, path, failed, f"{reason}; skipped the batch at {bad[0]} ({bad[1] - bad[0]} bytes)", schema)
+            position = bad[1]
+
+
+def _records_before(
+    decode: Callable[..., _core.ArrowRecords],
+    source: str | memoryview,
+    start: int,
+    failed: int,
+    emitted: int,
+    carried: dict[str, object],
+    schema: pa.Schema,
+) -> Iterator[pa.RecordBatch]:
+    """The records of ``[start, failed)`` not yet emitted (the batch `failed` falls in, if cut, is a
+    tolerated partial tail)."""
     try:
-        records = _core.decode_arrow(
-            source,
-            verify_crc=verify_crc,
-            allow_partial_tail=with_errors,
-            max_decompressed_size=max_decompressed_size,
-            offset=start,
-            length=length,
-        )
-        for batch in pa.RecordBatchReader.from_stream(records):
-            emitted += batch.num_rows
-            yield _with_columns(batch, carried, schema)
-        if records.partial_tail is not None:
-            missing = start + length - records.partial_tail
-            yield _error_row(carried, path, records.partial_tail, f"incomplete batch at the end: {missing} bytes", schema)
-    except (EpochGuardError, OSError) as exc:
-        if not with_errors:
-            raise
-        position = getattr(exc, "position", None)
-        reason = getattr(exc, "reason", None) or str(exc)
-        if position is not None and position > start:
-            # Keep every record before the bad batch: decode up to it (the batch it falls in, if
-            # cut, is a tolerated partial tail) and emit what the failed stream had not yet.
-            try:
-                head = _core.decode_arrow(
-                    source,
-                    verify_crc=verify_crc,
-                    allow_partial_tail=True,
-                    max_decompressed_size=max_decompressed_size,
-                    offset=start,
-                    length=position - start,
-                )
-                skip = emitted
-                for batch in pa.RecordBatchReader.from_stream(head):
-                    if skip < batch.num_rows:
-                        yield _with_columns(batch.slice(skip), carried, schema)
-                    skip = max(0, skip - batch.num_rows)
-            except EpochGuardError:
-                pass  # nothing more is recoverable before the error; it is reported below
-        yield _error_row(carried, path, start if position is None else position, reason, schema)
+        head = decode(source, allow_partial_tail=True, offset=start, length=failed - start)
+        for batch in pa.RecordBatchReader.from_stream(head):
+            if emitted < batch.num_rows:
+                yield _with_columns(batch.slice(emitted), carried, schema)
+            emitted = max(0, emitted - batch.num_rows)
+    except EpochGuardError:
+        return  # nothing more is recoverable before the failure; the caller reports it
+
+
+def _batch_around(source: str | memoryview, start: int, end: int, failed: int) -> tuple[int, int] | None:
+    """(first byte, end) of the batch holding byte `failed`, from the headers alone; None when the
+    headers themselves are broken there."""
+    try:
+        index = _core.batch_index(source, allow_partial_tail=True, offset=start, length=end - start)
+    except EpochGuardError:
+        return None
+    return next(((p, p + size) for p, size, _, _ in index if p <= failed < p + size), None)
 
 
 def _with_columns(batch: pa.RecordBatch, carried: dict[str, object], schema: pa.Schema) -> pa.RecordBatch:

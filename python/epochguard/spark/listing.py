@@ -1,10 +1,10 @@
 """Find the partitions, segments and small metadata files of Kafka log directories (driver side).
 
 Kafka's layout: one folder per broker log dir, holding ``meta.properties``,
-``log-start-offset-checkpoint`` and one ``<topic>-<partition>/`` folder per replica with segment
-files ``<20-digit base offset>.log`` (plus ``.index``/``.timeindex``), ``leader-epoch-checkpoint``
-and ``partition.metadata`` (the topic id). Folders being deleted or moved (``*-delete``,
-``*-future``, ``*-stray``) do not match the partition pattern and are skipped, as Kafka does.
+``log-start-offset-checkpoint``, ``replication-offset-checkpoint`` and one ``<topic>-<partition>/``
+folder per replica with segment files ``<20-digit base offset>.log`` (plus ``.index``/``.timeindex``),
+``leader-epoch-checkpoint`` and ``partition.metadata`` (the topic id). Folders being deleted or moved
+(``*-delete``, ``*-future``, ``*-stray``) are not partitions and are skipped, as Kafka does.
 
 Plain paths are listed with ``os``; paths with a scheme (``hdfs://``, ``s3a://``, ``file:/``) through
 the JVM's Hadoop FileSystem of the active Spark session.
@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from epochguard import _core
 from epochguard.errors import CheckpointError
+from epochguard.log import parse_partition_dir_name
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 SEGMENT_FILE = re.compile(r"^(?P<base>\d{20})\.log$")
 TRAILING_ID = re.compile(r"(\d+)$")
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
@@ -233,10 +233,13 @@ def list_log_dirs(paths: Sequence[str], spark: SparkSession | None = None) -> Li
         log_starts = parse_offset_checkpoint(fs.read(join(root, "log-start-offset-checkpoint")) or b"")
         high_watermarks = parse_offset_checkpoint(fs.read(join(root, "replication-offset-checkpoint")) or b"")
         for name, path, is_dir, _ in sorted(fs.list(root)):
-            match = PARTITION_DIR.match(name)
-            if not is_dir or match is None:
+            if not is_dir:
                 continue
-            topic, partition = match.group("topic"), int(match.group("partition"))
+            try:
+                tp = parse_partition_dir_name(name)
+            except ValueError:
+                continue  # not a partition, or one Kafka is deleting or moving (`-delete`, `-future`)
+            topic, partition = tp.topic, tp.partition
             try:
                 entries = fs.list(path)
             except OSError as exc:

@@ -33,14 +33,13 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// Build the exception instance and attach the structured fields as attributes.
-fn with_attrs(err: PyErr, attrs: &[(&str, Py<PyAny>)]) -> PyErr {
+/// Attach the structured fields (`err.position` or `err.line`, and `err.reason`) to the exception.
+fn with_fields(err: PyErr, number_name: &str, number: u64, reason: &str) -> PyErr {
     Python::attach(|py| {
         let value = err.value(py);
-        for (name, v) in attrs {
-            // Setting an attribute on a fresh exception instance cannot fail in practice; ignore if it does.
-            let _ = value.setattr(*name, v);
-        }
+        // Setting attributes on a fresh exception instance cannot fail in practice; ignore if it does.
+        let _ = value.setattr(number_name, number);
+        let _ = value.setattr("reason", reason);
     });
     err
 }
@@ -49,47 +48,15 @@ impl From<Error> for PyErr {
     fn from(e: Error) -> PyErr {
         let msg = e.to_string();
         match e {
-            Error::Corrupt { position, reason } => Python::attach(|py| {
-                with_attrs(
-                    CorruptRecordError::new_err(msg),
-                    &[
-                        (
-                            "position",
-                            position
-                                .into_pyobject(py)
-                                .map(|o| o.into_any().unbind())
-                                .unwrap_or_else(|_| py.None()),
-                        ),
-                        (
-                            "reason",
-                            reason
-                                .into_pyobject(py)
-                                .map(|o| o.into_any().unbind())
-                                .unwrap_or_else(|_| py.None()),
-                        ),
-                    ],
-                )
-            }),
-            Error::Checkpoint { line, reason } => Python::attach(|py| {
-                with_attrs(
-                    CheckpointError::new_err(msg),
-                    &[
-                        (
-                            "line",
-                            line.into_pyobject(py)
-                                .map(|o| o.into_any().unbind())
-                                .unwrap_or_else(|_| py.None()),
-                        ),
-                        (
-                            "reason",
-                            reason
-                                .into_pyobject(py)
-                                .map(|o| o.into_any().unbind())
-                                .unwrap_or_else(|_| py.None()),
-                        ),
-                    ],
-                )
-            }),
+            Error::Corrupt { position, reason } => with_fields(
+                CorruptRecordError::new_err(msg),
+                "position",
+                position,
+                &reason,
+            ),
+            Error::Checkpoint { line, reason } => {
+                with_fields(CheckpointError::new_err(msg), "line", line as u64, &reason)
+            }
             Error::InvalidArgument(_) => PyValueError::new_err(msg),
             // pyo3 maps io::ErrorKind to the matching OSError subclass (FileNotFoundError, ...).
             Error::Io(io) => io.into(),

@@ -173,9 +173,14 @@ def test_corrupt_segment_is_reported_and_the_audit_goes_on(spark, tmp_path) -> N
     second = 12 + int.from_bytes(data[8:12], "big")  # where the second batch starts
     data[second + 70] ^= 0xFF  # a record byte: the CRC no longer matches
     segment.write_bytes(bytes(data))
+    checkpoint = dirs[1] / "u-0" / "leader-epoch-checkpoint"
+    checkpoint.write_text("0\n2\n0 0\n")  # says two entries, holds one
     result = audit(spark, [str(d) for d in dirs], out=str(tmp_path / "out"))
-    errors = pd.read_parquet(tmp_path / "out" / "errors.parquet")
-    assert len(errors) == 1
+    errors = pd.read_parquet(tmp_path / "out" / "errors.parquet").sort_values("broker")
+    assert len(errors) == 2
+    bad_checkpoint = errors.iloc[1]
+    assert (bad_checkpoint.broker, bad_checkpoint.topic, bad_checkpoint.path) == (2, "u", str(checkpoint))
+    assert pd.isna(bad_checkpoint.byte_position) and "line" in bad_checkpoint.reason
     error = errors.iloc[0]
     assert (error.broker, error.path, error.byte_position) == (1, str(segment), second)
     assert "crc" in error.reason.lower()
@@ -184,6 +189,7 @@ def test_corrupt_segment_is_reported_and_the_audit_goes_on(spark, tmp_path) -> N
     assert parts.loc[("t", 1), "record_count"] == 15 - 6
     assert (parts.loc[("t", 1), "kind"], parts.loc[("t", 1), "lost_count"]) == ("in_sync", 0)
     assert list(parts.loc["u"]["kind"]) == ["reference", "in_sync"]
+    assert parts.loc[("u", 2), "epoch_source"] == "records"
     assert result.exit_code == 1
 
 

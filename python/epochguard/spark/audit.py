@@ -511,7 +511,7 @@ def _errors(spark: SparkSession, listing: Listing, frame: DataFrame) -> DataFram
         "broker", "topic", "partition", "path", F.col("error_position").alias("byte_position"), F.col("error_reason").alias("reason")
     )
     listed = spark.createDataFrame(
-        [(e.broker, None, None, e.path, None, e.reason) for e in listing.errors],
+        [(e.broker, e.topic, e.partition, e.path, None, e.reason) for e in listing.errors],
         "broker int, topic string, partition int, path string, byte_position long, reason string",
     )
     return decoded.unionByName(listed)

@@ -59,6 +59,8 @@ class PartitionReplica:
 @dataclass(frozen=True)
 class ListingError:
     broker: int | None
+    topic: str | None
+    partition: int | None
     path: str
     reason: str
 
@@ -243,7 +245,7 @@ def list_log_dirs(paths: Sequence[str], spark: SparkSession | None = None) -> Li
             try:
                 entries = fs.list(path)
             except OSError as exc:
-                listing.errors.append(ListingError(broker, path, f"cannot list partition dir: {exc}"))
+                listing.errors.append(ListingError(broker, topic, partition, path, f"cannot list partition dir: {exc}"))
                 continue
             segments = sorted(
                 (Segment(p, int(m.group("base")), size) for n, p, d, size in entries if not d and (m := SEGMENT_FILE.match(n))),
@@ -253,9 +255,9 @@ def list_log_dirs(paths: Sequence[str], spark: SparkSession | None = None) -> Li
             try:
                 epochs = read_epochs(fs, join(path, "leader-epoch-checkpoint"))
             except CheckpointError as exc:
-                listing.errors.append(
-                    ListingError(broker, join(path, "leader-epoch-checkpoint"), f"line {exc.line}: {exc.reason}")
-                )
+                where = join(path, "leader-epoch-checkpoint")
+                reason = f"leader-epoch-checkpoint line {exc.line}: {exc.reason}; epochs rebuilt from the records"
+                listing.errors.append(ListingError(broker, topic, partition, where, reason))
             listing.replicas.append(
                 PartitionReplica(
                     broker=broker,

@@ -24,6 +24,7 @@ def _add_spark_commands(sub: argparse._SubParsersAction) -> None:
     except ImportError as exc:
         for name in ("audit", "demo"):
             parser = sub.add_parser(name, help=f"(needs the Spark extra) {exc}")
+            parser.add_argument("args", nargs=argparse.REMAINDER)
             parser.set_defaults(run=lambda _args, exc=exc: print(exc, file=sys.stderr) or 2)
         return
     cli.add_parsers(sub)

@@ -108,7 +108,9 @@ def test_bare_rust_decode(benchmark, log_dir) -> None:  # noqa: ANN001
     files = sorted(log_dir.glob("*/*.log"))
 
     def run() -> int:
-        return sum(pa.RecordBatchReader.from_stream(_core.decode_arrow(os.fspath(f))).read_all().num_rows for f in files)
+        return sum(
+            pa.RecordBatchReader.from_stream(_core.decode_arrow(os.fspath(f))).read_all().num_rows for f in files
+        )
 
     assert benchmark.pedantic(run, rounds=5, warmup_rounds=1, iterations=1) == TOTAL
     _rate(benchmark, "rust")

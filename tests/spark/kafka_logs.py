@@ -19,9 +19,17 @@ Batch = tuple[int, Sequence[tuple[bytes | None, bytes | None]]]  # (leader epoch
 BASE_TIMESTAMP = 1_700_000_000_000
 
 
-def kafka_python_batch(records: Sequence[tuple[bytes | None, bytes | None]], base_offset: int, epoch: int, compression: int = 0) -> bytes:
+def kafka_python_batch(
+    records: Sequence[tuple[bytes | None, bytes | None]], base_offset: int, epoch: int, compression: int = 0
+) -> bytes:
     builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=compression, is_transactional=0, producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 30
+        magic=2,
+        compression_type=compression,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
     )
     for delta, (key, value) in enumerate(records):
         headers = [("n", str(base_offset + delta).encode())]
@@ -32,12 +40,18 @@ def kafka_python_batch(records: Sequence[tuple[bytes | None, bytes | None]], bas
     return bytes(data)
 
 
-def core_batch(records: Sequence[tuple[bytes | None, bytes | None]], base_offset: int, epoch: int, compression: str = "none") -> bytes:
+def core_batch(
+    records: Sequence[tuple[bytes | None, bytes | None]], base_offset: int, epoch: int, compression: str = "none"
+) -> bytes:
     from epochguard import _core
 
     rows = [(k, v, [("n", str(base_offset + i).encode())]) for i, (k, v) in enumerate(records)]
     return _core.encode_batch(
-        rows, base_offset=base_offset, partition_leader_epoch=epoch, compression=compression, base_timestamp=BASE_TIMESTAMP + base_offset
+        rows,
+        base_offset=base_offset,
+        partition_leader_epoch=epoch,
+        compression=compression,
+        base_timestamp=BASE_TIMESTAMP + base_offset,
     )
 
 

@@ -54,7 +54,13 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("cluster")
     replicas = cluster()
     dirs = {
-        b: write_log_dir(root, b, rs, meta="node.id" if b == 3 else "broker.id", high_watermarks={("orders", 0): 12} if b == 1 else None)
+        b: write_log_dir(
+            root,
+            b,
+            rs,
+            meta="node.id" if b == 3 else "broker.id",
+            high_watermarks={("orders", 0): 12} if b == 1 else None,
+        )
         for b, rs in replicas.items()
     }
     held = {(b, r.topic): r.records for b, rs in replicas.items() for r in rs}
@@ -67,14 +73,21 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict:
     rows += [("retained", 0, 2, 0), ("recreated", 0, 2, 4), ("ghost", 0, 0, 0), ("clean", 0, 3, 0)]
     rows += [("clean", 0, 4, None), ("orders", 0, 30, None)]  # reads without an epoch: matched by offset
     consumed_path = root / "consumed.parquet"
-    table = pd.DataFrame(rows, columns=["topic", "partition", "offset", "leader_epoch"]).astype({"leader_epoch": "Int32"})
+    table = pd.DataFrame(rows, columns=["topic", "partition", "offset", "leader_epoch"]).astype(
+        {"leader_epoch": "Int32"}
+    )
     table.to_parquet(consumed_path)
     return {"root": root, "dirs": dirs, "held": held, "consumed": consumed_path}
 
 
 @pytest.fixture(scope="module")
 def result(spark, scenario):  # noqa: ANN001, ANN201
-    return audit(spark, [str(d) for d in scenario["dirs"].values()], consumed=str(scenario["consumed"]), out=str(scenario["root"] / "out"))
+    return audit(
+        spark,
+        [str(d) for d in scenario["dirs"].values()],
+        consumed=str(scenario["consumed"]),
+        out=str(scenario["root"] / "out"),
+    )
 
 
 def _partitions(result) -> pd.DataFrame:  # noqa: ANN001
@@ -102,7 +115,7 @@ def test_unclean_election_divergence_and_lost_records_exactly(result, scenario) 
     lost = pd.read_parquet(Path(result.out) / "lost_records.parquet").sort_values(["topic", "broker", "offset"])
     expected = [(o, e, k, v) for o, e, k, v in scenario["held"][(1, "orders")] if o >= 10]
     orders = lost[lost.topic == "orders"]
-    assert list(zip(orders.offset, orders.leader_epoch, orders.key, orders.value)) == expected
+    assert list(zip(orders.offset, orders.leader_epoch, orders.key, orders.value, strict=True)) == expected
     assert set(orders.broker) == {1}
     # everything needed to re-publish: the headers and timestamps survive
     assert list(orders.headers.iloc[0]) == [{"key": "n", "value": b"10"}]
@@ -145,7 +158,9 @@ def test_phantom_reads_are_classified(result) -> None:  # noqa: ANN001
     phantom = pq.read_table(Path(result.out) / "phantom_reads.parquet").to_pylist()
     kinds = {(r["topic"], r["offset"], r["leader_epoch"]): r["kind"] for r in phantom}
     # offsets 10..15 are now other records of epochs 1 and 2; 16..19 of epoch 0 never existed there
-    assert {o: kinds[("orders", o, 0)] for o in range(10, 20)} == {o: "rewritten" if o < 16 else "truncated" for o in range(10, 20)}
+    assert {o: kinds[("orders", o, 0)] for o in range(10, 20)} == {
+        o: "rewritten" if o < 16 else "truncated" for o in range(10, 20)
+    }
     assert kinds[("orders", 17, 2)] == "beyond_log_end"
     assert kinds[("retained", 2, 0)] == "retention"
     assert kinds[("recreated", 2, 4)] == "recreated"  # an epoch the reference never had
@@ -203,6 +218,8 @@ def test_cli_json_and_exit_codes(scenario, capsys, tmp_path) -> None:  # noqa: A
     assert summary["phantom_reads"]["truncated"] == 4
     for b in (1, 2):  # a cluster of only the in-sync partition
         shutil.copytree(Path(scenario["dirs"][b]) / "clean-0", tmp_path / "clean" / f"broker-{b}" / "clean-0")
-    code = main(["audit", *(str(tmp_path / "clean" / f"broker-{b}") for b in (1, 2)), "--out", str(tmp_path / "o2"), "--json"])
+    code = main(
+        ["audit", *(str(tmp_path / "clean" / f"broker-{b}") for b in (1, 2)), "--out", str(tmp_path / "o2"), "--json"]
+    )
     assert code == 0 and json.loads(capsys.readouterr().out)["lost_records"] == 0
     assert main(["audit", str(tmp_path / "missing"), "--out", str(tmp_path / "o3")]) == 2

@@ -15,7 +15,9 @@ def test_demo_shows_the_records_the_election_lost(spark, tmp_path, capsys) -> No
     summary = json.loads(capsys.readouterr().out)
     assert summary["exit_code"] == 1  # the audit found the loss the demo staged
     assert summary["lost_records"] > 0 and summary["diverged_replicas"] > 0
-    assert sorted(p.name for p in (out / "logs").iterdir()) == [f"broker-{b}" for b in range(1, len(list((out / "logs").iterdir())) + 1)]
+    assert sorted(p.name for p in (out / "logs").iterdir()) == [
+        f"broker-{b}" for b in range(1, len(list((out / "logs").iterdir())) + 1)
+    ]
     lost = pq.read_table(out / "audit" / "lost_records.parquet").to_pylist()
     assert len(lost) == summary["lost_records"]
     consumed = pq.read_table(out / "consumed.parquet").to_pylist()

@@ -54,7 +54,16 @@ def test_real_segments_match_the_independent_decode(spark, ldi_dir) -> None:  # 
         for batch in expected["batches"]:
             for r in batch["records"]:
                 value = r.get("value_sha256") if r.get("value_omitted") else _digest(r["value"])
-                want.append((r["offset"], batch["partition_leader_epoch"], r["timestamp"], _digest(r["key"]), value, batch["producer_id"]))
+                want.append(
+                    (
+                        r["offset"],
+                        batch["partition_leader_epoch"],
+                        r["timestamp"],
+                        _digest(r["key"]),
+                        value,
+                        batch["producer_id"],
+                    )
+                )
         got = [
             (r.offset, r.leader_epoch, r.timestamp, _sha(r.key), _sha(r.value), r.producer_id)
             for r in rows
@@ -63,7 +72,11 @@ def test_real_segments_match_the_independent_decode(spark, ldi_dir) -> None:  # 
         assert got == want, topic
         assert len(got) == expected["record_count"]
     assert {r.broker for r in rows} == {1}
-    assert {(r.topic, r.partition) for r in rows} == {("TestTopicPatient", 0), ("__consumer_offsets", 6), ("__cluster_metadata", 0)}
+    assert {(r.topic, r.partition) for r in rows} == {
+        ("TestTopicPatient", 0),
+        ("__consumer_offsets", 6),
+        ("__cluster_metadata", 0),
+    }
 
 
 def test_large_segments_split_into_batch_aligned_chunks_decode_the_same(spark, ldi_dir) -> None:  # noqa: ANN001
@@ -90,7 +103,12 @@ def test_hadoop_paths_read_through_binary_files(spark, ldi_dir) -> None:  # noqa
 
 def test_kafka_python_written_log_dirs_with_segments_and_compression(spark, tmp_path) -> None:  # noqa: ANN001
     replicas = [
-        Replica("plain", 0, [(0, records("p", 0, 3)), (1, records("p", 3, 4)), (1, [(None, b"v"), (b"k", None)])], segment_records=3),
+        Replica(
+            "plain",
+            0,
+            [(0, records("p", 0, 3)), (1, records("p", 3, 4)), (1, [(None, b"v"), (b"k", None)])],
+            segment_records=3,
+        ),
         Replica("plain", 1, [(5, records("q", 0, 50))], start_offset=1000),
     ]
     log_dir = write_log_dir(tmp_path, 7, replicas)
@@ -109,7 +127,9 @@ def test_compressed_batches_from_kafka_python(spark, tmp_path, compression) -> N
 
     part = tmp_path / "broker-2" / "z-0"
     part.mkdir(parents=True)
-    data = kafka_python_batch(records("z" * 20, 0, 40), 0, 3, compression) + kafka_python_batch(records("y" * 20, 40, 5), 40, 4, compression)
+    data = kafka_python_batch(records("z" * 20, 0, 40), 0, 3, compression) + kafka_python_batch(
+        records("y" * 20, 40, 5), 40, 4, compression
+    )
     (part / f"{0:020d}.log").write_bytes(data)
     rows = read_kafka_logs(spark, [str(tmp_path / "broker-2")]).orderBy("offset").collect()
     assert [(r.offset, r.leader_epoch, r.value) for r in rows] == [
@@ -123,7 +143,9 @@ def test_core_encoded_log_dirs_round_trip(spark, tmp_path) -> None:  # noqa: ANN
     replicas = [Replica("enc", 0, [(0, records("e", 0, 10)), (2, records("e", 10, 5))], segment_records=10)]
     log_dir = write_log_dir(tmp_path, 4, replicas, writer="core")
     rows = read_kafka_logs(spark, [str(log_dir)]).orderBy("offset").collect()
-    assert [(r.offset, r.leader_epoch, r.key, r.value) for r in rows] == [(o, e, k, v) for o, e, k, v in replicas[0].records]
+    assert [(r.offset, r.leader_epoch, r.key, r.value) for r in rows] == [
+        (o, e, k, v) for o, e, k, v in replicas[0].records
+    ]
 
 
 def test_broker_id_sources(tmp_path) -> None:  # noqa: ANN001
@@ -186,10 +208,15 @@ def test_partial_tail_is_reported_not_dropped(spark, tmp_path) -> None:  # noqa:
 def test_decode_batches_on_a_binary_column(spark) -> None:  # noqa: ANN001
     from kafka_logs import kafka_python_batch
 
-    cells = [("a", kafka_python_batch(records("x", 0, 2), 100, 3) + kafka_python_batch(records("x", 2, 1), 102, 4)), ("b", None)]
+    cells = [
+        ("a", kafka_python_batch(records("x", 0, 2), 100, 3) + kafka_python_batch(records("x", 2, 1), 102, 4)),
+        ("b", None),
+    ]
     df = spark.createDataFrame(cells, "name string, bytes binary")
     rows = decode_batches(df, "bytes").orderBy("offset").collect()
     assert [(r.name, r.offset, r.leader_epoch, r.value) for r in rows] == [
-        ("a", 100, 3, b"x-0"), ("a", 101, 3, b"x-1"), ("a", 102, 4, b"x-2")
+        ("a", 100, 3, b"x-0"),
+        ("a", 101, 3, b"x-1"),
+        ("a", 102, 4, b"x-2"),
     ]
     assert decode_batches(df, "bytes").columns[0] == "name"

@@ -16,7 +16,10 @@ def test_epoch_for_offset_matches_the_cache(spark) -> None:  # noqa: ANN001
     histories = EpochHistories(HISTORIES).broadcast(spark)
     probes = [(t, p, o) for (t, p) in [*HISTORIES, ("missing", 9)] for o in (0, 39, 40, 99, 100, 101, 249, 250, 10_000)]
     df = spark.createDataFrame(probes, "topic string, partition int, offset long").repartition(2)
-    got = {(r.topic, r.partition, r.offset): r.epoch for r in df.withColumn("epoch", histories.epoch_for_offset("topic", "partition", "offset")).collect()}
+    got = {
+        (r.topic, r.partition, r.offset): r.epoch
+        for r in df.withColumn("epoch", histories.epoch_for_offset("topic", "partition", "offset")).collect()
+    }
     for t, p, o in probes:
         entries = HISTORIES.get((t, p))
         want = None if entries is None else _core.LeaderEpochCache(entries[0]).epoch_for_offset(o)

@@ -118,7 +118,9 @@ class AuditResult:
             "lost_records": self.lost_count,
             "errors": self.error_count,
             "phantom_reads": self.phantom_counts,
-            "replicas": [{k: v for k, v in vars(r).items() if k != "epochs"} | {"epochs": r.epochs} for r in self.replicas],
+            "replicas": [
+                {k: v for k, v in vars(r).items() if k != "epochs"} | {"epochs": r.epochs} for r in self.replicas
+            ],
         }
 
     def to_json(self) -> str:
@@ -142,7 +144,8 @@ def audit(
     `consumed` is what a consumer read: a Parquet or CSV path, or a DataFrame, with ``topic``,
     ``partition``, ``offset`` and ``leader_epoch`` columns (others are kept). Writes
     ``partitions.parquet``, ``lost_records.parquet``, ``errors.parquet``, ``phantom_reads.parquet``
-    (with `consumed`) and ``report.html``. `step` reports progress (see `report.Progress`).
+    (with `consumed`) and ``report.html``. `step(name)` is entered around each stage, for progress
+    (`report.AuditProgress`).
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -209,7 +212,9 @@ def audit(
             .collect()
         }
         for r in replicas:
-            _confirm(r, mismatches.get((r.topic, r.partition, r.broker)), retained.get((r.topic, r.partition, r.broker), 0))
+            _confirm(
+                r, mismatches.get((r.topic, r.partition, r.broker)), retained.get((r.topic, r.partition, r.broker), 0)
+            )
             if r.error_count:
                 r.reason += f"; {r.error_count} unreadable byte ranges (see errors.parquet)"
     phantom_counts = None
@@ -217,7 +222,9 @@ def audit(
     if consumed is not None:
         with step("checking consumed records"):
             phantoms = _phantom_reads(spark, consumed, replicas, records, reference_keys, lost).persist()
-            phantom_counts = {row.kind: row.n for row in phantoms.groupBy("kind").agg(F.count("*").alias("n")).collect()}
+            phantom_counts = {
+                row.kind: row.n for row in phantoms.groupBy("kind").agg(F.count("*").alias("n")).collect()
+            }
     with step("writing results"):
         _prepare(out)
         partitions = spark.createDataFrame([_row(r) for r in replicas], PARTITIONS_SCHEMA)
@@ -261,7 +268,8 @@ def _summarize(listing: Listing, stats: list) -> list[ReplicaSummary]:
         # Highest epoch, then longest log; then the one read without errors and holding the most
         # records (a copy with an unreadable batch must not make the others' records look lost).
         ref_replica, ref = max(
-            members, key=lambda m: (_latest(m[1]["epochs"]), m[1]["log_end"], -m[1]["errors"], m[1]["count"], -m[0].broker)
+            members,
+            key=lambda m: (_latest(m[1]["epochs"]), m[1]["log_end"], -m[1]["errors"], m[1]["count"], -m[0].broker),
         )
         for replica, facts in sorted(members, key=lambda m: m[0].broker):
             summary = ReplicaSummary(
@@ -343,7 +351,7 @@ def _epoch_divergence(comparisons: list[tuple[ReplicaSummary, dict, dict]]) -> N
     a = _csr([ref["epochs"] for _, ref, _ in comparisons], [ref["log_end"] for _, ref, _ in comparisons])
     b = _csr([f["epochs"] for _, _, f in comparisons], [f["log_end"] for _, _, f in comparisons])
     points = _core.divergence_points(*a, *b)
-    for (summary, _, facts), point in zip(comparisons, np.asarray(points).tolist()):
+    for (summary, _, facts), point in zip(comparisons, np.asarray(points).tolist(), strict=True):
         # A point at or past the replica's log end concerns offsets it never held: nothing to lose.
         summary.divergence_offset = point if 0 <= point < facts["log_end"] else None
 
@@ -463,13 +471,22 @@ def _phantom_reads(
     )
     reason = (
         F.when(c("kind") == "unknown_partition", F.lit("no replica of this partition was audited"))
-        .when(c("kind") == "retention", F.format_string("below the reference's log start offset %d", c("ref_log_start")))
+        .when(
+            c("kind") == "retention", F.format_string("below the reference's log start offset %d", c("ref_log_start"))
+        )
         .when(c("kind") == "recreated", F.format_string("epoch above the reference's latest %d", c("ref_latest_epoch")))
         .when(
             c("kind") == "rewritten",
-            F.format_string("the reference holds offset %d from epoch %d: another record", c("offset"), c("reference_epoch_at_offset")),
+            F.format_string(
+                "the reference holds offset %d from epoch %d: another record",
+                c("offset"),
+                c("reference_epoch_at_offset"),
+            ),
         )
-        .when(c("kind") == "beyond_log_end", F.format_string("past the reference's log end %d in the same epoch", c("ref_log_end")))
+        .when(
+            c("kind") == "beyond_log_end",
+            F.format_string("past the reference's log end %d in the same epoch", c("ref_log_end")),
+        )
         .when(c("kind") == "compacted", F.lit("inside the reference's log and epoch: removed by compaction"))
         .otherwise(F.format_string("the reference left epoch %d before this offset: lost", epoch))
     )
@@ -477,7 +494,17 @@ def _phantom_reads(
     return (
         missing.withColumn("kind", kind)
         .withColumn("reason", reason)
-        .select("topic", "partition", "offset", "leader_epoch", "kind", "reason", "reference_epoch_at_offset", "lost_on_broker", *extra)
+        .select(
+            "topic",
+            "partition",
+            "offset",
+            "leader_epoch",
+            "kind",
+            "reason",
+            "reference_epoch_at_offset",
+            "lost_on_broker",
+            *extra,
+        )
     )
 
 
@@ -490,12 +517,25 @@ def read_consumed(spark: SparkSession, path: str) -> DataFrame:
 
 # --- outputs -------------------------------------------------------------------------------------
 
-LOST_COLUMNS = ["topic", "partition", "broker", "offset", "leader_epoch", "timestamp", "timestamp_type", "key", "value", "headers"]
+LOST_COLUMNS = [
+    "topic",
+    "partition",
+    "broker",
+    "offset",
+    "leader_epoch",
+    "timestamp",
+    "timestamp_type",
+    "key",
+    "value",
+    "headers",
+    "is_control",  # a lost transaction marker is reported too, but is not for re-publishing
+]
 PARTITIONS_SCHEMA = (
     "topic string, partition int, reference_broker int, reference_latest_epoch int, reference_log_end_offset long, "
     "broker int, latest_epoch int, log_end_offset long, divergence_offset long, lost_count long, "
     "lost_first_offset long, lost_last_offset long, kind string, reason string, log_start_offset long, "
-    "reference_log_start_offset long, record_count long, retained_count long, error_count long, epochs_confirmed boolean, "
+    "reference_log_start_offset long, record_count long, retained_count long, error_count long, "
+    "epochs_confirmed boolean, "
     "epoch_source string, high_watermark long, lost_visible_count long"
 )
 
@@ -508,7 +548,12 @@ def _errors(spark: SparkSession, listing: Listing, frame: DataFrame) -> DataFram
     from pyspark.sql import functions as F
 
     decoded = frame.where(F.col("error_reason").isNotNull()).select(
-        "broker", "topic", "partition", "path", F.col("error_position").alias("byte_position"), F.col("error_reason").alias("reason")
+        "broker",
+        "topic",
+        "partition",
+        "path",
+        F.col("error_position").alias("byte_position"),
+        F.col("error_reason").alias("reason"),
     )
     listed = spark.createDataFrame(
         [(e.broker, e.topic, e.partition, e.path, None, e.reason) for e in listing.errors],

@@ -19,9 +19,13 @@ def add_parsers(sub: Any) -> None:
         "leader election. Exit code: 0 clean, 1 divergence / phantom read of a lost record / unreadable "
         "data found, 2 could not run.",
     )
-    audit.add_argument("log_dirs", nargs="+", metavar="LOGDIR", help="a broker's log directory (local path or Hadoop URI)")
+    audit.add_argument(
+        "log_dirs", nargs="+", metavar="LOGDIR", help="a broker's log directory (local path or Hadoop URI)"
+    )
     audit.add_argument("--out", required=True, help="output directory for the Parquet results and report.html")
-    audit.add_argument("--consumed", help="what a consumer read: Parquet or CSV with topic, partition, offset, leader_epoch")
+    audit.add_argument(
+        "--consumed", help="what a consumer read: Parquet or CSV with topic, partition, offset, leader_epoch"
+    )
     audit.add_argument("--master", default="local[2]", help="Spark master URL (default: local[2])")
     audit.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
     audit.set_defaults(run=run_audit)

@@ -68,4 +68,3 @@ def write_demo(out: str | Path, *, seed: int = 7) -> DemoInputs:
         audit_out=str(out / "audit"),
         description=description,
     )
-

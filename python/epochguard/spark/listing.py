@@ -248,7 +248,11 @@ def list_log_dirs(paths: Sequence[str], spark: SparkSession | None = None) -> Li
                 listing.errors.append(ListingError(broker, topic, partition, path, f"cannot list partition dir: {exc}"))
                 continue
             segments = sorted(
-                (Segment(p, int(m.group("base")), size) for n, p, d, size in entries if not d and (m := SEGMENT_FILE.match(n))),
+                (
+                    Segment(p, int(m.group("base")), size)
+                    for n, p, d, size in entries
+                    if not d and (m := SEGMENT_FILE.match(n))
+                ),
                 key=lambda s: s.base_offset,
             )
             epochs: list[tuple[int, int]] | None = None

@@ -188,7 +188,7 @@ def pack_tasks(chunks: list[tuple], target_bytes: int, min_tasks: int) -> list[l
 def _locate_files(batches: Iterator[pa.RecordBatch], *, where: dict[str, tuple]) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         paths = batch.column("path").to_pylist()
-        cols: list[tuple] = list(zip(*(where[p] for p in paths))) if paths else [(), (), (), ()]
+        cols: list[tuple] = list(zip(*(where[p] for p in paths), strict=True)) if paths else [(), (), (), ()]
         arrays = [pa.array(cols[0], pa.int32()), pa.array(cols[1], pa.string()), pa.array(cols[2], pa.int32())]
         arrays += [pa.array(cols[3], pa.int64()), batch.column("path"), batch.column("content")]
         yield pa.RecordBatch.from_arrays(arrays, names=[*LOCATION.fieldNames(), "path", "content"])
@@ -202,7 +202,9 @@ def decode_task_groups(
     names = [*LOCATION.fieldNames(), "path", "position", "length"]
     for batch in batches:
         for task in batch.column("id").to_pylist():
-            yield from decode(iter([pa.RecordBatch.from_pylist([dict(zip(names, c)) for c in groups[task]])]))
+            yield from decode(
+                iter([pa.RecordBatch.from_pylist([dict(zip(names, c, strict=True)) for c in groups[task]])])
+            )
 
 
 def decode_arrow_batches(
@@ -218,7 +220,12 @@ def decode_arrow_batches(
     """The ``mapInArrow`` body: each input row names bytes to decode, either a file range (``path``,
     ``position``, ``length``) or a binary column `source`; output rows are the row's `carry` columns
     followed by one row per record."""
-    options = {"schema": schema, "with_errors": with_errors, "verify_crc": verify_crc, "max_decompressed_size": max_decompressed_size}
+    options = {
+        "schema": schema,
+        "with_errors": with_errors,
+        "verify_crc": verify_crc,
+        "max_decompressed_size": max_decompressed_size,
+    }
     for batch in batches:
         names = batch.schema.names
         for i in range(batch.num_rows):
@@ -276,7 +283,9 @@ def _decode_one(
             if bad is None:
                 yield _error_row(carried, path, failed, f"{reason}; bytes {failed}..{end} not decoded", schema)
                 return
-            yield _error_row(carried, path, failed, f"{reason}; skipped the batch at {bad[0]} ({bad[1] - bad[0]} bytes)", schema)
+            yield _error_row(
+                carried, path, failed, f"{reason}; skipped the batch at {bad[0]} ({bad[1] - bad[0]} bytes)", schema
+            )
             position = bad[1]
 
 

@@ -101,7 +101,8 @@ def print_summary(result: AuditResult, console: Console | None = None, *, rows: 
             table.add_row(
                 str(r.broker),
                 f"[{KIND_STYLE.get(r.kind, '')}]{r.kind}[/]",
-                " ".join(f"{e}@{s}" for e, s in r.epochs[-4:]) + (f" (+{len(r.epochs) - 4})" if len(r.epochs) > 4 else ""),
+                " ".join(f"{e}@{s}" for e, s in r.epochs[-4:])
+                + (f" (+{len(r.epochs) - 4})" if len(r.epochs) > 4 else ""),
                 str(r.log_start_offset),
                 str(r.log_end_offset),
                 "-" if r.divergence_offset is None else str(r.divergence_offset),
@@ -116,8 +117,13 @@ def print_summary(result: AuditResult, console: Console | None = None, *, rows: 
             table.add_column(column, overflow="fold")
         for row in shown:
             table.add_row(
-                row["topic"], str(row["partition"]), str(row["broker"]), str(row["offset"]), str(row["leader_epoch"]),
-                _show(row["key"]), _show(row["value"]),
+                row["topic"],
+                str(row["partition"]),
+                str(row["broker"]),
+                str(row["offset"]),
+                str(row["leader_epoch"]),
+                _show(row["key"]),
+                _show(row["value"]),
             )
         console.print(table)
     if result.phantom_counts is not None:
@@ -130,9 +136,13 @@ def print_summary(result: AuditResult, console: Console | None = None, *, rows: 
                 table.add_column(column, overflow="fold")
             for row in phantoms:
                 table.add_row(
-                    row["topic"], str(row["partition"]), str(row["offset"]), str(row["leader_epoch"]),
+                    row["topic"],
+                    str(row["partition"]),
+                    str(row["offset"]),
+                    str(row["leader_epoch"]),
                     f"[{'bold red' if row['kind'] in ('truncated', 'rewritten') else 'yellow'}]{row['kind']}[/]",
-                    "-" if row["lost_on_broker"] is None else str(row["lost_on_broker"]), row["reason"],
+                    "-" if row["lost_on_broker"] is None else str(row["lost_on_broker"]),
+                    row["reason"],
                 )
             console.print(table)
     verdict = {0: "[bold green]clean[/]", 1: "[bold red]data loss or unreadable input found[/]"}[result.exit_code]
@@ -170,8 +180,10 @@ def partition_svg(replicas: list[ReplicaSummary], index: int = 0) -> str:
     height = 10 + len(replicas) * (LANE + GAP) + 42  # lanes, then the axis and the legend
     pattern = f"lost-{index}"  # element ids are page-wide: one per picture
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="11">',
-        f'<defs><pattern id="{pattern}" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+        'font-family="sans-serif" font-size="11">',
+        f'<defs><pattern id="{pattern}" width="6" height="6" patternUnits="userSpaceOnUse" '
+        'patternTransform="rotate(45)">'
         '<rect width="3" height="6" fill="#d62728" fill-opacity="0.75"/></pattern></defs>',
     ]
     for i, r in enumerate(replicas):
@@ -185,7 +197,8 @@ def partition_svg(replicas: list[ReplicaSummary], index: int = 0) -> str:
             if b <= a:
                 continue
             out.append(
-                f'<rect x="{x(a):.1f}" y="{y}" width="{max(1.0, x(b) - x(a)):.1f}" height="{LANE}" fill="{color[epoch]}">'
+                f'<rect x="{x(a):.1f}" y="{y}" width="{max(1.0, x(b) - x(a)):.1f}" height="{LANE}" '
+                f'fill="{color[epoch]}">'
                 f"<title>epoch {epoch}: offsets {a}..{b - 1}</title></rect>"
             )
             if x(b) - x(a) > 24:
@@ -193,12 +206,15 @@ def partition_svg(replicas: list[ReplicaSummary], index: int = 0) -> str:
         if r.lost_count and r.lost_first_offset is not None and r.lost_last_offset is not None:
             a, b = r.lost_first_offset, r.lost_last_offset + 1
             out.append(
-                f'<rect x="{x(a):.1f}" y="{y}" width="{max(1.0, x(b) - x(a)):.1f}" height="{LANE}" fill="url(#{pattern})">'
+                f'<rect x="{x(a):.1f}" y="{y}" width="{max(1.0, x(b) - x(a)):.1f}" height="{LANE}" '
+                f'fill="url(#{pattern})">'
                 f"<title>{r.lost_count} lost records, offsets {a}..{b - 1}</title></rect>"
             )
         if r.divergence_offset is not None:
             d = x(r.divergence_offset)
-            out.append(f'<line x1="{d:.1f}" x2="{d:.1f}" y1="{y - 3}" y2="{y + LANE + 3}" stroke="#d62728" stroke-width="2"/>')
+            out.append(
+                f'<line x1="{d:.1f}" x2="{d:.1f}" y1="{y - 3}" y2="{y + LANE + 3}" stroke="#d62728" stroke-width="2"/>'
+            )
             out.append(f'<text x="{d + 3:.1f}" y="{y - 1}" fill="#d62728">diverges at {r.divergence_offset}</text>')
     axis = 10 + len(replicas) * (LANE + GAP)
     out.append(f'<line x1="{x(lo)}" x2="{x(hi)}" y1="{axis}" y2="{axis}" stroke="#666"/>')
@@ -227,28 +243,62 @@ def write_html(result: AuditResult, path: str) -> None:
     for index, ((topic, partition), replicas) in enumerate(partitions.items()):
         parts.append(f"<h2>{html.escape(topic)}-{partition}</h2>")
         parts.append(partition_svg(replicas, index))
-        parts.append(_html_table(
-            ["broker", "kind", "log start", "log end", "latest epoch", "diverges at", "lost", "why"],
-            [
-                [r.broker, r.kind, r.log_start_offset, r.log_end_offset, r.latest_epoch, r.divergence_offset,
-                 f"{r.lost_count}" + (f" [{r.lost_first_offset}..{r.lost_last_offset}]" if r.lost_count else ""), r.reason]
-                for r in replicas
-            ],
-        ))
+        parts.append(
+            _html_table(
+                ["broker", "kind", "log start", "log end", "latest epoch", "diverges at", "lost", "why"],
+                [
+                    [
+                        r.broker,
+                        r.kind,
+                        r.log_start_offset,
+                        r.log_end_offset,
+                        r.latest_epoch,
+                        r.divergence_offset,
+                        f"{r.lost_count}" + (f" [{r.lost_first_offset}..{r.lost_last_offset}]" if r.lost_count else ""),
+                        r.reason,
+                    ]
+                    for r in replicas
+                ],
+            )
+        )
     if result.lost_records:
         parts.append(f"<h2>Lost records (first {len(result.lost_records)} of {result.lost_count})</h2>")
-        parts.append(_html_table(
-            ["topic", "partition", "broker", "offset", "epoch", "key", "value"],
-            [[r["topic"], r["partition"], r["broker"], r["offset"], r["leader_epoch"], _show(r["key"]), _show(r["value"])]
-             for r in result.lost_records],
-        ))
+        parts.append(
+            _html_table(
+                ["topic", "partition", "broker", "offset", "epoch", "key", "value"],
+                [
+                    [
+                        r["topic"],
+                        r["partition"],
+                        r["broker"],
+                        r["offset"],
+                        r["leader_epoch"],
+                        _show(r["key"]),
+                        _show(r["value"]),
+                    ]
+                    for r in result.lost_records
+                ],
+            )
+        )
     if result.phantom_reads:
         parts.append(f"<h2>Phantom reads (first {len(result.phantom_reads)})</h2>")
-        parts.append(_html_table(
-            ["topic", "partition", "offset", "epoch", "kind", "lost on", "why"],
-            [[r["topic"], r["partition"], r["offset"], r["leader_epoch"], r["kind"], r["lost_on_broker"], r["reason"]]
-             for r in result.phantom_reads],
-        ))
+        parts.append(
+            _html_table(
+                ["topic", "partition", "offset", "epoch", "kind", "lost on", "why"],
+                [
+                    [
+                        r["topic"],
+                        r["partition"],
+                        r["offset"],
+                        r["leader_epoch"],
+                        r["kind"],
+                        r["lost_on_broker"],
+                        r["reason"],
+                    ]
+                    for r in result.phantom_reads
+                ],
+            )
+        )
     parts.append("</body></html>")
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(parts))

@@ -81,19 +81,30 @@ def test_read_kafka_logs(benchmark, spark, log_dir) -> None:  # noqa: ANN001
 
 @pytest.mark.benchmark(group="spark-decode")
 def test_kafka_python_pandas_udf(benchmark, spark, log_dir) -> None:  # noqa: ANN001
-    schema = "offset long, leader_epoch int, timestamp long, key binary, value binary"
+    # The same record columns as read_kafka_logs produces, so both pay the same to hand rows to Spark.
+    schema = (
+        "offset long, timestamp long, timestamp_type byte, key binary, value binary, "
+        "headers array<struct<key string, value binary>>, leader_epoch int, batch_offset long, producer_id long, "
+        "producer_epoch short, sequence int, is_transactional boolean, is_control boolean, magic byte"
+    )
     files = [str(p) for p in sorted(log_dir.glob("*/*.log"))]
 
     def decode(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:  # pickled by value: a closure
         from kafka.record import MemoryRecords
 
+        names = ["offset", "timestamp", "timestamp_type", "key", "value", "headers", "leader_epoch", "batch_offset"]
+        names += ["producer_id", "producer_epoch", "sequence", "is_transactional", "is_control", "magic"]
         for frame in frames:
             for content in frame["content"]:
                 rows = []
                 batches = MemoryRecords(bytes(content))
-                while (batch := batches.next_batch()) is not None:
-                    rows.extend((r.offset, batch.leader_epoch, r.timestamp, r.key, r.value) for r in batch)
-                yield pd.DataFrame(rows, columns=["offset", "leader_epoch", "timestamp", "key", "value"])
+                while (b := batches.next_batch()) is not None:
+                    fields = (b.leader_epoch, b.base_offset, b.producer_id, b.producer_epoch, b.base_sequence)
+                    flags = (b.is_transactional, b.is_control_batch, b.magic)
+                    for r in b:
+                        headers = [{"key": k, "value": v} for k, v in r.headers]
+                        rows.append((r.offset, r.timestamp, r.timestamp_type, r.key, r.value, headers, *fields, *flags))
+                yield pd.DataFrame(rows, columns=names)
 
     def run() -> None:
         df = spark.read.format("binaryFile").load(files).select("content").repartition(len(files))

@@ -99,6 +99,11 @@ def test_hadoop_paths_read_through_binary_files(spark, ldi_dir) -> None:  # noqa
     local = read_kafka_logs(spark, [str(ldi_dir)]).orderBy(*KEYS).collect()
     remote = read_kafka_logs(spark, [ldi_dir.as_uri()]).orderBy(*KEYS).collect()
     assert remote == local
+    # the small files (checkpoints, topic ids) come through the Hadoop FileSystem too
+    listed = {r.topic: (r.epochs, r.topic_id) for r in list_log_dirs([ldi_dir.as_uri()], spark).replicas}
+    assert listed == {r.topic: (r.epochs, r.topic_id) for r in list_log_dirs([str(ldi_dir)]).replicas}
+    assert listed["__cluster_metadata"][0] == [(1, 0)]
+    assert listed["TestTopicPatient"][1] == "B3_HiNPgSQ6oxG9ZZ6ED5A"
 
 
 def test_kafka_python_written_log_dirs_with_segments_and_compression(spark, tmp_path) -> None:  # noqa: ANN001

@@ -126,10 +126,8 @@ class HadoopFileSystem:
             return None
         size = min(fs.getFileStatus(jpath).getLen(), MAX_METADATA_BYTES)
         stream = fs.open(jpath)
-        try:
-            buf = self._jvm.java.nio.ByteBuffer.allocate(size).array()  # a Java byte[] of that size
-            stream.readFully(0, buf)
-            return bytes(buf)
+        try:  # the byte[] must be filled on the JVM side: py4j hands Python a copy
+            return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream, size))
         finally:
             stream.close()
 

@@ -223,3 +223,9 @@ def test_cli_json_and_exit_codes(scenario, capsys, tmp_path) -> None:  # noqa: A
     )
     assert code == 0 and json.loads(capsys.readouterr().out)["lost_records"] == 0
     assert main(["audit", str(tmp_path / "missing"), "--out", str(tmp_path / "o3")]) == 2
+
+
+def test_hadoop_uris_audit_the_same(spark, scenario, result, tmp_path) -> None:  # noqa: ANN001
+    uris = [Path(d).as_uri() for d in scenario["dirs"].values()]
+    remote = audit(spark, uris, consumed=str(scenario["consumed"]), out=str(tmp_path / "out"))
+    assert remote.summary() | {"out": None} == result.summary() | {"out": None}

@@ -9,9 +9,8 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from pyspark.sql import SparkSession  # noqa: E402
-
 from epochguard.spark import local_session  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from kafka_logs import Replica, records, write_log_dir
-
 from epochguard.__main__ import main
 from epochguard.spark import audit
+
+from .kafka_logs import Replica, records, write_log_dir
 
 PREFIX = [(0, records("a", 0, 4)), (0, records("a", 4, 6))]  # offsets 0..9 in epoch 0, two batches
 

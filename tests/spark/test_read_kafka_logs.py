@@ -10,12 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from kafka_logs import Replica, records, write_log_dir
-
 from epochguard import _core
 from epochguard.spark import decode_batches, read_kafka_logs
 from epochguard.spark.listing import list_log_dirs
 from epochguard.spark.logs import pack_tasks, plan_chunks
+
+from .kafka_logs import Replica, records, write_log_dir
 
 SEGMENTS = Path("/work/shared/kafka-segments")
 LDI = SEGMENTS / "ldi-poc"
@@ -128,7 +128,7 @@ def test_kafka_python_written_log_dirs_with_segments_and_compression(spark, tmp_
 
 @pytest.mark.parametrize("compression", [1, 3, 4], ids=["gzip", "lz4", "zstd"])
 def test_compressed_batches_from_kafka_python(spark, tmp_path, compression) -> None:  # noqa: ANN001
-    from kafka_logs import kafka_python_batch
+    from .kafka_logs import kafka_python_batch
 
     part = tmp_path / "broker-2" / "z-0"
     part.mkdir(parents=True)
@@ -211,7 +211,7 @@ def test_partial_tail_is_reported_not_dropped(spark, tmp_path) -> None:  # noqa:
 
 
 def test_decode_batches_on_a_binary_column(spark) -> None:  # noqa: ANN001
-    from kafka_logs import kafka_python_batch
+    from .kafka_logs import kafka_python_batch
 
     cells = [
         ("a", kafka_python_batch(records("x", 0, 2), 100, 3) + kafka_python_batch(records("x", 2, 1), 102, 4)),

@@ -88,6 +88,9 @@ class ReplicaState:
 class _PendingIsrChange:
     request: AlterPartitionRequest
     sent_ms: int | None = None
+    # Answered with an error that leaves it unknown whether the controller applied it: keep the
+    # pending (maximal) ISR, send nothing more, wait for the next LeaderAndIsr.
+    unresolved: bool = False
 
 
 class Partition:
@@ -344,7 +347,7 @@ class Partition:
         if self._pending_isr is None:
             self.maybe_shrink_isr(now_ms)
         pending = self._pending_isr
-        if pending is None:
+        if pending is None or pending.unresolved:
             return None
         if pending.sent_ms is None or now_ms - pending.sent_ms >= self.alter_partition_retry_ms:
             pending.sent_ms = now_ms
@@ -352,15 +355,25 @@ class Partition:
         return None
 
     def on_alter_partition_response(self, response: AlterPartitionResponse, now_ms: int) -> bool:
-        """Commit the ISR the controller accepted, or revert to the committed ISR (INELIGIBLE_REPLICA,
-        FENCED_LEADER_EPOCH, ...). Returns whether the ISR changed."""
+        """Commit the ISR the controller accepted. Returns whether the ISR changed.
+
+        Errors follow Kafka's `Partition.handleAlterPartitionError`: only OPERATION_NOT_ATTEMPTED and
+        INELIGIBLE_REPLICA say the change was not applied, so only they revert to the committed ISR.
+        Any other error (FENCED_LEADER_EPOCH, INVALID_UPDATE_VERSION, ...) may follow a change that
+        was applied but whose answer was lost: reverting would let the high watermark rise over an ISR
+        the controller no longer has, so the pending (maximal) ISR stays until the next LeaderAndIsr.
+        """
         pending = self._pending_isr
         if pending is None:
             return False
-        self._pending_isr = None
-        if response.error_code != Errors.NONE or response.leader_epoch != self.leader_epoch:
+        if response.error_code in (Errors.OPERATION_NOT_ATTEMPTED, Errors.INELIGIBLE_REPLICA):
+            self._pending_isr = None
             return False
-        if response.partition_epoch < self.partition_epoch:
+        if response.error_code != Errors.NONE:
+            pending.unresolved = True
+            return False
+        self._pending_isr = None
+        if response.leader_epoch != self.leader_epoch or response.partition_epoch < self.partition_epoch:
             return False
         self.isr = tuple(response.isr)
         self.partition_epoch = response.partition_epoch

@@ -216,6 +216,19 @@ def test_controller_refusal_reverts_to_committed_isr():
     assert p.isr == (1,) and p.maximal_isr == (1,)
 
 
+@pytest.mark.parametrize("error", [Errors.FENCED_LEADER_EPOCH, Errors.INVALID_UPDATE_VERSION, Errors.UNKNOWN_TOPIC_OR_PARTITION])
+def test_alter_partition_error_that_may_follow_an_applied_change_keeps_the_maximal_isr(error):
+    """Kafka's handleAlterPartitionError: the controller may have applied the change before the answer
+    was lost, so the leader keeps bounding its HW by the maximal ISR and stops resending."""
+    p = leader(isr=(1,), hw=12)
+    fetch(p, 12, cle=5, replica_id=2)
+    request = p.poll_isr_change(0)
+    assert request is not None
+    assert not p.on_alter_partition_response(AlterPartitionResponse(TP.topic, 0, error), 0)
+    assert p.isr == (1,) and p.maximal_isr == (1, 2) and p.isr_change_in_flight
+    assert p.poll_isr_change(10 * p.alter_partition_retry_ms) is None
+
+
 def test_unanswered_alter_partition_is_resent():
     p = leader(isr=(1,), hw=12)
     fetch(p, 12, cle=5, replica_id=2)

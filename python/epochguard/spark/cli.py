@@ -66,7 +66,14 @@ def run_demo(args: argparse.Namespace) -> int:
         console.print(f"[bold red]demo could not run:[/] {type(exc).__name__}: {exc}")
         return EXIT_FAILED
     _show(result, args.json, console)
-    console.print(f"HTML report: {scenario.audit_out}/report.html")
+    lost_partitions = ", ".join(
+        f"{r.topic}-{r.partition} on broker {r.broker}: offsets {r.lost_first_offset}..{r.lost_last_offset}"
+        for r in result.diverged
+    )
+    console.print(
+        f"[bold]The unclean election lost {result.lost_count} records[/] ({lost_partitions or 'none'}); "
+        f"the consumer had already read {result.phantom_loss_count} of them. HTML report: {scenario.audit_out}/report.html"
+    )
     return EXIT_CLEAN  # the demo succeeds by showing the loss it staged
 
 

@@ -72,7 +72,8 @@ def run_demo(args: argparse.Namespace) -> int:
     )
     console.print(
         f"[bold]The unclean election lost {result.lost_count} records[/] ({lost_partitions or 'none'}); "
-        f"the consumer had already read {result.phantom_loss_count} of them. HTML report: {scenario.audit_out}/report.html"
+        f"the consumer had already read {result.phantom_loss_count} of them. "
+        f"HTML report: {scenario.audit_out}/report.html"
     )
     return EXIT_CLEAN  # the demo succeeds by showing the loss it staged
 

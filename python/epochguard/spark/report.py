@@ -127,8 +127,7 @@ def print_summary(result: AuditResult, console: Console | None = None, *, rows: 
             )
         console.print(table)
     if result.phantom_counts is not None:
-        counts = ", ".join(f"{k}: {v}" for k, v in sorted(result.phantom_counts.items())) or "none"
-        console.print(f"[bold]Phantom reads[/] (consumed, not in the reference log): {counts}")
+        console.print(f"[bold]Phantom reads[/] (consumed, not in the reference log): {_counts(result.phantom_counts)}")
         if result.phantom_reads:
             phantoms = result.phantom_reads[:rows]
             table = Table(title=f"Phantom reads (first {len(phantoms)})", title_justify="left")
@@ -150,6 +149,12 @@ def print_summary(result: AuditResult, console: Console | None = None, *, rows: 
         f"{verdict}: {len(result.diverged)} diverged replicas, {result.lost_count} lost records, "
         f"{result.phantom_loss_count} phantom reads of lost records, {result.error_count} errors. Results: {result.out}"
     )
+
+
+def _counts(counts: dict[str, int] | None) -> str:
+    if counts is None:
+        return "not checked (no consumed table)"
+    return ", ".join(f"{kind}: {n}" for kind, n in sorted(counts.items())) or "none"
 
 
 def _show(value: bytes | None, limit: int = 40) -> str:
@@ -235,10 +240,10 @@ def write_html(result: AuditResult, path: str) -> None:
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>epochguard audit</title><style>"
         "body{font-family:sans-serif;margin:2em;max-width:1000px}table{border-collapse:collapse;font-size:13px}"
-        "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}.diverged{color:#c00;font-weight:bold}"
+        "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}"
         "</style></head><body><h1>epochguard audit</h1>",
         f"<p>{len(partitions)} partitions, {len(result.diverged)} diverged replicas, {result.lost_count} lost records, "
-        f"{result.error_count} errors; phantom reads: {html.escape(str(result.phantom_counts))}.</p>",
+        f"{result.error_count} errors; phantom reads: {html.escape(_counts(result.phantom_counts))}.</p>",
     ]
     for index, ((topic, partition), replicas) in enumerate(partitions.items()):
         parts.append(f"<h2>{html.escape(topic)}-{partition}</h2>")

@@ -14,14 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "spark"))
-from kafka_logs import Replica, write_log_dir  # noqa: E402
-
-from epochguard import _core  # noqa: E402
+from epochguard.records import decode_to_arrow  # noqa: E402
 from epochguard.spark import local_session, read_kafka_logs  # noqa: E402
+from kafka_logs import Replica, write_log_dir  # noqa: E402
 
 # 2M records of ~100 bytes (about 200 MB of segments): enough that Spark's fixed cost per job and
 # per task (tens of ms each) does not hide the decoding. EG_BENCH_BATCHES scales it.
@@ -119,9 +117,7 @@ def test_bare_rust_decode(benchmark, log_dir) -> None:  # noqa: ANN001
     files = sorted(log_dir.glob("*/*.log"))
 
     def run() -> int:
-        return sum(
-            pa.RecordBatchReader.from_stream(_core.decode_arrow(os.fspath(f))).read_all().num_rows for f in files
-        )
+        return sum(decode_to_arrow(os.fspath(f)).num_rows for f in files)
 
     assert benchmark.pedantic(run, rounds=5, warmup_rounds=1, iterations=1) == TOTAL
     _rate(benchmark, "rust")

@@ -83,11 +83,11 @@ def test_large_segments_split_into_batch_aligned_chunks_decode_the_same(spark, l
     whole = read_kafka_logs(spark, [str(ldi_dir)]).orderBy(*KEYS).collect()
     # __cluster_metadata's segment is ~360 KB: with 16 KB chunks it is cut at batch boundaries
     segment = ldi_dir / "__cluster_metadata-0" / f"{0:020d}.log"
-    chunks = [c for c in plan_chunks(list(list_log_dirs([str(ldi_dir)]).segments), 16 << 10) if c[4] == str(segment)]
+    chunks = [c for c in plan_chunks(list(list_log_dirs([str(ldi_dir)]).segments), 16 << 10) if c.path == str(segment)]
     starts = {position for position, *_ in _core.batch_index(str(segment))}
-    assert len(chunks) > 10 and all(c[5] in starts for c in chunks)
-    assert sorted((c[5], c[5] + c[6]) for c in chunks)[-1][1] == segment.stat().st_size
-    assert sum(c[6] for c in chunks) == segment.stat().st_size
+    assert len(chunks) > 10 and all(c.position in starts for c in chunks)
+    assert sorted((c.position, c.position + c.length) for c in chunks)[-1][1] == segment.stat().st_size
+    assert sum(c.length for c in chunks) == segment.stat().st_size
     # ... and its chunks spread over every core's task
     groups = pack_tasks(chunks, 1 << 30, 2)
     assert len(groups) == 2 and all(groups)

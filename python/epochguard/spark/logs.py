@@ -12,8 +12,7 @@ from __future__ import annotations
 import functools
 import heapq
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +21,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from epochguard import _core
 from epochguard.errors import EpochGuardError
-from epochguard.spark.listing import Listing, is_local, list_log_dirs
+from epochguard.spark.listing import Listing, PartitionReplica, Segment, is_local, list_log_dirs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -60,8 +59,7 @@ def output_schema(carry: StructType, with_errors: bool) -> StructType:
     return StructType(fields + ERROR_FIELDS if with_errors else fields)
 
 
-@dataclass(frozen=True)
-class Chunk:
+class Chunk(NamedTuple):
     """A batch-aligned byte range of one segment: the unit of decoding work."""
 
     broker: int
@@ -110,15 +108,13 @@ def decode_listing(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED,
 ) -> DataFrame:
-    decode = functools.partial(
-        decode_arrow_batches,
-        carry=LOCATION.fieldNames(),
-        schema=to_arrow_schema(output_schema(LOCATION, with_errors)),
-        with_errors=with_errors,
-        verify_crc=verify_crc,
-        max_decompressed_size=max_decompressed_size,
-    )
     schema = output_schema(LOCATION, with_errors)
+    options = {
+        "schema": to_arrow_schema(schema),
+        "with_errors": with_errors,
+        "verify_crc": verify_crc,
+        "max_decompressed_size": max_decompressed_size,
+    }
     local = [(r, s) for r, s in listing.segments if is_local(s.path)]
     remote = [(r, s) for r, s in listing.segments if not is_local(s.path)]
     frames = []
@@ -128,7 +124,7 @@ def decode_listing(
         # One row per task, one task per partition, and the chunk list travels with the function:
         # no Python RDD and no shuffle before the decode.
         tasks = spark.range(0, len(groups), 1, max(1, len(groups)))
-        frames.append(tasks.mapInArrow(functools.partial(decode_task_groups, groups=groups, decode=decode), schema))
+        frames.append(tasks.mapInArrow(functools.partial(decode_task_groups, groups=groups, **options), schema))
     if remote:
         where = {s.path: (r.broker, r.topic, r.partition, s.base_offset) for r, s in remote}
         files = spark.read.format("binaryFile").load([s.path for _, s in remote])
@@ -136,52 +132,53 @@ def decode_listing(
         located = files.select("path", "content").mapInArrow(
             locate, StructType(list(LOCATION.fields) + [StructField("path", StringType()), files.schema["content"]])
         )
+        decode = functools.partial(decode_arrow_batches, carry=LOCATION.fieldNames(), source="content", **options)
         frames.append(located.mapInArrow(decode, schema))
     return functools.reduce(lambda a, b: a.unionByName(b), frames)
 
 
-def plan_chunks(segments: Sequence[tuple], chunk_bytes: int) -> list[tuple]:
+def plan_chunks(segments: Sequence[tuple[PartitionReplica, Segment]], chunk_bytes: int) -> list[Chunk]:
     """Cut each segment into batch-aligned ranges of at most `chunk_bytes` (a single larger batch
     gets its own range). Bytes past the last batch the index could walk (a partial or corrupt tail)
     form a last range of their own so the decoder reports them."""
-    chunks: list[tuple] = []
+    chunks: list[Chunk] = []
     for replica, segment in segments:
         location = (replica.broker, replica.topic, replica.partition, segment.base_offset, segment.path)
         if segment.size <= chunk_bytes:
-            chunks.append((*location, 0, segment.size))
+            chunks.append(Chunk(*location, 0, segment.size))
             continue
         try:
             index = _core.batch_index(segment.path, allow_partial_tail=True)
         except EpochGuardError:
-            chunks.append((*location, 0, segment.size))  # the decoder will report where it breaks
+            chunks.append(Chunk(*location, 0, segment.size))  # the decoder will report where it breaks
             continue
         start = end = 0
         for position, size, _, _ in index:
             if position + size - start > chunk_bytes and end > start:
-                chunks.append((*location, start, end - start))
+                chunks.append(Chunk(*location, start, end - start))
                 start = position
             end = position + size
         if end > start:
-            chunks.append((*location, start, end - start))
+            chunks.append(Chunk(*location, start, end - start))
         if end < segment.size:
-            chunks.append((*location, end, segment.size - end))
+            chunks.append(Chunk(*location, end, segment.size - end))
     return chunks
 
 
-def pack_tasks(chunks: list[tuple], target_bytes: int, min_tasks: int) -> list[list[tuple]]:
+def pack_tasks(chunks: list[Chunk], target_bytes: int, min_tasks: int) -> list[list[Chunk]]:
     """Group chunks into Spark tasks of at most about `target_bytes` (largest first onto the lightest
     task), at least `min_tasks` of them when there are that many chunks: a large segment's chunks
     spread over the cores, small segments share a task."""
     if not chunks:
         return []
-    total = sum(c[-1] for c in chunks)
+    total = sum(c.length for c in chunks)
     count = min(len(chunks), max(min_tasks, -(-total // max(1, target_bytes))))
     heap = [(0, i) for i in range(count)]
-    groups: list[list[tuple]] = [[] for _ in range(count)]
-    for chunk in sorted(chunks, key=lambda c: -c[-1]):
+    groups: list[list[Chunk]] = [[] for _ in range(count)]
+    for chunk in sorted(chunks, key=lambda c: -c.length):
         load, i = heapq.heappop(heap)
         groups[i].append(chunk)
-        heapq.heappush(heap, (load + chunk[-1], i))
+        heapq.heappush(heap, (load + chunk.length, i))
     return [g for g in groups if g]
 
 
@@ -195,16 +192,15 @@ def _locate_files(batches: Iterator[pa.RecordBatch], *, where: dict[str, tuple])
 
 
 def decode_task_groups(
-    batches: Iterator[pa.RecordBatch], *, groups: list[list[tuple]], decode: functools.partial
+    batches: Iterator[pa.RecordBatch], *, groups: list[list[Chunk]], **options: Any
 ) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` body for local files: each input row is a task id, naming chunks
-    ``(broker, topic, partition, segment, path, position, length)`` to decode."""
-    names = [*LOCATION.fieldNames(), "path", "position", "length"]
+    """The ``mapInArrow`` body for local files: each input row is a task id naming the chunks to
+    decode; the core maps each file and reads only the chunk's byte range."""
     for batch in batches:
         for task in batch.column("id").to_pylist():
-            yield from decode(
-                iter([pa.RecordBatch.from_pylist([dict(zip(names, c, strict=True)) for c in groups[task]])])
-            )
+            for c in groups[task]:
+                carried = {"broker": c.broker, "topic": c.topic, "partition": c.partition, "segment": c.segment}
+                yield from _decode_one(c.path, c.position, c.length, carried, c.path, **options)
 
 
 def decode_arrow_batches(
@@ -215,11 +211,11 @@ def decode_arrow_batches(
     with_errors: bool,
     verify_crc: bool,
     max_decompressed_size: int,
-    source: str = "content",
+    source: str,
 ) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` body: each input row names bytes to decode, either a file range (``path``,
-    ``position``, ``length``) or a binary column `source`; output rows are the row's `carry` columns
-    followed by one row per record."""
+    """The ``mapInArrow`` body for bytes in a binary column `source` (whole segment files, or any
+    record-batch bytes): output rows are the input row's `carry` columns, then one row per record.
+    Error rows name the input's ``path`` column when there is one."""
     options = {
         "schema": schema,
         "with_errors": with_errors,
@@ -232,14 +228,10 @@ def decode_arrow_batches(
             row = batch.slice(i, 1)
             carried = {name: row.column(name)[0].as_py() for name in carry}
             path = row.column("path")[0].as_py() if "path" in names else None
-            if path is not None and "position" in names:
-                position, length = row.column("position")[0].as_py(), row.column("length")[0].as_py()
-                yield from _decode_one(path, position, length, carried, path, **options)
-            else:
-                cell = row.column(source)[0]
-                if cell.is_valid:
-                    data = memoryview(cell.as_buffer())
-                    yield from _decode_one(data, 0, len(data), carried, path, **options)
+            cell = row.column(source)[0]
+            if cell.is_valid:
+                data = memoryview(cell.as_buffer())
+                yield from _decode_one(data, 0, len(data), carried, path, **options)
 
 
 def _decode_one(

@@ -6,6 +6,13 @@ mod epoch;
 mod errors;
 mod records;
 
+/// The extension's allocator, here because a global allocator is a crate-wide choice. Decoded
+/// columns are large, short-lived buffers handed to Arrow; glibc maps every one above its mmap
+/// threshold afresh (page-faulting it in again on each decode), mimalloc reuses them. Arrow frees
+/// them through our release callbacks, so one allocator owns them.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

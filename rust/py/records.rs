@@ -563,9 +563,3 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_batch, m)?)?;
     Ok(())
 }
-
-/// The extension's allocator. Decoded columns are large, short-lived buffers handed to Arrow; glibc
-/// maps every one above its mmap threshold afresh (page-faulting it in again on each decode),
-/// mimalloc reuses them. Arrow frees them through our release callbacks, so one allocator owns them.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

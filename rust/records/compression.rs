@@ -2,6 +2,7 @@
 //! grows past a cap. Sizes claimed inside compressed data are never trusted for allocation: output
 //! is streamed into a buffer grown step by step up to the cap, and one byte past the cap is an error.
 
+use std::ffi::{c_char, c_int};
 use std::io::{self, Read, Write};
 
 /// Compression codec id (attributes & 0x07).
@@ -154,17 +155,7 @@ impl Decompressor {
                 read_capped(&mut self.buf, flate2::read::MultiGzDecoder::new(input), cap)?
             }
             Compression::Snappy => snappy(&mut self.buf, input, cap)?,
-            Compression::Lz4 => {
-                match lz4_independent(&mut self.buf, input, cap, lz4_legacy_checksum)? {
-                    Some(n) => n,
-                    // Linked blocks (never written by Kafka clients): the streaming frame decoder.
-                    None => read_capped(
-                        &mut self.buf,
-                        lz4_flex::frame::FrameDecoder::new(input),
-                        cap,
-                    )?,
-                }
-            }
+            Compression::Lz4 => lz4_frames(&mut self.buf, input, cap, lz4_legacy_checksum)?,
             Compression::Zstd => {
                 let dctx = self.zstd.get_or_insert_with(zstd::zstd_safe::DCtx::create);
                 zstd_stream(&mut self.buf, dctx, input, cap)?
@@ -308,14 +299,15 @@ fn xxh32(data: &[u8]) -> u32 {
     twox_hash::XxHash32::oneshot(0, data)
 }
 
-/// LZ4 frames of independent blocks (what Kafka writes), each block decoded straight into `buf`.
-/// `Ok(None)`: a frame uses linked blocks; the caller falls back to the streaming decoder.
-fn lz4_independent(
+/// LZ4 frames (several may follow each other; skippable frames are skipped) parsed here, every block
+/// decoded by liblz4 straight into `buf`. Kafka writes independent blocks; linked ones (other
+/// writers' default) decode the same way, their matches reaching back into the frame's output.
+fn lz4_frames(
     buf: &mut Vec<u8>,
     input: &[u8],
     cap: usize,
     legacy: bool,
-) -> Result<Option<usize>, DecompressError> {
+) -> Result<usize, DecompressError> {
     let truncated = || invalid("truncated LZ4 frame");
     let mut rest = input;
     let mut filled = 0usize;
@@ -341,12 +333,10 @@ fn lz4_independent(
                 "unsupported LZ4 frame version or reserved bits set",
             ));
         }
-        if flg & 0x20 == 0 {
-            return Ok(None);
-        }
         if flg & 0x01 != 0 {
             return Err(invalid("LZ4 dictionaries are not supported"));
         }
+        let linked = flg & 0x20 == 0;
         let block_checksums = flg & 0x10 != 0;
         let content_checksum = flg & 0x04 != 0;
         let max_block = match (bd >> 4) & 0x07 {
@@ -396,17 +386,24 @@ fn lz4_independent(
                     .copy_from_slice(block);
                 filled += size;
             } else {
+                let history = if linked {
+                    (filled - frame_start).min(LZ4_WINDOW)
+                } else {
+                    0
+                };
                 let room = max_block.min(cap - filled);
                 grow(buf, filled + room, cap);
-                let dst = buf.get_mut(filled..filled + room).unwrap_or_default();
-                match lz4_flex::block::decompress_into(block, dst) {
-                    Ok(n) => filled += n,
-                    Err(lz4_flex::block::DecompressError::OutputTooSmall { .. })
-                        if room < max_block =>
+                let window = buf
+                    .get_mut(filled - history..filled + room)
+                    .unwrap_or_default();
+                match lz4_block(block, window, history) {
+                    Some(n) => filled += n,
+                    None if room < max_block
+                        && lz4_block_fits(block, window, history, max_block) =>
                     {
                         return Err(DecompressError::TooLarge { cap })
                     }
-                    Err(e) => return Err(invalid(e)),
+                    None => return Err(invalid("corrupt LZ4 block")),
                 }
             }
         }
@@ -418,7 +415,58 @@ fn lz4_independent(
             rest = tail;
         }
     }
-    Ok(Some(filled))
+    Ok(filled)
+}
+
+/// How far back an LZ4 match can reach.
+const LZ4_WINDOW: usize = 64 << 10;
+
+// liblz4's stable block API (lz4.h), compiled into the `lz4-sys` crate, which does not bind this
+// one function: the one-shot decoder that takes the preceding output as history.
+extern "C" {
+    fn LZ4_decompress_safe_usingDict(
+        src: *const c_char,
+        dst: *mut c_char,
+        src_size: c_int,
+        dst_capacity: c_int,
+        dict_start: *const c_char,
+        dict_size: c_int,
+    ) -> c_int;
+}
+
+/// Decode one LZ4 block into `window[history..]`, its matches free to reach back into
+/// `window[..history]` (a linked block's preceding output; 0 for independent blocks).
+/// `None`: the block is corrupt or its output does not fit.
+fn lz4_block(block: &[u8], window: &mut [u8], history: usize) -> Option<usize> {
+    let src_size = c_int::try_from(block.len()).ok()?;
+    let dst_capacity = c_int::try_from(window.len().checked_sub(history)?).ok()?;
+    let dict_size = c_int::try_from(history).ok()?;
+    let start = window.as_mut_ptr();
+    let dst = start.wrapping_add(history);
+    // SAFETY: liblz4 reads `src_size` bytes at `block`, reads at most the `dict_size` bytes that
+    // precede `dst` (its documented prefix mode: the history ends where `dst` starts) and writes
+    // at most `dst_capacity` bytes from `dst`; all of those lie inside `block` or the exclusively
+    // borrowed `window` (`history <= window.len()` was checked above), and it keeps no pointer.
+    let n = unsafe {
+        LZ4_decompress_safe_usingDict(
+            block.as_ptr().cast(),
+            dst.cast(),
+            src_size,
+            dst_capacity,
+            start.cast_const().cast(),
+            dict_size,
+        )
+    };
+    usize::try_from(n).ok()
+}
+
+/// Whether a block that failed to decode into the room left under the cap decodes into a whole
+/// `max_block` (so the cap, not the data, was at fault). Only on that error path: a scratch copy of
+/// the history plus at most 4 MiB, the largest LZ4 block.
+fn lz4_block_fits(block: &[u8], window: &[u8], history: usize, max_block: usize) -> bool {
+    let mut scratch = window.get(..history).unwrap_or_default().to_vec();
+    scratch.resize(history + max_block, 0);
+    lz4_block(block, &mut scratch, history).is_some()
 }
 
 /// Compress `input` with `codec` the way Kafka's Java producer does (gzip default level, xerial
@@ -446,12 +494,15 @@ pub fn compress(codec: Compression, input: &[u8]) -> io::Result<Vec<u8>> {
             Ok(out)
         }
         Compression::Lz4 => {
-            let info = lz4_flex::frame::FrameInfo::new()
-                .block_size(lz4_flex::frame::BlockSize::Max64KB)
-                .block_mode(lz4_flex::frame::BlockMode::Independent);
-            let mut enc = lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::new());
+            let mut enc = lz4::EncoderBuilder::new()
+                .block_size(lz4::BlockSize::Max64KB)
+                .block_mode(lz4::BlockMode::Independent)
+                .block_checksum(lz4::liblz4::BlockChecksum::NoBlockChecksum)
+                .checksum(lz4::ContentChecksum::NoChecksum)
+                .build(Vec::with_capacity(input.len() / 2 + 64))?;
             enc.write_all(input)?;
-            enc.finish().map_err(io::Error::other)
+            let (out, finished) = enc.finish();
+            finished.map(|()| out)
         }
         Compression::Zstd => zstd::bulk::compress(input, 3),
     }
@@ -481,6 +532,75 @@ mod tests {
                 matches!(capped, Err(DecompressError::TooLarge { .. })),
                 "{codec:?}"
             );
+        }
+    }
+
+    /// Linked 64 KiB blocks of data that repeats with a 100 KiB period: matches cross blocks.
+    fn lz4_linked(data: &[u8]) -> Vec<u8> {
+        let enc = lz4::EncoderBuilder::new()
+            .block_size(lz4::BlockSize::Max64KB)
+            .block_mode(lz4::BlockMode::Linked)
+            .build(Vec::new());
+        let Ok(mut enc) = enc else { return Vec::new() };
+        assert!(enc.write_all(data).is_ok());
+        let (out, finished) = enc.finish();
+        assert!(finished.is_ok());
+        out
+    }
+
+    #[test]
+    fn lz4_linked_blocks_use_the_frames_history() {
+        let period: Vec<u8> = (0..100_000u32).map(|i| (i * 7919 % 251) as u8).collect();
+        let data = period.repeat(5);
+        let packed = lz4_linked(&data);
+        assert!(
+            packed.len() < data.len() / 3,
+            "blocks must reference earlier blocks"
+        );
+        let mut out = Decompressor::new();
+        // Twice in a row, and as two frames: history never leaks between frames.
+        for _ in 0..2 {
+            assert_eq!(
+                out.decompress(Compression::Lz4, &packed, data.len(), false)
+                    .ok(),
+                Some(data.as_slice())
+            );
+        }
+        let twice = [packed.as_slice(), packed.as_slice()].concat();
+        assert_eq!(
+            out.decompress(Compression::Lz4, &twice, 2 * data.len(), false)
+                .map(<[u8]>::len)
+                .ok(),
+            Some(2 * data.len())
+        );
+        assert!(matches!(
+            out.decompress(Compression::Lz4, &packed, data.len() - 1, false),
+            Err(DecompressError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn lz4_corrupt_block_under_the_cap_is_invalid_not_too_large() {
+        let data: Vec<u8> = (0..150_000u32).map(|i| (i % 97) as u8).collect();
+        let mut packed = compress(Compression::Lz4, &data).unwrap_or_default();
+        // The last block now opens with a match (no literals) 65535 bytes back: before its output.
+        let (mut at, mut last) = (7, 0); // blocks follow magic, FLG, BD and the header checksum
+        while let Some(word) = packed.get(at..at + 4) {
+            let size = u32::from_le_bytes(word.try_into().unwrap_or_default()) & 0x7fff_ffff;
+            if size == 0 {
+                break;
+            }
+            last = at + 4;
+            at = last + size as usize;
+        }
+        assert!(last > 7, "more than one block");
+        packed[last..last + 3].copy_from_slice(&[0x00, 0xff, 0xff]);
+        let mut out = Decompressor::new();
+        for cap in [data.len(), data.len() - 1] {
+            assert!(matches!(
+                out.decompress(Compression::Lz4, &packed, cap, false),
+                Err(DecompressError::Invalid(_))
+            ));
         }
     }
 

@@ -705,3 +705,48 @@ fn kafka_truncate_from_start_between_first_entries() {
     c.truncate_from_start(5);
     assert_eq!(pairs(&c), [(0, 5), (1, 7), (2, 10)]);
 }
+
+// Fuzz-style coverage of the checkpoint parser: arbitrary bytes and mutations of valid files must
+// come back as entries or a `Checkpoint` error naming a line inside the file, never a panic.
+fn checkpoint_outcome_is_typed(bytes: &[u8]) -> std::result::Result<(), TestCaseError> {
+    match checkpoint::parse(bytes) {
+        Ok(entries) => {
+            let loaded =
+                LeaderEpochCache::from_entries(entries.iter().map(|e| (e.epoch, e.start_offset)));
+            prop_assert!(loaded.is_ok(), "parsed entries must replay through assign");
+        }
+        Err(Error::Checkpoint { line, reason }) => {
+            prop_assert!(!reason.is_empty());
+            prop_assert!(line <= bytes.iter().filter(|b| **b == b'\n').count() + 1);
+        }
+        Err(other) => prop_assert!(false, "unexpected error kind: {other:?}"),
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+    #[test]
+    fn checkpoint_parser_never_panics_on_random_bytes(data in prop::collection::vec(any::<u8>(), 0..200)) {
+        checkpoint_outcome_is_typed(&data)?;
+    }
+
+    #[test]
+    fn checkpoint_parser_never_panics_on_mutated_files(
+        entries in prop::collection::vec((0i32..1000, 0i64..1 << 40), 0..8),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), prop::sample::select(b" \n\t-0123456789x\xff".to_vec())), 1..5),
+        cut in proptest::option::of(any::<prop::sample::Index>()),
+    ) {
+        let cache = LeaderEpochCache::from_entries(entries).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let mut data = checkpoint::format(cache.entries()).into_bytes();
+        for (at, byte) in edits {
+            let i = at.index(data.len());
+            data[i] = byte;
+        }
+        if let Some(c) = cut {
+            data.truncate(c.index(data.len() + 1));
+        }
+        checkpoint_outcome_is_typed(&data)?;
+    }
+}

@@ -13,7 +13,8 @@ export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 setup:
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@$(PY) -m pip install --quiet --disable-pip-version-check 'maturin>=1.7,<2'
-	@maturin develop --release --quiet --extras dev
+	@echo "setup: building the extension and installing the dev extra (log: $(VENV)/setup.log)"
+	@maturin develop --release --extras dev > $(VENV)/setup.log 2>&1 || { cat $(VENV)/setup.log; exit 1; }
 
 demo: setup
 	epochguard demo

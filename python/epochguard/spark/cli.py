@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import rich.console
 
 EXIT_CLEAN, EXIT_FOUND, EXIT_FAILED = 0, 1, 2
 
@@ -39,9 +42,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    console = Console(stderr=args.json)  # with --json, stdout carries only the JSON
+    console = _console(stderr=args.json)  # with --json, stdout carries only the JSON
     try:
         result = _audit(args.log_dirs, args.out, args.consumed, args.master, console)
     except Exception as exc:  # the CLI boundary: any failure to run is exit code 2, with its reason
@@ -52,11 +53,9 @@ def run_audit(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from epochguard.spark.demo import write_demo
 
-    console = Console(stderr=args.json)
+    console = _console(stderr=args.json)
     try:
         with console.status("simulating an unclean leader election"):
             scenario = write_demo(args.out, seed=args.seed)
@@ -96,3 +95,12 @@ def _show(result: Any, as_json: bool, console: Any) -> None:
         sys.stdout.write(result.to_json() + "\n")
     else:
         print_summary(result, console)
+
+
+def _console(*, stderr: bool) -> rich.console.Console:
+    """Rich falls back to 80 columns when output is not a terminal (CI logs, `make demo | tee`),
+    which wraps the report's tables; give it room there."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else 120)

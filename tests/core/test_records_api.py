@@ -137,7 +137,7 @@ def test_empty_batch_left_by_compaction() -> None:
     """Kafka keeps empty batches (count 0) for producer state; they decode to no records."""
     import struct
 
-    from conftest import fix_v2_crc
+    from kafka_batches import fix_v2_crc
 
     header = struct.pack(">qiibIhiqqqhii", 40, 49, 3, 2, 0, 0x13, 4, 1, 1, 77, 1, 10, 0)  # lz4 bits, transactional
     empty = fix_v2_crc(header)

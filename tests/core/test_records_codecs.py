@@ -12,7 +12,7 @@ import lz4.frame
 import pytest
 import snappy
 import zstandard
-from conftest import Rec, fix_v2_crc, kafka_python_legacy
+from kafka_batches import Rec, fix_v2_crc, kafka_python_legacy
 
 from epochguard.errors import CorruptRecordError
 from epochguard.records import decode_to_arrow, encode_batch, iter_batches

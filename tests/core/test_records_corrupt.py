@@ -10,7 +10,7 @@ import pytest
 import lz4.frame
 import snappy
 import zstandard
-from conftest import Rec, fix_v2_crc, kafka_python_legacy, set_v2_field, v2_with_payload
+from kafka_batches import Rec, fix_v2_crc, kafka_python_legacy, set_v2_field, v2_with_payload
 
 from epochguard.errors import CorruptRecordError
 from epochguard.records import batch_index, decode_to_arrow, encode_batch, iter_batches

@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from conftest import Rec, fix_v2_crc, kafka_python_legacy, kafka_python_v2, xxh32
+from kafka_batches import Rec, fix_v2_crc, kafka_python_legacy, kafka_python_v2, xxh32
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.memory_records import MemoryRecords

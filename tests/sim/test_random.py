@@ -21,7 +21,7 @@ from epochguard.types import TopicPartition
 from .strategies import schedules
 
 CONFIG = ClusterConfig(partitions=2, producers=(-1, 1))
-_SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+_SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _check(schedule: Schedule, steps: int, seed: int = 0) -> None:
@@ -30,14 +30,14 @@ def _check(schedule: Schedule, steps: int, seed: int = 0) -> None:
     assert result.violations == [], "\n".join(map(str, result.violations))
 
 
-@settings(max_examples=12, **_SETTINGS)
+@settings(max_examples=12, derandomize=True, **_SETTINGS)  # the same schedules in every CI run
 @given(schedules(steps=200, partitions=2))
 def test_kip320_survives_random_fault_schedules(schedule: Schedule) -> None:
     _check(schedule, steps=200)
 
 
 @pytest.mark.slow
-@settings(max_examples=300, **_SETTINGS)
+@settings(max_examples=300, **_SETTINGS)  # new schedules on every slow run
 @given(schedules(steps=600, partitions=2, max_faults=25))
 def test_kip320_survives_many_long_random_fault_schedules(schedule: Schedule) -> None:
     _check(schedule, steps=600)

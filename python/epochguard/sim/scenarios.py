@@ -162,7 +162,7 @@ def random_faults(seed: int, partitions: int, steps: int = 400) -> Scenario:
     tps = tuple(sorted(cfg.assignment()))
     schedule = random_schedule(
         SeededRandom(seed).fork("faults"), steps=steps, brokers=tuple(range(1, cfg.brokers + 1)),
-        topic_partitions=tps, clients=("producer-0", "producer-1", "consumer-0", "monitor"),
+        topic_partitions=tps, clients=("producer-0", "producer-1", "consumer-0", "monitor"), tick_ms=cfg.tick_ms,
     )
     return Scenario("random", cfg, schedule, steps=steps)
 

@@ -102,6 +102,10 @@ class _ConsumerView:
     # (seq of the last delivery when reported, divergent offset): covers deliveries with seq <= that
     truncations: list[tuple[int, int | None]] = field(default_factory=list)
     last_reset_seq: int = -1
+    # Everything delivered, in order, with the step: a restart rebuilds `delivered` from it.
+    history: list[tuple[int, int, _Delivered]] = field(default_factory=list)  # (step, offset, delivery)
+    truncation_steps: list[int] = field(default_factory=list)  # step of each entry of `truncations`
+    last_reset_step: int = -1
     checked_against: tuple[int, int] | None = None  # (broker, log generation) last compared against
 
     def truncation_covers(self, offset: int, after_seq: int) -> bool:
@@ -119,6 +123,7 @@ class InvariantChecker:
         self._consumers: dict[tuple[str, TopicPartition], _ConsumerView] = {}
         self._list_offsets: dict[tuple[str, TopicPartition], tuple[int, int, int]] = {}  # (max, step, epoch)
         self._metadata_epochs: dict[tuple[str, TopicPartition], int] = {}
+        self._restarts: dict[str, int] = {}  # client -> step of its last restart
 
     # --- reporting -------------------------------------------------------------------------------
     def report(self, invariant: str, node: str, tp: TopicPartition | None, message: str, key: tuple[Any, ...]) -> None:
@@ -222,10 +227,12 @@ class InvariantChecker:
     def on_truncation(self, consumer: str, event: TruncationEvent) -> None:
         view = self._view(consumer, event.partition)
         view.truncations.append((view.seq, event.divergent_offset))
+        view.truncation_steps.append(self.cluster.timeline.step)
 
     def on_reset(self, consumer: str, event: OffsetResetEvent) -> None:
         view = self._view(consumer, event.partition)
         view.last_reset_seq = view.seq
+        view.last_reset_step = self.cluster.timeline.step
 
     def on_consumed(self, consumer: str, record: ConsumerRecord, served_by: int) -> None:
         tp = record.topic_partition
@@ -254,6 +261,7 @@ class InvariantChecker:
             view.checked_against = None  # records from another broker: compare again at the next fetch
         view.seq += 1
         view.delivered[offset] = _Delivered(identity, view.seq)
+        view.history.append((self.cluster.timeline.step, offset, view.delivered[offset]))
         view.last_offset = offset
 
     def on_fetch_served(self, consumer: str, tp: TopicPartition, broker: int, fetch_offset: int) -> None:
@@ -335,14 +343,30 @@ class InvariantChecker:
         """A new client process knows nothing: the metadata epochs it accepts start over."""
         for key in [k for k in self._metadata_epochs if k[0] == client]:
             del self._metadata_epochs[key]
+        self._restarts[client] = self.cluster.timeline.step
 
-    def on_consumer_resumed(self, consumer: str, tp: TopicPartition, committed: int) -> None:
-        """A restarted consumer resumed `tp` from its committed offset: what it delivered below stays its
-        history (the committed offset and epoch vouch for it); what the old process delivered from
-        there on is forgotten with it (uncommitted), and may legitimately be read differently now."""
+    def on_consumer_resumed(self, consumer: str, tp: TopicPartition, committed: int, commit_step: int | None) -> None:
+        """A restarted consumer resumed `tp` from a committed offset whose commit was sent at
+        `commit_step`. Its history is what that commit covered: the deliveries made before it, below the
+        committed offset. What the old process delivered (or reported) after the commit died with it,
+        and may now legitimately be read differently. No known commit: no history."""
         view = self._view(consumer, tp)
-        view.delivered = {o: d for o, d in view.delivered.items() if o < committed}
-        view.last_offset = max(view.delivered, default=None)
+        kept = [] if commit_step is None else [h for h in view.history if h[0] < commit_step and h[1] < committed]
+        view.history = kept
+        view.delivered = {}
+        for _, offset, delivery in kept:
+            view.delivered[offset] = delivery
+        view.last_offset = kept[-1][1] if kept else None
+        restart = self._restarts.get(consumer, -1)
+
+        def covered(step: int) -> bool:  # reported before the commit, or by the new process
+            return step >= restart or (commit_step is not None and step < commit_step)
+
+        keep_truncation = [covered(step) for step in view.truncation_steps]
+        view.truncations = [t for t, keep in zip(view.truncations, keep_truncation) if keep]
+        view.truncation_steps = [st for st, keep in zip(view.truncation_steps, keep_truncation) if keep]
+        if not covered(view.last_reset_step):
+            view.last_reset_seq, view.last_reset_step = -1, -1
         view.checked_against = None
 
     def _view(self, consumer: str, tp: TopicPartition) -> _ConsumerView:

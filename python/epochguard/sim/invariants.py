@@ -124,6 +124,7 @@ class InvariantChecker:
         self._list_offsets: dict[tuple[str, TopicPartition], tuple[int, int, int]] = {}  # (max, step, epoch)
         self._metadata_epochs: dict[tuple[str, TopicPartition], int] = {}
         self._restarts: dict[str, int] = {}  # client -> step of its last restart
+        self._noted: set[tuple[str, TopicPartition, int]] = set()
 
     # --- reporting -------------------------------------------------------------------------------
     def report(self, invariant: str, node: str, tp: TopicPartition | None, message: str, key: tuple[Any, ...]) -> None:
@@ -287,6 +288,9 @@ class InvariantChecker:
             if view.truncation_covers(o, seen.seq):
                 continue
             if self._undetectable_after_unclean(tp, seen, log):
+                if (consumer, tp, o) in self._noted:
+                    return
+                self._noted.add((consumer, tp, o))
                 self.cluster.timeline.record(
                     "note", consumer,
                     f"{tp}: offset {o} diverged from what the consumer read (epoch {seen.identity[0]}), which KIP-320 "

@@ -47,3 +47,12 @@ def test_simulate_refuses_a_used_log_dir(tmp_path, capsys) -> None:
     (tmp_path / "broker-1" / "something").write_text("x")
     assert main(["simulate", "--scenario", "leader-bounce", "--log-dir", str(tmp_path)]) == 2
     assert "not empty" in capsys.readouterr().err
+
+
+def test_run_scenario_can_overwrite_its_own_log_dirs(tmp_path) -> None:
+    from epochguard.sim import run_scenario
+
+    first = run_scenario("unclean-election", seed=1, log_dir=tmp_path)
+    second = run_scenario("unclean-election", seed=1, log_dir=tmp_path, overwrite=True)
+    assert [e.to_json() for e in first.events] == [e.to_json() for e in second.events]
+    assert sorted(second.log_dirs) == [1, 2, 3] and (tmp_path / "broker-1" / "meta.properties").exists()

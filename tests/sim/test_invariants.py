@@ -150,10 +150,19 @@ def test_a_restarted_consumer_keeps_only_its_committed_history(cluster: Cluster)
     checker = cluster.checker
     for o in range(6):
         checker.on_consumed("c", _record(o, b"old-%d" % o), 1)
+    commit_step = cluster.timeline.step + 1  # offset 3 committed after these deliveries...
+    cluster.run(2)
+    checker.on_truncation("c", TruncationEvent(TP, FetchPosition(6, 0), 1, 0, 5, "rewound", 0))
+    checker.on_consumed("c", _record(1, b"later-1"), 1)  # ...then a rewind and re-read (not committed)
+    assert checker.violations == []
+    cluster.run(1)
     checker.on_client_restart("c")
-    checker.on_consumer_resumed("c", TP, 3)  # committed offset 3: deliveries 3..5 were never committed
+    cluster.run(1)
+    checker.on_consumer_resumed("c", TP, 3, commit_step)  # deliveries 3..5 were never committed
     checker.on_consumed("c", _record(3, b"new-3"), 1)
     checker.on_consumed("c", _record(4, b"new-4"), 1)
+    assert checker.violations == []
+    checker.on_consumed("c", _record(1, b"old-1"), 1)  # what the commit covered: the old record, fine
     assert checker.violations == []
     checker.on_consumed("c", _record(2, b"new-2"), 1)  # below the committed offset: still its history
     [v] = checker.violations

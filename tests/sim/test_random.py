@@ -21,7 +21,7 @@ from epochguard.types import TopicPartition
 from .strategies import schedules
 
 CONFIG = ClusterConfig(partitions=2, producers=(-1, 1))
-_SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+_SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _check(schedule: Schedule, steps: int, seed: int = 0) -> None:
@@ -30,14 +30,14 @@ def _check(schedule: Schedule, steps: int, seed: int = 0) -> None:
     assert result.violations == [], "\n".join(map(str, result.violations))
 
 
-@settings(max_examples=12, **_SETTINGS)
+@settings(max_examples=12, derandomize=True, **_SETTINGS)  # the same schedules in every CI run
 @given(schedules(steps=200, partitions=2))
 def test_kip320_survives_random_fault_schedules(schedule: Schedule) -> None:
     _check(schedule, steps=200)
 
 
 @pytest.mark.slow
-@settings(max_examples=300, **_SETTINGS)
+@settings(max_examples=300, **_SETTINGS)  # new schedules on every slow run
 @given(schedules(steps=600, partitions=2, max_faults=25))
 def test_kip320_survives_many_long_random_fault_schedules(schedule: Schedule) -> None:
     _check(schedule, steps=600)
@@ -70,3 +70,12 @@ def test_random_scenario_survey_both_protocols() -> None:
     print(f"\n{runs} random schedules x {steps} steps: {found}")
     assert not found["kip-320"]
     assert found["pre-kip-320"]
+
+
+@pytest.mark.xfail(reason="leader.py reverts a pending ISR on FENCED_LEADER_EPOCH (see sim/NEEDS.md)", strict=False)
+def test_regression_seed_1644_zombie_leader_keeps_its_pending_isr() -> None:
+    """A zombie leader whose ISR expansion was committed but never acknowledged must not fall back to
+    its smaller committed ISR when the controller later fences it: that raised its HW above the log of
+    the (cleanly) elected new leader."""
+    result = run_scenario("random", seed=1644, steps=400, partitions=3)
+    assert result.violations == [], "\n".join(map(str, result.violations))

@@ -97,3 +97,22 @@ def test_consumer_restarting_across_an_unclean_election(protocol: str) -> None:
         assert any(e.kind == "truncation" and e.detail["partition"] == "events-0" for e in result.events)
     else:
         assert inv.CONSUMER_CONTINUITY in result.violated()
+
+
+@pytest.mark.parametrize("protocol", ["kip-320", "pre-kip-320"])
+def test_reset_policy_none_raises_to_the_application(protocol: str) -> None:
+    """With auto.offset.reset=none the truncation is raised (LogTruncationError) and the application
+    seeks to the divergent offset itself; offsets only, it gets a bare out-of-range error."""
+    from dataclasses import replace
+
+    from epochguard.sim.scenarios import build_scenario, run
+
+    base = build_scenario("unclean-election")
+    result = run(replace(base, config=replace(base.config, auto_offset_reset="none")), seed=0, protocol=protocol)
+    truncations = [e for e in result.events if e.kind == "truncation"]
+    if protocol == "kip-320":
+        assert result.ok, "\n".join(map(str, result.violations))
+        assert [e.detail["resolution"] for e in truncations] == ["raised"]
+    else:
+        assert not truncations and inv.CONSUMER_CONTINUITY in result.violated()
+        assert any(e.kind == "error" and "OffsetOutOfRange" in e.message for e in result.events)

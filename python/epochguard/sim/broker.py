@@ -155,6 +155,8 @@ class Broker:
         was = (before.leader_id, before.leader_epoch) if before is not None else (None, None)
         self.manager.apply_partition_state(state, self.now_ms)
         after = self.manager.partitions.get(state.tp)
+        if after is not None:  # resend a lost AlterPartition on the sim's time scale, not after 5 s
+            after.alter_partition_retry_ms = self.cluster.config.request_timeout_ms
         if after is not None and after.leader_epoch >= 0 and (after.leader_id, after.leader_epoch) != was:
             role = "leader" if after.is_leader else f"follower of {after.leader_id}"
             log = self.logs[state.tp]

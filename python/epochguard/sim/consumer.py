@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from epochguard.consumer import Consumer as ConsumerMachine
+from epochguard.consumer import FetchState
 from epochguard.errors import LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError
-from epochguard.messages import FetchResponse, MetadataResponse
+from epochguard.messages import FetchResponse, MetadataResponse, OffsetCommitRequest
 from epochguard.metadata import ClientMetadata
 from epochguard.sim.coordinator import COORDINATOR, COORDINATOR_ID, GROUP_ID
 from epochguard.sim.network import Disconnected, Envelope, broker_node
-from epochguard.types import ConsumerRecord, TopicPartition
+from epochguard.types import ConsumerRecord, TopicPartition, epoch_or_sentinel
 
 if TYPE_CHECKING:
     from epochguard.sim.cluster import Cluster
@@ -53,6 +54,7 @@ class Consumer:
         self.cluster = cluster
         self.consumed: list[ConsumedRecord] = []
         self._resuming: set[TopicPartition] = set()  # restarted, nothing delivered yet
+        self._commit_steps: dict[tuple[TopicPartition, int, int], int] = {}  # (tp, offset, epoch) -> step sent
         self._start()
 
     def _start(self) -> None:
@@ -109,11 +111,15 @@ class Consumer:
 
     def tick(self) -> None:
         now = self.cluster.clock.now_ms
+        self._resume()
         if now >= self._next_commit_ms:
             self._next_commit_ms = now + self.cluster.config.commit_interval_ms
             self.machine.commit()
         for node, request in self.machine.poll_requests(now):
             dst = COORDINATOR if node == COORDINATOR_ID else broker_node(node)
+            if isinstance(request, OffsetCommitRequest):
+                for p in request.partitions:
+                    self._commit_steps[(p.tp, p.committed_offset, p.committed_leader_epoch)] = self.cluster.timeline.step
             msg_id = self.cluster.network.send(self.name, dst, request)
             self._sent[msg_id] = (node, request)
         try:
@@ -137,10 +143,6 @@ class Consumer:
         for tp in sorted(records.partitions()):
             batch: list[ConsumerRecord] = list(records[tp])
             broker = self._served_by.get(tp, -1)
-            if tp in self._resuming:
-                self._resuming.discard(tp)
-                committed = self.machine.committed.get(tp)
-                self.cluster.checker.on_consumer_resumed(self.name, tp, committed.offset if committed else 0)
             for record in batch:
                 self.consumed.append(ConsumedRecord(self.name, record.topic, record.partition, record.offset,
                                                     record.leader_epoch, record.key, record.value, broker, step))
@@ -150,6 +152,20 @@ class Consumer:
                 f"{tp} offsets {batch[0].offset}..{batch[-1].offset} from broker {broker} (epoch {batch[-1].leader_epoch})",
                 partition=str(tp), first=batch[0].offset, last=batch[-1].offset, broker=broker,
             )
+
+    def _resume(self) -> None:
+        """After a restart, once the new process knows where it resumes a partition (its committed
+        offset, or none), tell the checker, before anything is fetched from there."""
+        for tp in sorted(self._resuming):
+            committed = self.machine.committed.get(tp)
+            if committed is None and self.machine.state_of(tp) == FetchState.INITIALIZING:
+                continue  # still asking the coordinator
+            self._resuming.discard(tp)
+            if committed is None:
+                self.cluster.checker.on_consumer_resumed(self.name, tp, 0, None)
+            else:
+                key = (tp, committed.offset, epoch_or_sentinel(committed.leader_epoch))
+                self.cluster.checker.on_consumer_resumed(self.name, tp, committed.offset, self._commit_steps.get(key))
 
     def _report(self) -> None:
         """Hand the truncations and resets the state machine recorded to the checker and the timeline."""

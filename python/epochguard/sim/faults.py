@@ -192,6 +192,7 @@ def random_schedule(
     clients: tuple[str, ...] = (),
     faults: int | None = None,
     unclean: bool = True,
+    tick_ms: int = 10,
 ) -> Schedule:
     """A random mix of every fault kind over `steps`; crashed brokers come back, cuts heal.
 
@@ -214,7 +215,7 @@ def random_schedule(
             schedule.append((step + span, Restart(broker)))
             down[broker] = step + span
         elif kind == "zombie":
-            schedule.append((step, Zombie(broker, duration_ms=span * 10)))
+            schedule.append((step, Zombie(broker, duration_ms=span * tick_ms)))
         elif kind == "stale":
             schedule.append((step, StaleMetadata(broker, lag_ms=rng.randint(20, 200))))
             schedule.append((step + span, StaleMetadata(broker, lag_ms=0)))
@@ -224,9 +225,9 @@ def random_schedule(
             if rng.random() < 0.5:
                 src, dst = dst, src
             schedule.append((step, LinkDelay(src, dst, delay_ms=rng.randint(5, 80),
-                                              drop_rate=rng.choice((0.0, 0.2, 0.5, 1.0)), duration_ms=span * 10)))
+                                              drop_rate=rng.choice((0.0, 0.2, 0.5, 1.0)), duration_ms=span * tick_ms)))
         elif kind == "isolate":
-            schedule.append((step, Isolate(broker, duration_ms=span * 10)))
+            schedule.append((step, Isolate(broker, duration_ms=span * tick_ms)))
         elif kind == "preferred":
             schedule.append((step, PreferredElection(rng.choice(topic_partitions), broker)))
         elif kind == "unclean" and unclean:

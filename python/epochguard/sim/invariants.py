@@ -102,6 +102,10 @@ class _ConsumerView:
     # (seq of the last delivery when reported, divergent offset): covers deliveries with seq <= that
     truncations: list[tuple[int, int | None]] = field(default_factory=list)
     last_reset_seq: int = -1
+    # Everything delivered, in order, with the step: a restart rebuilds `delivered` from it.
+    history: list[tuple[int, int, _Delivered]] = field(default_factory=list)  # (step, offset, delivery)
+    truncation_steps: list[int] = field(default_factory=list)  # step of each entry of `truncations`
+    last_reset_step: int = -1
     checked_against: tuple[int, int] | None = None  # (broker, log generation) last compared against
 
     def truncation_covers(self, offset: int, after_seq: int) -> bool:
@@ -119,6 +123,8 @@ class InvariantChecker:
         self._consumers: dict[tuple[str, TopicPartition], _ConsumerView] = {}
         self._list_offsets: dict[tuple[str, TopicPartition], tuple[int, int, int]] = {}  # (max, step, epoch)
         self._metadata_epochs: dict[tuple[str, TopicPartition], int] = {}
+        self._restarts: dict[str, int] = {}  # client -> step of its last restart
+        self._noted: set[tuple[str, TopicPartition, int]] = set()
 
     # --- reporting -------------------------------------------------------------------------------
     def report(self, invariant: str, node: str, tp: TopicPartition | None, message: str, key: tuple[Any, ...]) -> None:
@@ -222,10 +228,12 @@ class InvariantChecker:
     def on_truncation(self, consumer: str, event: TruncationEvent) -> None:
         view = self._view(consumer, event.partition)
         view.truncations.append((view.seq, event.divergent_offset))
+        view.truncation_steps.append(self.cluster.timeline.step)
 
     def on_reset(self, consumer: str, event: OffsetResetEvent) -> None:
         view = self._view(consumer, event.partition)
         view.last_reset_seq = view.seq
+        view.last_reset_step = self.cluster.timeline.step
 
     def on_consumed(self, consumer: str, record: ConsumerRecord, served_by: int) -> None:
         tp = record.topic_partition
@@ -254,6 +262,7 @@ class InvariantChecker:
             view.checked_against = None  # records from another broker: compare again at the next fetch
         view.seq += 1
         view.delivered[offset] = _Delivered(identity, view.seq)
+        view.history.append((self.cluster.timeline.step, offset, view.delivered[offset]))
         view.last_offset = offset
 
     def on_fetch_served(self, consumer: str, tp: TopicPartition, broker: int, fetch_offset: int) -> None:
@@ -278,11 +287,14 @@ class InvariantChecker:
                 continue
             if view.truncation_covers(o, seen.seq):
                 continue
-            if self._imprecise_report_after_unclean(view, tp, seen):
+            if self._undetectable_after_unclean(tp, seen, log):
+                if (consumer, tp, o) in self._noted:
+                    return
+                self._noted.add((consumer, tp, o))
                 self.cluster.timeline.record(
                     "note", consumer,
-                    f"{tp}: the reported truncation point is above offset {o}, which also diverged: after an "
-                    "unclean election the leader cannot locate an epoch it never had (KIP-320 limit)",
+                    f"{tp}: offset {o} diverged from what the consumer read (epoch {seen.identity[0]}), which KIP-320 "
+                    f"cannot see: after an unclean election, broker {broker} never had that epoch to compare with",
                     partition=str(tp), offset=o,
                 )
                 return
@@ -294,14 +306,16 @@ class InvariantChecker:
             )
             return
 
-    def _imprecise_report_after_unclean(self, view: _ConsumerView, tp: TopicPartition, seen: _Delivered) -> bool:
-        """A truncation was reported after this delivery, but with a divergent offset above it, and an
-        unclean election started an epoch newer than the record's: the new leader never had the record's
-        epoch, so its OffsetsForLeaderEpoch answer (the end of an older epoch) can overshoot the real
-        divergence. The consumer did report the truncation; only its extent is unknowable."""
-        reported = any(seq >= seen.seq for seq, _ in view.truncations)
+    def _undetectable_after_unclean(self, tp: TopicPartition, seen: _Delivered, log: SimLog) -> bool:
+        """KIP-320 validates a position by asking the leader where the epoch of the last record read
+        ends. A leader that never had that epoch (it came in through an unclean election) answers with
+        the end of an older epoch, which can lie above the real divergence, or even above the position:
+        the KIP accepts that such "pathological cases (e.g. multiple consecutive unclean leader
+        elections)" are located only approximately, or not at all. Divergence is excused exactly then."""
         epoch = seen.identity[0]
-        return reported and epoch is not None and self.cluster.controller.unclean_after_epoch(tp, epoch)
+        if epoch is None or not self.cluster.controller.unclean_after_epoch(tp, epoch):
+            return False
+        return all(e != epoch for e, _ in log.leader_epoch_cache.entries())
 
     def on_list_offsets(self, client: str, tp: TopicPartition, offset: int, leader_epoch: int) -> None:
         """A ListOffsets(latest) answer `offset` from a leader in `leader_epoch`."""
@@ -333,14 +347,30 @@ class InvariantChecker:
         """A new client process knows nothing: the metadata epochs it accepts start over."""
         for key in [k for k in self._metadata_epochs if k[0] == client]:
             del self._metadata_epochs[key]
+        self._restarts[client] = self.cluster.timeline.step
 
-    def on_consumer_resumed(self, consumer: str, tp: TopicPartition, committed: int) -> None:
-        """A restarted consumer resumed `tp` from its committed offset: what it delivered below stays its
-        history (the committed offset and epoch vouch for it); what the old process delivered from
-        there on is forgotten with it (uncommitted), and may legitimately be read differently now."""
+    def on_consumer_resumed(self, consumer: str, tp: TopicPartition, committed: int, commit_step: int | None) -> None:
+        """A restarted consumer resumed `tp` from a committed offset whose commit was sent at
+        `commit_step`. Its history is what that commit covered: the deliveries made before it, below the
+        committed offset. What the old process delivered (or reported) after the commit died with it,
+        and may now legitimately be read differently. No known commit: no history."""
         view = self._view(consumer, tp)
-        view.delivered = {o: d for o, d in view.delivered.items() if o < committed}
-        view.last_offset = max(view.delivered, default=None)
+        kept = [] if commit_step is None else [h for h in view.history if h[0] < commit_step and h[1] < committed]
+        view.history = kept
+        view.delivered = {}
+        for _, offset, delivery in kept:
+            view.delivered[offset] = delivery
+        view.last_offset = kept[-1][1] if kept else None
+        restart = self._restarts.get(consumer, -1)
+
+        def covered(step: int) -> bool:  # reported before the commit, or by the new process
+            return step >= restart or (commit_step is not None and step < commit_step)
+
+        keep_truncation = [covered(step) for step in view.truncation_steps]
+        view.truncations = [t for t, keep in zip(view.truncations, keep_truncation) if keep]
+        view.truncation_steps = [st for st, keep in zip(view.truncation_steps, keep_truncation) if keep]
+        if not covered(view.last_reset_step):
+            view.last_reset_seq, view.last_reset_step = -1, -1
         view.checked_against = None
 
     def _view(self, consumer: str, tp: TopicPartition) -> _ConsumerView:

@@ -18,6 +18,7 @@ protocol exists to prevent. Under "kip-320" the checker must find nothing; under
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -161,7 +162,7 @@ def random_faults(seed: int, partitions: int, steps: int = 400) -> Scenario:
     tps = tuple(sorted(cfg.assignment()))
     schedule = random_schedule(
         SeededRandom(seed).fork("faults"), steps=steps, brokers=tuple(range(1, cfg.brokers + 1)),
-        topic_partitions=tps, clients=("producer-0", "producer-1", "consumer-0", "monitor"),
+        topic_partitions=tps, clients=("producer-0", "producer-1", "consumer-0", "monitor"), tick_ms=cfg.tick_ms,
     )
     return Scenario("random", cfg, schedule, steps=steps)
 
@@ -196,10 +197,12 @@ def run_scenario(
     steps: int | None = None,
     partitions: int | None = None,
     log_dir: str | Path | None = None,
+    overwrite: bool = False,
 ) -> SimulationResult:
-    """Run a named scenario; with `log_dir`, write every broker's Kafka log dir (`broker-<id>/`) at the end."""
+    """Run a named scenario. With `log_dir`, every broker keeps its Kafka log dir there (`broker-<id>/`);
+    existing `broker-<id>/` dirs are an error unless `overwrite` (then they are deleted first)."""
     scenario = build_scenario(name, seed=seed, partitions=partitions, steps=steps)
-    return run(scenario, seed=seed, protocol=protocol, log_dir=log_dir)
+    return run(scenario, seed=seed, protocol=protocol, log_dir=log_dir, overwrite=overwrite)
 
 
 def topic_id(topic: str) -> str:
@@ -207,15 +210,19 @@ def topic_id(topic: str) -> str:
     return kafka_uuid(uuid.uuid5(uuid.NAMESPACE_URL, f"https://epochguard/sim/{topic}"))
 
 
-def run(scenario: Scenario, *, seed: int, protocol: Protocol, log_dir: str | Path | None = None) -> SimulationResult:
+def run(
+    scenario: Scenario, *, seed: int, protocol: Protocol, log_dir: str | Path | None = None, overwrite: bool = False
+) -> SimulationResult:
     """Run `scenario`. With `log_dir`, brokers keep their logs on disk there (`broker-<id>/`, recovered
     from disk on restart) and the root files Kafka keeps (meta.properties, checkpoints) are written at the end."""
     config = scenario.config
     if log_dir is not None:
         root = Path(log_dir)
         taken = [p for p in (root / f"broker-{b}" for b in range(1, config.brokers + 1)) if p.exists() and any(p.iterdir())]
-        if taken:
+        if taken and not overwrite:
             raise FileExistsError(f"log dir not empty: {taken[0]} (choose a new --log-dir)")
+        for path in taken:
+            shutil.rmtree(path)
         config = replace(config, data_dir=str(root))
     cluster = Cluster(config, seed, protocol, scenario.schedule)
     cluster.run(scenario.steps)

@@ -72,7 +72,6 @@ def test_random_scenario_survey_both_protocols() -> None:
     assert found["pre-kip-320"]
 
 
-@pytest.mark.xfail(reason="leader.py reverts a pending ISR on FENCED_LEADER_EPOCH (see sim/NEEDS.md)", strict=False)
 def test_regression_seed_1644_zombie_leader_keeps_its_pending_isr() -> None:
     """A zombie leader whose ISR expansion was committed but never acknowledged must not fall back to
     its smaller committed ISR when the controller later fences it: that raised its HW above the log of

@@ -31,6 +31,7 @@ bench: setup
 	cargo bench --locked
 	$(PY) -m pytest benches/python --benchmark-only --benchmark-group-by=group
 
-lint:
+lint: setup
 	cargo fmt --check
 	cargo clippy --locked --all-targets --features python -- -D warnings
+	$(PY) -m mypy python/epochguard --ignore-missing-imports

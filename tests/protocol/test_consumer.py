@@ -294,6 +294,25 @@ def test_committed_epoch_newer_than_metadata_waits_for_metadata():
     assert [r.offset for r in c.poll().records()] == [3]
 
 
+def test_records_buffered_from_the_old_leader_are_not_handed_out_after_validation():
+    """Records fetched from broker 1 but not yet polled when broker 2 takes over: validation against
+    broker 2 (epoch 1 ends at 5 there) passes for position 4, yet 5-9 from broker 1 are not broker 2's
+    log. They must be dropped and refetched from the leader the position now points at."""
+    cluster = Cluster({1: [(0, 2), (1, 8)]}, leader=1, epoch=1)  # epoch 1 at 2-9
+    cluster.add_leader(2, [(0, 2), (1, 3), (2, 3)], 2)  # epoch 1 at 2-4, epoch 2 at 5-7
+    c = consumer()
+    c.seek(TP, OffsetAndMetadata(4, leader_epoch=1))
+    cluster.run(c)  # validated against broker 1, 4-9 fetched and buffered
+    cluster.meta = (2, 2)
+    c.metadata.request_update()
+    cluster.run(c, now_ms=200, rounds=2)  # metadata, validation: (1, 5) >= 4, FETCHING at 4 on broker 2
+    assert c.position(TP) == FetchPosition(4, 1, LeaderAndEpoch(2, 2))
+    assert c.poll().is_empty()  # nothing from broker 1
+    cluster.run(c, now_ms=400)
+    got = [(r.offset, r.value, r.leader_epoch) for r in c.poll().records()]
+    assert got == [(4, b"e1-2", 1), (5, b"e2-0", 2), (6, b"e2-1", 2), (7, b"e2-2", 2)]
+
+
 # --- fetch errors ------------------------------------------------------------------------------------
 def test_fenced_fetch_follows_the_leader_hint_and_validates():
     cluster = Cluster({1: [(0, 2)]}, leader=1, epoch=1)

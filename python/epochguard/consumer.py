@@ -890,7 +890,8 @@ class Consumer:
             s = self.assignment.get(answer.tp)
             if strategy is None or s is None:
                 continue
-            if answer.error_code != Errors.NONE:
+            if answer.error_code != Errors.NONE or answer.offset < 0:
+                # An error, or NONE without an offset (UNKNOWN_OFFSET, no position): retry the reset.
                 if answer.error_code in _REFRESH_METADATA:
                     self.metadata.request_update()
                 s.next_retry_ms = now_ms + self.retry_backoff_ms

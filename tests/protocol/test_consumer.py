@@ -313,6 +313,26 @@ def test_records_buffered_from_the_old_leader_are_not_handed_out_after_validatio
     assert got == [(4, b"e1-2", 1), (5, b"e2-0", 2), (6, b"e2-1", 2), (7, b"e2-2", 2)]
 
 
+def test_reset_answer_without_an_offset_is_retried_not_used_as_a_position():
+    """A ListOffsets answer NONE with offset -1 (UNKNOWN_OFFSET) is no position: Kafka's
+    `handleListOffsetResponse` leaves the partition out and the reset is retried."""
+    import dataclasses
+
+    from epochguard.messages import ListOffsetsRequest, ListOffsetsResponse
+
+    cluster = Cluster({1: [(0, 4)]}, leader=1, epoch=1)
+    c = consumer("earliest")
+    cluster.hold_types = (ListOffsetsRequest,)
+    cluster.run(c, rounds=2)
+    [(node, request, response)] = cluster.hold
+    unknown = ListOffsetsResponse(tuple(dataclasses.replace(p, offset=-1, leader_epoch=-1) for p in response.partitions))
+    c.on_response(node, request, unknown, 0)
+    assert c.state_of(TP) == FetchState.AWAIT_RESET and c.position(TP) is None and c.resets == []
+    cluster.hold_types = ()
+    cluster.run(c, now_ms=500)
+    assert [r.offset for r in c.poll().records()] == [0, 1, 2, 3]
+
+
 # --- fetch errors ------------------------------------------------------------------------------------
 def test_fenced_fetch_follows_the_leader_hint_and_validates():
     cluster = Cluster({1: [(0, 2)]}, leader=1, epoch=1)

@@ -333,6 +333,32 @@ def test_reset_answer_without_an_offset_is_retried_not_used_as_a_position():
     assert [r.offset for r in c.poll().records()] == [0, 1, 2, 3]
 
 
+def test_reset_answer_applies_only_to_the_same_pending_strategy_and_bumps_the_last_seen_epoch():
+    import dataclasses
+
+    from epochguard.messages import ListOffsetsRequest, ListOffsetsResponse
+
+    cluster = Cluster({1: [(0, 2), (1, 4)]}, leader=1, epoch=1)
+    c = consumer("latest")
+    cluster.hold_types = (ListOffsetsRequest,)
+    cluster.run(c, rounds=2)
+    [(node, request, response)] = cluster.hold
+    c.seek_to_beginning(TP)  # a different strategy while the latest reset is in flight
+    c.on_response(node, request, response, 0)
+    assert c.state_of(TP) == FetchState.AWAIT_RESET and c.resets == []  # the latest answer is not used
+    cluster.hold.clear()
+    cluster.run(c, now_ms=200, rounds=1)
+    [(node, request, response)] = cluster.hold
+    assert request.partitions[0].timestamp == -2
+    newer = ListOffsetsResponse(tuple(dataclasses.replace(p, leader_epoch=3) for p in response.partitions))
+    c.on_response(node, request, newer, 200)
+    [reset] = c.resets
+    assert (reset.policy, reset.to_offset, reset.to_epoch) == ("earliest", 0, 3)
+    # Position: no offset epoch (not validated), the leader read before the bump; last-seen bumped.
+    assert c.position(TP) == FetchPosition(0, None, LeaderAndEpoch(1, 1))
+    assert c.metadata.last_seen_leader_epoch(TP) == 3 and c.metadata.update_requested
+
+
 # --- fetch errors ------------------------------------------------------------------------------------
 def test_fenced_fetch_follows_the_leader_hint_and_validates():
     cluster = Cluster({1: [(0, 2)]}, leader=1, epoch=1)

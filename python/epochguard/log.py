@@ -317,6 +317,9 @@ class PartitionLog:
         # the two agree whenever `offset` is a batch boundary, which every epoch boundary is.
         self._log_end_offset = self._last_next_offset(default=offset)
         self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
+        # As Kafka's `logStartOffset = min(targetOffset, logStartOffset)`: a log start inside the
+        # dropped batch (DeleteRecords) must not stay above the new end.
+        self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
         self._high_watermark = min(self._high_watermark, self._log_end_offset)
         self._checkpoint_if_changed(before)
         return True

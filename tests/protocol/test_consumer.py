@@ -411,6 +411,29 @@ def test_offset_out_of_range_resets_or_raises(policy):
         assert c.truncations == []  # a reset, not a detected truncation
 
 
+def test_offset_out_of_range_from_a_preferred_read_replica_is_dropped_not_reset():
+    """KIP-392: a read replica behind the position answers OFFSET_OUT_OF_RANGE. The consumer goes back
+    to the leader; a policy reset ("latest" here) would skip records."""
+    import dataclasses
+
+    cluster = Cluster({1: [(0, 2), (1, 4)]}, leader=1, epoch=1)
+    cluster.add_leader(2, [(0, 2)], 1)  # a replica that only has 0-1
+    c = consumer("latest")
+    c.seek(TP, 0)
+    cluster.run(c, rounds=1)
+    [(node, fetch)] = [(n, r) for n, r in c.poll_requests(0) if isinstance(r, FetchRequest)]
+    response = cluster.answer(node, fetch)
+    redirect = FetchResponse(tuple(dataclasses.replace(p, records=b"", preferred_read_replica=2) for p in response.partitions))
+    c.on_response(node, fetch, redirect, 0)
+    c.seek(TP, 4)  # beyond the replica's end
+    cluster.sent.clear()
+    cluster.run(c, now_ms=100, rounds=1)
+    assert [n for n, r in cluster.sent if isinstance(r, FetchRequest)] == [2]
+    assert c.state_of(TP) == FetchState.FETCHING and c.position(TP).offset == 4 and c.resets == []
+    cluster.run(c, now_ms=300)
+    assert [r.offset for r in c.poll().records()] == [4, 5]  # from the leader
+
+
 # --- ways out ------------------------------------------------------------------------------------------
 def test_two_quick_leader_changes_do_not_stall_validation():
     cluster = truncated_cluster()

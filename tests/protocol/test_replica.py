@@ -82,6 +82,21 @@ def test_truncation_via_diverging_epoch():
     assert b2.partitions[TP].isr == (1, 2)  # caught up -> AlterPartition accepted by the controller
 
 
+def test_diverging_epoch_with_epoch_minus_one_is_absent():
+    """The wire default DivergingEpoch(-1, -1) is "no divergence": the records are appended, nothing
+    is truncated (treating it as present would truncate to the high watermark)."""
+    b1 = broker(1, make_log(SHARED, hw=2))
+    b1.apply_partition_state(state(2, 2, isr=(2,), replicas=(1, 2)), 0)
+    [(_, fetch)] = b1.poll_requests(0)
+    leader = leader_with(2, SHARED, 2, 2)
+    data = leader.handle(1, fetch, 0).partitions[0]
+    assert data.diverging_epoch is None and data.records
+    import dataclasses
+
+    b1.on_response(2, fetch, FetchResponse((dataclasses.replace(data, diverging_epoch=DivergingEpoch(-1, -1)),)), 0)
+    assert b1.fetcher.truncations == [] and log_of(b1).log_end_offset == 6
+
+
 def test_truncation_via_offsets_for_leader_epoch_sends_current_epoch():
     b1, b2 = diverged_pair(truncate_on_fetch=False)
     s = b1.fetcher.states[TP]

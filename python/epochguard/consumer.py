@@ -198,7 +198,7 @@ class OffsetsForTimesLookup:
 @dataclass(slots=True)
 class _CompletedFetch:
     tp: TopicPartition
-    fetch_offset: int
+    position: FetchPosition  # the position the fetch was sent for (offset and leader)
     records: list[ConsumerRecord]
     next_offset: int
     last_epoch: int | None
@@ -351,10 +351,10 @@ class Consumer:
         next_offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         for completed in self._completed:
             state = self.assignment.get(completed.tp)
-            # Only hand out what still continues the current position (no leader change, seek or reset since).
-            if state is None or not state.is_fetchable or state.position is None:
-                continue
-            if state.position.offset != completed.fetch_offset:
+            # Only hand out what still continues the current position: same offset and same leader. Data
+            # read from a superseded leader may lie past where the new one diverges (validation only
+            # checked the position), so it is dropped and fetched again from the current leader.
+            if state is None or not state.is_fetchable or state.position != completed.position:
                 continue
             state.position = FetchPosition(completed.next_offset, completed.last_epoch, state.position.current_leader)
             self._record_consumed(state, completed)
@@ -681,7 +681,7 @@ class Consumer:
             if data.preferred_read_replica >= 0:
                 s.preferred_read_replica = data.preferred_read_replica
             try:
-                completed = self._decode(tp, sent.fetch_offset, data.records)
+                completed = self._decode(tp, s.position, data.records)
             except CorruptRecordError as e:
                 self._pending_errors.append(e)  # raised by poll(), as Kafka's consumer does
                 s.next_retry_ms = now_ms + self.retry_backoff_ms
@@ -717,16 +717,13 @@ class Consumer:
                 self.metadata.request_update()
         s.next_retry_ms = now_ms + self.retry_backoff_ms  # UNKNOWN_LEADER_EPOCH and the rest: plain retry
 
-    def _decode(self, tp: TopicPartition, fetch_offset: int, raw: bytes) -> _CompletedFetch:
+    def _decode(self, tp: TopicPartition, position: FetchPosition, raw: bytes) -> _CompletedFetch:
         """Records at or after the fetch offset, each with its batch's leader epoch; the position after
         the last batch read (control batches advance it too)."""
         records: list[ConsumerRecord] = []
         epochs: list[tuple[int, int]] = []
-        next_offset = fetch_offset
-        last_epoch: int | None = None
-        s = self.assignment[tp]
-        if s.position is not None:
-            last_epoch = s.position.offset_epoch
+        next_offset = position.offset
+        last_epoch = position.offset_epoch
         for batch in iter_batches(raw, allow_partial_tail=True):
             if batch.last_offset < next_offset:
                 continue
@@ -751,7 +748,7 @@ class Consumer:
                 epochs.append((epoch, max(batch.base_offset, next_offset)))
             next_offset = batch.next_offset
             last_epoch = epoch
-        return _CompletedFetch(tp, fetch_offset, records, next_offset, last_epoch, epochs)
+        return _CompletedFetch(tp, position, records, next_offset, last_epoch, epochs)
 
     def _drop_buffered(self, tp: TopicPartition) -> None:
         self._completed = [c for c in self._completed if c.tp != tp]
@@ -893,7 +890,8 @@ class Consumer:
             s = self.assignment.get(answer.tp)
             if strategy is None or s is None:
                 continue
-            if answer.error_code != Errors.NONE:
+            if answer.error_code != Errors.NONE or answer.offset < 0:
+                # An error, or NONE without an offset (UNKNOWN_OFFSET, no position): retry the reset.
                 if answer.error_code in _REFRESH_METADATA:
                     self.metadata.request_update()
                 s.next_retry_ms = now_ms + self.retry_backoff_ms

@@ -411,11 +411,13 @@ class Partition:
         return Errors.NONE, info
 
     def check_enough_replicas_reach_offset(self, required_offset: int, min_insync_replicas: int) -> Errors | None:
-        """For a pending acks=all produce: None while waiting, else its final error code."""
+        """For a pending acks=all produce: None while waiting, else its final error code. The ISR
+        counted is the maximal one, as the HW's (Kafka's `checkEnoughReplicasReachOffset`)."""
         if not self.is_leader:
             return Errors.NOT_LEADER_OR_FOLLOWER
         if self.log.high_watermark >= required_offset:
-            return Errors.NONE if len(self.isr) >= min_insync_replicas else Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            enough = len(self.maximal_isr) >= min_insync_replicas
+            return Errors.NONE if enough else Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return None
 
     # --- OffsetsForLeaderEpoch (SPEC (c)) -----------------------------------------------------

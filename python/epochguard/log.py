@@ -42,7 +42,15 @@ _LOG_SUFFIX = ".log"
 
 
 class UnexpectedAppendOffsetError(ValueError):
-    """A follower append whose first offset is below the log end offset (Kafka's UnexpectedAppendOffsetException)."""
+    """A follower append whose first offset is below the log end offset (Kafka's UnexpectedAppendOffsetException).
+
+    `first_offset`/`last_offset`: the offending batch's base and last offset.
+    """
+
+    def __init__(self, message: str, first_offset: int, last_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
 
 
 def segment_file_name(base_offset: int) -> str:
@@ -237,11 +245,15 @@ class PartitionLog:
             raw = raw[: batches.partial_tail]
         if infos[0].base_offset < self._log_end_offset:
             raise UnexpectedAppendOffsetError(
-                f"{self.tp}: first offset {infos[0].base_offset} is below the log end offset {self._log_end_offset}"
+                f"{self.tp}: first offset {infos[0].base_offset} is below the log end offset {self._log_end_offset}",
+                infos[0].base_offset,
+                infos[0].last_offset,
             )
         for prev, cur in zip(infos, infos[1:]):
             if cur.base_offset <= prev.last_offset:
-                raise UnexpectedAppendOffsetError(f"{self.tp}: batch offsets not increasing at {cur.base_offset}")
+                raise UnexpectedAppendOffsetError(
+                    f"{self.tp}: batch offsets not increasing at {cur.base_offset}", cur.base_offset, cur.last_offset
+                )
         self._roll_if_needed(len(raw), infos[0].base_offset)
         self.segments[-1].append(raw, infos)
         before = self._cache_snapshot()
@@ -305,6 +317,9 @@ class PartitionLog:
         # the two agree whenever `offset` is a batch boundary, which every epoch boundary is.
         self._log_end_offset = self._last_next_offset(default=offset)
         self.leader_epoch_cache.truncate_from_end(self._log_end_offset)
+        # As Kafka's `logStartOffset = min(targetOffset, logStartOffset)`: a log start inside the
+        # dropped batch (DeleteRecords) must not stay above the new end.
+        self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
         self._high_watermark = min(self._high_watermark, self._log_end_offset)
         self._checkpoint_if_changed(before)
         return True

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from epochguard._core import truncation_offset
 from epochguard.errors import CorruptRecordError, Errors
-from epochguard.log import UnexpectedAppendOffsetError
+from epochguard.log import AppendInfo, PartitionLog, UnexpectedAppendOffsetError
 from epochguard.messages import (
     EpochEndOffset,
     FetchPartition,
@@ -275,7 +275,7 @@ class ReplicaFetcher:
             return
         if data.records:
             try:
-                info = log.append_as_follower(data.records)
+                info = self._append(log, data.records)
             except CorruptRecordError:
                 s.delay_until_ms = now_ms + self.fetch_backoff_ms  # a bad response: fetch again later
                 return
@@ -291,6 +291,20 @@ class ReplicaFetcher:
         log.update_high_watermark(data.high_watermark)
         if data.log_start_offset > log.log_start_offset:
             log.increment_log_start_offset(data.log_start_offset)
+
+    @staticmethod
+    def _append(log: PartitionLog, records: bytes) -> AppendInfo | None:
+        """Append as follower. An empty log whose start lies inside the leader's first batch (a log
+        start moved by DeleteRecords) restarts at that batch's base offset, as Kafka's
+        `Partition.appendRecordsToFollowerOrFutureReplica` does; any other offset clash is raised."""
+        try:
+            return log.append_as_follower(records)
+        except UnexpectedAppendOffsetError as e:
+            leo = log.log_end_offset
+            if leo != log.log_start_offset or not e.first_offset < leo <= e.last_offset:
+                raise
+            log.truncate_fully_and_start_at(e.first_offset)
+            return log.append_as_follower(records)
 
     def _on_epoch_end_offset(self, node_id: int, answer: EpochEndOffset, sent_epoch: int, now_ms: int) -> None:
         s = self._current(node_id, answer.tp, sent_epoch)

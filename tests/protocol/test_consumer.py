@@ -294,6 +294,71 @@ def test_committed_epoch_newer_than_metadata_waits_for_metadata():
     assert [r.offset for r in c.poll().records()] == [3]
 
 
+def test_records_buffered_from_the_old_leader_are_not_handed_out_after_validation():
+    """Records fetched from broker 1 but not yet polled when broker 2 takes over: validation against
+    broker 2 (epoch 1 ends at 5 there) passes for position 4, yet 5-9 from broker 1 are not broker 2's
+    log. They must be dropped and refetched from the leader the position now points at."""
+    cluster = Cluster({1: [(0, 2), (1, 8)]}, leader=1, epoch=1)  # epoch 1 at 2-9
+    cluster.add_leader(2, [(0, 2), (1, 3), (2, 3)], 2)  # epoch 1 at 2-4, epoch 2 at 5-7
+    c = consumer()
+    c.seek(TP, OffsetAndMetadata(4, leader_epoch=1))
+    cluster.run(c)  # validated against broker 1, 4-9 fetched and buffered
+    cluster.meta = (2, 2)
+    c.metadata.request_update()
+    cluster.run(c, now_ms=200, rounds=2)  # metadata, validation: (1, 5) >= 4, FETCHING at 4 on broker 2
+    assert c.position(TP) == FetchPosition(4, 1, LeaderAndEpoch(2, 2))
+    assert c.poll().is_empty()  # nothing from broker 1
+    cluster.run(c, now_ms=400)
+    got = [(r.offset, r.value, r.leader_epoch) for r in c.poll().records()]
+    assert got == [(4, b"e1-2", 1), (5, b"e2-0", 2), (6, b"e2-1", 2), (7, b"e2-2", 2)]
+
+
+def test_reset_answer_without_an_offset_is_retried_not_used_as_a_position():
+    """A ListOffsets answer NONE with offset -1 (UNKNOWN_OFFSET) is no position: Kafka's
+    `handleListOffsetResponse` leaves the partition out and the reset is retried."""
+    import dataclasses
+
+    from epochguard.messages import ListOffsetsRequest, ListOffsetsResponse
+
+    cluster = Cluster({1: [(0, 4)]}, leader=1, epoch=1)
+    c = consumer("earliest")
+    cluster.hold_types = (ListOffsetsRequest,)
+    cluster.run(c, rounds=2)
+    [(node, request, response)] = cluster.hold
+    unknown = ListOffsetsResponse(tuple(dataclasses.replace(p, offset=-1, leader_epoch=-1) for p in response.partitions))
+    c.on_response(node, request, unknown, 0)
+    assert c.state_of(TP) == FetchState.AWAIT_RESET and c.position(TP) is None and c.resets == []
+    cluster.hold_types = ()
+    cluster.run(c, now_ms=500)
+    assert [r.offset for r in c.poll().records()] == [0, 1, 2, 3]
+
+
+def test_reset_answer_applies_only_to_the_same_pending_strategy_and_bumps_the_last_seen_epoch():
+    import dataclasses
+
+    from epochguard.messages import ListOffsetsRequest, ListOffsetsResponse
+
+    cluster = Cluster({1: [(0, 2), (1, 4)]}, leader=1, epoch=1)
+    c = consumer("latest")
+    cluster.hold_types = (ListOffsetsRequest,)
+    cluster.run(c, rounds=2)
+    [(node, request, response)] = cluster.hold
+    c.seek_to_beginning(TP)  # a different strategy while the latest reset is in flight
+    c.on_response(node, request, response, 0)
+    assert c.state_of(TP) == FetchState.AWAIT_RESET and c.resets == []  # the latest answer is not used
+    cluster.hold.clear()
+    cluster.run(c, now_ms=200, rounds=1)
+    [(node, request, response)] = cluster.hold
+    assert request.partitions[0].timestamp == -2
+    newer = ListOffsetsResponse(tuple(dataclasses.replace(p, leader_epoch=3) for p in response.partitions))
+    c.on_response(node, request, newer, 200)
+    [reset] = c.resets
+    assert (reset.policy, reset.to_offset, reset.to_epoch) == ("earliest", 0, 3)
+    # Position: no offset epoch (not validated), the leader read before the bump; last-seen bumped.
+    assert c.position(TP) == FetchPosition(0, None, LeaderAndEpoch(1, 1))
+    assert c.metadata.last_seen_leader_epoch(TP) == 3 and c.metadata.update_requested
+
+
 # --- fetch errors ------------------------------------------------------------------------------------
 def test_fenced_fetch_follows_the_leader_hint_and_validates():
     cluster = Cluster({1: [(0, 2)]}, leader=1, epoch=1)
@@ -344,6 +409,29 @@ def test_offset_out_of_range_resets_or_raises(policy):
         [reset] = c.resets
         assert (reset.reason, reset.from_offset, reset.to_offset) == ("out_of_range", 10, 0)
         assert c.truncations == []  # a reset, not a detected truncation
+
+
+def test_offset_out_of_range_from_a_preferred_read_replica_is_dropped_not_reset():
+    """KIP-392: a read replica behind the position answers OFFSET_OUT_OF_RANGE. The consumer goes back
+    to the leader; a policy reset ("latest" here) would skip records."""
+    import dataclasses
+
+    cluster = Cluster({1: [(0, 2), (1, 4)]}, leader=1, epoch=1)
+    cluster.add_leader(2, [(0, 2)], 1)  # a replica that only has 0-1
+    c = consumer("latest")
+    c.seek(TP, 0)
+    cluster.run(c, rounds=1)
+    [(node, fetch)] = [(n, r) for n, r in c.poll_requests(0) if isinstance(r, FetchRequest)]
+    response = cluster.answer(node, fetch)
+    redirect = FetchResponse(tuple(dataclasses.replace(p, records=b"", preferred_read_replica=2) for p in response.partitions))
+    c.on_response(node, fetch, redirect, 0)
+    c.seek(TP, 4)  # beyond the replica's end
+    cluster.sent.clear()
+    cluster.run(c, now_ms=100, rounds=1)
+    assert [n for n, r in cluster.sent if isinstance(r, FetchRequest)] == [2]
+    assert c.state_of(TP) == FetchState.FETCHING and c.position(TP).offset == 4 and c.resets == []
+    cluster.run(c, now_ms=300)
+    assert [r.offset for r in c.poll().records()] == [4, 5]  # from the leader
 
 
 # --- ways out ------------------------------------------------------------------------------------------

@@ -405,6 +405,24 @@ def test_produce_acks_all_waits_for_the_isr():
     assert list(iter_batches(rm.partitions[TP].log.read(0)))[0].partition_leader_epoch == 3
 
 
+def test_acks_all_completion_counts_the_maximal_isr():
+    """Kafka's `checkEnoughReplicasReachOffset` compares min.insync.replicas with the maximal ISR: a
+    write that reached the HW while replica 2's re-join is pending succeeded. Answering
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND would make the producer write it a second time."""
+    rm = ReplicaManager(1, min_insync_replicas=3)
+    rm.apply_partition_state(state(1, 3, isr=(1, 2, 3), replicas=(1, 2, 3)), 0)
+    produce = ProduceRequest((ProducePartition("t", 0, tuple(recs(3))),), acks=-1, timeout_ms=1000)
+    assert rm.handle(7, produce, 0) is None
+    rm.apply_partition_state(state(1, 3, isr=(1, 3), replicas=(1, 2, 3), partition_epoch=1), 5)  # 2 dropped out
+    rm.handle(2, FetchRequest((FetchPartition("t", 0, 3, 3),), replica_id=2), 10)  # caught up: re-join pending
+    p = rm.partitions[TP]
+    assert p.isr == (1, 3) and p.maximal_isr == (1, 2, 3) and p.log.high_watermark == 0
+    assert rm.poll_responses(10) == []
+    rm.handle(3, FetchRequest((FetchPartition("t", 0, 3, 3),), replica_id=3), 20)  # HW reaches the write
+    [(_, _, response)] = rm.poll_responses(20)
+    assert response.partitions[0].error_code == Errors.NONE
+
+
 def test_produce_errors():
     rm = ReplicaManager(1, min_insync_replicas=2)
     rm.apply_partition_state(state(1, 3, isr=(1,), replicas=(1, 2)), 0)

@@ -88,6 +88,20 @@ def test_truncate_to_drops_batches_and_epochs():
     assert log.leader_epoch_cache.entries() == [(5, 0)]
 
 
+def test_truncate_below_the_log_start_lowers_the_log_start():
+    """Kafka's `truncateTo`: logStartOffset = min(target, logStartOffset). The log start (DeleteRecords)
+    lies inside batch 4-7; truncating to 5 drops that batch, so the log start cannot stay at 6."""
+    log = PartitionLog(TP)
+    log.append_as_leader(recs(4), 1)  # 0-3
+    log.append_as_leader(recs(4), 2)  # 4-7
+    log.update_high_watermark(8)
+    log.increment_log_start_offset(6)
+    assert log.truncate_to(5)
+    assert log.log_end_offset == 4 and log.log_start_offset <= 4 and log.high_watermark == log.log_start_offset
+    log.append_as_follower(kafka_python_batch(4, 3, [b"x"]))  # the log continues at its end
+    assert log.log_end_offset == 5 and log.read(log.log_start_offset) != b""
+
+
 def test_truncate_at_leo_drops_an_epoch_never_written_to():
     log = PartitionLog(TP)
     log.append_as_leader(recs(2), 0)

@@ -82,6 +82,21 @@ def test_truncation_via_diverging_epoch():
     assert b2.partitions[TP].isr == (1, 2)  # caught up -> AlterPartition accepted by the controller
 
 
+def test_diverging_epoch_with_epoch_minus_one_is_absent():
+    """The wire default DivergingEpoch(-1, -1) is "no divergence": the records are appended, nothing
+    is truncated (treating it as present would truncate to the high watermark)."""
+    b1 = broker(1, make_log(SHARED, hw=2))
+    b1.apply_partition_state(state(2, 2, isr=(2,), replicas=(1, 2)), 0)
+    [(_, fetch)] = b1.poll_requests(0)
+    leader = leader_with(2, SHARED, 2, 2)
+    data = leader.handle(1, fetch, 0).partitions[0]
+    assert data.diverging_epoch is None and data.records
+    import dataclasses
+
+    b1.on_response(2, fetch, FetchResponse((dataclasses.replace(data, diverging_epoch=DivergingEpoch(-1, -1)),)), 0)
+    assert b1.fetcher.truncations == [] and log_of(b1).log_end_offset == 6
+
+
 def test_truncation_via_offsets_for_leader_epoch_sends_current_epoch():
     b1, b2 = diverged_pair(truncate_on_fetch=False)
     s = b1.fetcher.states[TP]
@@ -221,6 +236,20 @@ def test_out_of_range_leader_start_beyond_our_end_restarts_the_log():
     assert log_of(b1).log_end_offset == 12
     assert log_of(b1).read(8) == log_of(b2).read(8)
     assert b1.fetcher.truncations[0].reason == "out_of_range"
+
+
+def test_out_of_range_restart_at_a_log_start_inside_a_batch_starts_at_the_batch():
+    """The leader's log start (DeleteRecords) lies inside batch 4-7. The follower restarts its log at 6,
+    gets the whole batch 4-7 back, and (Kafka's `appendRecordsToFollowerOrFutureReplica`) restarts its
+    still-empty log at the batch's base offset instead of failing the partition for good."""
+    b2 = leader_with(2, [(1, 4, "a-"), (1, 4, "b-"), (1, 4, "c-")], 2, 0, hw=12)
+    log_of(b2).increment_log_start_offset(6)
+    b1 = broker(1)
+    b1.apply_partition_state(state(2, 2, isr=(2,), replicas=(1, 2)), 0)
+    Network({1: b1, 2: b2}).pump(rounds=8)
+    assert TP not in b1.fetcher.failed and b1.fetcher.states[TP].state == FetchState.FETCHING
+    assert log_of(b1).log_end_offset == 12
+    assert log_of(b1).read(4) == log_of(b2).read(4)
 
 
 def test_pre_kip_320_follower_truncates_to_high_watermark_and_sends_no_epochs():

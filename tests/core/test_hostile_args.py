@@ -422,3 +422,28 @@ def test_divergence_at_the_extremes() -> None:
             _i64(0, 2), _i32(0, 1), _i64(0, I64_MAX - 1), _i64(leo_b),
         )  # fmt: skip
         assert batched.tolist() == [-1 if expected is None else expected]
+
+
+# --- offsets near i64::MAX in record batches ----------------------------------------------------
+
+
+def test_encode_batch_refuses_offsets_that_overflow() -> None:
+    two = [(b"a", b"1"), (b"b", b"2")]
+    batch = next(iter_batches(encode_batch(two, base_offset=I64_MAX - 2)))
+    assert (batch.last_offset, batch.next_offset) == (I64_MAX - 1, I64_MAX)
+    for base in (I64_MAX - 1, I64_MAX):
+        with pytest.raises(ValueError, match="overflows the offset range"):
+            encode_batch(two, base_offset=base)
+    with pytest.raises(OverflowError):
+        encode_batch(two, base_offset=2**63)
+
+
+@pytest.mark.parametrize("decode", DECODERS)
+def test_batch_whose_offsets_overflow_is_corrupt_not_wrapped(decode: str) -> None:
+    # Base offset I64_MAX with two records: last_offset would wrap to I64_MIN. The base offset is
+    # outside the v2 CRC, so only the offset check can catch it.
+    batch = bytearray(encode_batch([(b"a", b"1"), (b"b", b"2")]))
+    batch[:8] = I64_MAX.to_bytes(8, "big")
+    with pytest.raises(CorruptRecordError, match="overflow") as err:
+        DECODERS[decode](bytes(PLAIN + batch))
+    assert err.value.position == len(PLAIN)  # type: ignore[attr-defined]

@@ -115,9 +115,10 @@ pub fn format(entries: &[EpochEntry]) -> String {
 }
 
 /// Load a checkpoint file, replaying its entries through `assign` as Kafka does on startup (which
-/// repairs a non-monotonic file in memory). A missing file is an `Io` error (`NotFound`).
+/// repairs a non-monotonic file in memory). A missing file is an `Io` error (`NotFound`), and so is a
+/// directory (`IsADirectory`); a FIFO or device is `InvalidArgument` (see [`crate::file::open_regular`]).
 pub fn read(path: &Path) -> Result<LeaderEpochCache> {
-    let file = File::open(path)?;
+    let file = crate::file::open_regular(path)?;
     let mut bytes = Vec::new();
     // Read one byte past the cap so an oversized file (or one growing under us) is detected.
     file.take(MAX_FILE_SIZE + 1).read_to_end(&mut bytes)?;

@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod divergence;
 pub mod epoch_cache;
 pub mod error;
+pub mod file;
 pub mod records;
 
 #[cfg(feature = "python")]

@@ -91,6 +91,9 @@ def divergence_points(
 
 # --- record batches ------------------------------------------------------------------------------
 # `source`: bytes-like (any C-contiguous buffer, read in place) or a segment file path (memory-mapped).
+# A path must be a regular file (a directory: IsADirectoryError; a FIFO or device: ValueError). Like
+# any mmap reader, a file truncated by another process while mapped faults (SIGBUS) when the lost
+# pages are read; Kafka segments only grow while readers hold them; pass bytes to be immune.
 # `offset`/`length`: decode only that byte range (batch-aligned); positions stay absolute.
 # Legacy magic 0/1 entries are batches too: base_offset is the message's own offset (for a compressed
 # wrapper, its last inner offset), partition_leader_epoch/producer fields are -1, timestamp_type -1

@@ -3,6 +3,10 @@
 Decoding is done by the Rust core (GIL released). `iter_batches` yields one `RecordBatch` at a
 time; `decode_to_arrow` returns every record as one row of a `pyarrow.Table` (pyarrow is imported
 only when that function is called).
+
+A path `source` is memory-mapped and must be a regular file. As with any mmap reader, truncating the
+file from another process while it is being decoded faults the process (SIGBUS): fine for Kafka
+segments, which only grow while readers hold them; read the file into bytes first otherwise.
 """
 
 from __future__ import annotations

@@ -2,7 +2,6 @@
 //! Inputs are borrowed (buffer protocol, or a memory-mapped file) and decoded with the GIL released.
 
 use std::ffi::CString;
-use std::fs::File;
 use std::path::PathBuf;
 
 use arrow_array::ffi_stream::FFI_ArrowArrayStream;
@@ -13,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyCapsule, PyString, PyTuple};
 
+use crate::file::open_regular;
 use crate::records::arrow::{decode_arrow as decode_arrow_core, ArrowDecoded};
 use crate::records::{
     batch_index as batch_index_core, next_decoded, BatchCursor, BatchHeader, BatchSpec,
@@ -41,7 +41,7 @@ impl Source {
     fn open(source: &Bound<'_, PyAny>, offset: u64, length: Option<u64>) -> PyResult<Source> {
         let backing = if source.is_instance_of::<PyString>() || source.hasattr("__fspath__")? {
             let path: PathBuf = source.extract()?;
-            let file = File::open(&path).map_err(Error::from)?;
+            let file = open_regular(&path)?;
             if file.metadata().map_err(Error::from)?.len() == 0 {
                 Backing::Empty
             } else {

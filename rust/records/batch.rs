@@ -66,6 +66,7 @@ impl BatchHeader {
     pub fn has_delete_horizon(&self) -> bool {
         self.magic >= 2 && self.attributes & DELETE_HORIZON_BIT != 0
     }
+    /// Never wraps for a header read by [`BatchCursor`] (it rejects batches whose offsets overflow).
     pub fn last_offset(&self) -> i64 {
         self.base_offset
             .wrapping_add(i64::from(self.last_offset_delta))
@@ -200,6 +201,22 @@ impl<'a> BatchCursor<'a> {
                 ))
             }
         };
+        // Kafka's offsets are non-wrapping: a batch must leave room for the offset after it (its
+        // `next_offset`), or offsets derived from it would silently wrap to negative.
+        if header
+            .base_offset
+            .checked_add(i64::from(header.last_offset_delta))
+            .and_then(|last| last.checked_add(1))
+            .is_none()
+        {
+            return Err(Error::corrupt(
+                at,
+                format!(
+                    "base offset {} + last offset delta {} leaves no next offset (i64 overflow)",
+                    header.base_offset, header.last_offset_delta
+                ),
+            ));
+        }
         self.pos += size;
         Ok(Some(Frame { header, bytes }))
     }

@@ -72,6 +72,19 @@ pub fn encode_batch(spec: &BatchSpec, records: &[NewRecord<'_>]) -> Result<Vec<u
     };
     let last_offset_delta =
         i32::try_from(last_index).map_err(|_| Error::invalid("too many records for one batch"))?;
+    // The decoder's rule too: the batch's offsets, and the one after it, must fit in an i64.
+    if spec
+        .base_offset
+        .checked_add(i64::from(last_offset_delta))
+        .and_then(|last| last.checked_add(1))
+        .is_none()
+    {
+        return Err(Error::invalid(format!(
+            "base_offset {} + {} records overflows the offset range",
+            spec.base_offset,
+            records.len()
+        )));
+    }
     if !(0..=1).contains(&spec.timestamp_type) {
         return Err(Error::invalid(format!(
             "timestamp_type must be 0 or 1, not {}",

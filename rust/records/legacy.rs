@@ -161,16 +161,18 @@ pub(crate) fn decode_legacy<S: RecordSink>(
     };
     // Magic 1 inner offsets are relative; the wrapper carries the absolute offset of the last one.
     let offset_base = if wrapper.magic >= 1 {
-        wrapper.offset.wrapping_sub(last.offset)
+        wrapper.offset.checked_sub(last.offset)
     } else {
-        0
+        Some(0)
     };
+    let overflow = || Error::corrupt(at, "inner message offsets overflow i64");
+    let offset_base = offset_base.ok_or_else(overflow)?;
     let log_append_time = h.timestamp_type() == 1;
     h.records_count = i32::try_from(inner.len()).unwrap_or(i32::MAX);
     sink.begin_batch(&h, inner.len(), payload.len())?;
     for (index, m) in inner.iter().enumerate() {
         let record = RecordView {
-            offset: offset_base.wrapping_add(m.offset),
+            offset: offset_base.checked_add(m.offset).ok_or_else(overflow)?,
             timestamp: if log_append_time {
                 wrapper.timestamp
             } else {

@@ -159,8 +159,19 @@ pub(crate) fn decode_v2<S: RecordSink>(
         } else {
             h.base_timestamp.wrapping_add(timestamp_delta)
         };
+        let offset = h
+            .base_offset
+            .checked_add(i64::from(offset_delta))
+            .ok_or_else(|| {
+                pos.error(
+                    at,
+                    format!(
+                        "record {index}: offset delta {offset_delta} overflows the base offset"
+                    ),
+                )
+            })?;
         let record = RecordView {
-            offset: h.base_offset.wrapping_add(i64::from(offset_delta)),
+            offset,
             timestamp,
             attributes: attributes as i8,
             timestamp_delta,

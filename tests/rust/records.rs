@@ -224,6 +224,63 @@ fn decompression_cap_is_exact() {
     }
 }
 
+/// Offsets never wrap: a batch (or a record in it) whose offsets would pass i64::MAX is rejected on
+/// both sides instead of decoding to negative offsets.
+#[test]
+fn offsets_that_overflow_i64_are_rejected_not_wrapped() {
+    let rec: Vec<NewRecord<'_>> = (0..3)
+        .map(|_| NewRecord {
+            value: Some(b"v"),
+            ..NewRecord::default()
+        })
+        .collect();
+    let spec = |base_offset| BatchSpec {
+        base_offset,
+        ..BatchSpec::default()
+    };
+    // The encoder: the last offset and the next one must fit.
+    assert!(encode_batch(&spec(i64::MAX - 3), &rec).is_ok());
+    for base in [i64::MAX - 2, i64::MAX] {
+        assert!(matches!(
+            encode_batch(&spec(base), &rec),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+    let ok = encode_batch(&spec(0), &rec).unwrap_or_default();
+    let with_base = |base: i64| {
+        let mut b = ok.clone();
+        b[..8].copy_from_slice(&base.to_be_bytes()); // not covered by the v2 CRC
+        b
+    };
+    let no_crc = DecodeOptions {
+        verify_crc: false,
+        ..opts()
+    };
+    let (batches, _) = decode_batches(&with_base(i64::MAX - 3), 0, opts()).unwrap_or_default();
+    let offsets: Vec<i64> = batches[0].records.iter().map(|r| r.offset).collect();
+    assert_eq!(offsets, [i64::MAX - 3, i64::MAX - 2, i64::MAX - 1]);
+    // Header: base + last_offset_delta (2) + 1 overflows, in every entry point.
+    let bad = with_base(i64::MAX - 2);
+    for r in [
+        decode_batches(&bad, 0, opts()).map(|_| ()),
+        decode_arrow(&bad, 0, opts()).map(|_| ()),
+        batch_index(&bad, 0, false).map(|_| ()),
+    ] {
+        assert!(
+            matches!(&r, Err(Error::Corrupt { position: 0, reason }) if reason.contains("overflow")),
+            "{r:?}"
+        );
+    }
+    // A record whose own offset delta passes i64::MAX although the header's last delta does not.
+    let mut lying = with_base(i64::MAX - 1);
+    lying[23..27].copy_from_slice(&0i32.to_be_bytes()); // last_offset_delta 0 (CRC not checked)
+    let r = decode_batches(&lying, 0, no_crc);
+    assert!(
+        matches!(&r, Err(Error::Corrupt { reason, .. }) if reason.contains("record 2: offset delta 2 overflows")),
+        "{r:?}"
+    );
+}
+
 /// shared/kafka-segments: $EPOCHGUARD_KAFKA_SEGMENTS, beside or inside the checkout, or /work/shared.
 fn segments_dir() -> Option<PathBuf> {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -112,38 +112,33 @@ def print_summary(result: AuditResult, console: Console | None = None, *, rows: 
         console.print(table)
     if result.lost_records:
         shown = result.lost_records[:rows]
-        table = Table(title=f"Lost records ({result.lost_count}; first {len(shown)})", title_justify="left")
-        for column in ("topic", "partition", "broker", "offset", "epoch", "key", "value"):
-            table.add_column(column, overflow="fold")
-        for row in shown:
-            table.add_row(
-                row["topic"],
-                str(row["partition"]),
-                str(row["broker"]),
-                str(row["offset"]),
-                str(row["leader_epoch"]),
-                _show(row["key"]),
-                _show(row["value"]),
+        console.print(
+            _sample_table(
+                f"Lost records ({result.lost_count}; first {len(shown)})",
+                ("topic", "partition", "broker", "offset", "epoch", "key", "value"),
+                (
+                    (row["topic"], row["partition"], row["broker"], row["offset"], row["leader_epoch"],
+                     _show(row["key"]), _show(row["value"]))
+                    for row in shown
+                ),
             )
-        console.print(table)
+        )
     if result.phantom_counts is not None:
         console.print(f"[bold]Phantom reads[/] (consumed, not in the reference log): {_counts(result.phantom_counts)}")
         if result.phantom_reads:
             phantoms = result.phantom_reads[:rows]
-            table = Table(title=f"Phantom reads (first {len(phantoms)})", title_justify="left")
-            for column in ("topic", "partition", "offset", "epoch", "kind", "lost on", "why"):
-                table.add_column(column, overflow="fold")
-            for row in phantoms:
-                table.add_row(
-                    row["topic"],
-                    str(row["partition"]),
-                    str(row["offset"]),
-                    str(row["leader_epoch"]),
-                    f"[{'bold red' if row['kind'] in ('truncated', 'rewritten') else 'yellow'}]{row['kind']}[/]",
-                    "-" if row["lost_on_broker"] is None else str(row["lost_on_broker"]),
-                    row["reason"],
+            console.print(
+                _sample_table(
+                    f"Phantom reads (first {len(phantoms)})",
+                    ("topic", "partition", "offset", "epoch", "kind", "lost on", "why"),
+                    (
+                        (row["topic"], row["partition"], row["offset"], row["leader_epoch"],
+                         f"[{'bold red' if row['kind'] in ('truncated', 'rewritten') else 'yellow'}]{row['kind']}[/]",
+                         "-" if row["lost_on_broker"] is None else row["lost_on_broker"], row["reason"])
+                        for row in phantoms
+                    ),
                 )
-            console.print(table)
+            )
     verdict = {0: "[bold green]clean[/]", 1: "[bold red]data loss or unreadable input found[/]"}[result.exit_code]
     console.print(
         f"{verdict}: {len(result.diverged)} diverged replicas, {result.lost_count} lost records, "
@@ -315,3 +310,13 @@ def _html_table(header: list[str], rows: list[list[Any]]) -> str:
         "<tr>" + "".join(f"<td>{'-' if v is None else html.escape(str(v))}</td>" for v in row) + "</tr>" for row in rows
     )
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _sample_table(title: str, columns: tuple[str, ...], rows: Iterable[tuple[object, ...]]) -> Table:
+    """A left-titled table of sample rows; long cells fold instead of being cut."""
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(str(cell) for cell in row))
+    return table

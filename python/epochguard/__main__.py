@@ -13,6 +13,9 @@ def main(argv: list[str] | None = None) -> int:
     from epochguard.sim.cli import configure as configure_simulate
 
     configure_simulate(sub.add_parser("simulate", help="seeded cluster simulation: faults, invariants, timeline"))
+    from epochguard.wire.cli import add_parsers as add_wire_commands
+
+    add_wire_commands(sub)  # serve, judge
     args = parser.parse_args(argv)
     return int(args.run(args))
 

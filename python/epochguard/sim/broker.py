@@ -10,6 +10,7 @@ checkpoint.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -49,6 +50,7 @@ class Broker:
         self.hw_checkpoint: dict[TopicPartition, int] = {}
         self.metadata_lag_ms = 0
         self.alive = True
+        self.on_delayed_response: Callable[[Any, Any], None] | None = None
         self._boot()
 
     def _boot(self) -> None:
@@ -179,6 +181,8 @@ class Broker:
             env = self._waiting_produce.pop(id(request), None)
             if env is not None:
                 self.cluster.network.reply(env, response)
+            elif self.on_delayed_response is not None:  # a produce from outside the sim network (epochguard serve)
+                self.on_delayed_response(request, response)
         self._report_fetcher(now)
         if now >= self._next_checkpoint_ms:
             self._next_checkpoint_ms = now + self.cluster.config.hw_checkpoint_interval_ms

@@ -266,6 +266,9 @@ class Consumer:
         self._next_metadata_node = 0
         self._pending_commits: list[dict[TopicPartition, OffsetAndMetadata]] = []
         self._lookups: list[OffsetsForTimesLookup] = []
+        # Out-of-range fetch answers under policy "none": raised by every poll() until the position moves.
+        self._out_of_range: dict[TopicPartition, int] = {}
+        self._metadata_update_version = -1  # the first pass re-points every position (Kafka starts at -1)
 
     # --- application API ----------------------------------------------------------------------
     def assign(self, partitions: Iterable[TopicPartition], reset_policy: ResetPolicy | None = None) -> None:
@@ -316,6 +319,14 @@ class Consumer:
     def position(self, tp: TopicPartition) -> FetchPosition | None:
         return self._state(tp).position
 
+    def awaiting_validation(self, tp: TopicPartition) -> bool:
+        """Whether the position waits for an OffsetsForLeaderEpoch answer before fetching."""
+        return self._state(tp).state == FetchState.AWAIT_VALIDATION
+
+    def awaiting_reset(self, tp: TopicPartition) -> bool:
+        """Whether the partition waits for a ListOffsets reset (its position is gone)."""
+        return self._state(tp).state == FetchState.AWAIT_RESET
+
     def state_of(self, tp: TopicPartition) -> FetchState:
         return self._state(tp).state
 
@@ -344,9 +355,12 @@ class Consumer:
         return lookup
 
     def poll(self, now_ms: int = 0) -> ConsumerRecords:
-        """Drain buffered records (advancing positions), or raise the oldest pending error."""
+        """Drain buffered records (advancing positions), or raise the oldest pending error. An
+        out-of-range answer under policy "none" is raised by every poll that has no records to return,
+        until the position moves (Kafka keeps the failed fetch at the head of its buffer)."""
         if self._pending_errors:
             raise self._pending_errors.pop(0)
+        out_of_range = self._live_out_of_range()
         records: dict[TopicPartition, list[ConsumerRecord]] = {}
         next_offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         for completed in self._completed:
@@ -362,7 +376,20 @@ class Consumer:
                 records.setdefault(completed.tp, []).extend(completed.records)
             next_offsets[completed.tp] = OffsetAndMetadata(completed.next_offset, "", completed.last_epoch)
         self._completed = []
+        if not records and out_of_range:
+            raise OffsetOutOfRangeError(
+                f"fetch positions out of range: {', '.join(f'{tp} at {o}' for tp, o in sorted(out_of_range.items()))}",
+                out_of_range,
+            )
         return ConsumerRecords(records, {tp: next_offsets[tp] for tp in records})
+
+    def _live_out_of_range(self) -> dict[TopicPartition, int]:
+        """The out-of-range answers that still apply: same offset, still fetching; the rest are dropped."""
+        for tp, offset in list(self._out_of_range.items()):
+            s = self.assignment.get(tp)
+            if s is None or s.state != FetchState.FETCHING or s.position is None or s.position.offset != offset:
+                del self._out_of_range[tp]
+        return dict(self._out_of_range)
 
     # --- requests out -------------------------------------------------------------------------
     def poll_requests(self, now_ms: int) -> list[tuple[int, Request]]:
@@ -370,7 +397,6 @@ class Consumer:
         validations, offsets-for-times lookups and fetches."""
         self._expire(now_ms)
         out: list[tuple[int, Request]] = []
-        self._maybe_request_metadata_for_unknown_epochs()
         if not self._metadata_in_flight and self.metadata.should_update(now_ms):
             node = self._metadata_node()
             if node is not None:
@@ -380,6 +406,7 @@ class Consumer:
         out.extend(self._committed_offset_requests(now_ms))
         out.extend(self._commit_requests(now_ms))
         out.extend(self._reset_requests(now_ms))
+        self._validate_positions_on_metadata_change()
         out.extend(self._validation_requests(now_ms))
         out.extend(self._lookup_requests(now_ms))
         out.extend(self._fetch_requests(now_ms))
@@ -397,15 +424,6 @@ class Consumer:
         node = nodes[self._next_metadata_node % len(nodes)]
         self._next_metadata_node += 1  # rotate, so one dead node cannot starve refreshes
         return node
-
-    def _maybe_request_metadata_for_unknown_epochs(self) -> None:
-        """A partition whose leader or epoch is unknown keeps asking for metadata (with backoff), so a
-        leaderless or epoch-less answer cannot switch validation off for good."""
-        for tp, state in self.assignment.items():
-            current = self.metadata.current_leader(tp)
-            if current.leader is None or (self.protocol == "kip-320" and current.epoch is None):
-                self.metadata.request_update()
-                return
 
     def _committed_offset_requests(self, now_ms: int) -> list[tuple[int, Request]]:
         waiting = [
@@ -532,7 +550,7 @@ class Consumer:
         return out
 
     def _fetch_requests(self, now_ms: int) -> list[tuple[int, Request]]:
-        buffered = {c.tp for c in self._completed}
+        buffered = {c.tp for c in self._completed} | set(self._live_out_of_range())
         groups: dict[int, list[FetchPartition]] = {}
         positions: dict[int, dict[TopicPartition, FetchPosition]] = {}
         for tp, s in self.assignment.items():
@@ -641,6 +659,14 @@ class Consumer:
     # metadata -----------------------------------------------------------------------------------
     def _on_metadata(self, response: MetadataResponse, now_ms: int) -> None:
         self.metadata.update(response, now_ms)
+        self._validate_positions_on_metadata_change()
+
+    def _validate_positions_on_metadata_change(self) -> None:
+        """`validatePositionsOnMetadataChange`: on every metadata version not seen yet (including the
+        first call, whoever updated the cache), re-point each position at the current leader."""
+        if self._metadata_update_version == self.metadata.updates:
+            return
+        self._metadata_update_version = self.metadata.updates
         for tp in self.assignment:
             self._maybe_validate_position(tp)
 
@@ -698,10 +724,7 @@ class Consumer:
             if from_replica:
                 s.preferred_read_replica = None  # the read replica is behind: go back to the leader
             elif s.reset_policy == "none":
-                self._pending_errors.append(
-                    OffsetOutOfRangeError(f"fetch offset {sent.fetch_offset} out of range for {tp}", {tp: sent.fetch_offset})
-                )
-                s.next_retry_ms = now_ms + self.retry_backoff_ms
+                self._out_of_range[tp] = sent.fetch_offset
             else:
                 s.request_reset(s.reset_policy, "out_of_range")
             return
@@ -752,6 +775,7 @@ class Consumer:
 
     def _drop_buffered(self, tp: TopicPartition) -> None:
         self._completed = [c for c in self._completed if c.tp != tp]
+        self._out_of_range.pop(tp, None)
 
     # validation ---------------------------------------------------------------------------------
     def _on_validation(self, flight: _InFlight, response: OffsetsForLeaderEpochResponse, now_ms: int) -> None:
@@ -773,7 +797,7 @@ class Consumer:
             self._pending_errors.append(
                 LogTruncationError(
                     offset_out_of_range_partitions={tp: off for tp, (off, _) in self._truncation_batch.items()},
-                    divergent_offsets={tp: div for tp, (_, div) in self._truncation_batch.items()},
+                    divergent_offsets={tp: div for tp, (_, div) in self._truncation_batch.items() if div is not None},
                 )
             )
             self._truncation_batch = {}

@@ -15,8 +15,9 @@ when one is pending). Truncations are also reported as data in `truncations`, re
 
 Ways out of every state (DESIGN.md section 4): a validation is re-sent as soon as the position changes
 (a second leader change does not wait for the first request), in-flight requests expire after
-`request_timeout_ms`, a partition without leader or epoch keeps asking for metadata, and a lower epoch
-is accepted when the topic id changes (ClientMetadata).
+`request_timeout_ms`, a partition without a leader keeps asking for metadata (one without an epoch
+waits for the periodic `metadata_max_age_ms` refresh, as in Kafka), and a lower epoch is accepted when
+the topic id changes (ClientMetadata).
 
 `protocol="pre-kip-320"`: positions are never validated (a leader change just re-points them), fetches
 carry no epoch, and the only reset trigger is OFFSET_OUT_OF_RANGE.

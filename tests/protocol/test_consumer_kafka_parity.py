@@ -18,6 +18,7 @@ from epochguard.messages import (
     OffsetsForLeaderEpochRequest,
 )
 from epochguard.metadata import ClientMetadata
+from epochguard.api_versions import BROKER_API_VERSIONS
 from epochguard.consumer import Consumer
 from epochguard.types import LeaderAndEpoch, OffsetAndMetadata
 from protocol_support import TP
@@ -48,7 +49,7 @@ def test_first_validation_pass_repoints_positions_at_the_current_leader():
     the first pass re-points every position, so metadata the consumer did not fetch itself (a shared
     cache) triggers validation before any fetch is sent."""
     metadata = ClientMetadata(topics=["t"])
-    c = Consumer(bootstrap=(1,), reset_policy="none", metadata=metadata)
+    c = Consumer(bootstrap=(1,), reset_policy="none", metadata=metadata, api_versions={2: BROKER_API_VERSIONS})
     c.assign([TP])
     c.seek(TP, OffsetAndMetadata(4, leader_epoch=1))  # no leader known yet
     part = MetadataResponsePartition(0, 2, 2, (2,), (2,))

@@ -52,7 +52,7 @@ class World:
 
     def metadata(self) -> MetadataResponse:
         part = MetadataResponsePartition(TP.partition, self.leader, self.epoch, (self.leader,), (self.leader,))
-        brokers = tuple(MetadataResponseBroker(b) for b in (1, 2, 3))
+        brokers = tuple(MetadataResponseBroker(b) for b in sorted(self.brokers))
         return MetadataResponse((MetadataResponseTopic(TP.topic, (part,), "topic-a"),), brokers, version=12)
 
     def answer(self, node: int, request):

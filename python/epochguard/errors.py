@@ -69,8 +69,9 @@ class LogTruncationError(OffsetOutOfRangeError):
     """The log was truncated below the consumer's position (detected by KIP-320 validation, policy `none`).
 
     `offset_out_of_range_partitions`: the position offset of every truncated partition.
-    `divergent_offsets`: per truncated partition, the first offset (and its epoch) the consumer's log
-    and the leader's no longer share, or None where the leader could not say (its answer was undefined).
+    `divergent_offsets`: per truncated partition whose divergence point is known, the first offset (and
+    its epoch) the consumer's log and the leader's no longer share. A partition whose leader could not
+    say (its answer was undefined) is in `offset_out_of_range_partitions` only, as in Kafka.
     """
 
     def __init__(

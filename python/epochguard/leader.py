@@ -14,11 +14,18 @@ diverging epochs, no KIP-207 OFFSET_NOT_AVAILABLE, and ISR expansion without the
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from epochguard._core import find_diverging_epoch
+from epochguard.api_versions import (
+    BROKER_API_VERSIONS,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    NodeApiVersions,
+    answer_api_versions,
+)
 from epochguard.errors import CorruptRecordError, Errors
 from epochguard.log import DEFAULT_SEGMENT_BYTES, AppendInfo, PartitionLog
 from epochguard.messages import (
@@ -534,11 +541,14 @@ class ReplicaManager:
         request_timeout_ms: int = 30_000,
         alter_partition_retry_ms: int = 5_000,
         logs: Mapping[TopicPartition, PartitionLog] | None = None,
+        api_versions: NodeApiVersions = BROKER_API_VERSIONS,
+        peer_api_versions: Callable[[int], NodeApiVersions | None] | None = None,
     ) -> None:
         from epochguard.replica import ReplicaFetcher  # the fetcher drives this manager's partitions
 
         self.broker_id = broker_id
         self._broker_epoch = broker_epoch
+        self.api_versions = api_versions  # what this broker serves (its ApiVersions answer)
         self.protocol: Protocol = protocol
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.segment_bytes = segment_bytes
@@ -558,6 +568,7 @@ class ReplicaManager:
             truncate_on_fetch=truncate_on_fetch,
             fetch_backoff_ms=fetch_backoff_ms,
             request_timeout_ms=request_timeout_ms,
+            leader_api_versions=peer_api_versions,
         )
         if self.log_dir is not None and not (self.log_dir / "meta.properties").exists():
             from epochguard.logdir import write_meta_properties
@@ -649,7 +660,9 @@ class ReplicaManager:
         return None
 
     # --- requests in --------------------------------------------------------------------------
-    def handle(self, node_id: int, request: Request, now_ms: int) -> Response | None:
+    def handle(self, node_id: int, request: Request | ApiVersionsRequest, now_ms: int) -> Response | ApiVersionsResponse | None:
+        if isinstance(request, ApiVersionsRequest):
+            return answer_api_versions(request, self.api_versions)
         if isinstance(request, FetchRequest):
             return self._handle_fetch(request, now_ms)
         if isinstance(request, OffsetsForLeaderEpochRequest):

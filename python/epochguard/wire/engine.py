@@ -3,8 +3,7 @@
 `WireCluster` owns an `epochguard.sim.Cluster` (brokers with divergent logs, controller, the
 scenario's simulated producer) and answers the requests real clients send to each broker with the
 same state machines the simulator drives: Produce, Fetch, ListOffsets and OffsetsForLeaderEpoch go to
-that broker's `ReplicaManager`, OffsetCommit/OffsetFetch to the `GroupCoordinator`, ApiVersions to
-`answer_api_versions`. What it adds is what Kafka's request layer (`KafkaApis`, `DelayedFetch`,
+that broker's `ReplicaManager`, OffsetCommit/OffsetFetch to the `GroupCoordinator`. What it adds is what Kafka's request layer (`KafkaApis`, `DelayedFetch`,
 `DelayedProduce`, the per-connection mute in `SocketServer`) does around them:
 
 - one request at a time per connection, answered in order; later ones wait in a bounded queue;
@@ -22,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from epochguard.api_versions import ApiKey, ApiVersionsRequest, answer_api_versions
+from epochguard.api_versions import ApiKey, ApiVersionsRequest
 from epochguard.errors import Errors
 from epochguard.messages import (
     FetchRequest,
@@ -202,7 +201,7 @@ class WireCluster:
             if request.client_software_name:
                 conn.software_name = request.client_software_name
                 conn.software_version = request.client_software_version
-            self._answer(waiting, answer_api_versions(request))
+            self._answer(waiting, broker.manager.handle(_BROKER_REPLICA_CONSUMER, request, now))
         elif isinstance(request, MetadataRequest):
             self._answer(waiting, self._metadata(conn.broker_id, request))
         elif isinstance(request, FetchRequest):

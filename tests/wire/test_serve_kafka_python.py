@@ -73,7 +73,8 @@ def test_unclean_election_verdict_agrees_with_the_consumers_own_log(trigger: str
     (client,) = [c for c in result["clients"] if c["client_id"] == f"kp-{trigger}"]
     (event,) = client["divergences"]
     if went_back_to is not None and any(first[o] != v for o, v, _ in log if o >= went_back_to and o in first):
-        assert went_back_to == event["offset"]
-        assert event["verdict"] in ("detected", "reset")
+        assert event["verdict"] in ("detected", "reset"), event
+        if event["verdict"] == "detected":  # it went back exactly to where the logs part
+            assert went_back_to == event["offset"], event
     else:
-        assert event["verdict"] == "silent"
+        assert event["verdict"] == "silent", event

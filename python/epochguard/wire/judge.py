@@ -204,7 +204,6 @@ class Judge:
         self._sent_epochs(report, "Fetch", [(p.tp, p.current_leader_epoch) for p in request.partitions])
         offsets = {p.tp: p.fetch_offset for p in request.partitions}
         for tp, offset in offsets.items():
-            self._judge_fetch(name, tp, offset)
             na = self._not_available.pop((name, tp), None)
             if na is not None:
                 na["then"] = f"fetched at {offset} without a new offset"
@@ -214,6 +213,9 @@ class Judge:
             d = self._open.get((name, p.tp))
             if d is not None and p.diverging_epoch is not None:
                 d.validated = p.diverging_epoch.end_offset
+            elif p.error_code == Errors.NONE and p.tp in offsets:
+                # A fetch answered with an error (out of range, fenced) moves nothing: wait for the next move.
+                self._judge_fetch(name, p.tp, offsets[p.tp])
             if p.error_code != Errors.NONE or not p.records:
                 continue
             spans = batch_spans(p.records)

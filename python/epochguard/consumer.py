@@ -15,8 +15,16 @@ when one is pending). Truncations are also reported as data in `truncations`, re
 
 Ways out of every state (DESIGN.md section 4): a validation is re-sent as soon as the position changes
 (a second leader change does not wait for the first request), in-flight requests expire after
-`request_timeout_ms`, a partition without leader or epoch keeps asking for metadata, and a lower epoch
-is accepted when the topic id changes (ClientMetadata).
+`request_timeout_ms`, a partition without a leader keeps asking for metadata (one without an epoch
+waits for the periodic `metadata_max_age_ms` refresh, as in Kafka), and a lower epoch is accepted when
+the topic id changes (ClientMetadata).
+
+Broker API versions (Kafka's `ApiVersions`): the consumer asks ApiVersions of every broker the
+metadata lists, validates positions only against brokers whose OffsetForLeaderEpoch reaches v3 (an
+older leader just becomes the fetch target, as `updatePositionLeaderNoValidation`), and sends no
+validation to a broker before its answer. Deliberate difference: Kafka handshakes on each new
+connection and holds every request until then; here there are no connections, so the handshake is
+eager and only validation (the one request whose use depends on the version) waits for it.
 
 `protocol="pre-kip-320"`: positions are never validated (a leader change just re-points them), fetches
 carry no epoch, and the only reset trigger is OFFSET_OUT_OF_RANGE.
@@ -34,6 +42,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from epochguard._core import LeaderEpochCache, iter_batches, truncation_offset
+from epochguard.api_versions import (
+    ApiKey,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    NodeApiVersions,
+    has_usable_offset_for_leader_epoch_version,
+)
 from epochguard.errors import (
     CorruptRecordError,
     EpochGuardError,
@@ -53,6 +68,7 @@ from epochguard.messages import (
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    OFFSET_FOR_LEADER_EPOCH_VERSION,
     MetadataRequest,
     MetadataResponse,
     OffsetCommitPartition,
@@ -88,6 +104,9 @@ from epochguard.types import (
     epoch_or_none,
     epoch_or_sentinel,
 )
+
+ClientRequest = Request | ApiVersionsRequest
+ClientResponse = Response | ApiVersionsResponse
 
 __all__ = ["FetchState", "PartitionState", "OffsetsForTimesLookup", "Consumer"]
 
@@ -213,7 +232,7 @@ class _InFlight:
     positions: dict[TopicPartition, FetchPosition] = field(default_factory=dict)
     resets: dict[TopicPartition, ResetPolicy] = field(default_factory=dict)
     lookup: OffsetsForTimesLookup | None = None
-    request: Request | None = None
+    request: ClientRequest | None = None
 
 
 class Consumer:
@@ -238,6 +257,7 @@ class Consumer:
         request_timeout_ms: int = 30_000,
         metadata: ClientMetadata | None = None,
         track_consumed_epochs: bool = False,
+        api_versions: Mapping[int, NodeApiVersions] | None = None,
     ) -> None:
         if reset_policy not in ("earliest", "latest", "none"):
             raise ValueError(f"invalid reset policy {reset_policy!r}")
@@ -266,6 +286,14 @@ class Consumer:
         self._next_metadata_node = 0
         self._pending_commits: list[dict[TopicPartition, OffsetAndMetadata]] = []
         self._lookups: list[OffsetsForTimesLookup] = []
+        # Out-of-range fetch answers under policy "none": raised by every poll() until the position moves.
+        self._out_of_range: dict[TopicPartition, int] = {}
+        self._metadata_update_version = -1  # the first pass re-points every position (Kafka starts at -1)
+        # Each broker's ApiVersions answer (Kafka's `ApiVersions`): asked of every broker the metadata
+        # lists; validation waits for the leader's and is skipped below OffsetForLeaderEpoch v3.
+        self._api_versions: dict[int, NodeApiVersions] = dict(api_versions or {})
+        self._api_versions_asked: dict[int, int] = {}  # node -> ApiVersions request version in flight
+        self._api_versions_retry: dict[int, tuple[int, int]] = {}  # node -> (not before ms, version)
 
     # --- application API ----------------------------------------------------------------------
     def assign(self, partitions: Iterable[TopicPartition], reset_policy: ResetPolicy | None = None) -> None:
@@ -316,6 +344,26 @@ class Consumer:
     def position(self, tp: TopicPartition) -> FetchPosition | None:
         return self._state(tp).position
 
+    def node_api_versions(self, node_id: int) -> NodeApiVersions | None:
+        """What broker `node_id` answered to ApiVersions, or None while unknown."""
+        return self._api_versions.get(node_id)
+
+    def update_api_versions(self, node_id: int, versions: NodeApiVersions) -> None:
+        """Record a broker's versions learned elsewhere (a driver that did the handshake itself)."""
+        self._api_versions[node_id] = versions
+
+    def forget_api_versions(self, node_id: int) -> None:
+        """Forget a broker's versions (Kafka does on disconnect); they are asked again before validating."""
+        self._api_versions.pop(node_id, None)
+
+    def awaiting_validation(self, tp: TopicPartition) -> bool:
+        """Whether the position waits for an OffsetsForLeaderEpoch answer before fetching."""
+        return self._state(tp).state == FetchState.AWAIT_VALIDATION
+
+    def awaiting_reset(self, tp: TopicPartition) -> bool:
+        """Whether the partition waits for a ListOffsets reset (its position is gone)."""
+        return self._state(tp).state == FetchState.AWAIT_RESET
+
     def state_of(self, tp: TopicPartition) -> FetchState:
         return self._state(tp).state
 
@@ -344,9 +392,12 @@ class Consumer:
         return lookup
 
     def poll(self, now_ms: int = 0) -> ConsumerRecords:
-        """Drain buffered records (advancing positions), or raise the oldest pending error."""
+        """Drain buffered records (advancing positions), or raise the oldest pending error. An
+        out-of-range answer under policy "none" is raised by every poll that has no records to return,
+        until the position moves (Kafka keeps the failed fetch at the head of its buffer)."""
         if self._pending_errors:
             raise self._pending_errors.pop(0)
+        out_of_range = self._live_out_of_range()
         records: dict[TopicPartition, list[ConsumerRecord]] = {}
         next_offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         for completed in self._completed:
@@ -362,15 +413,27 @@ class Consumer:
                 records.setdefault(completed.tp, []).extend(completed.records)
             next_offsets[completed.tp] = OffsetAndMetadata(completed.next_offset, "", completed.last_epoch)
         self._completed = []
+        if not records and out_of_range:
+            raise OffsetOutOfRangeError(
+                f"fetch positions out of range: {', '.join(f'{tp} at {o}' for tp, o in sorted(out_of_range.items()))}",
+                out_of_range,
+            )
         return ConsumerRecords(records, {tp: next_offsets[tp] for tp in records})
 
+    def _live_out_of_range(self) -> dict[TopicPartition, int]:
+        """The out-of-range answers that still apply: same offset, still fetching; the rest are dropped."""
+        for tp, offset in list(self._out_of_range.items()):
+            s = self.assignment.get(tp)
+            if s is None or s.state != FetchState.FETCHING or s.position is None or s.position.offset != offset:
+                del self._out_of_range[tp]
+        return dict(self._out_of_range)
+
     # --- requests out -------------------------------------------------------------------------
-    def poll_requests(self, now_ms: int) -> list[tuple[int, Request]]:
+    def poll_requests(self, now_ms: int) -> list[tuple[int, ClientRequest]]:
         """Everything to send now: metadata refresh, committed-offset fetch, commits, resets,
         validations, offsets-for-times lookups and fetches."""
         self._expire(now_ms)
-        out: list[tuple[int, Request]] = []
-        self._maybe_request_metadata_for_unknown_epochs()
+        out: list[tuple[int, ClientRequest]] = []
         if not self._metadata_in_flight and self.metadata.should_update(now_ms):
             node = self._metadata_node()
             if node is not None:
@@ -380,12 +443,45 @@ class Consumer:
         out.extend(self._committed_offset_requests(now_ms))
         out.extend(self._commit_requests(now_ms))
         out.extend(self._reset_requests(now_ms))
+        self._validate_positions_on_metadata_change()
         out.extend(self._validation_requests(now_ms))
         out.extend(self._lookup_requests(now_ms))
         out.extend(self._fetch_requests(now_ms))
+        return self._api_versions_requests(now_ms) + out
+
+    def _api_versions_requests(self, now_ms: int) -> list[tuple[int, ClientRequest]]:
+        """ApiVersions to every broker the metadata lists and every leader a validation waits on."""
+        if self.protocol == "pre-kip-320":
+            return []  # nothing it sends depends on the broker's versions
+        nodes = set(self.metadata.brokers)
+        for s in self.assignment.values():
+            if s.state == FetchState.AWAIT_VALIDATION and s.position is not None and s.position.current_leader.leader is not None:
+                nodes.add(s.position.current_leader.leader)
+        out: list[tuple[int, ClientRequest]] = []
+        for node in sorted(nodes):
+            if node in self._api_versions or node in self._api_versions_asked:
+                continue
+            not_before, version = self._api_versions_retry.get(node, (0, ApiVersionsRequest().version))
+            if now_ms < not_before:
+                continue
+            request = ApiVersionsRequest(version=version)
+            self._api_versions_asked[node] = version
+            out.append((node, self._track(request, _InFlight(node, now_ms, ()))))
         return out
 
-    def _track(self, request: Request, flight: _InFlight) -> Request:
+    def _on_api_versions(self, node_id: int, response: ApiVersionsResponse, now_ms: int) -> None:
+        if response.error_code == Errors.NONE:
+            self._api_versions[node_id] = response.node_api_versions
+            self._api_versions_retry.pop(node_id, None)
+            return
+        own = response.node_api_versions.version_range(ApiKey.API_VERSIONS)
+        if response.error_code == Errors.UNSUPPORTED_VERSION and own is not None:
+            # Kafka's client retries at the newest version the broker listed, at once.
+            self._api_versions_retry[node_id] = (now_ms, min(own.max_version, ApiVersionsRequest().version))
+        else:
+            self._api_versions_retry[node_id] = (now_ms + self.retry_backoff_ms, ApiVersionsRequest().version)
+
+    def _track(self, request: ClientRequest, flight: _InFlight) -> ClientRequest:
         flight.request = request
         self._in_flight[id(request)] = flight
         return request
@@ -398,16 +494,7 @@ class Consumer:
         self._next_metadata_node += 1  # rotate, so one dead node cannot starve refreshes
         return node
 
-    def _maybe_request_metadata_for_unknown_epochs(self) -> None:
-        """A partition whose leader or epoch is unknown keeps asking for metadata (with backoff), so a
-        leaderless or epoch-less answer cannot switch validation off for good."""
-        for tp, state in self.assignment.items():
-            current = self.metadata.current_leader(tp)
-            if current.leader is None or (self.protocol == "kip-320" and current.epoch is None):
-                self.metadata.request_update()
-                return
-
-    def _committed_offset_requests(self, now_ms: int) -> list[tuple[int, Request]]:
+    def _committed_offset_requests(self, now_ms: int) -> list[tuple[int, ClientRequest]]:
         waiting = [
             tp
             for tp, s in self.assignment.items()
@@ -424,10 +511,10 @@ class Consumer:
         request = OffsetFetchRequest(self.group_id, tuple(sorted(waiting)))
         return [(self.coordinator_id, self._track(request, _InFlight(self.coordinator_id, now_ms, tuple(waiting))))]
 
-    def _commit_requests(self, now_ms: int) -> list[tuple[int, Request]]:
+    def _commit_requests(self, now_ms: int) -> list[tuple[int, ClientRequest]]:
         if not self._pending_commits or self.group_id is None or self.coordinator_id is None:
             return []
-        out: list[tuple[int, Request]] = []
+        out: list[tuple[int, ClientRequest]] = []
         for offsets in self._pending_commits:
             request = OffsetCommitRequest(
                 self.group_id,
@@ -456,13 +543,13 @@ class Consumer:
             groups.setdefault(leader, []).append(tp)
         return groups
 
-    def _reset_requests(self, now_ms: int) -> list[tuple[int, Request]]:
+    def _reset_requests(self, now_ms: int) -> list[tuple[int, ClientRequest]]:
         due = [
             tp
             for tp, s in self.assignment.items()
             if s.state == FetchState.AWAIT_RESET and not s.reset_in_flight and now_ms >= s.next_retry_ms
         ]
-        out: list[tuple[int, Request]] = []
+        out: list[tuple[int, ClientRequest]] = []
         for node, tps in sorted(self._by_leader(due).items()):
             parts = []
             resets: dict[TopicPartition, ResetPolicy] = {}
@@ -482,7 +569,7 @@ class Consumer:
             return NO_EPOCH
         return epoch_or_sentinel(self.metadata.current_leader(tp).epoch)
 
-    def _validation_requests(self, now_ms: int) -> list[tuple[int, Request]]:
+    def _validation_requests(self, now_ms: int) -> list[tuple[int, ClientRequest]]:
         if self.protocol == "pre-kip-320":
             return []
         groups: dict[int, list[tuple[TopicPartition, FetchPosition]]] = {}
@@ -495,8 +582,14 @@ class Consumer:
             if leader is None:
                 self.metadata.request_update()  # e.g. waiting for metadata to reach a committed epoch
                 continue
+            versions = self._api_versions.get(leader)
+            if versions is None:
+                continue  # wait for the broker's ApiVersions answer (asked in this same round)
+            if not has_usable_offset_for_leader_epoch_version(versions):
+                s.transition(FetchState.FETCHING, s.position)  # `completeValidation`: it cannot validate
+                continue
             groups.setdefault(leader, []).append((tp, s.position))
-        out: list[tuple[int, Request]] = []
+        out: list[tuple[int, ClientRequest]] = []
         for node, entries in sorted(groups.items()):
             parts = []
             for tp, pos in entries:
@@ -506,13 +599,16 @@ class Consumer:
                         tp.topic, tp.partition, epoch_or_sentinel(pos.offset_epoch), epoch_or_sentinel(pos.current_leader.epoch)
                     )
                 )
-            request = OffsetsForLeaderEpochRequest(tuple(parts))
+            version = self._api_versions[node].latest_usable_version(
+                ApiKey.OFFSET_FOR_LEADER_EPOCH, 3, OFFSET_FOR_LEADER_EPOCH_VERSION
+            )
+            request = OffsetsForLeaderEpochRequest(tuple(parts), version=version)
             flight = _InFlight(node, now_ms, tuple(tp for tp, _ in entries), positions=dict(entries))
             out.append((node, self._track(request, flight)))
         return out
 
-    def _lookup_requests(self, now_ms: int) -> list[tuple[int, Request]]:
-        out: list[tuple[int, Request]] = []
+    def _lookup_requests(self, now_ms: int) -> list[tuple[int, ClientRequest]]:
+        out: list[tuple[int, ClientRequest]] = []
         for lookup in self._lookups:
             if lookup.done:
                 continue
@@ -531,8 +627,8 @@ class Consumer:
                 out.append((node, self._track(request, _InFlight(node, now_ms, tuple(tps), lookup=lookup))))
         return out
 
-    def _fetch_requests(self, now_ms: int) -> list[tuple[int, Request]]:
-        buffered = {c.tp for c in self._completed}
+    def _fetch_requests(self, now_ms: int) -> list[tuple[int, ClientRequest]]:
+        buffered = {c.tp for c in self._completed} | set(self._live_out_of_range())
         groups: dict[int, list[FetchPartition]] = {}
         positions: dict[int, dict[TopicPartition, FetchPosition]] = {}
         for tp, s in self.assignment.items():
@@ -547,7 +643,7 @@ class Consumer:
             epoch = NO_EPOCH if self.protocol == "pre-kip-320" else epoch_or_sentinel(s.position.current_leader.epoch)
             groups.setdefault(node, []).append(FetchPartition(tp.topic, tp.partition, s.position.offset, epoch))
             positions.setdefault(node, {})[tp] = s.position
-        out: list[tuple[int, Request]] = []
+        out: list[tuple[int, ClientRequest]] = []
         for node, parts in sorted(groups.items()):
             for p in parts:
                 self.assignment[p.tp].fetch_in_flight = True
@@ -558,12 +654,14 @@ class Consumer:
         return out
 
     # --- responses in -------------------------------------------------------------------------
-    def on_response(self, node_id: int, request: Request, response: Response, now_ms: int) -> None:
+    def on_response(self, node_id: int, request: ClientRequest, response: ClientResponse, now_ms: int) -> None:
         flight = self._in_flight.pop(id(request), None)
         if flight is None:
             return  # expired or not ours
         self._clear_in_flight(request, flight)
-        if isinstance(response, MetadataResponse):
+        if isinstance(response, ApiVersionsResponse):
+            self._on_api_versions(node_id, response, now_ms)
+        elif isinstance(response, MetadataResponse):
             self._on_metadata(response, now_ms)
         elif isinstance(response, FetchResponse) and isinstance(request, FetchRequest):
             self._on_fetch(flight, request, response, now_ms)
@@ -579,12 +677,16 @@ class Consumer:
         elif isinstance(response, OffsetCommitResponse) and isinstance(request, OffsetCommitRequest):
             self._on_commit(request, response)
 
-    def on_request_failed(self, node_id: int, request: Request, now_ms: int) -> None:
+    def on_request_failed(self, node_id: int, request: ClientRequest, now_ms: int) -> None:
         """No answer (disconnect, timeout): retry after backoff, and refresh metadata."""
         flight = self._in_flight.pop(id(request), None)
         if flight is None:
             return
         self._clear_in_flight(request, flight)
+        self._api_versions.pop(node_id, None)  # a lost connection: its versions are asked again
+        if isinstance(request, ApiVersionsRequest):
+            self._api_versions_retry[node_id] = (now_ms + self.retry_backoff_ms, request.version)
+            return
         if isinstance(request, MetadataRequest):
             self.metadata.failed_update(now_ms)
             return
@@ -610,8 +712,10 @@ class Consumer:
                 lookup.error = RequestTimedOutError("offsets_for_times timed out")
         self._lookups = [lookup for lookup in self._lookups if not lookup.done]
 
-    def _clear_in_flight(self, request: Request, flight: _InFlight) -> None:
-        if isinstance(request, MetadataRequest):
+    def _clear_in_flight(self, request: ClientRequest, flight: _InFlight) -> None:
+        if isinstance(request, ApiVersionsRequest):
+            self._api_versions_asked.pop(flight.node_id, None)
+        elif isinstance(request, MetadataRequest):
             self._metadata_in_flight = False
         elif isinstance(request, FetchRequest):
             self._fetch_nodes.discard(flight.node_id)
@@ -641,6 +745,14 @@ class Consumer:
     # metadata -----------------------------------------------------------------------------------
     def _on_metadata(self, response: MetadataResponse, now_ms: int) -> None:
         self.metadata.update(response, now_ms)
+        self._validate_positions_on_metadata_change()
+
+    def _validate_positions_on_metadata_change(self) -> None:
+        """`validatePositionsOnMetadataChange`: on every metadata version not seen yet (including the
+        first call, whoever updated the cache), re-point each position at the current leader."""
+        if self._metadata_update_version == self.metadata.updates:
+            return
+        self._metadata_update_version = self.metadata.updates
         for tp in self.assignment:
             self._maybe_validate_position(tp)
 
@@ -653,6 +765,13 @@ class Consumer:
         current = self.metadata.current_leader(tp)
         if self.protocol == "pre-kip-320":
             if current.leader is not None and s.position is not None and s.position.current_leader != current:
+                s.seek_validated(FetchPosition(s.position.offset, s.position.offset_epoch, current))
+                s.preferred_read_replica = None
+            return False
+        versions = None if current.leader is None else self._api_versions.get(current.leader)
+        if versions is not None and not has_usable_offset_for_leader_epoch_version(versions):
+            # `updatePositionLeaderNoValidation`: a pre-v3 broker cannot validate; fetch from it as is.
+            if s.position is not None:
                 s.seek_validated(FetchPosition(s.position.offset, s.position.offset_epoch, current))
                 s.preferred_read_replica = None
             return False
@@ -698,10 +817,7 @@ class Consumer:
             if from_replica:
                 s.preferred_read_replica = None  # the read replica is behind: go back to the leader
             elif s.reset_policy == "none":
-                self._pending_errors.append(
-                    OffsetOutOfRangeError(f"fetch offset {sent.fetch_offset} out of range for {tp}", {tp: sent.fetch_offset})
-                )
-                s.next_retry_ms = now_ms + self.retry_backoff_ms
+                self._out_of_range[tp] = sent.fetch_offset
             else:
                 s.request_reset(s.reset_policy, "out_of_range")
             return
@@ -752,6 +868,7 @@ class Consumer:
 
     def _drop_buffered(self, tp: TopicPartition) -> None:
         self._completed = [c for c in self._completed if c.tp != tp]
+        self._out_of_range.pop(tp, None)
 
     # validation ---------------------------------------------------------------------------------
     def _on_validation(self, flight: _InFlight, response: OffsetsForLeaderEpochResponse, now_ms: int) -> None:
@@ -773,7 +890,7 @@ class Consumer:
             self._pending_errors.append(
                 LogTruncationError(
                     offset_out_of_range_partitions={tp: off for tp, (off, _) in self._truncation_batch.items()},
-                    divergent_offsets={tp: div for tp, (_, div) in self._truncation_batch.items()},
+                    divergent_offsets={tp: div for tp, (_, div) in self._truncation_batch.items() if div is not None},
                 )
             )
             self._truncation_batch = {}

@@ -116,26 +116,28 @@ class ClientMetadata:
         trusted = response.version >= _EPOCH_TRUSTED_FROM_VERSION
         accepted: list[TopicPartition] = []
         rejected: list[TopicPartition] = []
-        removed: list[TopicPartition] = []
+        # A full update (Kafka's `new MetadataSnapshot`): the cache is rebuilt from the response, so the
+        # partitions and topic ids of topics absent from it (deleted) or answering an error go away.
+        # Last-seen epochs stay: a position may wait on one, and topic re-creation resets it.
+        old_partitions, old_topic_ids = self._partitions, self._topic_ids
+        self._partitions, self._topic_ids = {}, {}
         for topic in response.topics:
+            if topic.topic_id is not None:
+                self._topic_ids[topic.name] = topic.topic_id
             if topic.error_code != Errors.NONE:
-                # Topic errors drop the partitions and keep the last-seen epochs.
-                gone = [tp for tp in self._partitions if tp.topic == topic.name]
-                for tp in gone:
-                    del self._partitions[tp]
-                removed.extend(gone)
                 if topic.error_code.retriable:
                     self._need_update = True
                 continue
-            old_topic_id = self._topic_ids.get(topic.name)
-            if topic.topic_id is not None:
-                self._topic_ids[topic.name] = topic.topic_id
+            old_topic_id = old_topic_ids.get(topic.name) if topic.topic_id is not None else None
             for p in topic.partitions:
                 tp = TopicPartition(topic.name, p.partition_index)
                 if self._accept(tp, p, trusted, topic.topic_id, old_topic_id):
                     accepted.append(tp)
                 else:
                     rejected.append(tp)
+                    if tp in old_partitions:
+                        self._partitions[tp] = old_partitions[tp]  # stale answer: keep what we had
+        removed = sorted(tp for tp in old_partitions if tp not in self._partitions)
         if rejected:
             self._need_update = True  # stale answer: ask again (after backoff)
         return MetadataUpdate(tuple(accepted), tuple(rejected), tuple(removed))
@@ -167,7 +169,7 @@ class ClientMetadata:
                 self._last_seen_epochs[tp] = meta.leader_epoch
                 self._partitions[tp] = meta
                 return True
-            return False  # stale: keep what we have (absent stays absent)
+            return False  # stale: the caller keeps what it had (absent stays absent)
         # No usable epoch (old version, or a leaderless partition answering -1): forget the last-seen.
         self._last_seen_epochs.pop(tp, None)
         self._partitions[tp] = meta.without_leader_epoch()

@@ -126,7 +126,8 @@ class Consumer:
             records = self.machine.poll(now)
         except LogTruncationError as e:  # reset policy "none": the application decides where to go on
             self._report()
-            for tp, divergent in e.divergent_offsets.items():
+            for tp in e.offset_out_of_range_partitions:
+                divergent = e.divergent_offsets.get(tp)  # absent where the divergence point is unknown
                 if divergent is not None:
                     self.machine.seek(tp, divergent)
                 else:

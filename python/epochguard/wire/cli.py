@@ -20,22 +20,31 @@ __all__ = ["add_parsers", "format_table"]
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
-    serve = sub.add_parser("serve", help="the simulated cluster on the Kafka wire: point real clients at it")
-    serve.add_argument("scenario", choices=sorted(SCENARIOS))
+    serve = sub.add_parser(
+        "serve", help="the simulated cluster on the Kafka wire: point real clients at it",
+        description="Run a simulated 3-broker cluster behind the real Kafka protocol on 127.0.0.1 and judge the "
+                    "clients you point at it. The first line printed is `bootstrap HOST:PORT,...`; `settled` follows "
+                    "once the scenario's faults have fired and the cluster has healed. Stop it with Ctrl-C or SIGTERM "
+                    "to get each client's verdicts (detected / reset / silent / stuck per divergence).")
+    serve.add_argument("scenario", choices=sorted(SCENARIOS), help="which faults the cluster goes through")
     serve.add_argument("--trigger", choices=TRIGGERS, default="served",
                        help="when the scenario's faults fire: the clients were served the log end (served), "
                             "then also got an empty fetch there (caught-up), committed (commit), got an acks=all ack")
-    serve.add_argument("--seed", type=int, default=0)
+    serve.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the simulated cluster")
     serve.add_argument("--trace", metavar="PATH", help="write every request, response and fault here (JSON lines)")
     serve.add_argument("--json", action="store_true", help="the last stdout line is the result as JSON")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=0, help="first broker's port (the others follow); 0 = ephemeral")
-    serve.add_argument("--timeout-s", type=float, default=30.0,
+    serve.add_argument("--host", default="127.0.0.1", metavar="H", help="address to listen on")
+    serve.add_argument("--port", type=int, default=0, metavar="P",
+                       help="first broker's port (the others follow); 0 = ephemeral")
+    serve.add_argument("--timeout-s", type=float, default=30.0, metavar="S",
                        help="fire the faults anyway after waiting this long for the trigger")
     serve.set_defaults(run=_serve)
-    judge = sub.add_parser("judge", help="re-judge a recorded `serve --trace` run offline (replays it)")
-    judge.add_argument("trace")
-    judge.add_argument("--json", action="store_true")
+    judge = sub.add_parser(
+        "judge", help="re-judge a recorded `serve --trace` run offline (replays it)",
+        description="Replay a trace written by `epochguard serve --trace` against a fresh simulated cluster, check "
+                    "that every answer comes out byte-identical, and print the same verdicts per client.")
+    judge.add_argument("trace", help="the JSON-lines trace file")
+    judge.add_argument("--json", action="store_true", help="the last stdout line is the verdicts as JSON")
     judge.set_defaults(run=_judge)
 
 

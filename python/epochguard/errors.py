@@ -37,6 +37,7 @@ __all__ = [
     "UnknownLeaderEpochError",
     "OffsetNotAvailableError",
     "IneligibleReplicaError",
+    "UnsupportedVersionError",
 ]
 
 
@@ -68,8 +69,9 @@ class LogTruncationError(OffsetOutOfRangeError):
     """The log was truncated below the consumer's position (detected by KIP-320 validation, policy `none`).
 
     `offset_out_of_range_partitions`: the position offset of every truncated partition.
-    `divergent_offsets`: per truncated partition, the first offset (and its epoch) the consumer's log
-    and the leader's no longer share, or None where the leader could not say (its answer was undefined).
+    `divergent_offsets`: per truncated partition whose divergence point is known, the first offset (and
+    its epoch) the consumer's log and the leader's no longer share. A partition whose leader could not
+    say (its answer was undefined) is in `offset_out_of_range_partitions` only, as in Kafka.
     """
 
     def __init__(
@@ -162,6 +164,13 @@ class IneligibleReplicaError(ApiError):
     retriable = False
 
 
+class UnsupportedVersionError(ApiError):
+    """No API version both sides support (Kafka's `UnsupportedVersionException`): a broker answers a
+    request version it does not serve with this code, and a client finds no usable version."""
+
+    retriable = False
+
+
 class Errors(enum.IntEnum):
     """Kafka error codes (`org.apache.kafka.common.protocol.Errors`), the ones these flows use."""
 
@@ -176,6 +185,7 @@ class Errors(enum.IntEnum):
     NOT_ENOUGH_REPLICAS = 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     TOPIC_AUTHORIZATION_FAILED = 29
+    UNSUPPORTED_VERSION = 35
     OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
     FENCED_LEADER_EPOCH = 74
@@ -223,6 +233,7 @@ _EXCEPTIONS: dict[Errors, type[ApiError]] = {
     Errors.UNKNOWN_LEADER_EPOCH: UnknownLeaderEpochError,
     Errors.OFFSET_NOT_AVAILABLE: OffsetNotAvailableError,
     Errors.INELIGIBLE_REPLICA: IneligibleReplicaError,
+    Errors.UNSUPPORTED_VERSION: UnsupportedVersionError,
 }
 for _code, _cls in _EXCEPTIONS.items():
     _cls.code = _code

@@ -14,11 +14,18 @@ diverging epochs, no KIP-207 OFFSET_NOT_AVAILABLE, and ISR expansion without the
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from epochguard._core import find_diverging_epoch
+from epochguard.api_versions import (
+    BROKER_API_VERSIONS,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    NodeApiVersions,
+    answer_api_versions,
+)
 from epochguard.errors import Errors
 from epochguard.log import DEFAULT_SEGMENT_BYTES, AppendInfo, PartitionLog
 from epochguard.messages import (
@@ -216,7 +223,7 @@ class Partition:
     ) -> FetchPartitionData:
         def error(code: Errors) -> FetchPartitionData:
             return FetchPartitionData(
-                p.topic, p.partition, code, current_leader=self._leader_hint() if code.retriable else LeaderIdAndEpoch()
+                p.topic, p.partition_index, code, current_leader=self._leader_hint() if code.retriable else LeaderIdAndEpoch()
             )
 
         code = self._check_epoch(p.current_leader_epoch, absent=p.current_leader_epoch < 0)
@@ -239,7 +246,7 @@ class Partition:
                 # No records and no follower progress: the follower truncates and fetches again.
                 return FetchPartitionData(
                     p.topic,
-                    p.partition,
+                    p.partition_index,
                     Errors.NONE,
                     high_watermark=log.high_watermark,
                     last_stable_offset=log.high_watermark,
@@ -255,7 +262,7 @@ class Partition:
             self._update_follower_fetch_state(replica_id, p, replica_epoch, leo, now_ms)
         return FetchPartitionData(
             p.topic,
-            p.partition,
+            p.partition_index,
             Errors.NONE,
             high_watermark=high_watermark,
             last_stable_offset=high_watermark,
@@ -426,9 +433,9 @@ class Partition:
         if code == Errors.NONE and not self.is_leader:
             code = Errors.NOT_LEADER_OR_FOLLOWER
         if code != Errors.NONE:
-            return EpochEndOffset(p.topic, p.partition, code)
+            return EpochEndOffset(p.topic, p.partition_index, code)
         epoch, end_offset = self.log.leader_epoch_cache.end_offset_for(p.leader_epoch, self.log.log_end_offset)
-        return EpochEndOffset(p.topic, p.partition, Errors.NONE, epoch, end_offset)
+        return EpochEndOffset(p.topic, p.partition_index, Errors.NONE, epoch, end_offset)
 
     # --- ListOffsets (SPEC (g), KIP-207) ------------------------------------------------------
     def fetch_offset_for_timestamp(
@@ -525,11 +532,14 @@ class ReplicaManager:
         request_timeout_ms: int = 30_000,
         alter_partition_retry_ms: int = 5_000,
         logs: Mapping[TopicPartition, PartitionLog] | None = None,
+        api_versions: NodeApiVersions = BROKER_API_VERSIONS,
+        peer_api_versions: Callable[[int], NodeApiVersions | None] | None = None,
     ) -> None:
         from epochguard.replica import ReplicaFetcher  # the fetcher drives this manager's partitions
 
         self.broker_id = broker_id
         self._broker_epoch = broker_epoch
+        self.api_versions = api_versions  # what this broker serves (its ApiVersions answer)
         self.protocol: Protocol = protocol
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.segment_bytes = segment_bytes
@@ -549,6 +559,7 @@ class ReplicaManager:
             truncate_on_fetch=truncate_on_fetch,
             fetch_backoff_ms=fetch_backoff_ms,
             request_timeout_ms=request_timeout_ms,
+            leader_api_versions=peer_api_versions,
         )
         if self.log_dir is not None and not (self.log_dir / "meta.properties").exists():
             from epochguard.logdir import write_meta_properties
@@ -640,7 +651,9 @@ class ReplicaManager:
         return None
 
     # --- requests in --------------------------------------------------------------------------
-    def handle(self, node_id: int, request: Request, now_ms: int) -> Response | None:
+    def handle(self, node_id: int, request: Request | ApiVersionsRequest, now_ms: int) -> Response | ApiVersionsResponse | None:
+        if isinstance(request, ApiVersionsRequest):
+            return answer_api_versions(request, self.api_versions)
         if isinstance(request, FetchRequest):
             return self._handle_fetch(request, now_ms)
         if isinstance(request, OffsetsForLeaderEpochRequest):
@@ -656,7 +669,7 @@ class ReplicaManager:
         for p in request.partitions:
             code = self._hosting_error(p.tp)
             if code is not None:
-                out.append(FetchPartitionData(p.topic, p.partition, code))
+                out.append(FetchPartitionData(p.topic, p.partition_index, code))
                 continue
             out.append(
                 self.partitions[p.tp].fetch(
@@ -676,7 +689,7 @@ class ReplicaManager:
         for p in request.partitions:
             code = self._hosting_error(p.tp)
             out.append(
-                EpochEndOffset(p.topic, p.partition, code)
+                EpochEndOffset(p.topic, p.partition_index, code)
                 if code is not None
                 else self.partitions[p.tp].last_offset_for_leader_epoch(p)
             )

@@ -115,7 +115,9 @@ class Consumer:
         if now >= self._next_commit_ms:
             self._next_commit_ms = now + self.cluster.config.commit_interval_ms
             self.machine.commit()
-        for node, request in self.machine.poll_requests(now):
+        deadline = self.machine.next_deadline_ms()
+        due = deadline is not None and deadline <= now  # else nothing to send: skip the round
+        for node, request in self.machine.poll_requests(now) if due else ():
             dst = COORDINATOR if node == COORDINATOR_ID else broker_node(node)
             if isinstance(request, OffsetCommitRequest):
                 for p in request.partitions:
@@ -126,7 +128,8 @@ class Consumer:
             records = self.machine.poll(now)
         except LogTruncationError as e:  # reset policy "none": the application decides where to go on
             self._report()
-            for tp, divergent in e.divergent_offsets.items():
+            for tp in e.offset_out_of_range_partitions:
+                divergent = e.divergent_offsets.get(tp)  # absent where the divergence point is unknown
                 if divergent is not None:
                     self.machine.seek(tp, divergent)
                 else:

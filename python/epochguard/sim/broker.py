@@ -1,4 +1,4 @@
-"""A broker process: `epochguard.leader.ReplicaManager` (all protocol rules) wired to the network,
+"""A broker process: `epochguard.replica_manager.ReplicaManager` (all protocol rules) wired to the network,
 plus what the protocol does not cover: registration and heartbeats with the controller, the metadata
 cache it serves to clients, the high-watermark checkpoint, crash and restart.
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from epochguard.errors import Errors
-from epochguard.leader import ReplicaManager
+from epochguard.replica_manager import ReplicaManager
 from epochguard.replica import FetchState
 from epochguard.messages import (
     BrokerRegistration,

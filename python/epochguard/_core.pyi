@@ -22,6 +22,7 @@ __all__ = [
     "encode_batch",
     "find_diverging_epoch",
     "iter_batches",
+    "record_columns",
     "truncation_offset",
 ]
 
@@ -164,9 +165,12 @@ class ArrowRecords:
     def __len__(self) -> int: ...
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
 
+# (record columns of a full decode, in order; computed columns) accepted by decode_arrow(columns=...)
+def record_columns() -> tuple[list[str], list[str]]: ...
 def decode_arrow(
     source: bytes | bytearray | memoryview | str | PathLike[str] | Any,
     *,
+    columns: Sequence[str] | None = None,
     verify_crc: bool = True,
     allow_partial_tail: bool = False,
     max_decompressed_size: int = 64 * 1024 * 1024,

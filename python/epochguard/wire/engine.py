@@ -46,7 +46,7 @@ from epochguard.wire.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
 )
-from epochguard.wire.scenarios import EVENTS, WireScenario
+from epochguard.wire.scenarios import WireScenario
 
 __all__ = ["WireCluster", "Connection", "Observer", "MAX_QUEUED_REQUESTS", "CLUSTER_ID"]
 
@@ -107,8 +107,6 @@ class WireCluster:
         self.seed = seed
         self.addresses = dict(addresses)
         self.cluster = Cluster(scenario.config, seed, "kip-320")
-        # The simulated producers (and the checker) work on the scenario topic; `input` is for clients.
-        self.cluster.topic_partitions = tuple(tp for tp in self.cluster.topic_partitions if tp.topic == EVENTS)
         self.all_partitions = tuple(sorted(scenario.config.assignment()))
         self.connections: dict[int, Connection] = {}
         self.observers: list[Observer] = []

@@ -64,7 +64,7 @@ from epochguard.types import (
     NO_EPOCH,
     NO_OFFSET,
     IsolationLevel,
-    Protocol,
+    EpochProtocol,
     TopicPartition,
 )
 
@@ -109,7 +109,7 @@ class Partition:
         broker_id: int,
         log: PartitionLog,
         *,
-        protocol: Protocol = "kip-320",
+        protocol: EpochProtocol = "kip-320",
         broker_epoch: int = 0,
         brokers: Mapping[int, BrokerRegistration] | None = None,
         replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
@@ -120,7 +120,7 @@ class Partition:
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         self.log = log
-        self.protocol: Protocol = protocol
+        self.protocol: EpochProtocol = protocol
         self.brokers: Mapping[int, BrokerRegistration] = brokers if brokers is not None else {}
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.alter_partition_retry_ms = alter_partition_retry_ms
@@ -520,7 +520,7 @@ class ReplicaManager:
         self,
         broker_id: int,
         *,
-        protocol: Protocol = "kip-320",
+        protocol: EpochProtocol = "kip-320",
         broker_epoch: int = 0,
         log_dir: str | os.PathLike[str] | None = None,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
@@ -540,7 +540,7 @@ class ReplicaManager:
         self.broker_id = broker_id
         self._broker_epoch = broker_epoch
         self.api_versions = api_versions  # what this broker serves (its ApiVersions answer)
-        self.protocol: Protocol = protocol
+        self.protocol: EpochProtocol = protocol
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.segment_bytes = segment_bytes
         self.replica_lag_time_max_ms = replica_lag_time_max_ms

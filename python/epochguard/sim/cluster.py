@@ -22,7 +22,7 @@ from epochguard.sim.network import Actor, Disconnected, Network, broker_node
 from epochguard.sim.producer import Producer
 from epochguard.sim.storage import SimLog
 from epochguard.sim.timeline import Timeline
-from epochguard.types import Protocol, ResetPolicy, TopicPartition
+from epochguard.types import EpochProtocol, ResetPolicy, TopicPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +71,7 @@ class ClusterConfig:
 class Cluster:
     config: ClusterConfig
     seed: int
-    protocol: Protocol = "kip-320"
+    protocol: EpochProtocol = "kip-320"
     schedule: Schedule = field(default_factory=list)
 
     def __post_init__(self) -> None:

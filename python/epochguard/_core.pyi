@@ -45,6 +45,7 @@ __all__ = [
     "encode_batch",
     "find_diverging_epoch",
     "iter_batches",
+    "record_columns",
     "truncation_offset",
 ]
 
@@ -188,9 +189,12 @@ class ArrowRecords:
     def __len__(self) -> int: ...
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
 
+# (record columns of a full decode, in order; computed columns) accepted by decode_arrow(columns=...)
+def record_columns() -> tuple[list[str], list[str]]: ...
 def decode_arrow(
     source: _Source,
     *,
+    columns: Sequence[str] | None = None,
     verify_crc: bool = True,
     allow_partial_tail: bool = False,
     max_decompressed_size: int = 64 * 1024 * 1024,

@@ -83,15 +83,18 @@ class ClientMetadata:
     def update_requested(self) -> bool:
         return self._need_update
 
-    def time_to_next_update(self, now_ms: int) -> int:
-        """Milliseconds until a refresh is due: after backoff when requested, else when the data ages out."""
+    def next_update_ms(self) -> int:
+        """When a refresh is due (absolute ms): after backoff when requested, else when the data ages out."""
         if self._last_attempt_ms is None:
             return 0
-        backoff_left = self._last_attempt_ms + self.refresh_backoff_ms - now_ms
+        backoff_over = self._last_attempt_ms + self.refresh_backoff_ms
         if self._need_update:
-            return max(0, backoff_left)
-        age_left = (self._last_refresh_ms or 0) + self.metadata_max_age_ms - now_ms
-        return max(0, backoff_left, age_left)
+            return backoff_over
+        return max(backoff_over, (self._last_refresh_ms or 0) + self.metadata_max_age_ms)
+
+    def time_to_next_update(self, now_ms: int) -> int:
+        """Milliseconds until a refresh is due (see `next_update_ms`)."""
+        return max(0, self.next_update_ms() - now_ms)
 
     def should_update(self, now_ms: int) -> bool:
         return self.time_to_next_update(now_ms) == 0

@@ -12,6 +12,7 @@ segments, which only grow while readers hold them; read the file into bytes firs
 from __future__ import annotations
 
 from os import PathLike
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from epochguard._core import (
@@ -23,6 +24,7 @@ from epochguard._core import (
     decode_arrow,
     encode_batch,
     iter_batches,
+    record_columns,
 )
 
 if TYPE_CHECKING:
@@ -31,8 +33,10 @@ if TYPE_CHECKING:
 __all__ = [
     "ArrowRecords",
     "BatchIterator",
+    "COMPUTED_COLUMNS",
     "DEFAULT_MAX_DECOMPRESSED_SIZE",
     "PARTIAL_TAIL_METADATA_KEY",
+    "RECORD_COLUMNS",
     "Record",
     "RecordBatch",
     "batch_index",
@@ -40,16 +44,20 @@ __all__ = [
     "decode_to_arrow",
     "encode_batch",
     "iter_batches",
+    "record_columns",
 ]
 
 DEFAULT_MAX_DECOMPRESSED_SIZE = 64 * 1024 * 1024
 #: Schema metadata key holding the byte position of a tolerated partial last batch.
 PARTIAL_TAIL_METADATA_KEY = b"epochguard.partial_tail"
+#: The columns of a full decode, in order, and the computed ones `columns=` may also name.
+RECORD_COLUMNS, COMPUTED_COLUMNS = (tuple(names) for names in record_columns())
 
 
 def decode_to_arrow(
     source: bytes | bytearray | memoryview | str | PathLike[str] | Any,
     *,
+    columns: Sequence[str] | None = None,
     verify_crc: bool = True,
     allow_partial_tail: bool = False,
     max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
@@ -62,7 +70,14 @@ def decode_to_arrow(
     or a segment file path (memory-mapped). `offset`/`length` select a batch-aligned byte range;
     positions (errors, `partial_tail`) stay absolute. Columns: offset, timestamp, timestamp_type,
     key, value, headers, leader_epoch, batch_offset, producer_id, producer_epoch, sequence,
-    is_transactional, is_control, magic. With `allow_partial_tail=True` an incomplete last batch is
+    is_transactional, is_control, magic (`RECORD_COLUMNS`).
+
+    `columns` projects: any of `RECORD_COLUMNS` and the computed `COMPUTED_COLUMNS`, in the order
+    given. ``key_length``/``value_length`` (null for a null key/value), ``headers_count``,
+    ``record_digest`` (64-bit XXH3 of key, value and headers in the v2 record encoding, nulls
+    distinguished from empty; as signed int64) and ``batch_position``/``batch_size`` (the byte range
+    of the record's batch). A column not named is never built: ``columns=["offset", "value_length"]``
+    copies no value byte. Every projection validates the same bytes as the full decode. With `allow_partial_tail=True` an incomplete last batch is
     skipped and its byte position stored in the schema metadata under `PARTIAL_TAIL_METADATA_KEY`.
 
     Raises `epochguard.errors.CorruptRecordError` for malformed input.
@@ -71,6 +86,7 @@ def decode_to_arrow(
 
     records = decode_arrow(
         source,
+        columns=columns,
         verify_crc=verify_crc,
         allow_partial_tail=allow_partial_tail,
         max_decompressed_size=max_decompressed_size,

@@ -13,7 +13,7 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyCapsule, PyString, PyTuple};
 
 use crate::file::open_regular;
-use crate::records::arrow::{decode_arrow as decode_arrow_core, ArrowDecoded};
+use crate::records::arrow::{decode_projected, ArrowDecoded, Column};
 use crate::records::{
     batch_index as batch_index_core, next_decoded, BatchCursor, BatchHeader, BatchSpec,
     Compression, DecodeOptions, Decoder, Header, NewRecord, OwnedRecord,
@@ -413,20 +413,36 @@ impl PyArrowRecords {
     }
 }
 
+/// Names of every column `decode_arrow(columns=...)` accepts: the record columns of a full decode
+/// (its default, in order), then the computed ones.
 #[pyfunction]
-#[pyo3(signature = (source, *, verify_crc=true, allow_partial_tail=false, max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE, offset=0, length=None))]
+fn record_columns() -> (Vec<&'static str>, Vec<&'static str>) {
+    (
+        Column::RECORD.iter().map(|c| c.name()).collect(),
+        Column::COMPUTED.iter().map(|c| c.name()).collect(),
+    )
+}
+
+#[pyfunction]
+#[pyo3(signature = (source, *, columns=None, verify_crc=true, allow_partial_tail=false, max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE, offset=0, length=None))]
+#[allow(clippy::too_many_arguments)]
 fn decode_arrow(
     py: Python<'_>,
     source: &Bound<'_, PyAny>,
+    columns: Option<Vec<String>>,
     verify_crc: bool,
     allow_partial_tail: bool,
     max_decompressed_size: usize,
     offset: u64,
     length: Option<u64>,
 ) -> PyResult<PyArrowRecords> {
+    let columns = match columns {
+        None => Column::RECORD.to_vec(),
+        Some(names) => Column::parse_list(&names)?,
+    };
     let source = Source::open(source, offset, length)?;
     let opts = options(verify_crc, allow_partial_tail, max_decompressed_size);
-    let decoded = py.detach(|| decode_arrow_core(source.bytes(), source.base(), opts))?;
+    let decoded = py.detach(|| decode_projected(source.bytes(), source.base(), opts, &columns))?;
     Ok(PyArrowRecords(decoded))
 }
 
@@ -559,6 +575,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyArrowRecords>()?;
     m.add_function(wrap_pyfunction!(iter_batches, m)?)?;
     m.add_function(wrap_pyfunction!(decode_arrow, m)?)?;
+    m.add_function(wrap_pyfunction!(record_columns, m)?)?;
     m.add_function(wrap_pyfunction!(batch_index, m)?)?;
     m.add_function(wrap_pyfunction!(encode_batch, m)?)?;
     Ok(())

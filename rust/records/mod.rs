@@ -8,11 +8,13 @@
 pub mod arrow;
 pub mod batch;
 pub mod compression;
+pub mod digest;
 pub mod encode;
 mod legacy;
 pub mod record;
 pub mod varint;
 
+pub use arrow::Column;
 pub use batch::{BatchCursor, BatchHeader, Frame};
 pub use compression::Compression;
 pub use encode::{encode_batch, BatchSpec, NewRecord};

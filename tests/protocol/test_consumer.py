@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from protocol_support import CONTROLLER, TP, recs, state
 
-from epochguard.consumer import Consumer, FetchState, PartitionState
+from epochguard.consumer import Consumer, FetchState
 from epochguard.coordinator import GroupCoordinator
 from epochguard.errors import Errors, LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError
 from epochguard.leader import ReplicaManager
@@ -98,18 +98,22 @@ def values(records):
 
 # --- state machine ---------------------------------------------------------------------------------
 def test_transition_table_ignores_disallowed_transitions():
-    s = PartitionState("earliest")
+    c = consumer("earliest")
     pos = FetchPosition(5, 1, LeaderAndEpoch(1, 2))
-    s.request_reset("latest", "no_position")
-    assert s.state == FetchState.AWAIT_RESET and s.position is None
-    assert not s.transition(FetchState.AWAIT_VALIDATION, pos)  # AWAIT_RESET -> AWAIT_VALIDATION: ignored
-    assert s.state == FetchState.AWAIT_RESET
-    s.seek_unvalidated(pos)  # via FETCHING, so it lands in AWAIT_VALIDATION
-    assert s.state == FetchState.AWAIT_VALIDATION and s.position == pos and s.reset_strategy is None
-    s.seek_unvalidated(FetchPosition(5, None, LeaderAndEpoch(1, 2)))  # no offset epoch: nothing to validate
-    assert s.state == FetchState.FETCHING
-    s.seek_unvalidated(FetchPosition(5, 3, LeaderAndEpoch(1, None)))  # no leader epoch: nothing to validate with
-    assert s.state == FetchState.FETCHING
+    c.seek_to_end(TP)
+    assert c.awaiting_reset(TP) and c.position(TP) is None
+    assert not c.validate_position(TP, LeaderAndEpoch(2, 3))  # AWAIT_RESET -> AWAIT_VALIDATION: ignored
+    assert c.awaiting_reset(TP)
+    c.seek_position(TP, pos)  # via FETCHING, so it lands in AWAIT_VALIDATION
+    assert c.awaiting_validation(TP) and c.position(TP) == pos
+    c.seek_position(TP, FetchPosition(5, None, LeaderAndEpoch(1, 2)))  # no offset epoch: nothing to validate
+    assert c.state_of(TP) == FetchState.FETCHING
+    c.seek_position(TP, FetchPosition(5, 3, LeaderAndEpoch(1, None)))  # no leader epoch: nothing to validate with
+    assert c.state_of(TP) == FetchState.FETCHING
+    assert c.validate_position(TP, LeaderAndEpoch(2, 3))  # a new leader, with an epoch: validate there
+    assert c.position(TP) == FetchPosition(5, 3, LeaderAndEpoch(2, 3))
+    c.seek_position(TP, pos, validate=False)
+    assert c.state_of(TP) == FetchState.FETCHING and c.position(TP) == pos
 
 
 # --- reset, fetch, records ---------------------------------------------------------------------------

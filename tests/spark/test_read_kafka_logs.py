@@ -225,3 +225,37 @@ def test_decode_batches_on_a_binary_column(spark) -> None:  # noqa: ANN001
         ("a", 102, 4, b"x-2"),
     ]
     assert decode_batches(df, "bytes").columns[0] == "name"
+
+
+def test_projected_read_matches_the_full_read(spark, ldi_dir, tmp_path) -> None:  # noqa: ANN001
+    """A projection (location, record and computed columns, in any order) holds the same values as
+    the full read, on real segments and on a corrupt one read with errors."""
+    from pyspark.sql import functions as F
+
+    full = read_kafka_logs(spark, [str(ldi_dir)]).select(
+        "offset",
+        "topic",
+        F.length("value").alias("value_length"),
+        F.length("key").alias("key_length"),
+        F.size("headers").alias("headers_count"),
+        "leader_epoch",
+    )
+    columns = ["offset", "topic", "value_length", "key_length", "headers_count", "leader_epoch"]
+    projected = read_kafka_logs(spark, [str(ldi_dir)], columns=columns)
+    assert projected.columns == columns
+    assert projected.orderBy("topic", "offset").collect() == full.orderBy("topic", "offset").collect()
+    digests = read_kafka_logs(spark, [str(ldi_dir)], columns=["record_digest"]).collect()
+    assert len(digests) == full.count() and len({r.record_digest for r in digests}) > 1
+    with pytest.raises(ValueError, match="unknown"):
+        read_kafka_logs(spark, [str(ldi_dir)], columns=["offset", "nope"])
+
+
+def test_projected_read_with_errors_keeps_the_error_columns(spark, tmp_path) -> None:  # noqa: ANN001
+    replica = Replica("c", 0, [(0, records("a", 0, 3)), (0, records("a", 3, 3))])
+    log_dir = write_log_dir(tmp_path, 1, [replica])
+    segment = log_dir / "c-0" / f"{0:020d}.log"
+    segment.write_bytes(segment.read_bytes()[:-4])  # the second batch is cut off
+    rows = read_kafka_logs(spark, [str(log_dir)], columns=["offset", "value_length"], with_errors=True).collect()
+    assert rows[0].__fields__ == ["offset", "value_length", "path", "error_position", "error_reason"]
+    assert sorted(r.offset for r in rows if r.error_reason is None) == [0, 1, 2]
+    assert [r.path for r in rows if r.error_reason is not None] == [str(segment)]

@@ -115,7 +115,9 @@ class Consumer:
         if now >= self._next_commit_ms:
             self._next_commit_ms = now + self.cluster.config.commit_interval_ms
             self.machine.commit()
-        for node, request in self.machine.poll_requests(now):
+        deadline = self.machine.next_deadline_ms()
+        due = deadline is not None and deadline <= now  # else nothing to send: skip the round
+        for node, request in self.machine.poll_requests(now) if due else ():
             dst = COORDINATOR if node == COORDINATOR_ID else broker_node(node)
             if isinstance(request, OffsetCommitRequest):
                 for p in request.partitions:

@@ -30,7 +30,8 @@ from epochguard.errors import (
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
 )
-from epochguard.leader import Partition, ReplicaManager
+from epochguard.leader import Partition
+from epochguard.replica_manager import ReplicaManager
 from epochguard.log import PartitionLog
 from epochguard.metadata import ClientMetadata
 from epochguard.records import decode_to_arrow

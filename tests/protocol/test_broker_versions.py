@@ -17,7 +17,7 @@ from epochguard.api_versions import (
     NodeApiVersions,
 )
 from epochguard.errors import Errors
-from epochguard.leader import ReplicaManager
+from epochguard.replica_manager import ReplicaManager
 from epochguard.log import PartitionLog
 from epochguard.messages import FetchRequest, OffsetsForLeaderEpochRequest
 from epochguard.replica import FetchState

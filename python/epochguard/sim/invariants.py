@@ -26,6 +26,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from epochguard.sim.events import (
+    Acked,
+    ClientRestarted,
+    Consumed,
+    ConsumerResumed,
+    EventSink,
+    FetchServed,
+    ListOffsetsAnswered,
+    MetadataAccepted,
+    ResetReported,
+    SimEvent,
+    StepEnded,
+    TruncationReported,
+)
 from epochguard.types import ConsumerRecord, OffsetResetEvent, TopicPartition, TruncationEvent
 
 if TYPE_CHECKING:
@@ -125,6 +139,34 @@ class InvariantChecker:
         self._metadata_epochs: dict[tuple[str, TopicPartition], int] = {}
         self._restarts: dict[str, int] = {}  # client -> step of its last restart
         self._noted: set[tuple[str, TopicPartition, int]] = set()
+
+    # --- what actors publish ----------------------------------------------------------------------
+    def subscribe(self, events: EventSink) -> None:
+        events.subscribe(self.on_event)
+
+    def on_event(self, event: SimEvent) -> None:
+        """Route one published fact to its check (the `on_*` methods stay callable on their own)."""
+        if isinstance(event, StepEnded):
+            self.check_step()
+        elif isinstance(event, Acked):
+            epoch = self.cluster.broker(event.broker).leader_epoch(event.tp)  # the leader that acknowledged
+            self.on_acked(event.tp, event.offset, event.key, event.value, -1 if epoch is None else epoch)
+        elif isinstance(event, Consumed):
+            self.on_consumed(event.consumer, event.record, event.served_by)
+        elif isinstance(event, FetchServed):
+            self.on_fetch_served(event.consumer, event.tp, event.broker, event.fetch_offset)
+        elif isinstance(event, ListOffsetsAnswered):
+            self.on_list_offsets(event.client, event.tp, event.offset, event.leader_epoch)
+        elif isinstance(event, MetadataAccepted):
+            self.on_metadata_accepted(event.client, event.tp, event.leader, event.epoch)
+        elif isinstance(event, TruncationReported):
+            self.on_truncation(event.consumer, event.event)
+        elif isinstance(event, ResetReported):
+            self.on_reset(event.consumer, event.event)
+        elif isinstance(event, ClientRestarted):
+            self.on_client_restart(event.client)
+        elif isinstance(event, ConsumerResumed):
+            self.on_consumer_resumed(event.consumer, event.tp, event.committed, event.commit_step)
 
     # --- reporting -------------------------------------------------------------------------------
     def report(self, invariant: str, node: str, tp: TopicPartition | None, message: str, key: tuple[Any, ...]) -> None:

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 from epochguard.errors import Errors
 from epochguard.messages import ProducePartition, ProduceRequest, ProduceResponse
 from epochguard.sim.client import Client
+from epochguard.sim.events import Acked
 from epochguard.types import TopicPartition
 
 if TYPE_CHECKING:
-    from epochguard.sim.cluster import Cluster
+    from epochguard.sim.context import ActorContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +45,8 @@ def _text(b: bytes | None) -> str | None:
 
 
 class Producer(Client):
-    def __init__(self, name: str, cluster: Cluster, *, acks: int, batch_size: int = 2, interval_ms: int = 20) -> None:
-        super().__init__(name, cluster)
+    def __init__(self, name: str, ctx: ActorContext, *, acks: int, batch_size: int = 2, interval_ms: int = 20) -> None:
+        super().__init__(name, ctx)
         self.acks = acks
         self.batch_size = batch_size
         self.interval_ms = interval_ms
@@ -57,7 +58,7 @@ class Producer(Client):
 
     def work(self) -> None:
         now = self.now_ms
-        for tp in self.cluster.topic_partitions:
+        for tp in self.ctx.topic_partitions:
             if self.in_flight("produce", tp) or now < self._next_send.get(tp, 0):
                 continue
             leader = self.metadata.current_leader(tp).leader
@@ -68,7 +69,7 @@ class Producer(Client):
             if batch is None:
                 batch = self._batch[tp] = self._new_batch(tp)
             request = ProduceRequest((ProducePartition(tp.topic, tp.partition, batch),), acks=self.acks,
-                                     timeout_ms=self.cluster.config.request_timeout_ms)
+                                     timeout_ms=self.ctx.config.request_timeout_ms)
             self.send(leader, request, "produce", tp)
 
     def _new_batch(self, tp: TopicPartition) -> tuple[tuple[bytes, bytes], ...]:
@@ -84,17 +85,16 @@ class Producer(Client):
         if error != Errors.NONE or part is None:
             self.errors += 1
             self.metadata.request_update()
-            self._next_send[tp] = self.now_ms + self.cluster.config.retry_backoff_ms
+            self._next_send[tp] = self.now_ms + self.ctx.config.retry_backoff_ms
             return
         batch = self._batch.pop(tp)
-        step = self.cluster.timeline.step
-        epoch = self.cluster.broker(broker).leader_epoch(tp)
+        step = self.ctx.events.step
         for i, (key, value) in enumerate(batch):
             record = ProducedRecord(tp.topic, tp.partition, part.base_offset + i, key, value, self.acks, broker, step)
             self.acked.append(record)
             if self.acks == -1:
-                self.cluster.checker.on_acked(tp, record.offset, key, value, -1 if epoch is None else epoch)
-        self.cluster.timeline.record(
+                self.ctx.events.publish(Acked(tp, record.offset, key, value, broker))
+        self.ctx.events.record(
             "ack", self.name,
             f"{tp} offsets {part.base_offset}..{part.base_offset + len(batch) - 1} acked by broker {broker} (acks={self.acks})",
             partition=str(tp), base_offset=part.base_offset, count=len(batch), acks=self.acks, broker=broker,
@@ -103,5 +103,5 @@ class Producer(Client):
 
     def on_timeout(self, kind: str, context: Any) -> None:
         super().on_timeout(kind, context)
-        self._next_send[context] = self.now_ms + self.cluster.config.retry_backoff_ms
+        self._next_send[context] = self.now_ms + self.ctx.config.retry_backoff_ms
         self.errors += 1  # the batch stays and is sent again: maybe a duplicate

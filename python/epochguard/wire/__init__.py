@@ -1,0 +1,1 @@
+"""The simulated cluster on the Kafka wire (`epochguard serve`) and the real clients it judges."""

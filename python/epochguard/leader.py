@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from epochguard._core import find_diverging_epoch, iter_batches
-from epochguard.errors import Errors
+from epochguard.errors import CorruptRecordError, Errors
 from epochguard.log import AppendInfo, PartitionLog
 from epochguard.messages import (
     AbortedTransaction,
@@ -399,7 +399,7 @@ class Partition:
     # --- Produce -----------------------------------------------------------------------------
     def append_records_to_leader(
         self,
-        records: Iterable[tuple],
+        records: Iterable[tuple] | bytes,
         *,
         acks: int,
         min_insync_replicas: int,
@@ -408,10 +408,19 @@ class Partition:
         producer_epoch: int = -1,
         transactional: bool = False,
     ) -> tuple[Errors, AppendInfo | None]:
+        """`records` are record tuples (encoded here) or a producer's raw v2 batches (kept as they are,
+        base offset and epoch stamped in place); a corrupt batch is CORRUPT_MESSAGE."""
         if not self.is_leader:
             return Errors.NOT_LEADER_OR_FOLLOWER, None
         if acks == -1 and len(self.isr) < min_insync_replicas:
             return Errors.NOT_ENOUGH_REPLICAS, None
+        if isinstance(records, (bytes, bytearray, memoryview)):
+            try:
+                info = self.log.append_raw_as_leader(records, self.leader_epoch)
+            except CorruptRecordError:
+                return Errors.CORRUPT_MESSAGE, None
+            self.maybe_increment_high_watermark(now_ms)
+            return Errors.NONE, info
         batch = list(records)
         if not batch:
             return Errors.NONE, None  # nothing to append (Kafka answers NONE with base offset -1)

@@ -111,8 +111,9 @@ class ProducePartition:
 
     topic: str
     partition_index: int
-    records: tuple[ProduceRecord, ...]
-    # In Kafka these sit in the batch header the producer wrote; here the leader encodes the batch.
+    records: tuple[ProduceRecord, ...] | bytes  # record tuples (the simulator) or a client's raw v2 batches
+    # With record tuples, the batch header fields a producer would write (the leader encodes the batch);
+    # raw batches carry their own.
     producer_id: int = -1
     producer_epoch: int = -1
     transactional: bool = False

@@ -48,7 +48,9 @@ class Cluster:
         self.timeline = Timeline()
         self.network = Network(self.clock, self.rng.fork("network"), cfg.base_delay_ms, cfg.jitter_ms)
         assignment = cfg.assignment()
-        self.topic_partitions: tuple[TopicPartition, ...] = tuple(sorted(assignment))
+        # The simulated clients and the checker work on the scenario's topic; other topics in the
+        # assignment (`epochguard serve`'s `input`) are hosted for outside clients.
+        self.topic_partitions: tuple[TopicPartition, ...] = tuple(sorted(tp for tp in assignment if tp.topic == cfg.topic))
         self.broker_ids: tuple[int, ...] = tuple(range(1, cfg.brokers + 1))
         self.controller = Controller(self.network, self.timeline, assignment,
                                      unclean_leader_election=cfg.unclean_leader_election,

@@ -49,7 +49,7 @@ from epochguard.types import (
     NO_EPOCH,
     NO_OFFSET,
     IsolationLevel,
-    Protocol,
+    EpochProtocol,
     TopicPartition,
 )
 
@@ -94,7 +94,7 @@ class Partition:
         broker_id: int,
         log: PartitionLog,
         *,
-        protocol: Protocol = "kip-320",
+        protocol: EpochProtocol = "kip-320",
         broker_epoch: int = 0,
         brokers: Mapping[int, BrokerRegistration] | None = None,
         replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
@@ -105,7 +105,7 @@ class Partition:
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         self.log = log
-        self.protocol: Protocol = protocol
+        self.protocol: EpochProtocol = protocol
         self.brokers: Mapping[int, BrokerRegistration] = brokers if brokers is not None else {}
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.alter_partition_retry_ms = alter_partition_retry_ms

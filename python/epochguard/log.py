@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epochguard._core import LeaderEpochCache, RecordBatch, encode_batch, iter_batches
-from epochguard.errors import CorruptRecordError
+from epochguard.errors import CorruptRecordError, EpochGuardError
 from epochguard.records import stamp_batches
 from epochguard.types import TopicPartition
 
@@ -57,8 +57,9 @@ CHECKPOINT_FILE = "leader-epoch-checkpoint"
 _LOG_SUFFIX = ".log"
 
 
-class UnexpectedAppendOffsetError(ValueError):
+class UnexpectedAppendOffsetError(EpochGuardError, ValueError):
     """A follower append whose first offset is below the log end offset (Kafka's UnexpectedAppendOffsetException).
+    (Also a `ValueError`, which it was before 0.2.)
 
     `first_offset`/`last_offset`: the offending batch's base and last offset.
     """

@@ -52,7 +52,7 @@ from epochguard.messages import (
     WriteTxnMarkersResponse,
 )
 from epochguard.replica import ReplicaFetcher
-from epochguard.types import Protocol, TopicPartition
+from epochguard.types import EpochProtocol, TopicPartition
 
 __all__ = ["ReplicaManager"]
 
@@ -84,7 +84,7 @@ class ReplicaManager:
         self,
         broker_id: int,
         *,
-        protocol: Protocol = "kip-320",
+        protocol: EpochProtocol = "kip-320",
         broker_epoch: int = 0,
         log_dir: str | os.PathLike[str] | None = None,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
@@ -103,7 +103,7 @@ class ReplicaManager:
         self._broker_epoch = broker_epoch
         self.api_versions = api_versions  # what this broker serves (its ApiVersions answer)
         self.request_timeout_ms = request_timeout_ms
-        self.protocol: Protocol = protocol
+        self.protocol: EpochProtocol = protocol
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.segment_bytes = segment_bytes
         self.replica_lag_time_max_ms = replica_lag_time_max_ms

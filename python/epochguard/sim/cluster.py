@@ -27,7 +27,7 @@ from epochguard.sim.network import Actor, Disconnected, Network, broker_node
 from epochguard.sim.producer import Producer
 from epochguard.sim.storage import SimLog
 from epochguard.sim.timeline import Timeline
-from epochguard.types import Protocol, TopicPartition
+from epochguard.types import EpochProtocol, TopicPartition
 
 __all__ = ["Cluster", "ClusterConfig"]
 
@@ -36,7 +36,7 @@ __all__ = ["Cluster", "ClusterConfig"]
 class Cluster:
     config: ClusterConfig
     seed: int
-    protocol: Protocol = "kip-320"
+    protocol: EpochProtocol = "kip-320"
     schedule: Schedule = field(default_factory=list)
 
     def __post_init__(self) -> None:

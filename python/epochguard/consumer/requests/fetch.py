@@ -93,7 +93,9 @@ class FetchManager(RequestManager[_Positions]):
             if data.preferred_read_replica >= 0:
                 s.preferred_read_replica = data.preferred_read_replica
             try:
-                completed = CompletedFetch.decode(tp, s.position, data.records)
+                completed = CompletedFetch.decode(
+                    tp, s.position, data.records, self.ctx.isolation_level, data.aborted_transactions
+                )
             except CorruptRecordError as e:
                 self.ctx.errors.append(e)  # raised by poll(), as Kafka's consumer does
                 s.next_retry_ms = self.ctx.backoff(now_ms)

@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     configure_simulate(sub.add_parser("simulate", help="run a fault scenario on a simulated cluster"))
     _add_spark_commands(sub)
+    from epochguard.wire.drivers.compat import configure as configure_compat
+
+    configure_compat(sub.add_parser("compat", help="real clients x `serve` scenarios: the compatibility table"))
     return parser
 
 

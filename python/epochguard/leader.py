@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from epochguard._core import find_diverging_epoch
-from epochguard.errors import Errors
+from epochguard.errors import CorruptRecordError, Errors
 from epochguard.log import AppendInfo, PartitionLog
 from epochguard.messages import (
     AlterPartitionRequest,
@@ -43,7 +43,7 @@ from epochguard.types import (
     NO_EPOCH,
     NO_OFFSET,
     IsolationLevel,
-    Protocol,
+    EpochProtocol,
     TopicPartition,
 )
 
@@ -88,7 +88,7 @@ class Partition:
         broker_id: int,
         log: PartitionLog,
         *,
-        protocol: Protocol = "kip-320",
+        protocol: EpochProtocol = "kip-320",
         broker_epoch: int = 0,
         brokers: Mapping[int, BrokerRegistration] | None = None,
         replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
@@ -99,7 +99,7 @@ class Partition:
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         self.log = log
-        self.protocol: Protocol = protocol
+        self.protocol: EpochProtocol = protocol
         self.brokers: Mapping[int, BrokerRegistration] = brokers if brokers is not None else {}
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.alter_partition_retry_ms = alter_partition_retry_ms
@@ -383,12 +383,21 @@ class Partition:
 
     # --- Produce -----------------------------------------------------------------------------
     def append_records_to_leader(
-        self, records: Iterable[tuple], *, acks: int, min_insync_replicas: int, now_ms: int
+        self, records: Iterable[tuple] | bytes, *, acks: int, min_insync_replicas: int, now_ms: int
     ) -> tuple[Errors, AppendInfo | None]:
+        """`records` are record tuples (encoded here) or a producer's raw v2 batches (kept as they are,
+        base offset and epoch stamped in place); a corrupt batch is CORRUPT_MESSAGE."""
         if not self.is_leader:
             return Errors.NOT_LEADER_OR_FOLLOWER, None
         if acks == -1 and len(self.isr) < min_insync_replicas:
             return Errors.NOT_ENOUGH_REPLICAS, None
+        if isinstance(records, (bytes, bytearray, memoryview)):
+            try:
+                info = self.log.append_raw_as_leader(records, self.leader_epoch)
+            except CorruptRecordError:
+                return Errors.CORRUPT_MESSAGE, None
+            self.maybe_increment_high_watermark(now_ms)
+            return Errors.NONE, info
         batch = list(records)
         if not batch:
             return Errors.NONE, None  # nothing to append (Kafka answers NONE with base offset -1)

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from epochguard._core import LeaderEpochCache, RecordBatch, encode_batch, iter_batches
-from epochguard.errors import CorruptRecordError
+from epochguard.errors import CorruptRecordError, EpochGuardError
+from epochguard.records import stamp_batches
 from epochguard.types import TopicPartition
 
 __all__ = [
@@ -41,8 +42,9 @@ CHECKPOINT_FILE = "leader-epoch-checkpoint"
 _LOG_SUFFIX = ".log"
 
 
-class UnexpectedAppendOffsetError(ValueError):
+class UnexpectedAppendOffsetError(EpochGuardError, ValueError):
     """A follower append whose first offset is below the log end offset (Kafka's UnexpectedAppendOffsetException).
+    (Also a `ValueError`, which it was before 0.2.)
 
     `first_offset`/`last_offset`: the offending batch's base and last offset.
     """
@@ -229,6 +231,20 @@ class PartitionLog:
         info = self._append(raw)
         if info is None:  # encode_batch always yields one whole batch
             raise RuntimeError("encoded batch did not decode")
+        return info
+
+    def append_raw_as_leader(self, data: bytes | bytearray | memoryview, leader_epoch: int) -> AppendInfo:
+        """A producer's v2 batches as they came off the wire, appended at the LEO: base offsets and the
+        partition leader epoch are set in place (CRC-32C covers neither), everything else is kept, as
+        Kafka's `LogValidator` does for uncompressed-or-not v2 batches without conversion. Raises
+        `CorruptRecordError` for a batch that does not decode (bad length, CRC, magic)."""
+        if leader_epoch < 0:
+            raise ValueError(f"invalid leader epoch {leader_epoch}")
+        buf = bytearray(data)
+        stamp_batches(buf, self._log_end_offset, leader_epoch)
+        info = self._append(bytes(buf))
+        if info is None:
+            raise CorruptRecordError("no record batch in produce data")
         return info
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo | None:

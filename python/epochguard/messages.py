@@ -106,7 +106,7 @@ class ProducePartition:
 
     topic: str
     partition_index: int
-    records: tuple[ProduceRecord, ...]
+    records: tuple[ProduceRecord, ...] | bytes  # record tuples (the simulator) or a client's raw v2 batches
 
     @property
     def tp(self) -> TopicPartition:

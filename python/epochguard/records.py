@@ -27,6 +27,26 @@ from epochguard._core import (
     record_columns,
 )
 
+try:
+    from epochguard._core import stamp_batches  # type: ignore[attr-defined]
+except ImportError:  # the Rust in-place stamping (wire codec) has not landed: per-batch Python, same result
+
+    def stamp_batches(data: bytearray, base_offset: int, partition_leader_epoch: int) -> int:
+        """Set each v2 batch's base offset (consecutive from `base_offset`) and partition leader epoch
+        in place; returns the next offset. Raises `CorruptRecordError` for a malformed or partial batch."""
+        import struct
+
+        from epochguard.errors import CorruptRecordError
+
+        offset = base_offset
+        for position, size, base, last in batch_index(data):
+            if data[position + 16] != 2:
+                raise CorruptRecordError(f"produce batch at byte {position} has magic {data[position + 16]}, not 2")
+            struct.pack_into(">q", data, position, offset)
+            struct.pack_into(">i", data, position + 12, partition_leader_epoch)
+            offset += last - base + 1
+        return offset
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -45,6 +65,7 @@ __all__ = [
     "encode_batch",
     "iter_batches",
     "record_columns",
+    "stamp_batches",
 ]
 
 DEFAULT_MAX_DECOMPRESSED_SIZE = 64 * 1024 * 1024

@@ -42,7 +42,7 @@ from epochguard.messages import (
     Request,
     Response,
 )
-from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_EPOCH, Protocol, TopicPartition
+from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_EPOCH, EpochProtocol, TopicPartition
 
 if TYPE_CHECKING:
     from epochguard.leader import Partition
@@ -99,7 +99,7 @@ class ReplicaFetcher:
         broker_id: int,
         broker_epoch: Callable[[], int] = lambda: -1,
         *,
-        protocol: Protocol = "kip-320",
+        protocol: EpochProtocol = "kip-320",
         truncate_on_fetch: bool = True,
         fetch_backoff_ms: int = 1_000,
         request_timeout_ms: int = 30_000,
@@ -111,7 +111,7 @@ class ReplicaFetcher:
         # What each leader serves (Kafka decides by inter-broker protocol version); None = unknown,
         # taken as a current broker.
         self.leader_api_versions = leader_api_versions or (lambda _leader: None)
-        self.protocol: Protocol = protocol
+        self.protocol: EpochProtocol = protocol
         self.truncate_on_fetch = truncate_on_fetch  # IBP >= 2.7: truncate from Fetch's DivergingEpoch
         self.fetch_backoff_ms = fetch_backoff_ms
         self.request_timeout_ms = request_timeout_ms

@@ -49,7 +49,7 @@ from epochguard.messages import (
     Response,
 )
 from epochguard.replica import ReplicaFetcher
-from epochguard.types import Protocol, TopicPartition
+from epochguard.types import EpochProtocol, TopicPartition
 
 __all__ = ["ReplicaManager"]
 
@@ -78,7 +78,7 @@ class ReplicaManager:
         self,
         broker_id: int,
         *,
-        protocol: Protocol = "kip-320",
+        protocol: EpochProtocol = "kip-320",
         broker_epoch: int = 0,
         log_dir: str | os.PathLike[str] | None = None,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
@@ -96,7 +96,7 @@ class ReplicaManager:
         self.broker_id = broker_id
         self._broker_epoch = broker_epoch
         self.api_versions = api_versions  # what this broker serves (its ApiVersions answer)
-        self.protocol: Protocol = protocol
+        self.protocol: EpochProtocol = protocol
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.segment_bytes = segment_bytes
         self.replica_lag_time_max_ms = replica_lag_time_max_ms

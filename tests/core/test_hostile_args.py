@@ -331,7 +331,7 @@ def test_batched_lookups_at_the_extremes_match_the_scalar_ones() -> None:
     [
         np.array([1, 2], dtype=np.int64),  # wrong width for epochs
         np.array([1.0, 2.0]),
-        [1, 2],
+        [1.0, 2.0],  # a sequence, but not of ints
         np.int32(3),  # 0-d
         pa.chunked_array([[1, 2]], type=pa.int32()),  # a stream, not an array
         None,

@@ -68,7 +68,7 @@ from epochguard.types import (
     IsolationLevel,
     LeaderAndEpoch,
     OffsetAndMetadata,
-    Protocol,
+    EpochProtocol,
     ResetPolicy,
     TopicPartition,
 )
@@ -93,7 +93,7 @@ class Consumer:
         group_id: str | None = None,
         coordinator_id: int | None = None,
         reset_policy: ResetPolicy = "latest",
-        protocol: Protocol = "kip-320",
+        protocol: EpochProtocol = "kip-320",
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
         retry_backoff_ms: int = 100,
         request_timeout_ms: int = 30_000,
@@ -103,7 +103,7 @@ class Consumer:
     ) -> None:
         if reset_policy not in ("earliest", "latest", "none"):
             raise ValueError(f"invalid reset policy {reset_policy!r}")
-        self.protocol: Protocol = protocol
+        self.protocol: EpochProtocol = protocol
         self.group_id = group_id
         self.coordinator_id = coordinator_id
         self.reset_policy: ResetPolicy = reset_policy

@@ -10,6 +10,7 @@ checkpoint.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -56,6 +57,7 @@ class Broker:
         self.hw_checkpoint: dict[TopicPartition, int] = {}
         self.metadata_lag_ms = 0
         self.alive = True
+        self.on_delayed_response: Callable[[Any, Any], None] | None = None
         self._boot()
 
     def _boot(self) -> None:
@@ -186,6 +188,8 @@ class Broker:
             env = self._waiting_produce.pop(id(request), None)
             if env is not None:
                 self.ctx.network.reply(env, response)
+            elif self.on_delayed_response is not None:  # a produce from outside the sim network (epochguard serve)
+                self.on_delayed_response(request, response)
         self._report_fetcher(now)
         if now >= self._next_checkpoint_ms:
             self._next_checkpoint_ms = now + self.ctx.config.hw_checkpoint_interval_ms

@@ -27,7 +27,7 @@ from epochguard.sim.network import Actor, Disconnected, Network, broker_node
 from epochguard.sim.producer import Producer
 from epochguard.sim.storage import SimLog
 from epochguard.sim.timeline import Timeline
-from epochguard.types import Protocol, TopicPartition
+from epochguard.types import EpochProtocol, TopicPartition
 
 __all__ = ["Cluster", "ClusterConfig"]
 
@@ -36,7 +36,7 @@ __all__ = ["Cluster", "ClusterConfig"]
 class Cluster:
     config: ClusterConfig
     seed: int
-    protocol: Protocol = "kip-320"
+    protocol: EpochProtocol = "kip-320"
     schedule: Schedule = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -48,7 +48,9 @@ class Cluster:
         self.timeline = Timeline()
         self.network = Network(self.clock, self.rng.fork("network"), cfg.base_delay_ms, cfg.jitter_ms)
         assignment = cfg.assignment()
-        self.topic_partitions: tuple[TopicPartition, ...] = tuple(sorted(assignment))
+        # The simulated clients and the checker work on the scenario's topic; other topics in the
+        # assignment (`epochguard serve`'s `input`) are hosted for outside clients.
+        self.topic_partitions: tuple[TopicPartition, ...] = tuple(sorted(tp for tp in assignment if tp.topic == cfg.topic))
         self.broker_ids: tuple[int, ...] = tuple(range(1, cfg.brokers + 1))
         self.controller = Controller(self.network, self.timeline, assignment,
                                      unclean_leader_election=cfg.unclean_leader_election,

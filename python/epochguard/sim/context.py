@@ -10,7 +10,7 @@ from epochguard.sim.clock import VirtualClock
 from epochguard.sim.config import ClusterConfig
 from epochguard.sim.events import EventSink
 from epochguard.sim.network import Network
-from epochguard.types import Protocol, TopicPartition
+from epochguard.types import EpochProtocol, TopicPartition
 
 __all__ = ["ActorContext"]
 
@@ -20,7 +20,7 @@ class ActorContext:
     clock: VirtualClock
     network: Network
     config: ClusterConfig
-    protocol: Protocol
+    protocol: EpochProtocol
     events: EventSink
     broker_ids: tuple[int, ...]
     topic_partitions: tuple[TopicPartition, ...]

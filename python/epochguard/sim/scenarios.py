@@ -45,9 +45,9 @@ from epochguard.sim.invariants import Violation
 from epochguard.sim.network import broker_node
 from epochguard.sim.producer import ProducedRecord
 from epochguard.sim.timeline import Event
-from epochguard.types import Protocol, TopicPartition
+from epochguard.types import EpochProtocol, TopicPartition
 
-PROTOCOLS: tuple[Protocol, ...] = ("kip-320", "pre-kip-320")
+PROTOCOLS: tuple[EpochProtocol, ...] = ("kip-320", "pre-kip-320")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +71,7 @@ class Scenario:
 class SimulationResult:
     scenario: str
     seed: int
-    protocol: Protocol
+    protocol: EpochProtocol
     steps: int
     violations: list[Violation]
     events: list[Event]
@@ -193,7 +193,7 @@ def run_scenario(
     name: str,
     *,
     seed: int = 0,
-    protocol: Protocol = "kip-320",
+    protocol: EpochProtocol = "kip-320",
     steps: int | None = None,
     partitions: int | None = None,
     log_dir: str | Path | None = None,
@@ -211,7 +211,7 @@ def topic_id(topic: str) -> str:
 
 
 def run(
-    scenario: Scenario, *, seed: int, protocol: Protocol, log_dir: str | Path | None = None, overwrite: bool = False
+    scenario: Scenario, *, seed: int, protocol: EpochProtocol, log_dir: str | Path | None = None, overwrite: bool = False
 ) -> SimulationResult:
     """Run `scenario`. With `log_dir`, brokers keep their logs on disk there (`broker-<id>/`, recovered
     from disk on restart) and the root files Kafka keeps (meta.properties, checkpoints) are written at the end."""

@@ -21,7 +21,7 @@ from epochguard.types import (
     IsolationLevel,
     OffsetAndMetadata,
     OffsetResetEvent,
-    Protocol,
+    EpochProtocol,
     TopicPartition,
     TruncationEvent,
 )
@@ -48,7 +48,7 @@ class ConsumerContext:
     """The state the managers share: configuration, partitions, metadata, broker versions, the fetch
     buffer, and what the application reads (errors to raise, events, committed offsets)."""
 
-    protocol: Protocol
+    protocol: EpochProtocol
     isolation_level: IsolationLevel
     retry_backoff_ms: int
     request_timeout_ms: int

@@ -17,7 +17,7 @@ def result(server: list[str] | None, truth: list[str], software: str = "kafka-py
         "client_id": "epochguard-kafka-python", "software": software,
         "divergences": [{"topic": "events", "partition": 0, "offset": 25, "verdict": v} for v in server],
     }]
-    return RunResult("b", {}, EMPTY, {"kafka-python": ClientTruth("epochguard-kafka-python", "x", divs)},
+    return RunResult("b", {}, EMPTY, {"kafka-python": ClientTruth("epochguard-kafka-python", software, divs)},
                      {"clients": clients})
 
 
@@ -25,9 +25,10 @@ def test_cells() -> None:
     kp = client("kafka-python")
     assert cell(result([], []), kp) == "-"
     assert cell(result(["silent"], ["silent"]), kp) == "silent"
-    assert cell(result(["silent"] * 3, ["silent"] * 3), kp) == "silent x3"
+    assert cell(result(["silent"] * 3, ["silent"]), kp) == "silent x3"  # one divergence, three server events
     assert cell(result(["silent"], ["detected"]), kp) == "silent != detected"
-    assert cell(result(None, []), kp) == "not seen != -"
+    assert cell(result(["silent", "reset"], ["silent"]), kp) == "reset, silent != silent"
+    assert cell(result(None, []), kp) == "not seen"
 
 
 def test_table_rows_and_labels() -> None:

@@ -28,7 +28,15 @@ STUCK_AFTER_S = 10.0
 
 # Where the server's judge and the delivery log disagree today, with the evidence; not strict, as a
 # real client's timing decides some of these from run to run.
-KNOWN: dict[tuple[str, str, str], str] = {}
+_ZOMBIE = (
+    "the server calls a client silent as soon as it fetches past the divergence point from the zombie "
+    "(one event per served batch), while the client cannot know yet; the delivery log shows what it did "
+    "once the zombie was healed (confluent-kafka re-reads from the divergence point, kcat resets, aiokafka "
+    "loops on NOT_LEADER ListOffsets to the old leader without refreshing metadata: stuck)"
+)
+KNOWN: dict[tuple[str, str, str], str] = {
+    ("zombie-leader", trigger, c.name): _ZOMBIE for trigger in TRIGGERS for c in CLIENTS
+}
 
 
 class Runs:

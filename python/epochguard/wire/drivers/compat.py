@@ -82,11 +82,12 @@ def run_matrix(
 def cell(result: RunResult, client: Client) -> str:
     """`detected`, `silent x3`, `-`; `server != truth` where the delivery log disagrees."""
     server = result.server_client(client.client_id)
-    served = _summary(Counter(d["verdict"] for d in (server or {}).get("divergences", [])))
-    truth = _summary(Counter(d.verdict for d in result.truths[client.name].divergences))
     if server is None:
-        served = "not seen"
-    return served if served == truth else f"{served} != {truth}"
+        return "not seen"
+    verdicts = Counter(d["verdict"] for d in server.get("divergences", []))
+    truth = Counter(d.verdict for d in result.truths[client.name].divergences)
+    # The same verdicts agree even when the server split one divergence into several events.
+    return _summary(verdicts) if set(verdicts) == set(truth) else f"{_summary(verdicts)} != {_summary(truth)}"
 
 
 def _summary(verdicts: Counter[str]) -> str:
@@ -105,11 +106,10 @@ def format_table(results: dict[tuple[str, str], RunResult | str], clients: Seque
 
 
 def _client_label(results: dict[tuple[str, str], RunResult | str], client: Client) -> str:
+    """The client and the version its driver reported."""
     for result in results.values():
-        if not isinstance(result, str) and (server := result.server_client(client.client_id)):
-            software = server.get("software")
-            if software:
-                return f"{client.name} ({software})"
+        if not isinstance(result, str) and client.name in result.truths:
+            return f"{client.name} ({result.truths[client.name].software})"
     return client.name
 
 

@@ -2,7 +2,7 @@
 
 The driver lists the log dirs and cuts large segments into batch-aligned byte ranges (from the
 core's `batch_index`), so one segment is never one task. Executors decode each range inside
-``mapInArrow``: the core maps the file and streams Arrow batches with the GIL released; no segment
+``mapInArrow``: the core reads the file and streams Arrow batches with the GIL released; no segment
 ever becomes a Python object. Paths with a scheme (HDFS, S3, ...) are read whole through Spark's
 ``binaryFile`` source and decoded from those bytes instead.
 """
@@ -228,7 +228,7 @@ def decode_task_groups(
     batches: Iterator[pa.RecordBatch], *, groups: list[list[Chunk]], **options: Any
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` body for local files: each input row is a task id naming the chunks to
-    decode; the core maps each file and reads only the chunk's byte range."""
+    decode; the core reads only the chunk's byte range of each file."""
     for batch in batches:
         for task in batch.column("id").to_pylist():
             for c in groups[task]:

@@ -1,154 +1,148 @@
-"""Request latency of `epochguard serve` on loopback: Fetch round trips (p50/p99) against `serve clean`.
+"""confluent-kafka through `epochguard serve clean` vs through librdkafka's built-in mock cluster.
 
-One connection sends a Fetch (v12, partition `input`-0 from offset 0, 64 KiB of 100-byte records
-there, so the answer is immediate) and waits for its answer, again and again. Baselines in the same
-run: an ApiVersions round trip on the same server (its request path without a log read), and a bare
-asyncio echo of the same answer size on loopback (the socket floor). p50/p99 are in `extra_info`.
+The same client, settings and records in the same run: 100-byte values produced with acks=all to
+partition 0, then read back from a warmed-up consumer (assign at the round's first offset, timed until
+the round's records are in). The mock (`test.mock.num.brokers` on a producer; the consumer finds its
+brokers in that producer's metadata) keeps a bounded log (about 47,000 such records), so each round
+is sized to fit. Goals: >= 100,000 records/s each way through serve, >= 0.5x the mock's rate.
 
-Run: pytest benches/python/test_bench_wire.py --benchmark-only --benchmark-group-by=group
+Run: `pytest benches/python/test_bench_wire.py --benchmark-only --benchmark-group-by=group`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import statistics
-import threading
+import importlib.util
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-kafka = pytest.importorskip("kafka", reason="kafka-python (the dev extra) builds the request frames")
+ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed (pip install confluent-kafka)")
 
-ROUNDS = 2000
-WARMUP = 200
+RECORDS = 40_000  # a round: within the mock's bounded log
+VALUE = bytes(range(100))
+TOPIC = "input"
+RATES: dict[str, float] = {}
+PRODUCER = {"acks": "all", "linger.ms": 5, "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
+            "log_level": 3}
+CONSUMER = {"group.id": "epochguard-bench", "enable.auto.commit": False, "fetch.wait.max.ms": 10, "log_level": 3}
+
+
+class Cluster:
+    """A producer and a warmed-up consumer on one endpoint, partition 0 of TOPIC."""
+
+    def __init__(self, name: str, producer: Any, bootstrap: str) -> None:
+        self.name = name
+        self.producer = producer
+        self.consumer = ck.Consumer({**CONSUMER, "bootstrap.servers": bootstrap})
+        self.produce(100)  # warm up: connections, metadata, the partition's leader
+        self.consume(self.end() - 100, 100)
+
+    def close(self) -> None:
+        self.consumer.close()
+        self.producer.flush(10)
+
+    def end(self) -> int:
+        return int(self.consumer.get_watermark_offsets(ck.TopicPartition(TOPIC, 0), timeout=10)[1])
+
+    def produce(self, n: int) -> None:
+        produce = self.producer.produce
+        for _ in range(n):
+            try:
+                produce(TOPIC, VALUE, partition=0)
+            except BufferError:
+                self.producer.poll(0.001)
+                produce(TOPIC, VALUE, partition=0)
+        assert self.producer.flush(60) == 0, f"{self.name}: records left unacknowledged"
+
+    def consume(self, start: int, n: int) -> int:
+        self.consumer.assign([ck.TopicPartition(TOPIC, 0, start)])
+        got, deadline = 0, time.monotonic() + 60
+        while got < n and time.monotonic() < deadline:
+            for msg in self.consumer.consume(10_000, 0.5):
+                if msg.error() is None:
+                    got += 1
+        assert got >= n, f"{self.name}: read {got} of {n}"
+        return got
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    from tests.wire.serving import Served
+def mock() -> Iterator[Cluster]:
+    producer = ck.Producer({**PRODUCER, "test.mock.num.brokers": 3, "bootstrap.servers": "unused:9092"})
+    brokers = producer.list_topics(TOPIC, timeout=10).brokers.values()
+    cluster = Cluster("mock", producer, ",".join(f"{b.host}:{b.port}" for b in brokers))
+    yield cluster
+    cluster.close()
+    _report()
 
-    served = Served("clean")
+
+@pytest.fixture(scope="module")
+def serve() -> Iterator[Cluster]:
+    if importlib.util.find_spec("epochguard.wire.cli") is None:
+        pytest.skip("`epochguard serve` is not in this build")
+    proc = subprocess.Popen([sys.executable, "-m", "epochguard", "serve", "clean"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("bootstrap "), f"serve printed {line!r}"
+    bootstrap = line.split(" ", 1)[1].strip()
     try:
-        producer = kafka.KafkaProducer(bootstrap_servers=served.bootstrap, acks="all", linger_ms=5)
-        for i in range(2000):
-            producer.send("input", value=b"%0100d" % i)
-        producer.flush(30)
-        producer.close()
-        yield served.bootstrap
+        cluster = Cluster("serve", ck.Producer({**PRODUCER, "bootstrap.servers": bootstrap}), bootstrap)
+        yield cluster
+        cluster.close()
     finally:
-        served.stop()
-
-
-def _leader(bootstrap: str) -> tuple[str, int]:
-    host, port = bootstrap.split(",")[0].split(":")  # broker 1 leads input-0 in `clean`
-    return host, int(port)
-
-
-def _fetch_frame() -> bytes:
-    from kafka.protocol.consumer import FetchRequest
-
-    T = FetchRequest.FetchTopic
-    req = FetchRequest[12](replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-                           session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
-                           topics=[T(topic="input", partitions=[T.FetchPartition(
-                               partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
-                               log_start_offset=-1, partition_max_bytes=64 << 10)])])
-    req.with_header(correlation_id=1, client_id="bench")
-    return bytes(req.encode(header=True, framed=True))
-
-
-def _api_versions_frame() -> bytes:
-    from kafka.protocol.metadata import ApiVersionsRequest
-
-    req = ApiVersionsRequest[3](client_software_name="bench", client_software_version="1")
-    req.with_header(correlation_id=1, client_id="bench")
-    return bytes(req.encode(header=True, framed=True))
-
-
-def _round_trips(address: tuple[str, int], frame: bytes, rounds: int) -> list[float]:
-    with socket.create_connection(address) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        times = []
-        for _ in range(rounds):
-            start = time.perf_counter()
-            sock.sendall(frame)
-            size = int.from_bytes(_read(sock, 4), "big")
-            _read(sock, size)
-            times.append(time.perf_counter() - start)
-        return times
-
-
-def _read(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
-
-
-def _report(benchmark, times: list[float]) -> None:
-    ordered = sorted(times)
-    p50 = ordered[len(ordered) // 2]
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    benchmark.extra_info.update(p50_us=round(p50 * 1e6, 1), p99_us=round(p99 * 1e6, 1),
-                                mean_us=round(statistics.fmean(times) * 1e6, 1), rounds=len(times))
-    print(f"\n{benchmark.name}: p50 {p50 * 1e6:.0f} us, p99 {p99 * 1e6:.0f} us over {len(times)} round trips")
-
-
-def _measure(benchmark, address: tuple[str, int], frame: bytes) -> None:
-    _round_trips(address, frame, WARMUP)
-    times: list[float] = []
-    benchmark.pedantic(lambda: times.extend(_round_trips(address, frame, ROUNDS)), rounds=1, iterations=1)
-    _report(benchmark, times)
-
-
-@pytest.mark.benchmark(group="wire round trip on loopback")
-def test_fetch_round_trip(benchmark, server: str) -> None:
-    frame = _fetch_frame()
-    with socket.create_connection(_leader(server)) as sock:  # the answer carries records
-        sock.sendall(frame)
-        size = int.from_bytes(_read(sock, 4), "big")
-        assert size > 60_000
-    _measure(benchmark, _leader(server), frame)
-
-
-@pytest.mark.benchmark(group="wire round trip on loopback")
-def test_api_versions_round_trip(benchmark, server: str) -> None:
-    _measure(benchmark, _leader(server), _api_versions_frame())
-
-
-@pytest.mark.benchmark(group="wire round trip on loopback")
-def test_echo_round_trip_same_size(benchmark) -> None:
-    """The floor: an asyncio server answering each 4-byte-prefixed frame with 64 KiB."""
-    answer = (64 << 10).to_bytes(4, "big") + b"x" * (64 << 10)
-    ready = threading.Event()
-    port: list[int] = []
-    loop = asyncio.new_event_loop()
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        proc.send_signal(signal.SIGTERM)
         try:
-            while True:
-                size = int.from_bytes(await reader.readexactly(4), "big")
-                await reader.readexactly(size)
-                writer.write(answer)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
-    async def start() -> None:
-        srv = await asyncio.start_server(handle, "127.0.0.1", 0)
-        port.append(srv.sockets[0].getsockname()[1])
-        ready.set()
 
-    def run() -> None:
-        loop.run_until_complete(start())
-        loop.run_forever()
+def _produce(benchmark: Any, cluster: Cluster) -> None:
+    benchmark.pedantic(cluster.produce, args=(RECORDS,), rounds=5, warmup_rounds=1, iterations=1)
+    _rate(benchmark, f"{cluster.name} produce")
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    ready.wait(5)
-    _measure(benchmark, ("127.0.0.1", port[0]), _fetch_frame())
-    loop.call_soon_threadsafe(loop.stop)
+
+def _consume(benchmark: Any, cluster: Cluster) -> None:
+    def setup() -> tuple[tuple[int, int], dict[str, Any]]:
+        cluster.produce(RECORDS)  # fresh records each round, untimed
+        return (cluster.end() - RECORDS, RECORDS), {}
+
+    benchmark.pedantic(cluster.consume, setup=setup, rounds=5, warmup_rounds=1, iterations=1)
+    _rate(benchmark, f"{cluster.name} consume")
+
+
+def _rate(benchmark: Any, name: str) -> None:
+    RATES[name] = RECORDS / benchmark.stats.stats.median
+    benchmark.extra_info["records_per_second"] = round(RATES[name])
+
+
+def _report() -> None:
+    for way in ("produce", "consume"):
+        s, m = RATES.get(f"serve {way}"), RATES.get(f"mock {way}")
+        if s and m:
+            print(f"\n{way}: serve {s:,.0f} records/s, mock {m:,.0f} records/s: {s / m:.2f}x "
+                  f"(goals >= 100,000/s, >= 0.5x)")
+
+
+@pytest.mark.benchmark(group="wire-produce")
+def test_produce_mock(benchmark: Any, mock: Cluster) -> None:
+    _produce(benchmark, mock)
+
+
+@pytest.mark.benchmark(group="wire-produce")
+def test_produce_serve(benchmark: Any, serve: Cluster, mock: Cluster) -> None:
+    _produce(benchmark, serve)
+
+
+@pytest.mark.benchmark(group="wire-consume")
+def test_consume_mock(benchmark: Any, mock: Cluster) -> None:
+    _consume(benchmark, mock)
+
+
+@pytest.mark.benchmark(group="wire-consume")
+def test_consume_serve(benchmark: Any, serve: Cluster, mock: Cluster) -> None:
+    _consume(benchmark, serve)

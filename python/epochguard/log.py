@@ -29,6 +29,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from epochguard._core import LeaderEpochCache, RecordBatch, encode_batch, iter_batches
 from epochguard.errors import CorruptRecordError, EpochGuardError
@@ -300,17 +301,18 @@ class PartitionLog:
         `producer_id` and `transactional`, the batch belongs to that producer's open transaction."""
         if not records:
             raise ValueError("no records to append")
+        return self._append_new_batch(
+            records, leader_epoch, timestamp_ms, compression=compression,
+            producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=transactional,
+        )
+
+    def _append_new_batch(self, records: Sequence[tuple], leader_epoch: int, timestamp_ms: int | None, **header: Any) -> AppendInfo:
+        """Encode one v2 batch at the LEO stamped with `leader_epoch` (`header`: encode_batch's other
+        fields) and append it."""
         if leader_epoch < 0:
             raise ValueError(f"invalid leader epoch {leader_epoch}")
         raw = encode_batch(
-            records,
-            base_offset=self._log_end_offset,
-            partition_leader_epoch=leader_epoch,
-            compression=compression,
-            base_timestamp=timestamp_ms,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            is_transactional=transactional,
+            records, base_offset=self._log_end_offset, partition_leader_epoch=leader_epoch, base_timestamp=timestamp_ms, **header
         )
         info = self._append(raw)
         if info is None:  # encode_batch always yields one whole batch
@@ -323,24 +325,12 @@ class PartitionLog:
     ) -> AppendInfo:
         """Write a transaction marker (a control batch of one record) at the LEO, closing the producer's
         open transaction (`UnifiedLog.appendAsLeader` with origin COORDINATOR)."""
-        if leader_epoch < 0:
-            raise ValueError(f"invalid leader epoch {leader_epoch}")
         key = struct.pack(">hh", 0, CONTROL_COMMIT if commit else CONTROL_ABORT)
         value = struct.pack(">hi", 0, coordinator_epoch)
-        raw = encode_batch(
-            [(key, value)],
-            base_offset=self._log_end_offset,
-            partition_leader_epoch=leader_epoch,
-            base_timestamp=timestamp_ms,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            is_transactional=True,
-            is_control=True,
+        return self._append_new_batch(
+            [(key, value)], leader_epoch, timestamp_ms,
+            producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True, is_control=True,
         )
-        info = self._append(raw)
-        if info is None:
-            raise RuntimeError("encoded marker did not decode")
-        return info
 
     def append_raw_as_leader(self, data: bytes | bytearray | memoryview, leader_epoch: int) -> AppendInfo:
         """A producer's v2 batches as they came off the wire, appended at the LEO: base offsets and the

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import struct
 
-from protocol_support import TP, recs, state
-
 from epochguard._core import encode_batch, iter_batches
 from epochguard.consumer import Consumer
 from epochguard.consumer.fetch_collector import CompletedFetch
@@ -33,6 +31,7 @@ from epochguard.types import (
     IsolationLevel,
     LeaderAndEpoch,
 )
+from protocol_support import TP, recs, state
 
 RC, RU = IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED
 
@@ -94,7 +93,7 @@ def test_transactional_append_as_leader_and_markers():
     assert batch.is_transactional and batch.producer_id == 2 and batch.partition_leader_epoch == 5
     assert p.log.first_unstable_offset == 0
     p.write_txn_marker(2, 0, commit=False, coordinator_epoch=0)
-    control = list(iter_batches(p.log.read(3)))[0]
+    control = next(iter_batches(p.log.read(3)))
     assert control.is_control and control.base_offset == 3 and control.partition_leader_epoch == 5
     assert p.log.first_unstable_offset is None and p.log.aborted_transactions == [AbortedTxn(2, 0, 3)]
 
@@ -211,7 +210,12 @@ def test_read_committed_consumer_end_to_end_and_position_past_aborted_data():
 
 
 def _metadata():
-    from epochguard.messages import MetadataResponse, MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic
+    from epochguard.messages import (
+        MetadataResponse,
+        MetadataResponseBroker,
+        MetadataResponsePartition,
+        MetadataResponseTopic,
+    )
 
     part = MetadataResponsePartition(0, 1, 0, (1,), (1,))
     return MetadataResponse((MetadataResponseTopic(TP.topic, (part,), "id"),), (MetadataResponseBroker(1),))

@@ -60,20 +60,24 @@ from epochguard.consumer.requests import (
     RequestManager,
     ValidationManager,
 )
-from epochguard.consumer.subscription import FetchState, PartitionState, SubscriptionState
+from epochguard.consumer.subscription import (
+    FetchState,
+    PartitionState,
+    SubscriptionState,
+)
 from epochguard.metadata import ClientMetadata
 from epochguard.types import (
     ConsumerRecords,
+    EpochProtocol,
     FetchPosition,
     IsolationLevel,
     LeaderAndEpoch,
     OffsetAndMetadata,
-    EpochProtocol,
     ResetPolicy,
     TopicPartition,
 )
 
-__all__ = ["FetchState", "PartitionState", "OffsetsForTimesLookup", "Consumer", "CompletedFetch"]
+__all__ = ["CompletedFetch", "Consumer", "FetchState", "OffsetsForTimesLookup", "PartitionState"]
 
 
 class Consumer:

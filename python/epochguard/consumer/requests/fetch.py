@@ -23,7 +23,12 @@ from epochguard.consumer.requests.base import (
 )
 from epochguard.consumer.subscription import FetchState
 from epochguard.errors import CorruptRecordError, Errors, TopicAuthorizationFailedError
-from epochguard.messages import FetchPartition, FetchPartitionData, FetchRequest, FetchResponse
+from epochguard.messages import (
+    FetchPartition,
+    FetchPartitionData,
+    FetchRequest,
+    FetchResponse,
+)
 from epochguard.types import NO_EPOCH, FetchPosition, TopicPartition, epoch_or_sentinel
 
 __all__ = ["FetchManager"]

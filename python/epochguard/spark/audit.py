@@ -23,7 +23,11 @@ What is not an election loss is named, not counted (DESIGN.md 4.4):
     the reference's epoch at that offset, past its end: the logs were copied before the read, or a
     KIP-207 dip, not a loss), ``compacted`` (inside the log, the epoch matches, the offset was
     cleaned away), ``recreated`` (an epoch the reference never had: a re-created topic) and
-    ``unknown_partition`` (no replica of it was given) explain the rest.
+    ``unknown_partition`` (no replica of it was given) explain the rest; ``aborted`` (a record of a
+    transaction its replica aborted) is not a loss either: a read_committed consumer never returns it.
+``kind`` of a lost record (lost_records.parquet)
+    ``lost``, or ``aborted``: a record of a transaction that replica's own log aborted (or its ABORT
+    marker). It disappears with the election but was never data; it is listed, not counted.
 """
 
 from __future__ import annotations
@@ -47,7 +51,9 @@ if TYPE_CHECKING:
 
 LOSS_KINDS = ("truncated", "rewritten")
 REPLICA_KINDS = ("reference", "in_sync", "behind", "retention", "recreated", "diverged")
-PHANTOM_KINDS = ("truncated", "rewritten", "retention", "beyond_log_end", "compacted", "recreated", "unknown_partition")
+PHANTOM_KINDS = (
+    "truncated", "rewritten", "retention", "beyond_log_end", "compacted", "recreated", "aborted", "unknown_partition"
+)
 
 Step = Callable[[str], Any]  # progress reporter: step("decoding segments") -> context manager
 
@@ -195,14 +201,16 @@ def audit(
             .agg(F.count("*").alias("n"))
             .collect()
         }
-        lost = (
-            held.where(F.col("offset") >= F.col("reference_log_start_offset"))
-            .join(reference_keys, ["topic", "partition", "offset", "leader_epoch"], "left_anti")
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
+        lost = _with_transaction_kind(
+            records,
+            held.where(F.col("offset") >= F.col("reference_log_start_offset")).join(
+                reference_keys, ["topic", "partition", "offset", "leader_epoch"], "left_anti"
+            ),
+        ).persist(StorageLevel.MEMORY_AND_DISK)
         mismatches = {
             (row.topic, row.partition, row.broker): row
-            for row in lost.groupBy("topic", "partition", "broker")
+            for row in lost.where(F.col("kind") == "lost")
+            .groupBy("topic", "partition", "broker")
             .agg(
                 F.count("*").alias("n"),
                 F.min("offset").alias("lo"),
@@ -249,6 +257,28 @@ def audit(
 
         write_html(result, os.path.join(out, "report.html"))
     return result
+
+
+def _with_transaction_kind(records: DataFrame, lost: DataFrame) -> DataFrame:
+    """`lost` with `kind`: "aborted" for a record whose transaction ends in an ABORT marker in the same
+    replica's log (and for that marker), else "lost" (an open transaction's records included)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    keys = ["topic", "partition", "broker", "offset"]
+    # A control record's key is (version int16, type int16): type 0 = ABORT, 1 = COMMIT.
+    marker_type = F.when(F.col("is_control"), F.conv(F.hex(F.substring("key", 3, 2)), 16, 10).cast("int"))
+    following = Window.partitionBy("topic", "partition", "broker", "producer_id").orderBy("offset").rowsBetween(
+        Window.currentRow, Window.unboundedFollowing
+    )
+    status = (
+        records.where(F.col("is_transactional") & (F.col("producer_id") >= 0))
+        .select(*keys, "producer_id", marker_type.alias("marker"))
+        .withColumn("ends_with", F.first("marker", ignorenulls=True).over(following))
+        .select(*keys, (F.col("ends_with") == 0).alias("aborted"))
+    )
+    kind = F.when(F.coalesce(F.col("aborted"), F.lit(False)), "aborted").otherwise("lost")
+    return lost.join(status, keys, "left").withColumn("kind", kind).drop("aborted")
 
 
 # --- per replica, on the driver (epoch histories and counts are small) ---------------------------
@@ -443,7 +473,9 @@ def _phantom_reads(
     at_offset = reference_keys.select(
         "topic", "partition", "offset", F.col("leader_epoch").alias("reference_epoch_at_offset")
     )
-    lost_on = lost.groupBy("topic", "partition", "offset", "leader_epoch").agg(F.min("broker").alias("lost_on_broker"))
+    lost_on = lost.groupBy("topic", "partition", "offset", "leader_epoch").agg(
+        F.min("broker").alias("lost_on_broker"), F.min(F.col("kind") == "aborted").alias("aborted")
+    )
     # A read without an epoch (an old client, a legacy batch) can only be matched by its offset.
     t, ref = table.alias("t"), reference_keys.alias("ref")
     held = (
@@ -464,6 +496,7 @@ def _phantom_reads(
         F.when(c("ref_log_end").isNull(), "unknown_partition")
         .when(c("offset") < c("ref_log_start"), "retention")
         .when(epoch > c("ref_latest_epoch"), "recreated")
+        .when(c("aborted"), "aborted")
         .when(c("reference_epoch_at_offset").isNotNull(), "rewritten")
         .when((c("offset") >= c("ref_log_end")) & (epoch.isNull() | (epoch == c("reference_epoch"))), "beyond_log_end")
         .when(epoch.isNull() | (epoch == c("reference_epoch")), "compacted")
@@ -475,6 +508,7 @@ def _phantom_reads(
             c("kind") == "retention", F.format_string("below the reference's log start offset %d", c("ref_log_start"))
         )
         .when(c("kind") == "recreated", F.format_string("epoch above the reference's latest %d", c("ref_latest_epoch")))
+        .when(c("kind") == "aborted", F.lit("a record of an aborted transaction: read_committed never returns it"))
         .when(
             c("kind") == "rewritten",
             F.format_string(
@@ -529,6 +563,7 @@ LOST_COLUMNS = [
     "value",
     "headers",
     "is_control",  # a lost transaction marker is reported too, but is not for re-publishing
+    "kind",  # "lost", or "aborted" (a record of an aborted transaction: listed, not counted)
 ]
 PARTITIONS_SCHEMA = (
     "topic string, partition int, reference_broker int, reference_latest_epoch int, reference_log_end_offset long, "

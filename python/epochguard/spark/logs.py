@@ -270,6 +270,32 @@ def decode_arrow_batches(
                 yield from _decode_one(data, 0, len(data), carried, path, **options)
 
 
+def decode_ranges(
+    batches: Iterator[pa.RecordBatch], *, schema: pa.Schema, columns: Sequence[str], verify_crc: bool
+) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` body that decodes named byte ranges: each input row gives a ``path``, a
+    ``batch_position`` and ``batch_size`` and, for a file not readable locally, its ``content``;
+    the other input columns named in `schema` are carried onto every record of the range."""
+    for batch in batches:
+        rows = batch.select([n for n in batch.schema.names if n != "content"]).to_pylist()
+        contents = batch.column("content")
+        for row, content in zip(rows, contents, strict=True):
+            carried = {name: row[name] for name in schema.names if name in row}
+            source = row["path"] if not content.is_valid else memoryview(content.as_buffer())
+            yield from _decode_one(
+                source,
+                row["batch_position"],
+                row["batch_size"],
+                carried,
+                row["path"],
+                schema=schema,
+                columns=columns,
+                with_errors=False,
+                verify_crc=verify_crc,
+                max_decompressed_size=DEFAULT_MAX_DECOMPRESSED,
+            )
+
+
 def _decode_one(
     source: str | memoryview,
     start: int,

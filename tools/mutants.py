@@ -293,7 +293,7 @@ def report(args: argparse.Namespace) -> int:
     lines = ["# Surviving mutants", "", table, ""]
     for file, s in sorted(scores.items()):
         for name in s.survived:
-            diff = _python_diff(name) if file.startswith("python/") else ""
+            diff = _python_diff(name) if file.startswith("python/") and not args.names_only else ""
             lines += [f"## {name}", "", "```diff", diff or name, "```", ""]
     (WORK / "survivors.md").write_text("\n".join(lines))
     print(f"survivors: {WORK / 'survivors.md'}")
@@ -320,6 +320,7 @@ def main() -> int:
     rs.add_argument("groups", nargs="*", help=f"of {sorted(RUST_GROUPS)} (default: all)")
     rp = sub.add_parser("report")
     rp.add_argument("--summary", help="append the table as Markdown (e.g. $GITHUB_STEP_SUMMARY)")
+    rp.add_argument("--names-only", action="store_true", help="survivors without their diffs (fast)")
     args = parser.parse_args()
     return {"python": run_python, "rust": run_rust, "report": report}[args.what](args)
 

@@ -29,6 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,11 +149,18 @@ def run_python(args: argparse.Namespace) -> int:
     (PY_WORK / "pyproject.toml").write_text(_mutmut_config(only))
     # mutmut skips a file whose copy in mutants/ is newer than the source, even if that copy was
     # left unmutated by an earlier run with another selection: drop such copies of the targets.
+    # mutmut also keeps its test-to-function map (mutmut-stats.json) and caches "no tests" verdicts
+    # from a run that did not trampoline these files: drop both, so coverage is collected anew.
     copies = PY_WORK / "mutants" / "src" / "epochguard"
+    fresh = False
     for pattern in only:
         for copy in copies.glob(pattern):
             if "_mutmut_mutated" not in copy.read_text():
                 copy.unlink()
+                Path(f"{copy}.meta").unlink(missing_ok=True)
+                fresh = True
+    if fresh:
+        (PY_WORK / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)]
     result = _run(cmd, cwd=PY_WORK, env=env)
@@ -198,7 +206,7 @@ def python_scores(equivalent: dict[str, str]) -> dict[str, FileScore]:
         if not _is_target(rel):
             continue
         score = scores.setdefault(f"python/epochguard/{rel}", FileScore())
-        for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+        for name, code in _read_json(meta)["exit_code_by_key"].items():
             name = name.removeprefix("src.")
             if name in equivalent:
                 score.equivalent += 1
@@ -211,6 +219,18 @@ def python_scores(equivalent: dict[str, str]) -> dict[str, FileScore]:
             else:
                 score.survived.append(name)  # suspicious: not a clean kill
     return scores
+
+
+def _read_json(path: Path) -> dict:
+    """mutmut rewrites its .meta files as it goes: retry a read that catches one half-written."""
+    for attempt in range(20):
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            if attempt == 19:
+                raise
+            time.sleep(0.1)
+    return {}
 
 
 def _python_diff(name: str) -> str:

@@ -295,6 +295,23 @@ fn checkpoint_read_rejects_oversized_file_without_parsing() {
 }
 
 #[test]
+fn checkpoint_read_accepts_large_files_up_to_64_mib() {
+    // The cap only guards against garbage: a checkpoint of 120,000 leader changes (~1.6 MB) is real.
+    assert_eq!(checkpoint::MAX_FILE_SIZE, 64 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leader-epoch-checkpoint");
+    let entries: Vec<EpochEntry> = (0..120_000)
+        .map(|i| EpochEntry {
+            epoch: i,
+            start_offset: i64::from(i) * 10,
+        })
+        .collect();
+    checkpoint::write(&path, &entries).unwrap();
+    assert!(std::fs::metadata(&path).unwrap().len() > 1_500_000);
+    assert_eq!(checkpoint::read(&path).unwrap().entries(), &entries[..]);
+}
+
+#[test]
 fn checkpoint_write_is_atomic_and_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("leader-epoch-checkpoint");

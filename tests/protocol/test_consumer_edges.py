@@ -338,3 +338,32 @@ def test_a_seek_to_either_end_never_hands_out_records_buffered_before_it(seek):
     c.on_response(node, request, answer, 0)
     assert c.position(TP).offset == 0
     assert c.poll(0).count() == 0
+
+
+def lookup_request(c: Consumer, now_ms: int):
+    [(node, request)] = [(n, r) for n, r in c.poll_requests(now_ms) if isinstance(r, ListOffsetsRequest)]
+    return node, request
+
+
+def test_offsets_for_times_answers_offset_zero_and_sends_one_request_at_a_time():
+    world, c = World(), consumer("earliest")
+    world.run(c, 0)
+    lookup = c.offsets_for_times({TP: 0}, 0)
+    node, request = lookup_request(c, 0)
+    assert ListOffsetsRequest not in kinds(c.poll_requests(1_000))  # in flight: not sent again
+    c.on_response(node, request, world.answer(node, request), 1_000)
+    assert lookup.result[TP] == OffsetAndTimestamp(0, 1_000, 0)
+
+
+@pytest.mark.parametrize("error, refresh", [(Errors.NOT_LEADER_OR_FOLLOWER, True), (Errors.UNKNOWN_LEADER_EPOCH, False)])
+def test_an_offsets_for_times_error_is_retried_after_the_backoff(error, refresh):
+    world, c = World(), consumer("earliest")
+    world.run(c, 0)
+    lookup = c.offsets_for_times({TP: 0}, 0)
+    node, request = lookup_request(c, 0)
+    c.on_response(node, request, ListOffsetsResponse((ListOffsetsPartitionResponse(TP.topic, TP.partition, error),)), 10)
+    assert not lookup.done and c.metadata.update_requested == refresh
+    assert ListOffsetsRequest not in kinds(c.poll_requests(10 + BACKOFF - 1))
+    node, request = lookup_request(c, 10 + BACKOFF)
+    c.on_response(node, request, world.answer(node, request), 10 + BACKOFF)
+    assert lookup.result[TP].offset == 0

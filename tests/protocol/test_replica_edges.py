@@ -120,3 +120,18 @@ def test_an_unanswered_fetch_is_resent_after_the_request_timeout():
     only(bs[2].poll_requests(0), FetchRequest)
     assert bs[2].poll_requests(4_999) == []  # one in flight per leader
     only(bs[2].poll_requests(5_000), FetchRequest)
+
+
+def test_out_of_range_list_offsets_carries_the_current_leader_epoch_only_under_kip_320():
+    bs = out_of_range_follower()
+    _, lo = only(bs[2].poll_requests(0), ListOffsetsRequest)
+    assert (lo.partitions[0].current_leader_epoch, lo.replica_id) == (3, 2)
+    old = brokers(2, protocol="pre-kip-320", fetch_backoff_ms=BACKOFF)
+    for b in old.values():
+        b.apply_partition_state(state(1, 3, isr=(1,), replicas=(1, 2)), 0)
+    produce(old[1], 12)
+    assert old[1].partitions[TP].log.increment_log_start_offset(10)
+    _, fetch = only(old[2].poll_requests(0), FetchRequest)
+    old[2].on_response(1, fetch, old[1].handle(2, fetch, 0), 0)
+    _, lo = only(old[2].poll_requests(0), ListOffsetsRequest)
+    assert lo.partitions[0].current_leader_epoch == -1

@@ -33,6 +33,7 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "target" / "mutants"
@@ -221,7 +222,7 @@ def python_scores(equivalent: dict[str, str]) -> dict[str, FileScore]:
     return scores
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> Any:
     """mutmut rewrites its .meta files as it goes: retry a read that catches one half-written."""
     for attempt in range(20):
         try:
@@ -289,21 +290,22 @@ def rust_scores(equivalent: dict[str, str]) -> dict[str, FileScore]:
         elif summary == "MissedMutant":
             score.survived.append(name)
         elif summary == "Unviable":
-            score.equivalent += 0  # does not build: neither killed nor survived
+            pass  # does not build: neither killed nor survived
         else:
             score.not_run += 1
     return scores
 
 
 def _rust_name(mutant: dict) -> str:
-    span = mutant.get("span", {}).get("start", {})
-    return f"{mutant.get('file')}:{span.get('line')}:{span.get('column')}: replace {mutant.get('function', {}).get('function_name', '?') if isinstance(mutant.get('function'), dict) else ''} {mutant.get('genre', '')} with {mutant.get('replacement', '')}".replace("  ", " ")
+    """cargo-mutants' own name: `file:line:column: replace X with Y in function`."""
+    return mutant.get("name") or f"{mutant.get('file')}:{mutant.get('span', {}).get('start', {}).get('line')}"
 
 
 # --- report ------------------------------------------------------------------------------------------
 def report(args: argparse.Namespace) -> int:
     equivalent = load_equivalent()
     scores = {**python_scores(equivalent), **rust_scores(equivalent)}
+    rust_diffs = {m.get("name"): m.get("diff", "") for p in RUST_OUT.glob("*/mutants.out/mutants.json") for m in _read_json(p)}
     rows = ["| file | killed | survived | equivalent | not run | score |", "|---|---:|---:|---:|---:|---:|"]
     for file, s in sorted(scores.items()):
         rows.append(f"| {file} | {s.killed} | {len(s.survived)} | {s.equivalent} | {s.not_run} | {s.percent()} |")
@@ -313,7 +315,7 @@ def report(args: argparse.Namespace) -> int:
     lines = ["# Surviving mutants", "", table, ""]
     for file, s in sorted(scores.items()):
         for name in s.survived:
-            diff = _python_diff(name) if file.startswith("python/") and not args.names_only else ""
+            diff = _python_diff(name) if file.startswith("python/") and not args.names_only else rust_diffs.get(name, "")
             lines += [f"## {name}", "", "```diff", diff or name, "```", ""]
     (WORK / "survivors.md").write_text("\n".join(lines))
     print(f"survivors: {WORK / 'survivors.md'}")

@@ -367,3 +367,16 @@ def test_an_offsets_for_times_error_is_retried_after_the_backoff(error, refresh)
     node, request = lookup_request(c, 10 + BACKOFF)
     c.on_response(node, request, world.answer(node, request), 10 + BACKOFF)
     assert lookup.result[TP].offset == 0
+
+
+def test_offsets_for_times_takes_timestamp_zero_and_refuses_a_negative_one():
+    c = consumer()
+    assert not c.offsets_for_times({TP: 0}, 0).done
+    with pytest.raises(ValueError, match=r"^invalid negative timestamp -1 for t-0$"):
+        c.offsets_for_times({TP: -1}, 0)
+
+
+def test_unassigning_a_partition_that_is_not_assigned_is_a_no_op():
+    c = consumer()
+    c.unassign([TopicPartition("other", 0)])
+    assert list(c.assignment) == [TP]

@@ -1,11 +1,14 @@
 """PartitionLog behaviours pinned through the public API: `write_to` round trips, a partition directory
-without segments, and the rename of an empty active segment when offsets jump."""
+without segments, the rename of an empty active segment when offsets jump, timestamp lookups at their
+edges, and log start offsets."""
 
 from __future__ import annotations
 
+import pytest
 from protocol_support import TP, kafka_python_batch, recs
 
 from epochguard import PartitionLog, iter_batches
+from epochguard.log import UnexpectedAppendOffsetError
 
 
 def batches_of(log: PartitionLog) -> list[tuple[int, int, list[bytes]]]:
@@ -129,3 +132,40 @@ def test_write_to_creates_missing_parent_directories(tmp_path):
     log = timed_log()
     target = log.write_to(tmp_path / "backup" / "broker-1" / "t-0")
     assert PartitionLog.open(target, write_through=False).read(0) == log.read(0)
+
+
+def test_increment_log_start_offset_to_the_current_start_changes_nothing():
+    log = timed_log()
+    log.update_high_watermark(6)
+    assert log.increment_log_start_offset(0) is False
+    assert log.increment_log_start_offset(2) is True and log.increment_log_start_offset(2) is False
+
+
+def test_increment_log_start_offset_drops_every_segment_wholly_below_it(tmp_path):
+    d = tmp_path / "t-0"
+    log = PartitionLog(TP, directory=d, segment_bytes=100)  # one 2-record batch per segment
+    for epoch in range(6):
+        log.append_as_leader(recs(2), epoch)
+    assert [s.base_offset for s in log.segments] == [0, 2, 4, 6, 8, 10]
+    log.update_high_watermark(12)
+    log.increment_log_start_offset(4)  # exactly a segment's base: the segments before it go
+    assert [s.base_offset for s in log.segments] == [4, 6, 8, 10]
+    log.increment_log_start_offset(12)
+    assert [s.base_offset for s in log.segments] == [10]
+    assert sorted(p.name for p in d.glob("*.log")) == ["00000000000000000010.log"]
+
+
+def test_a_segment_file_removed_behind_the_logs_back_does_not_break_truncation(tmp_path):
+    d = tmp_path / "t-0"
+    log = PartitionLog(TP, directory=d)
+    log.append_as_leader(recs(2), 0)
+    (d / "00000000000000000000.log").unlink()
+    log.truncate_fully_and_start_at(5)
+    assert sorted(p.name for p in d.glob("*.log")) == ["00000000000000000005.log"]
+
+
+def test_an_unexpected_append_offset_says_where():
+    log = timed_log()
+    with pytest.raises(UnexpectedAppendOffsetError, match=r"^t-0: first offset 1 is below the log end offset 6$") as raised:
+        log.append_as_follower(kafka_python_batch(1, 5, [b"x"]))
+    assert (raised.value.first_offset, raised.value.last_offset) == (1, 1)

@@ -1,5 +1,5 @@
-"""Command line: `epochguard simulate | audit | demo`. Each subcommand's arguments live with its subsystem
-(`epochguard.sim.cli`, `epochguard.spark.cli`), registered here by `build_parser`."""
+"""Command line: `epochguard simulate | audit | demo | serve | judge`. Each subcommand's arguments live with its subsystem
+(`epochguard.sim.cli`, `epochguard.spark.cli`, `epochguard.wire.cli`), registered here by `build_parser`."""
 
 from __future__ import annotations
 
@@ -31,6 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     configure_simulate(sub.add_parser("simulate", help="run a fault scenario on a simulated cluster"))
     _add_spark_commands(sub)
+    from epochguard.wire.cli import add_parsers as add_wire_commands
+
+    add_wire_commands(sub)  # serve, judge
+    from epochguard.wire.drivers.compat import configure as configure_compat
+
+    configure_compat(sub.add_parser("compat", help="real clients x `serve` scenarios: the compatibility table"))
     return parser
 
 

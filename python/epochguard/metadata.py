@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from epochguard.errors import Errors
 from epochguard.messages import MetadataRequest, MetadataResponse, MetadataResponseBroker, MetadataResponsePartition
-from epochguard.types import LeaderAndEpoch, Protocol, TopicPartition
+from epochguard.types import LeaderAndEpoch, EpochProtocol, TopicPartition
 
 __all__ = ["PartitionMetadata", "MetadataUpdate", "ClientMetadata"]
 
@@ -51,12 +51,12 @@ class ClientMetadata:
     def __init__(
         self,
         *,
-        protocol: Protocol = "kip-320",
+        protocol: EpochProtocol = "kip-320",
         topics: Iterable[str] | None = None,
         refresh_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
     ) -> None:
-        self.protocol: Protocol = protocol
+        self.protocol: EpochProtocol = protocol
         self.topics: set[str] | None = set(topics) if topics is not None else None
         self.refresh_backoff_ms = refresh_backoff_ms
         self.metadata_max_age_ms = metadata_max_age_ms

@@ -4,9 +4,11 @@ Decoding is done by the Rust core (GIL released). `iter_batches` yields one `Rec
 time; `decode_to_arrow` returns every record as one row of a `pyarrow.Table` (pyarrow is imported
 only when that function is called).
 
-A path `source` is memory-mapped and must be a regular file. As with any mmap reader, truncating the
-file from another process while it is being decoded faults the process (SIGBUS): fine for Kafka
-segments, which only grow while readers hold them; read the file into bytes first otherwise.
+A path `source` must be a regular file; it is read with bounded positioned reads (8 MiB, or one
+larger batch), never mapped, so a live segment that shrinks or is deleted while it is read (retention,
+truncation on a broker) ends the input where the file now ends: a `CorruptRecordError` saying so, or
+a partial tail with ``allow_partial_tail=True``; never a signal. Bytes appended after the file was
+opened are not read.
 """
 
 from __future__ import annotations
@@ -27,6 +29,26 @@ from epochguard._core import (
     record_columns,
 )
 
+try:
+    from epochguard._core import stamp_batches  # type: ignore[attr-defined]
+except ImportError:  # the Rust in-place stamping (wire codec) has not landed: per-batch Python, same result
+
+    def stamp_batches(data: bytearray, base_offset: int, partition_leader_epoch: int) -> int:
+        """Set each v2 batch's base offset (consecutive from `base_offset`) and partition leader epoch
+        in place; returns the next offset. Raises `CorruptRecordError` for a malformed or partial batch."""
+        import struct
+
+        from epochguard.errors import CorruptRecordError
+
+        offset = base_offset
+        for position, size, base, last in batch_index(data):
+            if data[position + 16] != 2:
+                raise CorruptRecordError(f"produce batch at byte {position} has magic {data[position + 16]}, not 2")
+            struct.pack_into(">q", data, position, offset)
+            struct.pack_into(">i", data, position + 12, partition_leader_epoch)
+            offset += last - base + 1
+        return offset
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -45,6 +67,7 @@ __all__ = [
     "encode_batch",
     "iter_batches",
     "record_columns",
+    "stamp_batches",
 ]
 
 DEFAULT_MAX_DECOMPRESSED_SIZE = 64 * 1024 * 1024
@@ -67,7 +90,7 @@ def decode_to_arrow(
     """Decode every record of `source` into a `pyarrow.Table`, one row per record.
 
     `source` is bytes-like (any C-contiguous buffer, e.g. a `pyarrow.Buffer`; read without copying)
-    or a segment file path (memory-mapped). `offset`/`length` select a batch-aligned byte range;
+    or a segment file path (read in bounded positioned reads). `offset`/`length` select a batch-aligned byte range;
     positions (errors, `partial_tail`) stay absolute. Columns: offset, timestamp, timestamp_type,
     key, value, headers, leader_epoch, batch_offset, producer_id, producer_epoch, sequence,
     is_transactional, is_control, magic (`RECORD_COLUMNS`).

@@ -42,10 +42,10 @@ from epochguard.messages import (
     Request,
     Response,
 )
-from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_EPOCH, Protocol, TopicPartition
+from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_EPOCH, EpochProtocol, TopicPartition
 
 if TYPE_CHECKING:
-    from epochguard.leader import Partition, ReplicaManager
+    from epochguard.leader import Partition
 
 __all__ = ["FetchState", "PartitionFetchState", "TruncationRecord", "ReplicaFetcher"]
 
@@ -96,20 +96,22 @@ class ReplicaFetcher:
 
     def __init__(
         self,
-        manager: ReplicaManager,
+        broker_id: int,
+        broker_epoch: Callable[[], int] = lambda: -1,
         *,
-        protocol: Protocol = "kip-320",
+        protocol: EpochProtocol = "kip-320",
         truncate_on_fetch: bool = True,
         fetch_backoff_ms: int = 1_000,
         request_timeout_ms: int = 30_000,
         fetch_max_bytes: int = 1 << 20,
         leader_api_versions: Callable[[int], NodeApiVersions | None] | None = None,
     ) -> None:
-        self.manager = manager
+        self.broker_id = broker_id
+        self._broker_epoch = broker_epoch  # read at each fetch: the broker re-registers under a new epoch
         # What each leader serves (Kafka decides by inter-broker protocol version); None = unknown,
         # taken as a current broker.
         self.leader_api_versions = leader_api_versions or (lambda _leader: None)
-        self.protocol: Protocol = protocol
+        self.protocol: EpochProtocol = protocol
         self.truncate_on_fetch = truncate_on_fetch  # IBP >= 2.7: truncate from Fetch's DivergingEpoch
         self.fetch_backoff_ms = fetch_backoff_ms
         self.request_timeout_ms = request_timeout_ms
@@ -118,10 +120,6 @@ class ReplicaFetcher:
         self.truncations: list[TruncationRecord] = []
         self.failed: dict[TopicPartition, str] = {}  # partitions parked after an impossible append
         self._in_flight: dict[int, _InFlight] = {}  # id(request) -> what was sent
-
-    @property
-    def broker_id(self) -> int:
-        return self.manager.broker_id
 
     # --- partitions in and out ----------------------------------------------------------------
     def add_partition(self, partition: Partition, now_ms: int) -> None:
@@ -208,7 +206,7 @@ class ReplicaFetcher:
                 for s in states
             ),
             replica_id=self.broker_id,
-            replica_epoch=self.manager.broker_epoch,
+            replica_epoch=self._broker_epoch(),
         )
 
     def _offsets_for_leader_epoch_request(self, states: list[PartitionFetchState]) -> OffsetsForLeaderEpochRequest:

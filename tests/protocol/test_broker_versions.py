@@ -5,9 +5,6 @@ OffsetsForLeaderEpoch truncates to its high watermark (AbstractFetcherThreadTest
 
 from __future__ import annotations
 
-from protocol_support import CONTROLLER, TP, Network, recs, state
-from test_consumer import Cluster, consumer, truncated_cluster
-
 from epochguard.api_versions import (
     BROKER_API_VERSIONS,
     ApiKey,
@@ -17,11 +14,13 @@ from epochguard.api_versions import (
     NodeApiVersions,
 )
 from epochguard.errors import Errors
-from epochguard.leader import ReplicaManager
 from epochguard.log import PartitionLog
 from epochguard.messages import FetchRequest, OffsetsForLeaderEpochRequest
 from epochguard.replica import FetchState
+from epochguard.replica_manager import ReplicaManager
 from epochguard.types import LeaderAndEpoch, OffsetAndMetadata
+from protocol_support import CONTROLLER, TP, Network, recs, state
+from test_consumer import Cluster, consumer, truncated_cluster
 
 OLD_BROKER = BROKER_API_VERSIONS.with_range(ApiKey.OFFSET_FOR_LEADER_EPOCH, 0, 2)
 

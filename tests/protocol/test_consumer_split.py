@@ -4,12 +4,17 @@ and `next_deadline_ms()` (a driver that calls `poll_requests` only when it says 
 from __future__ import annotations
 
 import pytest
-from protocol_support import TP
-from test_consumer import consumer, truncated_cluster
-
-from epochguard.consumer.validator import Reset, Resume, Rewind, Truncated, validate_position
+from epochguard.consumer.validator import (
+    Reset,
+    Resume,
+    Rewind,
+    Truncated,
+    validate_position,
+)
 from epochguard.messages import FetchRequest, OffsetsForLeaderEpochRequest
 from epochguard.types import FetchPosition, LeaderAndEpoch, OffsetAndMetadata
+from protocol_support import TP
+from test_consumer import consumer, truncated_cluster
 
 POS = FetchPosition(10, 3, LeaderAndEpoch(2, 4))
 

@@ -60,20 +60,24 @@ from epochguard.consumer.requests import (
     RequestManager,
     ValidationManager,
 )
-from epochguard.consumer.subscription import FetchState, PartitionState, SubscriptionState
+from epochguard.consumer.subscription import (
+    FetchState,
+    PartitionState,
+    SubscriptionState,
+)
 from epochguard.metadata import ClientMetadata
 from epochguard.types import (
     ConsumerRecords,
+    EpochProtocol,
     FetchPosition,
     IsolationLevel,
     LeaderAndEpoch,
     OffsetAndMetadata,
-    Protocol,
     ResetPolicy,
     TopicPartition,
 )
 
-__all__ = ["FetchState", "PartitionState", "OffsetsForTimesLookup", "Consumer", "CompletedFetch"]
+__all__ = ["CompletedFetch", "Consumer", "FetchState", "OffsetsForTimesLookup", "PartitionState"]
 
 
 class Consumer:
@@ -93,7 +97,7 @@ class Consumer:
         group_id: str | None = None,
         coordinator_id: int | None = None,
         reset_policy: ResetPolicy = "latest",
-        protocol: Protocol = "kip-320",
+        protocol: EpochProtocol = "kip-320",
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
         retry_backoff_ms: int = 100,
         request_timeout_ms: int = 30_000,
@@ -103,7 +107,7 @@ class Consumer:
     ) -> None:
         if reset_policy not in ("earliest", "latest", "none"):
             raise ValueError(f"invalid reset policy {reset_policy!r}")
-        self.protocol: Protocol = protocol
+        self.protocol: EpochProtocol = protocol
         self.group_id = group_id
         self.coordinator_id = coordinator_id
         self.reset_policy: ResetPolicy = reset_policy

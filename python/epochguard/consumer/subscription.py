@@ -14,8 +14,18 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from epochguard._core import LeaderEpochCache
-from epochguard.api_versions import NodeApiVersions, has_usable_offset_for_leader_epoch_version
-from epochguard.types import FetchPosition, LeaderAndEpoch, Protocol, ResetPolicy, ResetReason, TopicPartition
+from epochguard.api_versions import (
+    NodeApiVersions,
+    has_usable_offset_for_leader_epoch_version,
+)
+from epochguard.types import (
+    EpochProtocol,
+    FetchPosition,
+    LeaderAndEpoch,
+    ResetPolicy,
+    ResetReason,
+    TopicPartition,
+)
 
 __all__ = ["FetchState", "PartitionState", "SubscriptionState"]
 
@@ -110,9 +120,9 @@ class PartitionState:
 class SubscriptionState:
     """The assigned partitions and their states (Kafka's `SubscriptionState`, manual assignment)."""
 
-    def __init__(self, default_reset_policy: ResetPolicy, protocol: Protocol = "kip-320") -> None:
+    def __init__(self, default_reset_policy: ResetPolicy, protocol: EpochProtocol = "kip-320") -> None:
         self.default_reset_policy: ResetPolicy = default_reset_policy
-        self.protocol: Protocol = protocol
+        self.protocol: EpochProtocol = protocol
         self.assignment: dict[TopicPartition, PartitionState] = {}
 
     def assign(self, partitions: Iterable[TopicPartition], reset_policy: ResetPolicy | None = None) -> None:

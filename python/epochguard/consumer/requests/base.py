@@ -11,22 +11,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from epochguard.api_versions import ApiVersionsRequest, ApiVersionsResponse, NodeApiVersions
+from epochguard.api_versions import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    NodeApiVersions,
+)
 from epochguard.consumer.fetch_collector import FetchCollector
 from epochguard.consumer.subscription import SubscriptionState
 from epochguard.errors import EpochGuardError, Errors
 from epochguard.messages import Request, Response
 from epochguard.metadata import ClientMetadata
 from epochguard.types import (
+    EpochProtocol,
     IsolationLevel,
     OffsetAndMetadata,
     OffsetResetEvent,
-    Protocol,
     TopicPartition,
     TruncationEvent,
 )
 
-__all__ = ["ClientRequest", "ClientResponse", "ConsumerContext", "RequestManager", "REFRESH_METADATA", "leaders_of"]
+__all__ = ["REFRESH_METADATA", "ClientRequest", "ClientResponse", "ConsumerContext", "RequestManager", "leaders_of"]
 
 ClientRequest = Request | ApiVersionsRequest
 ClientResponse = Response | ApiVersionsResponse
@@ -48,7 +52,7 @@ class ConsumerContext:
     """The state the managers share: configuration, partitions, metadata, broker versions, the fetch
     buffer, and what the application reads (errors to raise, events, committed offsets)."""
 
-    protocol: Protocol
+    protocol: EpochProtocol
     isolation_level: IsolationLevel
     retry_backoff_ms: int
     request_timeout_ms: int

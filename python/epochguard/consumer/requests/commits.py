@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from epochguard.consumer.requests.base import ClientRequest, ClientResponse, ConsumerContext, RequestManager
+from epochguard.consumer.requests.base import (
+    ClientRequest,
+    ClientResponse,
+    ConsumerContext,
+    RequestManager,
+)
 from epochguard.consumer.subscription import FetchState
 from epochguard.errors import Errors
 from epochguard.messages import (
@@ -21,7 +26,15 @@ from epochguard.messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
-from epochguard.types import NO_EPOCH, FetchPosition, OffsetAndMetadata, ResetReason, TopicPartition, epoch_or_none, epoch_or_sentinel
+from epochguard.types import (
+    NO_EPOCH,
+    FetchPosition,
+    OffsetAndMetadata,
+    ResetReason,
+    TopicPartition,
+    epoch_or_none,
+    epoch_or_sentinel,
+)
 
 __all__ = ["CommitManager"]
 

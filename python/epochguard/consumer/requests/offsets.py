@@ -21,8 +21,18 @@ from epochguard.consumer.requests.base import (
     leaders_of,
 )
 from epochguard.consumer.subscription import FetchState
-from epochguard.errors import EpochGuardError, Errors, NoOffsetForPartitionError, RequestTimedOutError
-from epochguard.messages import ListOffsetsPartition, ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse
+from epochguard.errors import (
+    EpochGuardError,
+    Errors,
+    NoOffsetForPartitionError,
+    RequestTimedOutError,
+)
+from epochguard.messages import (
+    ListOffsetsPartition,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
 from epochguard.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,

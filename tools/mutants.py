@@ -164,6 +164,13 @@ def run_python(args: argparse.Namespace) -> int:
         (PY_WORK / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)]
+    if args.rerun_survivors:
+        # After new tests: test again only what survived (mutmut keeps every other verdict).
+        names = [n for s in python_scores(load_equivalent()).values() for n in s.survived]
+        if not names:
+            print("mutants: no survivors to test again")
+            return 0
+        cmd += names
     result = _run(cmd, cwd=PY_WORK, env=env)
     return result.returncode
 
@@ -333,6 +340,7 @@ def main() -> int:
     py.add_argument("--base", default="main")
     py.add_argument("--only", nargs="*", help="package-relative globs (default: every target)")
     py.add_argument("--max-children", type=int, default=2)
+    py.add_argument("--rerun-survivors", action="store_true", help="test only the last run's survivors again")
     rs = sub.add_parser("rust")
     rs.add_argument("--changed", action="store_true")
     rs.add_argument("--base", default="main")

@@ -124,3 +124,38 @@ def test_a_commit_past_the_divergence_point_or_without_an_epoch_is_reported(dive
     (client,) = judge.report()
     problems = sorted(c["problem"] for c in client["commits"])
     assert problems[0].startswith("committed beyond the divergence point") and problems[1] == "committed without a leader epoch"
+
+
+def test_offset_not_available_from_a_lagging_new_leader_and_what_the_client_did_next() -> None:
+    from epochguard.sim.faults import LinkDelay
+    from epochguard.types import LATEST_TIMESTAMP
+
+    w = WireCluster(build("lagging-leader"), 0, ADDRESSES)
+    judge = Judge()
+    w.observers.append(judge)
+    run_until(w, w.ready)
+    for _ in range(50):
+        w.step()
+    w.fire(LinkDelay(broker_node(3), broker_node(2), drop_rate=1.0, duration_ms=4000))
+    log2 = w.cluster.log(2, TP)
+    run_until(w, lambda: log2.high_watermark < log2.log_end_offset)  # as the scenario's stage waits for
+    w.fire(Crash(1))
+    run_until(w, lambda: w.cluster.acting_leader(TP) == 2)
+    epoch = w.cluster.controller.state(TP).leader_epoch
+    conn = w.connect(2)
+    latest = ListOffsetsRequest((ListOffsetsPartition("events", 0, LATEST_TIMESTAMP, epoch),), version=7)
+    first = ask(w, conn, 2, 7, latest).partitions[0]
+    assert first.error_code == Errors.OFFSET_NOT_AVAILABLE  # KIP-207: its HW is behind the old leader's
+    answer = first
+    for _ in range(100):  # the client retries every 100 ms until broker 3 leaves the ISR and the HW moves
+        for _ in range(10):
+            w.step()
+        answer = ask(w, conn, 2, 7, latest).partitions[0]
+        if answer.error_code == Errors.NONE:
+            break
+    assert answer.error_code == Errors.NONE and answer.offset > 0
+    assert w.cluster.controller.state(TP).isr == (2,)
+    (client,) = judge.report()
+    entries = client["offset_not_available"]
+    assert all(e["then"].startswith("asked again") for e in entries)
+    assert entries[-1]["then"] == f"asked again and got {answer.offset}"

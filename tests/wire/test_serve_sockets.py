@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import time
+from pathlib import Path
 
 from tests.wire.serving import Served
 
@@ -54,3 +56,31 @@ def test_a_flooding_client_and_a_mid_frame_disconnect_do_not_stall_another_clien
     finally:
         result = served.stop()
     assert result["violations"] == []
+
+
+def test_sigterm_with_connections_open_shuts_down_without_a_traceback(tmp_path: Path) -> None:
+    """SIGTERM while one connection waits for its full queue to drain and another is idle: every
+    handler ends (its disconnect traced) before the trace is closed, and nothing reaches stderr."""
+    trace = tmp_path / "run.jsonl"
+    served = Served("clean", trace=trace)
+    try:
+        host, port = served.bootstrap.split(",")[0].split(":")
+        flood = socket.create_connection((host, int(port)))
+        flood.setblocking(False)
+        frames, sent = _api_versions(1) * 5000, 0
+        try:
+            while sent < len(frames):
+                sent += flood.send(frames[sent:sent + 65536])
+        except BlockingIOError:
+            pass  # the server stopped reading it: its handler waits for the queue to drain
+        idle = socket.create_connection((host, int(port)))
+        time.sleep(0.5)
+        served.stop()
+    finally:
+        served.kill()
+    assert served.proc.stderr is not None
+    assert served.proc.stderr.read() == ""
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert sum(r["type"] == "disconnect" for r in records) >= 2
+    flood.close()
+    idle.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -96,8 +97,30 @@ def test_records_compare_by_content_not_offset(value: str) -> None:
     ("events [0]: offset reset (at offset 25, broker 2) to BEGINNING: Broker: Offset out of range", "reset"),
     ("No epoch found less or equal to 30: broker end offset is -1. Reset using configured policy.", "reset"),
     ("events [0]: Local: Partition log truncation detected", "truncation"),
+    ("Truncation detected for TopicPartition(topic='events', partition=0) at position 40", "truncation"),
+    ("Fetch for TopicPartition(topic='events', partition=0) diverged at epoch 0 offset 37;", "truncation"),
+    # a response repr names the field on every fetch: kafka-python logged 218 of these in one clean run
+    ("Received response 3 FetchResponse(version=12, partitions=[PartitionData(diverging_epoch=None, "
+     "high_watermark=90)])", "log"),
 ])
 def test_client_text_classification(text: str, kind: str) -> None:
     from epochguard.wire.drivers.delivery_log import classify
 
     assert classify(text) == kind
+
+
+def test_client_debug_chatter_is_not_forwarded(tmp_path: Path) -> None:
+    """Only INFO and above reach the delivery log: DEBUG lines are request/response reprs."""
+    import logging
+
+    from epochguard.wire.drivers.delivery_log import DeliveryLog, LogForwarder, read_log
+
+    log = DeliveryLog(tmp_path / "d.jsonl")
+    LogForwarder(log).install("epochguard.test.client")
+    client = logging.getLogger("epochguard.test.client")
+    client.propagate = False
+    client.debug("Received FetchResponse(partitions=[PartitionData(diverging_epoch=None)])")
+    client.info("Truncation detected for TopicPartition(topic='events', partition=0) at position 40")
+    log.close()
+    kinds = [e["kind"] for e in read_log(tmp_path / "d.jsonl")]
+    assert kinds == ["truncation", "stop"]

@@ -61,6 +61,7 @@ class WireServer:
         self.runner: StageRunner | None = None
         self._writers: dict[int, asyncio.StreamWriter] = {}
         self._readable: dict[int, asyncio.Event] = {}
+        self._handlers: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
         self.events: list[dict[str, Any]] = []
 
@@ -111,6 +112,14 @@ class WireServer:
                 await asyncio.wait_for(self._stop.wait(), max(0.0, next_at - time.monotonic()))
         for server in self.servers:
             server.close()
+        # End every connection handler here, while the trace is still open: left to asyncio.run's
+        # final cancellation they would trace their disconnects after `finish()` closed it.
+        while self._handlers:
+            handlers = list(self._handlers)
+            for task in handlers:
+                task.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
+            self._handlers.difference_update(handlers)
         for writer in list(self._writers.values()):
             writer.close()
 
@@ -153,6 +162,9 @@ class WireServer:
         self._writers[conn.id] = writer
         readable = self._readable[conn.id] = asyncio.Event()
         readable.set()
+        task = asyncio.current_task()
+        assert task is not None  # each connection runs in its own task
+        self._handlers.add(task)
         try:
             while not conn.closed:
                 if len(conn.queue) >= MAX_QUEUED_REQUESTS:
@@ -172,6 +184,7 @@ class WireServer:
             self._flush()
             self._writers.pop(conn.id, None)
             self._readable.pop(conn.id, None)
+            self._handlers.discard(task)
             writer.close()
 
     def _flush(self) -> None:

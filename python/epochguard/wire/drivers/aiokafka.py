@@ -7,7 +7,6 @@ its `aiokafka` loggers and from exceptions raised by `getmany()`.
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 from collections.abc import Sequence
 
@@ -85,9 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(CLIENT, argv)
     log = DeliveryLog(config.log)
     stop = Stop(config.max_seconds)
-    client_logger = logging.getLogger("aiokafka")
-    client_logger.setLevel(logging.DEBUG)
-    client_logger.addHandler(LogForwarder(log))
+    LogForwarder(log).install("aiokafka")
     asyncio.run(_run(config, log, stop))
     log.close()
     return 0

@@ -29,8 +29,9 @@ CONSUME_TOPIC = "events"
 PRODUCE_TOPIC = "input"
 
 # What a client's free-text log or error says it did. Truncation first: librdkafka's truncation lines
-# also mention the reset they lead to.
-_TRUNCATION = re.compile(r"truncat|diverg|LOG_TRUNCATION", re.IGNORECASE)
+# also mention the reset they lead to. Whole words only: a response's repr names its fields
+# (kafka-python's `diverging_epoch=None` in every FetchResponse v12) without reporting anything.
+_TRUNCATION = re.compile(r"\btruncat|\bdiverged\b|LOG_TRUNCATION", re.IGNORECASE)
 _RESET = re.compile(r"offset\b[^.]*\breset|\breset[^.]*\boffset|reset using|OffsetOutOfRange|OFFSET_OUT_OF_RANGE", re.IGNORECASE)
 
 
@@ -108,18 +109,23 @@ def read_log(path: str | Path) -> Iterator[dict[str, Any]]:
 
 
 class LogForwarder(logging.Handler):
-    """Forwards a Python client library's log records (kafka-python, aiokafka) into the delivery log."""
+    """Forwards a Python client library's log records (kafka-python, aiokafka) into the delivery log.
+
+    INFO and above only: both libraries report resets and truncation at INFO/WARNING, while their DEBUG
+    lines are request/response reprs (whole fetched batches) that cost the client's own loop dearly to
+    format and say nothing about what the client did."""
 
     def __init__(self, log: DeliveryLog) -> None:
-        super().__init__(logging.DEBUG)
+        super().__init__(logging.INFO)
         self._log = log
 
+    def install(self, logger_name: str) -> None:
+        logger = logging.getLogger(logger_name)
+        logger.setLevel(logging.INFO)  # never build the DEBUG records in the first place
+        logger.addHandler(self)
+
     def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
-        level = record.levelno
-        if level < logging.INFO and classify(text) == "log":
-            return  # debug chatter that reports neither a reset nor a truncation
-        self._log.surfaced(text, source=f"{record.name}:{record.levelname}")
+        self._log.surfaced(record.getMessage(), source=f"{record.name}:{record.levelname}")
 
 
 @dataclass(frozen=True)

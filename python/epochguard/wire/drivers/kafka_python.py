@@ -6,7 +6,6 @@ from `poll()`; both go into the delivery log. `ConsumerRecord.leader_epoch` give
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -31,9 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(CLIENT, argv)
     log = DeliveryLog(config.log)
     stop = Stop(config.max_seconds)
-    client_logger = logging.getLogger("kafka")
-    client_logger.setLevel(logging.DEBUG)
-    client_logger.addHandler(LogForwarder(log))
+    LogForwarder(log).install("kafka")
     options: dict[str, Any] = dict(config.options)
     if "api_version" in options:  # "2.6" -> (2, 6): skips the ApiVersions probe
         options["api_version"] = tuple(int(x) for x in options["api_version"].split("."))

@@ -92,6 +92,7 @@ def run_clients(
     *,
     settle_timeout_s: float = 60.0,
     after_settle_s: float = 8.0,
+    start_timeout_s: float = 60.0,
     stuck_after_s: float = 5.0,
     driver_args: dict[str, Sequence[str]] | None = None,
 ) -> RunResult:
@@ -111,6 +112,9 @@ def run_clients(
             drivers[c.name] = c.start(bootstrap, logs[c.name], *(driver_args or {}).get(c.name, ()))
         if out.wait_for(lambda line: line.strip() == "settled", settle_timeout_s) is None:
             raise RunError(f"{' '.join(cluster_cmd)}: not settled within {settle_timeout_s}s")
+        # A cluster may settle before a driver (importing its client, bootstrapping) is even up: the
+        # margin counts from when every driver has logged `start`, so none is stopped before it ran.
+        _wait_started(drivers, logs, start_timeout_s)
         time.sleep(after_settle_s)
         _stop_all(drivers)
         final = read_final_log(bootstrap)
@@ -131,6 +135,30 @@ def run_clients(
             break
     truths = {name: judge_client(path, final, stuck_after_s=stuck_after_s) for name, path in logs.items()}
     return RunResult(bootstrap, logs, final, truths, report, out.lines)
+
+
+def _wait_started(drivers: dict[str, subprocess.Popen[bytes]], logs: dict[str, Path], timeout_s: float) -> None:
+    """Until every driver's delivery log holds its `start` line; RunError naming any that died or
+    never started."""
+    deadline = time.monotonic() + timeout_s
+    waiting = set(drivers)
+    while waiting:
+        for name in sorted(waiting):
+            if _has_start(logs[name]):
+                waiting.discard(name)
+            elif drivers[name].poll() is not None or time.monotonic() > deadline:
+                why = "exited" if drivers[name].poll() is not None else f"did not start within {timeout_s}s"
+                raise RunError(f"{name} driver {why} (see {logs[name].with_suffix('.stderr')})")
+        if waiting:
+            time.sleep(0.05)
+
+
+def _has_start(log: Path) -> bool:
+    try:
+        with open(log, encoding="utf-8") as f:
+            return any(json.loads(line).get("kind") == "start" for line in f if line.endswith("\n"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return False
 
 
 def _stop_all(drivers: dict[str, subprocess.Popen[bytes]]) -> None:

@@ -44,18 +44,24 @@ class Runs:
 
     def __init__(self, root: Path) -> None:
         self._root = root
-        self._runs: dict[tuple[str, str], RunResult] = {}
+        self._runs: dict[tuple[str, str], RunResult | Exception] = {}
 
     def get(self, scenario: str, trigger: str) -> RunResult:
         key = (scenario, trigger)
         if key not in self._runs:
             clients = [c for c in CLIENTS if c.missing() is None]
             workdir = self._root / f"{scenario}-{trigger}"
-            self._runs[key] = run_clients(
-                serve_command(scenario, trigger, trace=workdir / "trace.jsonl"), clients, workdir,
-                after_settle_s=AFTER_SETTLE_S, stuck_after_s=STUCK_AFTER_S,
-            )
-        return self._runs[key]
+            try:
+                self._runs[key] = run_clients(
+                    serve_command(scenario, trigger, trace=workdir / "trace.jsonl"), clients, workdir,
+                    after_settle_s=AFTER_SETTLE_S, stuck_after_s=STUCK_AFTER_S,
+                )
+            except Exception as exc:  # every client's test fails on it; a second run would overwrite its logs
+                self._runs[key] = exc
+        run = self._runs[key]
+        if isinstance(run, Exception):
+            raise run
+        return run
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,51 @@
+"""`run_clients` counts its after-settle margin from when every driver is up, not from `settled`.
+
+A cluster can settle before a driver has imported its client (`clean` settles at once; under load a
+Python driver takes seconds to start): stopping it then left a log with nothing consumed, or no log at
+all (SIGTERM before the driver had opened it).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from epochguard.wire.drivers.session import RunError, _wait_started
+
+
+def _driver(code: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def test_waits_for_a_slow_driver_start_line(tmp_path: Path) -> None:
+    log = tmp_path / "slow.jsonl"
+    line = json.dumps({"t": 0, "kind": "start"})
+    proc = _driver(f"import time; time.sleep(1.0); open({str(log)!r}, 'w').write({line!r} + '\\n'); time.sleep(5)")
+    try:
+        began = time.monotonic()
+        _wait_started({"slow": proc}, {"slow": log}, timeout_s=30)
+        assert time.monotonic() - began >= 0.9
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_driver_that_dies_before_starting_is_a_run_error(tmp_path: Path) -> None:
+    proc = _driver("import sys; sys.exit(3)")
+    with pytest.raises(RunError, match="dead driver exited"):
+        _wait_started({"dead": proc}, {"dead": tmp_path / "dead.jsonl"}, timeout_s=30)
+
+
+def test_a_driver_that_never_starts_times_out(tmp_path: Path) -> None:
+    proc = _driver("import time; time.sleep(30)")
+    try:
+        with pytest.raises(RunError, match="did not start within 0.5s"):
+            _wait_started({"mute": proc}, {"mute": tmp_path / "mute.jsonl"}, timeout_s=0.5)
+    finally:
+        proc.kill()
+        proc.wait()

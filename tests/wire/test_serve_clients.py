@@ -26,19 +26,6 @@ pytestmark = pytest.mark.skipif(
 AFTER_SETTLE_S = 12.0  # past the server's stuck bound (10 s) so both sides can call a client stuck
 STUCK_AFTER_S = 10.0
 
-# Where the server's judge and the delivery log disagree today, with the evidence; not strict, as a
-# real client's timing decides some of these from run to run.
-_ZOMBIE = (
-    "the server calls a client silent as soon as it fetches past the divergence point from the zombie "
-    "(one event per served batch), while the client cannot know yet; the delivery log shows what it did "
-    "once the zombie was healed (confluent-kafka re-reads from the divergence point, kcat resets, aiokafka "
-    "loops on NOT_LEADER ListOffsets to the old leader without refreshing metadata: stuck)"
-)
-KNOWN: dict[tuple[str, str, str], str] = {
-    ("zombie-leader", trigger, c.name): _ZOMBIE for trigger in TRIGGERS for c in CLIENTS
-}
-
-
 class Runs:
     """Each scenario x trigger run once, on first use, with every client installed here."""
 
@@ -86,12 +73,8 @@ def test_clean_serve_loses_and_duplicates_nothing(runs: Runs, name: str) -> None
 @pytest.mark.parametrize("name", [c.name for c in CLIENTS])
 @pytest.mark.parametrize("trigger", TRIGGERS)
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "clean"])
-def test_server_verdicts_match_the_delivery_log(
-    runs: Runs, scenario: str, trigger: str, name: str, request: pytest.FixtureRequest
-) -> None:
+def test_server_verdicts_match_the_delivery_log(runs: Runs, scenario: str, trigger: str, name: str) -> None:
     require(client(name))
-    if (reason := KNOWN.get((scenario, trigger, name))) is not None:
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
     result = runs.get(scenario, trigger)
     truth = result.truths[name]
     assert truth.consumed > 0, f"{name} consumed nothing (see {result.logs[name]})"

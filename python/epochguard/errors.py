@@ -37,6 +37,7 @@ __all__ = [
     "UnknownLeaderEpochError",
     "OffsetNotAvailableError",
     "IneligibleReplicaError",
+    "UnsupportedVersionError",
 ]
 
 
@@ -162,6 +163,13 @@ class IneligibleReplicaError(ApiError):
     retriable = False
 
 
+class UnsupportedVersionError(ApiError):
+    """No API version both sides support (Kafka's `UnsupportedVersionException`): a broker answers a
+    request version it does not serve with this code, and a client finds no usable version."""
+
+    retriable = False
+
+
 class Errors(enum.IntEnum):
     """Kafka error codes (`org.apache.kafka.common.protocol.Errors`), the ones these flows use."""
 
@@ -176,6 +184,7 @@ class Errors(enum.IntEnum):
     NOT_ENOUGH_REPLICAS = 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     TOPIC_AUTHORIZATION_FAILED = 29
+    UNSUPPORTED_VERSION = 35
     OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
     FENCED_LEADER_EPOCH = 74
@@ -223,6 +232,7 @@ _EXCEPTIONS: dict[Errors, type[ApiError]] = {
     Errors.UNKNOWN_LEADER_EPOCH: UnknownLeaderEpochError,
     Errors.OFFSET_NOT_AVAILABLE: OffsetNotAvailableError,
     Errors.INELIGIBLE_REPLICA: IneligibleReplicaError,
+    Errors.UNSUPPORTED_VERSION: UnsupportedVersionError,
 }
 for _code, _cls in _EXCEPTIONS.items():
     _cls.code = _code

@@ -216,7 +216,7 @@ class Partition:
     ) -> FetchPartitionData:
         def error(code: Errors) -> FetchPartitionData:
             return FetchPartitionData(
-                p.topic, p.partition, code, current_leader=self._leader_hint() if code.retriable else LeaderIdAndEpoch()
+                p.topic, p.partition_index, code, current_leader=self._leader_hint() if code.retriable else LeaderIdAndEpoch()
             )
 
         code = self._check_epoch(p.current_leader_epoch, absent=p.current_leader_epoch < 0)
@@ -239,7 +239,7 @@ class Partition:
                 # No records and no follower progress: the follower truncates and fetches again.
                 return FetchPartitionData(
                     p.topic,
-                    p.partition,
+                    p.partition_index,
                     Errors.NONE,
                     high_watermark=log.high_watermark,
                     last_stable_offset=log.high_watermark,
@@ -255,7 +255,7 @@ class Partition:
             self._update_follower_fetch_state(replica_id, p, replica_epoch, leo, now_ms)
         return FetchPartitionData(
             p.topic,
-            p.partition,
+            p.partition_index,
             Errors.NONE,
             high_watermark=high_watermark,
             last_stable_offset=high_watermark,
@@ -426,9 +426,9 @@ class Partition:
         if code == Errors.NONE and not self.is_leader:
             code = Errors.NOT_LEADER_OR_FOLLOWER
         if code != Errors.NONE:
-            return EpochEndOffset(p.topic, p.partition, code)
+            return EpochEndOffset(p.topic, p.partition_index, code)
         epoch, end_offset = self.log.leader_epoch_cache.end_offset_for(p.leader_epoch, self.log.log_end_offset)
-        return EpochEndOffset(p.topic, p.partition, Errors.NONE, epoch, end_offset)
+        return EpochEndOffset(p.topic, p.partition_index, Errors.NONE, epoch, end_offset)
 
     # --- ListOffsets (SPEC (g), KIP-207) ------------------------------------------------------
     def fetch_offset_for_timestamp(
@@ -656,7 +656,7 @@ class ReplicaManager:
         for p in request.partitions:
             code = self._hosting_error(p.tp)
             if code is not None:
-                out.append(FetchPartitionData(p.topic, p.partition, code))
+                out.append(FetchPartitionData(p.topic, p.partition_index, code))
                 continue
             out.append(
                 self.partitions[p.tp].fetch(
@@ -676,7 +676,7 @@ class ReplicaManager:
         for p in request.partitions:
             code = self._hosting_error(p.tp)
             out.append(
-                EpochEndOffset(p.topic, p.partition, code)
+                EpochEndOffset(p.topic, p.partition_index, code)
                 if code is not None
                 else self.partitions[p.tp].last_offset_for_leader_epoch(p)
             )

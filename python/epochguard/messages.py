@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from epochguard.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from epochguard.errors import Errors
 from epochguard.types import (
     CONSUMER_REPLICA_ID,
@@ -27,6 +28,8 @@ from epochguard.types import (
 )
 
 __all__ = [
+    "ApiVersionsRequest",
+    "ApiVersionsResponse",
     "FETCH_VERSION",
     "LIST_OFFSETS_VERSION",
     "OFFSET_FOR_LEADER_EPOCH_VERSION",
@@ -143,7 +146,7 @@ class ProduceResponse:
 @dataclass(frozen=True, slots=True)
 class FetchPartition:
     topic: str
-    partition: int
+    partition_index: int
     fetch_offset: int
     current_leader_epoch: int = NO_EPOCH  # v9; -1 = skip fencing
     last_fetched_epoch: int = NO_EPOCH  # v12; followers only (consumers never send it)
@@ -152,7 +155,7 @@ class FetchPartition:
 
     @property
     def tp(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
+        return TopicPartition(self.topic, self.partition_index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,13 +212,13 @@ class FetchResponse:
 @dataclass(frozen=True, slots=True)
 class OffsetForLeaderPartition:
     topic: str
-    partition: int
+    partition_index: int
     leader_epoch: int  # the epoch whose end offset is asked for
     current_leader_epoch: int = NO_EPOCH  # v2; -1 = skip fencing
 
     @property
     def tp(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
+        return TopicPartition(self.topic, self.partition_index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,14 +233,14 @@ class EpochEndOffset:
     """One partition's answer: the largest epoch <= the requested one and where it ends. Errors carry -1/-1."""
 
     topic: str
-    partition: int
+    partition_index: int
     error_code: Errors = Errors.NONE
     leader_epoch: int = NO_EPOCH
     end_offset: int = NO_OFFSET
 
     @property
     def tp(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
+        return TopicPartition(self.topic, self.partition_index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,7 +468,8 @@ class BrokerRegistration:
 
 
 Request = (
-    ProduceRequest
+    ApiVersionsRequest
+    | ProduceRequest
     | FetchRequest
     | OffsetsForLeaderEpochRequest
     | ListOffsetsRequest
@@ -475,7 +479,8 @@ Request = (
     | AlterPartitionRequest
 )
 Response = (
-    ProduceResponse
+    ApiVersionsResponse
+    | ProduceResponse
     | FetchResponse
     | OffsetsForLeaderEpochResponse
     | ListOffsetsResponse

@@ -22,7 +22,7 @@ demo: setup
 test: setup test-rust test-python
 
 test-rust:
-	cargo test --locked
+	cargo test --locked --features wire
 
 test-python:
 	$(PY) -m pytest
@@ -33,5 +33,5 @@ bench: setup
 
 lint: setup
 	cargo fmt --check
-	cargo clippy --locked --all-targets --features python -- -D warnings
+	cargo clippy --locked --all-targets --features python,wire -- -D warnings
 	$(PY) -m mypy python/epochguard --ignore-missing-imports

@@ -5,6 +5,8 @@ use pyo3::prelude::*;
 mod epoch;
 mod errors;
 mod records;
+#[cfg(feature = "wire")]
+mod wire;
 
 /// The extension's allocator, here because a global allocator is a crate-wide choice. Decoded
 /// columns are large, short-lived buffers handed to Arrow; glibc maps every one above its mmap
@@ -19,5 +21,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     epoch::register(m)?;
     records::register(m)?;
+    #[cfg(feature = "wire")]
+    wire::register(m)?;
     Ok(())
 }

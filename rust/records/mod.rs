@@ -11,6 +11,7 @@ pub mod compression;
 pub mod encode;
 mod legacy;
 pub mod record;
+pub mod stamp;
 pub mod varint;
 
 pub use batch::{BatchCursor, BatchHeader, Frame};

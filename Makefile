@@ -8,13 +8,22 @@ PY := $(VENV)/bin/python
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 
-.PHONY: setup demo test test-rust test-python bench lint
+.PHONY: setup kcat demo test test-rust test-python bench lint mutants mutants-changed mutants-tools
 
 setup:
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@$(PY) -m pip install --quiet --disable-pip-version-check 'maturin>=1.7,<2'
 	@echo "setup: building the extension and installing the dev extra (log: $(VENV)/setup.log)"
 	@maturin develop --release --extras dev > $(VENV)/setup.log 2>&1 || { cat $(VENV)/setup.log; exit 1; }
+	@$(MAKE) --no-print-directory kcat
+
+# kcat (Debian/Ubuntu package; librdkafka 2.0.2 inside, the wire tests' pre-KIP-320 control). Tolerates a
+# machine without apt or root: the wire tests then skip kcat, except under CI=true, where they fail.
+kcat:
+	@command -v kcat >/dev/null || { echo "setup: installing kcat (log: $(VENV)/kcat.log)"; \
+	  { apt-get update && apt-get install -y kcat; } > $(VENV)/kcat.log 2>&1 || \
+	  { sudo -n apt-get update && sudo -n apt-get install -y kcat; } >> $(VENV)/kcat.log 2>&1 || \
+	  echo "setup: could not install kcat (see $(VENV)/kcat.log); its wire tests will skip"; }
 
 demo: setup
 	epochguard demo
@@ -35,3 +44,21 @@ lint: setup
 	cargo fmt --check
 	cargo clippy --locked --all-targets --features python,wire -- -D warnings
 	$(PY) -m mypy python/epochguard --ignore-missing-imports
+
+# Mutation testing (README "Mutation testing"; not part of `make test` or .ci/run). Python: mutmut over
+# the protocol modules with tests/protocol + tests/sim as the oracle; Rust: cargo-mutants over the epoch
+# core and the record-batch decoder. `make mutants CHANGED=1` (or `make mutants-changed`) mutates only
+# what changed since main. Results and survivors: target/mutants/ (survivors.md).
+MUTANTS_FLAGS = $(if $(CHANGED),--changed --base $(or $(BASE),main))
+
+mutants-tools: setup
+	@$(PY) -c "import mutmut" 2>/dev/null || $(PY) -m pip install --quiet --disable-pip-version-check 'mutmut>=3.8,<4'
+	@cargo mutants --version >/dev/null 2>&1 || cargo install cargo-mutants --locked
+
+mutants: mutants-tools
+	nice -n 15 $(PY) tools/mutants.py python $(MUTANTS_FLAGS)
+	nice -n 15 $(PY) tools/mutants.py rust $(MUTANTS_FLAGS)
+	$(PY) tools/mutants.py report
+
+mutants-changed:
+	$(MAKE) mutants CHANGED=1

@@ -22,6 +22,30 @@ def test_every_core_symbol_is_reachable_from_the_package() -> None:
 
     from epochguard import _core
 
-    public_modules = [importlib.import_module(m) for m in ("epochguard", "epochguard.errors", "epochguard.records")]
+    public_modules = [importlib.import_module(m) for m in ("epochguard", "epochguard.errors", "epochguard.records", "epochguard.logdir_format",
+                                                             "epochguard.wire.codec")]
     unreachable = [n for n in _core.__all__ if not any(hasattr(m, n) for m in public_modules)]
     assert unreachable == []
+
+
+def test_decode_to_arrow_is_top_level_under_one_name() -> None:
+    import epochguard
+    import epochguard.records
+
+    assert epochguard.decode_to_arrow is epochguard.records.decode_to_arrow and "decode_to_arrow" in epochguard.__all__
+    # one name per function: no public object is exported twice under different names
+    objects = [getattr(epochguard, n) for n in epochguard.__all__ if callable(getattr(epochguard, n))]
+    assert len({id(o) for o in objects}) == len(objects)
+
+
+def test_every_exception_users_can_meet_is_an_epochguard_error() -> None:
+    import epochguard.errors
+    import epochguard.log
+
+    assert issubclass(epochguard.log.UnexpectedAppendOffsetError, epochguard.EpochGuardError)
+    assert issubclass(epochguard.log.UnexpectedAppendOffsetError, ValueError)  # what it was, still caught
+    for module in (epochguard.errors, epochguard.log):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if isinstance(obj, type) and issubclass(obj, BaseException):
+                assert issubclass(obj, epochguard.EpochGuardError), f"{module.__name__}.{name}"

@@ -1,6 +1,7 @@
 """epochguard: Kafka's leader-epoch protocol (KIP-101, KIP-320, KIP-232, KIP-207) for Python and Spark.
 
-The curated API. Subsystems have their own modules: `epochguard.records` (codec, Arrow),
+The curated API: each function has one name, here and in its module. Subsystems have their own
+modules: `epochguard.records` (the rest of the codec),
 `epochguard.messages` (request/response dataclasses), `epochguard.sim` (cluster simulator) and
 `epochguard.spark` (the truncation audit; needs the `spark` extra).
 """
@@ -29,9 +30,11 @@ from epochguard.errors import (
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
 )
-from epochguard.leader import Partition, ReplicaManager
+from epochguard.leader import Partition
+from epochguard.replica_manager import ReplicaManager
 from epochguard.log import PartitionLog
 from epochguard.metadata import ClientMetadata
+from epochguard.records import decode_to_arrow
 from epochguard.replica import ReplicaFetcher
 from epochguard.types import (
     ConsumerRecord,
@@ -53,6 +56,7 @@ __all__ = [
     "iter_batches",
     "batch_index",
     "encode_batch",
+    "decode_to_arrow",
     # public types
     "TopicPartition",
     "OffsetAndMetadata",

@@ -1,19 +1,47 @@
-"""Command line: `epochguard demo | simulate | audit`. Each subcommand lives with its subsystem."""
+"""Command line: `epochguard simulate | audit | demo | serve | judge`. Each subcommand's arguments live with its subsystem
+(`epochguard.sim.cli`, `epochguard.spark.cli`, `epochguard.wire.cli`), registered here by `build_parser`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+DESCRIPTION = """\
+Kafka's leader-epoch protocol (KIP-101, KIP-320), simulated and audited: run fault scenarios on a
+simulated cluster and check its invariants, or audit real broker log directories for the records an
+unclean leader election lost."""
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="epochguard", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    _add_spark_commands(sub)
+EPILOG = """\
+exit codes: 0 clean, 1 an invariant violation / divergence / lost record was found, 2 could not run.
+`epochguard COMMAND --help` describes a command."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line; subcommands register their own arguments."""
+    from epochguard import __version__
     from epochguard.sim.cli import configure as configure_simulate
 
-    configure_simulate(sub.add_parser("simulate", help="seeded cluster simulation: faults, invariants, timeline"))
-    args = parser.parse_args(argv)
+    parser = argparse.ArgumentParser(
+        prog="epochguard",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    configure_simulate(sub.add_parser("simulate", help="run a fault scenario on a simulated cluster"))
+    _add_spark_commands(sub)
+    from epochguard.wire.cli import add_parsers as add_wire_commands
+
+    add_wire_commands(sub)  # serve, judge
+    from epochguard.wire.drivers.compat import configure as configure_compat
+
+    configure_compat(sub.add_parser("compat", help="real clients x `serve` scenarios: the compatibility table"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     return int(args.run(args))
 
 
@@ -23,8 +51,12 @@ def _add_spark_commands(sub: argparse._SubParsersAction) -> None:
         from epochguard.spark import cli
     except ImportError as exc:
         for name in ("audit", "demo"):
-            parser = sub.add_parser(name, help=f"(needs the Spark extra) {exc}")
-            parser.add_argument("args", nargs=argparse.REMAINDER)
+            parser = sub.add_parser(
+                name,
+                help=f"(needs the Spark extra) {exc}",
+                description=f"`epochguard {name}` runs on Spark, which is not installed here: {exc}",
+            )
+            parser.add_argument("args", nargs=argparse.REMAINDER, metavar="ARG")
             parser.set_defaults(run=lambda _args, exc=exc: print(exc, file=sys.stderr) or 2)
         return
     cli.add_parsers(sub)

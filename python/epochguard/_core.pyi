@@ -1,8 +1,31 @@
 # Type stubs for the Rust extension `epochguard._core`. This file is the contract between the Rust
 # core and the Python package: every name here exists in the extension (checked by stubtest).
+import sys
 from collections.abc import Iterable, Iterator, Sequence
 from os import PathLike
-from typing import Any, final
+from typing import Any, Protocol, SupportsIndex, TypeAlias, final
+
+import numpy as np
+from numpy.typing import NDArray
+
+if sys.version_info >= (3, 12):
+    from collections.abc import Buffer
+else:
+    from typing_extensions import Buffer
+
+class _ArrowArray(Protocol):
+    """Anything exporting one Arrow array through the PyCapsule interface (pyarrow, polars, nanoarrow)."""
+    def __arrow_c_array__(self, requested_schema: object | None = None, /) -> tuple[object, object]: ...
+
+# Bytes in: any C-contiguous buffer (bytes, bytearray, memoryview, numpy, mmap, pyarrow.Buffer), read
+# in place, or a segment file path (memory-mapped).
+_Source: TypeAlias = Buffer | str | PathLike[str]
+# Integers in, for the batched calls: a 1-D buffer of the exact width (numpy array, array.array,
+# memoryview; read in place), a null-free Arrow array of that type (imported without copying), or a
+# sequence of Python ints (list, tuple, range; copied).
+_Ints: TypeAlias = Buffer | NDArray[np.integer] | _ArrowArray | Sequence[SupportsIndex]
+# An `(epoch, start_offset)` pair: a tuple, a list (e.g. read back from JSON), a row of an N x 2 array.
+_Pair: TypeAlias = tuple[int, int] | Sequence[SupportsIndex] | NDArray[np.integer]
 
 __version__: str
 __all__ = [
@@ -28,6 +51,8 @@ __all__ = [
     "encode_response",
     "find_diverging_epoch",
     "iter_batches",
+    "parse_leader_epoch_checkpoint",
+    "record_columns",
     "stamp_batches",
     "truncation_offset",
 ]
@@ -50,7 +75,9 @@ class CheckpointError(EpochGuardError):
 # --- leader-epoch cache (section (a) of SPEC.md) -------------------------------------------------
 @final
 class LeaderEpochCache:
-    def __new__(cls, entries: Iterable[tuple[int, int]] = ()) -> LeaderEpochCache: ...
+    def __new__(cls, entries: Iterable[_Pair] | NDArray[np.integer] = ()) -> LeaderEpochCache: ...
+    def __reduce__(self) -> tuple[type[LeaderEpochCache], tuple[list[tuple[int, int]]]]: ...
+    def __iter__(self) -> Iterator[tuple[int, int]]: ...
     def assign(self, epoch: int, start_offset: int) -> None: ...
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]: ...
     def epoch_for_offset(self, offset: int) -> int | None: ...
@@ -74,11 +101,10 @@ class LeaderEpochCache:
     @staticmethod
     def read_checkpoint(path: str | PathLike[str]) -> LeaderEpochCache: ...
     def write_checkpoint(self, path: str | PathLike[str]) -> None: ...
-    # Batched, GIL released. Input: any 1-D buffer of int32 (epochs) / int64 (offsets), e.g. a numpy
-    # array, array.array or memoryview, or a null-free Arrow array (__arrow_c_array__, imported via
-    # the C Data Interface). Output: read-only numpy arrays over Rust-owned memory (zero-copy).
-    def end_offsets_for(self, epochs: Any, log_end_offset: int) -> tuple[Any, Any]: ...
-    def epochs_for_offsets(self, offsets: Any) -> Any: ...  # int32, -1 where no epoch
+    # Batched, GIL released. Input (`_Ints`): int32 epochs / int64 offsets. Output: read-only numpy
+    # arrays over Rust-owned memory (zero-copy).
+    def end_offsets_for(self, epochs: _Ints, log_end_offset: int) -> tuple[NDArray[np.int32], NDArray[np.int64]]: ...
+    def epochs_for_offsets(self, offsets: _Ints) -> NDArray[np.int32]: ...  # -1 where no epoch
 
 # --- divergence search ---------------------------------------------------------------------------
 # find_diverging_epoch: (-1, -1) = the leader cannot answer; callers map it to OFFSET_OUT_OF_RANGE.
@@ -96,15 +122,15 @@ def divergence_point(
     cache_a: LeaderEpochCache, log_end_a: int, cache_b: LeaderEpochCache, log_end_b: int
 ) -> int | None: ...
 def divergence_points(
-    a_bounds: Any, a_epochs: Any, a_starts: Any, a_log_ends: Any,
-    b_bounds: Any, b_epochs: Any, b_starts: Any, b_log_ends: Any,
-) -> Any: ...  # int64 per partition, -1 = no divergence
+    a_bounds: _Ints, a_epochs: _Ints, a_starts: _Ints, a_log_ends: _Ints,
+    b_bounds: _Ints, b_epochs: _Ints, b_starts: _Ints, b_log_ends: _Ints,
+) -> NDArray[np.int64]: ...  # per partition, -1 = no divergence
 
 # --- record batches ------------------------------------------------------------------------------
-# `source`: bytes-like (any C-contiguous buffer, read in place) or a segment file path (memory-mapped).
-# A path must be a regular file (a directory: IsADirectoryError; a FIFO or device: ValueError). Like
-# any mmap reader, a file truncated by another process while mapped faults (SIGBUS) when the lost
-# pages are read; Kafka segments only grow while readers hold them; pass bytes to be immune.
+# `source`: bytes-like (any C-contiguous buffer, read in place) or a segment file path (bounded
+# positioned reads, never mapped). A path must be a regular file (a directory: IsADirectoryError; a
+# FIFO or device: ValueError). A file that shrinks while it is read ends the input where it now ends:
+# CorruptRecordError, or a partial tail with allow_partial_tail=True; never SIGBUS.
 # `offset`/`length`: decode only that byte range (batch-aligned); positions stay absolute.
 # Legacy magic 0/1 entries are batches too: base_offset is the message's own offset (for a compressed
 # wrapper, its last inner offset), partition_leader_epoch/producer fields are -1, timestamp_type -1
@@ -157,7 +183,7 @@ class BatchIterator(Iterator[RecordBatch]):
     def __next__(self) -> RecordBatch: ...
 
 def iter_batches(
-    source: bytes | bytearray | memoryview | str | PathLike[str] | Any,
+    source: _Source,
     *,
     verify_crc: bool = True,
     allow_partial_tail: bool = False,
@@ -175,9 +201,15 @@ class ArrowRecords:
     def __len__(self) -> int: ...
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
 
+# leader-epoch-checkpoint bytes -> (epoch, start_offset) entries, as read_checkpoint reads a file
+def parse_leader_epoch_checkpoint(data: bytes) -> list[tuple[int, int]]: ...
+
+# (record columns of a full decode, in order; computed columns) accepted by decode_arrow(columns=...)
+def record_columns() -> tuple[list[str], list[str]]: ...
 def decode_arrow(
-    source: bytes | bytearray | memoryview | str | PathLike[str] | Any,
+    source: _Source,
     *,
+    columns: Sequence[str] | None = None,
     verify_crc: bool = True,
     allow_partial_tail: bool = False,
     max_decompressed_size: int = 64 * 1024 * 1024,
@@ -189,7 +221,7 @@ def decode_arrow(
 # last_offset) per batch, for cutting a file into batch-aligned ranges. An incomplete last batch is
 # left out with allow_partial_tail=True, an error otherwise.
 def batch_index(
-    source: bytes | bytearray | memoryview | str | PathLike[str] | Any,
+    source: _Source,
     *,
     allow_partial_tail: bool = False,
     offset: int = 0,

@@ -19,6 +19,7 @@ __all__ = [
     "CorruptRecordError",
     "CheckpointError",
     "CorruptFrameError",
+    "MalformedFileError",
     "Errors",
     "ApiError",
     "UnknownServerError",
@@ -40,6 +41,16 @@ __all__ = [
     "IneligibleReplicaError",
     "UnsupportedVersionError",
 ]
+
+
+class MalformedFileError(EpochGuardError, ValueError):
+    """A Kafka log-dir file that does not parse (meta.properties, an offset checkpoint,
+    partition.metadata, a leader-epoch-checkpoint, a segment name): `path`, the 1-based `line` (0 for
+    the file as a whole) and the `reason`. A `ValueError` too, as the file's content is the bad value."""
+
+    def __init__(self, path: str, line: int, reason: str) -> None:
+        super().__init__(f"{path}" + (f" line {line}" if line else "") + f": {reason}")
+        self.path, self.line, self.reason = str(path), line, reason
 
 
 class ApiError(EpochGuardError):
@@ -70,8 +81,9 @@ class LogTruncationError(OffsetOutOfRangeError):
     """The log was truncated below the consumer's position (detected by KIP-320 validation, policy `none`).
 
     `offset_out_of_range_partitions`: the position offset of every truncated partition.
-    `divergent_offsets`: per truncated partition, the first offset (and its epoch) the consumer's log
-    and the leader's no longer share, or None where the leader could not say (its answer was undefined).
+    `divergent_offsets`: per truncated partition whose divergence point is known, the first offset (and
+    its epoch) the consumer's log and the leader's no longer share. A partition whose leader could not
+    say (its answer was undefined) is in `offset_out_of_range_partitions` only, as in Kafka.
     """
 
     def __init__(
@@ -182,6 +194,7 @@ class Errors(enum.IntEnum):
     UNKNOWN_SERVER_ERROR = -1
     NONE = 0
     OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
     UNKNOWN_TOPIC_OR_PARTITION = 3
     LEADER_NOT_AVAILABLE = 5
     NOT_LEADER_OR_FOLLOWER = 6

@@ -2,10 +2,15 @@
 
 Mirrors Kafka's `kafka.cluster.Partition` (`makeLeader`, `makeFollower`, `fetchRecords`,
 `lastOffsetForLeaderEpoch`, `fetchOffsetForTimestamp`, `appendRecordsToLeader`, `maybeExpandIsr`,
-`maybeShrinkIsr`, `maybeIncrementLeaderHW`, `isReplicaIsrEligible`), `kafka.cluster.Replica` (follower
-state on the leader) and the request paths of `kafka.server.ReplicaManager` (hosting errors, delayed
-produce). Every epoch answer comes from the Rust core: `LeaderEpochCache.end_offset_for` for
+`maybeShrinkIsr`, `maybeIncrementLeaderHW`, `isReplicaIsrEligible`) and `kafka.cluster.Replica` (follower
+state on the leader). The broker around them (`kafka.server.ReplicaManager`) is
+`epochguard.replica_manager`. Every epoch answer comes from the Rust core: `LeaderEpochCache.end_offset_for` for
 OffsetsForLeaderEpoch and `find_diverging_epoch` for Fetch.
+
+Transactions: a read_committed consumer fetch reads up to the last stable offset and gets the aborted
+transactions within what it read; ListOffsets LATEST answers the LSO under read_committed, the HW
+under read_uncommitted, the LEO for replicas (`PartitionTest.testListOffsetIsolationLevels`); markers
+are written by `write_txn_marker` (WriteTxnMarkers).
 
 `protocol="pre-kip-320"` is the offsets-only broker: no epoch fencing (current_leader_epoch ignored), no
 diverging epochs, no KIP-207 OFFSET_NOT_AVAILABLE, and ISR expansion without the fenced/offline checks.
@@ -13,15 +18,14 @@ diverging epochs, no KIP-207 OFFSET_NOT_AVAILABLE, and ISR expansion without the
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
-from epochguard._core import find_diverging_epoch
-from epochguard.errors import Errors
-from epochguard.log import DEFAULT_SEGMENT_BYTES, AppendInfo, PartitionLog
+from epochguard._core import find_diverging_epoch, iter_batches
+from epochguard.errors import CorruptRecordError, Errors
+from epochguard.log import AppendInfo, PartitionLog
 from epochguard.messages import (
+    AbortedTransaction,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerRegistration,
@@ -29,23 +33,11 @@ from epochguard.messages import (
     EpochEndOffset,
     FetchPartition,
     FetchPartitionData,
-    FetchRequest,
-    FetchResponse,
     LeaderAndIsrPartitionState,
     LeaderIdAndEpoch,
     ListOffsetsPartition,
     ListOffsetsPartitionResponse,
-    ListOffsetsRequest,
-    ListOffsetsResponse,
     OffsetForLeaderPartition,
-    OffsetsForLeaderEpochRequest,
-    OffsetsForLeaderEpochResponse,
-    ProducePartition,
-    ProducePartitionResponse,
-    ProduceRequest,
-    ProduceResponse,
-    Request,
-    Response,
 )
 from epochguard.types import (
     CONSUMER_REPLICA_ID,
@@ -57,11 +49,11 @@ from epochguard.types import (
     NO_EPOCH,
     NO_OFFSET,
     IsolationLevel,
-    Protocol,
+    EpochProtocol,
     TopicPartition,
 )
 
-__all__ = ["ReplicaState", "Partition", "ReplicaManager", "DEFAULT_REPLICA_LAG_TIME_MAX_MS"]
+__all__ = ["ReplicaState", "Partition", "DEFAULT_REPLICA_LAG_TIME_MAX_MS"]
 
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000  # replica.lag.time.max.ms
 _CONSUMER_FETCH_FROM_FOLLOWER_VERSION = 11  # KIP-392
@@ -102,7 +94,7 @@ class Partition:
         broker_id: int,
         log: PartitionLog,
         *,
-        protocol: Protocol = "kip-320",
+        protocol: EpochProtocol = "kip-320",
         broker_epoch: int = 0,
         brokers: Mapping[int, BrokerRegistration] | None = None,
         replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
@@ -113,7 +105,7 @@ class Partition:
         self.broker_id = broker_id
         self.broker_epoch = broker_epoch
         self.log = log
-        self.protocol: Protocol = protocol
+        self.protocol: EpochProtocol = protocol
         self.brokers: Mapping[int, BrokerRegistration] = brokers if brokers is not None else {}
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.alter_partition_retry_ms = alter_partition_retry_ms
@@ -242,15 +234,23 @@ class Partition:
                     p.partition_index,
                     Errors.NONE,
                     high_watermark=log.high_watermark,
-                    last_stable_offset=log.high_watermark,
+                    last_stable_offset=log.last_stable_offset,
                     log_start_offset=log.log_start_offset,
                     diverging_epoch=DivergingEpoch(*diverging),
                 )
         if p.fetch_offset < log.log_start_offset or p.fetch_offset > leo:
             return error(Errors.OFFSET_OUT_OF_RANGE)
-        bound = leo if from_follower else log.high_watermark  # no transactions here: LSO == HW
-        high_watermark = log.high_watermark
+        read_committed = not from_follower and isolation_level == IsolationLevel.READ_COMMITTED
+        bound = leo if from_follower else log.last_stable_offset if read_committed else log.high_watermark
+        high_watermark, last_stable_offset = log.high_watermark, log.last_stable_offset
         records = log.read(p.fetch_offset, max_bytes=p.partition_max_bytes, upper_bound=bound)
+        aborted = None
+        if read_committed:
+            # The aborted transactions within what is returned (`collectAbortedTransactions`).
+            upper = p.fetch_offset
+            for batch in iter_batches(records, verify_crc=False):  # headers only: where the data ends
+                upper = batch.next_offset
+            aborted = tuple(AbortedTransaction(t.producer_id, t.first_offset) for t in log.collect_aborted_transactions(p.fetch_offset, upper))
         if from_follower:
             self._update_follower_fetch_state(replica_id, p, replica_epoch, leo, now_ms)
         return FetchPartitionData(
@@ -258,9 +258,10 @@ class Partition:
             p.partition_index,
             Errors.NONE,
             high_watermark=high_watermark,
-            last_stable_offset=high_watermark,
+            last_stable_offset=last_stable_offset,
             log_start_offset=log.log_start_offset,
             records=records,
+            aborted_transactions=aborted,
         )
 
     def _stale_broker_epoch(self, replica_id: int, replica_epoch: int) -> bool:
@@ -397,16 +398,49 @@ class Partition:
 
     # --- Produce -----------------------------------------------------------------------------
     def append_records_to_leader(
-        self, records: Iterable[tuple], *, acks: int, min_insync_replicas: int, now_ms: int
+        self,
+        records: Iterable[tuple] | bytes,
+        *,
+        acks: int,
+        min_insync_replicas: int,
+        now_ms: int,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        transactional: bool = False,
     ) -> tuple[Errors, AppendInfo | None]:
+        """`records` are record tuples (encoded here) or a producer's raw v2 batches (kept as they are,
+        base offset and epoch stamped in place); a corrupt batch is CORRUPT_MESSAGE."""
         if not self.is_leader:
             return Errors.NOT_LEADER_OR_FOLLOWER, None
         if acks == -1 and len(self.isr) < min_insync_replicas:
             return Errors.NOT_ENOUGH_REPLICAS, None
+        if isinstance(records, (bytes, bytearray, memoryview)):
+            try:
+                info = self.log.append_raw_as_leader(records, self.leader_epoch)
+            except CorruptRecordError:
+                return Errors.CORRUPT_MESSAGE, None
+            self.maybe_increment_high_watermark(now_ms)
+            return Errors.NONE, info
         batch = list(records)
         if not batch:
             return Errors.NONE, None  # nothing to append (Kafka answers NONE with base offset -1)
-        info = self.log.append_as_leader(batch, self.leader_epoch, timestamp_ms=now_ms)
+        info = self.log.append_as_leader(
+            batch, self.leader_epoch, timestamp_ms=now_ms,
+            producer_id=producer_id, producer_epoch=producer_epoch, transactional=transactional,
+        )
+        self.maybe_increment_high_watermark(now_ms)
+        return Errors.NONE, info
+
+    def write_txn_marker(
+        self, producer_id: int, producer_epoch: int, *, commit: bool, coordinator_epoch: int, now_ms: int = 0
+    ) -> tuple[Errors, AppendInfo | None]:
+        """A WriteTxnMarkers entry for this partition: the leader appends the COMMIT/ABORT marker."""
+        if not self.is_leader:
+            return Errors.NOT_LEADER_OR_FOLLOWER, None
+        info = self.log.append_txn_marker(
+            producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch,
+            leader_epoch=self.leader_epoch, timestamp_ms=now_ms,
+        )
         self.maybe_increment_high_watermark(now_ms)
         return Errors.NONE, info
 
@@ -451,8 +485,13 @@ class Partition:
             return error(code)
         log = self.log
         is_client = replica_id == CONSUMER_REPLICA_ID
-        # Replicas (and debug requests) read up to the LEO; clients up to the HW (no transactions: LSO == HW).
-        last_fetchable = log.high_watermark if is_client else log.log_end_offset
+        # Replicas (and debug requests) read up to the LEO; clients up to the LSO (read_committed) or HW.
+        if not is_client:
+            last_fetchable = log.log_end_offset
+        elif isolation_level == IsolationLevel.READ_COMMITTED:
+            last_fetchable = log.last_stable_offset
+        else:
+            last_fetchable = log.high_watermark
         lagging = (
             self.protocol == "kip-320"
             and is_client
@@ -489,286 +528,10 @@ class Partition:
         return f"Partition({self.tp} on {self.broker_id}, {role}, epoch={self.leader_epoch}, isr={self.isr}, {self.log!r})"
 
 
-@dataclass(slots=True)
-class _DelayedProduce:
-    node_id: int
-    request: ProduceRequest
-    deadline_ms: int
-    results: dict[TopicPartition, ProducePartitionResponse]
-    waiting: dict[TopicPartition, int] = field(default_factory=dict)  # tp -> required offset (last + 1)
+def __getattr__(name: str) -> object:
+    """`epochguard.leader.ReplicaManager` keeps working: it lives in `epochguard.replica_manager` now."""
+    if name == "ReplicaManager":
+        from epochguard.replica_manager import ReplicaManager
 
-
-class ReplicaManager:
-    """All partitions of one broker: the request entry point of a sans-IO broker.
-
-    `handle(node_id, request, now_ms)` answers Produce/Fetch/OffsetsForLeaderEpoch/ListOffsets (None for
-    an acks=all produce that waits for replication: collect it from `poll_responses`).
-    `apply_partition_state` applies the controller's decisions (become leader / follower; the follower
-    side is driven by `self.fetcher`, an `epochguard.replica.ReplicaFetcher`). `poll_requests` returns
-    what this broker sends: follower fetches, OffsetsForLeaderEpoch, ListOffsets and AlterPartition
-    (addressed to `controller_id`); `on_response` takes their answers.
-    """
-
-    def __init__(
-        self,
-        broker_id: int,
-        *,
-        protocol: Protocol = "kip-320",
-        broker_epoch: int = 0,
-        log_dir: str | os.PathLike[str] | None = None,
-        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
-        replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
-        min_insync_replicas: int = 1,
-        controller_id: int = -1,
-        truncate_on_fetch: bool = True,
-        fetch_backoff_ms: int = 1_000,
-        request_timeout_ms: int = 30_000,
-        alter_partition_retry_ms: int = 5_000,
-        logs: Mapping[TopicPartition, PartitionLog] | None = None,
-    ) -> None:
-        from epochguard.replica import ReplicaFetcher  # the fetcher drives this manager's partitions
-
-        self.broker_id = broker_id
-        self._broker_epoch = broker_epoch
-        self.protocol: Protocol = protocol
-        self.log_dir = Path(log_dir) if log_dir is not None else None
-        self.segment_bytes = segment_bytes
-        self.replica_lag_time_max_ms = replica_lag_time_max_ms
-        self.min_insync_replicas = min_insync_replicas
-        self.controller_id = controller_id
-        self.alter_partition_retry_ms = alter_partition_retry_ms
-        self.brokers: dict[int, BrokerRegistration] = {}
-        self.partitions: dict[TopicPartition, Partition] = {}
-        self.known_topics: set[str] = set()
-        self.log_dir_offline = False
-        self._recovered_logs: dict[TopicPartition, PartitionLog] = dict(logs or {})
-        self._delayed: list[_DelayedProduce] = []
-        self.fetcher = ReplicaFetcher(
-            self,
-            protocol=protocol,
-            truncate_on_fetch=truncate_on_fetch,
-            fetch_backoff_ms=fetch_backoff_ms,
-            request_timeout_ms=request_timeout_ms,
-        )
-        if self.log_dir is not None and not (self.log_dir / "meta.properties").exists():
-            from epochguard.logdir import write_meta_properties
-
-            write_meta_properties(self.log_dir, broker_id)
-
-    @classmethod
-    def recover(cls, root: str | os.PathLike[str], **kwargs: object) -> ReplicaManager:
-        """A restarted broker: every partition log recovered from its log dir (`logdir.read_log_dir`:
-        torn tails cut, epoch caches re-truncated, high watermarks from the last `checkpoint()`)."""
-        from epochguard.logdir import read_log_dir
-
-        loaded = read_log_dir(root, write_through=True)
-        return cls(loaded.node_id, log_dir=root, logs=loaded.logs, **kwargs)  # type: ignore[arg-type]
-
-    def checkpoint(self) -> None:
-        """Write the root checkpoints (high watermarks, log start offsets), as Kafka does periodically."""
-        if self.log_dir is None:
-            return
-        from epochguard.logdir import write_root_checkpoints
-
-        write_root_checkpoints(self.log_dir, [p.log for p in self.partitions.values()])
-
-    @property
-    def broker_epoch(self) -> int:
-        """This broker's registration epoch (KRaft); sent in follower fetches and AlterPartition."""
-        return self._broker_epoch
-
-    @broker_epoch.setter
-    def broker_epoch(self, epoch: int) -> None:
-        self._broker_epoch = epoch
-        for partition in self.partitions.values():
-            partition.broker_epoch = epoch
-
-    # --- controller -> broker -----------------------------------------------------------------
-    def update_brokers(self, registrations: Iterable[BrokerRegistration]) -> None:
-        for r in registrations:
-            self.brokers[r.broker_id] = r
-
-    def get_or_create_partition(self, tp: TopicPartition, topic_id: str | None = None) -> Partition:
-        partition = self.partitions.get(tp)
-        if partition is None:
-            log = self._recovered_logs.pop(tp, None)
-            if log is None:
-                directory = None if self.log_dir is None else self.log_dir / str(tp)
-                log = PartitionLog(tp, directory=directory, segment_bytes=self.segment_bytes)
-            partition = Partition(
-                tp,
-                self.broker_id,
-                log,
-                protocol=self.protocol,
-                broker_epoch=self.broker_epoch,
-                brokers=self.brokers,
-                replica_lag_time_max_ms=self.replica_lag_time_max_ms,
-                alter_partition_retry_ms=self.alter_partition_retry_ms,
-                topic_id=topic_id,
-            )
-            self.partitions[tp] = partition
-        return partition
-
-    def apply_partition_state(self, state: LeaderAndIsrPartitionState, now_ms: int) -> None:
-        """Become leader or follower of one partition as the controller decided (LeaderAndIsr / a
-        KRaft partition change); a replica no longer in the assignment is stopped."""
-        tp = state.tp
-        self.known_topics.add(tp.topic)
-        if self.broker_id not in state.replicas:
-            self.stop_replica(tp)
-            return
-        partition = self.get_or_create_partition(tp, state.topic_id)
-        if state.leader == self.broker_id:
-            if partition.make_leader(state, now_ms):
-                self.fetcher.remove_partition(tp)
-        elif partition.make_follower(state):
-            self.fetcher.add_partition(partition, now_ms)
-
-    def stop_replica(self, tp: TopicPartition) -> None:
-        self.fetcher.remove_partition(tp)
-        self.partitions.pop(tp, None)
-
-    def set_log_dir_offline(self) -> None:
-        """The disk failed: every partition answers KAFKA_STORAGE_ERROR."""
-        self.log_dir_offline = True
-
-    def _hosting_error(self, tp: TopicPartition) -> Errors | None:
-        if self.log_dir_offline:
-            return Errors.KAFKA_STORAGE_ERROR
-        if tp not in self.partitions:
-            return Errors.NOT_LEADER_OR_FOLLOWER if tp.topic in self.known_topics else Errors.UNKNOWN_TOPIC_OR_PARTITION
-        return None
-
-    # --- requests in --------------------------------------------------------------------------
-    def handle(self, node_id: int, request: Request, now_ms: int) -> Response | None:
-        if isinstance(request, FetchRequest):
-            return self._handle_fetch(request, now_ms)
-        if isinstance(request, OffsetsForLeaderEpochRequest):
-            return self._handle_offsets_for_leader_epoch(request)
-        if isinstance(request, ListOffsetsRequest):
-            return self._handle_list_offsets(request)
-        if isinstance(request, ProduceRequest):
-            return self._handle_produce(node_id, request, now_ms)
-        raise TypeError(f"a broker does not answer {type(request).__name__}")
-
-    def _handle_fetch(self, request: FetchRequest, now_ms: int) -> FetchResponse:
-        out = []
-        for p in request.partitions:
-            code = self._hosting_error(p.tp)
-            if code is not None:
-                out.append(FetchPartitionData(p.topic, p.partition_index, code))
-                continue
-            out.append(
-                self.partitions[p.tp].fetch(
-                    p,
-                    replica_id=request.replica_id,
-                    replica_epoch=request.replica_epoch,
-                    isolation_level=request.isolation_level,
-                    version=request.version,
-                    now_ms=now_ms,
-                )
-            )
-        self._complete_delayed(now_ms)  # follower progress may have advanced a high watermark
-        return FetchResponse(tuple(out))
-
-    def _handle_offsets_for_leader_epoch(self, request: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:
-        out = []
-        for p in request.partitions:
-            code = self._hosting_error(p.tp)
-            out.append(
-                EpochEndOffset(p.topic, p.partition_index, code)
-                if code is not None
-                else self.partitions[p.tp].last_offset_for_leader_epoch(p)
-            )
-        return OffsetsForLeaderEpochResponse(tuple(out))
-
-    def _handle_list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
-        out = []
-        for p in request.partitions:
-            code = self._hosting_error(p.tp)
-            if code is not None:
-                out.append(ListOffsetsPartitionResponse(p.topic, p.partition_index, code))
-                continue
-            out.append(
-                self.partitions[p.tp].fetch_offset_for_timestamp(
-                    p, replica_id=request.replica_id, isolation_level=request.isolation_level, version=request.version
-                )
-            )
-        return ListOffsetsResponse(tuple(out))
-
-    def _handle_produce(self, node_id: int, request: ProduceRequest, now_ms: int) -> ProduceResponse | None:
-        delayed = _DelayedProduce(node_id, request, now_ms + request.timeout_ms, {})
-        for p in request.partitions:
-            delayed.results[p.tp] = self._append(p, request.acks, now_ms, delayed)
-        if request.acks == -1 and delayed.waiting:
-            self._delayed.append(delayed)
-            self._complete_delayed(now_ms)
-            return None
-        return ProduceResponse(tuple(delayed.results[p.tp] for p in request.partitions))
-
-    def _append(self, p: ProducePartition, acks: int, now_ms: int, delayed: _DelayedProduce) -> ProducePartitionResponse:
-        code = self._hosting_error(p.tp)
-        if code is not None:
-            return ProducePartitionResponse(p.topic, p.partition_index, code)
-        partition = self.partitions[p.tp]
-        code, info = partition.append_records_to_leader(
-            p.records, acks=acks, min_insync_replicas=self.min_insync_replicas, now_ms=now_ms
-        )
-        if info is None:
-            hint = partition._leader_hint() if code.retriable else LeaderIdAndEpoch()
-            return ProducePartitionResponse(p.topic, p.partition_index, code, current_leader=hint)
-        delayed.waiting[p.tp] = info.last_offset + 1
-        return ProducePartitionResponse(
-            p.topic, p.partition_index, Errors.NONE, info.first_offset, -1, partition.log.log_start_offset
-        )
-
-    def _complete_delayed(self, now_ms: int) -> None:
-        for delayed in self._delayed:
-            for tp, required in list(delayed.waiting.items()):
-                partition = self.partitions.get(tp)
-                code = (
-                    Errors.NOT_LEADER_OR_FOLLOWER
-                    if partition is None
-                    else partition.check_enough_replicas_reach_offset(required, self.min_insync_replicas)
-                )
-                if code is None and now_ms >= delayed.deadline_ms:
-                    code = Errors.REQUEST_TIMED_OUT
-                if code is not None:
-                    del delayed.waiting[tp]
-                    if code != Errors.NONE:
-                        r = delayed.results[tp]
-                        delayed.results[tp] = ProducePartitionResponse(r.topic, r.partition_index, code, r.base_offset)
-
-    def poll_responses(self, now_ms: int) -> list[tuple[int, ProduceRequest, ProduceResponse]]:
-        """Completed acks=all produces: (client node, request, response), in arrival order."""
-        self._complete_delayed(now_ms)
-        done = [d for d in self._delayed if not d.waiting]
-        self._delayed = [d for d in self._delayed if d.waiting]
-        return [
-            (d.node_id, d.request, ProduceResponse(tuple(d.results[p.tp] for p in d.request.partitions))) for d in done
-        ]
-
-    # --- requests out -------------------------------------------------------------------------
-    def poll_requests(self, now_ms: int) -> list[tuple[int, Request]]:
-        out: list[tuple[int, Request]] = list(self.fetcher.poll_requests(now_ms))
-        for tp, partition in self.partitions.items():
-            request = partition.poll_isr_change(now_ms)
-            if request is not None:
-                out.append((self.controller_id, request))
-        self._complete_delayed(now_ms)
-        return out
-
-    def on_response(self, node_id: int, request: Request, response: Response, now_ms: int) -> None:
-        if isinstance(response, AlterPartitionResponse):
-            partition = self.partitions.get(response.tp)
-            if partition is not None:
-                partition.on_alter_partition_response(response, now_ms)
-                self._complete_delayed(now_ms)
-            return
-        self.fetcher.on_response(node_id, request, response, now_ms)
-
-    def on_request_failed(self, node_id: int, request: Request, now_ms: int) -> None:
-        """A request this broker sent got no answer (disconnect, timeout)."""
-        if isinstance(request, AlterPartitionRequest):
-            return  # resent by poll_isr_change after its retry interval
-        self.fetcher.on_request_failed(node_id, request, now_ms)
+        return ReplicaManager
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,7 +3,7 @@
 Mirrors the generated message classes of `clients/src/main/resources/common/message/*.json`:
 `FetchRequest/Response`, `OffsetForLeaderEpochRequest/Response`, `ListOffsetsRequest/Response`,
 `MetadataRequest/Response`, `OffsetCommitRequest/Response`, `OffsetFetchRequest/Response`,
-`AlterPartitionRequest/Response`, plus the controller's `LeaderAndIsrRequest` partition state and
+`AlterPartitionRequest/Response`, `WriteTxnMarkersRequest/Response`, plus the controller's `LeaderAndIsrRequest` partition state and
 KRaft `BrokerRegistration`; and for the wire server, `InitProducerIdRequest/Response`,
 `FindCoordinatorRequest/Response` and the classic group protocol (`JoinGroup`, `SyncGroup`,
 `Heartbeat`, `LeaveGroup`). `epochguard._core.decode_request` / `encode_response` convert these
@@ -49,6 +49,7 @@ __all__ = [
     "FetchRequest",
     "DivergingEpoch",
     "LeaderIdAndEpoch",
+    "AbortedTransaction",
     "FetchPartitionData",
     "FetchResponse",
     "OffsetForLeaderPartition",
@@ -75,10 +76,13 @@ __all__ = [
     "AlterPartitionResponse",
     "LeaderAndIsrPartitionState",
     "BrokerRegistration",
+    "TxnMarker",
+    "WriteTxnMarkersRequest",
+    "WriteTxnMarkerResult",
+    "WriteTxnMarkersResponse",
     "InitProducerIdRequest",
     "InitProducerIdResponse",
     "FindCoordinatorRequest",
-    "Coordinator",
     "FindCoordinatorResponse",
     "JoinGroupProtocol",
     "JoinGroupRequest",
@@ -128,7 +132,12 @@ class ProducePartition:
 
     topic: str
     partition_index: int
-    records: bytes | tuple[ProduceRecord, ...]
+    records: tuple[ProduceRecord, ...] | bytes  # record tuples (the simulator) or a client's raw v2 batches
+    # With record tuples, the batch header fields a producer would write (the leader encodes the batch);
+    # raw batches carry their own.
+    producer_id: int = -1
+    producer_epoch: int = -1
+    transactional: bool = False
 
     @property
     def tp(self) -> TopicPartition:
@@ -210,6 +219,14 @@ class DivergingEpoch:
 
 
 @dataclass(frozen=True, slots=True)
+class AbortedTransaction:
+    """Fetch response (v4+): a transaction aborted within the data returned, for read_committed."""
+
+    producer_id: int
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class FetchPartitionData:
     topic: str
     partition_index: int
@@ -221,6 +238,7 @@ class FetchPartitionData:
     current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
     preferred_read_replica: int = -1
     records: bytes = b""  # concatenated v2 batches, verbatim from the leader's log
+    aborted_transactions: tuple[AbortedTransaction, ...] | None = None  # None (null) unless read_committed
 
     @property
     def tp(self) -> TopicPartition:
@@ -510,40 +528,32 @@ class InitProducerIdRequest:
 
 @dataclass(frozen=True, slots=True)
 class InitProducerIdResponse:
+    producer_id: int
+    producer_epoch: int
     error_code: Errors = Errors.NONE
-    producer_id: int = -1
-    producer_epoch: int = -1
     throttle_time_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class FindCoordinatorRequest:
-    """`FindCoordinatorRequest`. Up to v3 one `key`; v4 (KIP-699) a batch in `coordinator_keys`. The
-    codec fills both ways: decoding v0-3 gives `coordinator_keys == (key,)`, v4 gives `key == ""`."""
+    """`FindCoordinatorRequest`: the single `key` of v0-3 and the v4 batch (`coordinator_keys`,
+    KIP-699) are both `keys`."""
 
-    key: str = ""
+    keys: tuple[str, ...]
     key_type: int = 0  # 0 group, 1 transaction
-    coordinator_keys: tuple[str, ...] = ()
     version: int = 4
 
 
 @dataclass(frozen=True, slots=True)
-class Coordinator:
-    """One coordinator answer (`FindCoordinatorResponseData.Coordinator`)."""
+class FindCoordinatorResponse:
+    """One coordinator for every key asked (v0-3 answer one key; v4 repeats the node per key)."""
 
-    key: str
     node_id: int
     host: str
     port: int
+    keys: tuple[str, ...] = ()
     error_code: Errors = Errors.NONE
-    error_message: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class FindCoordinatorResponse:
-    """Up to v3 the first coordinator is encoded as the top-level fields; v4 encodes them all."""
-
-    coordinators: tuple[Coordinator, ...]
+    version: int = 4
     throttle_time_ms: int = 0
 
 
@@ -660,6 +670,46 @@ class LeaveGroupResponse:
     throttle_time_ms: int = 0
 
 
+# --- WriteTxnMarkers (transaction coordinator -> partition leaders) ---------------------------------
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """One marker to write: end `producer_id`'s transaction on one partition (flattened per partition)."""
+
+    producer_id: int
+    producer_epoch: int
+    committed: bool  # TransactionResult: COMMIT (True) or ABORT
+    coordinator_epoch: int
+    topic: str
+    partition_index: int
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTxnMarkersRequest:
+    markers: tuple[TxnMarker, ...]
+    version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTxnMarkerResult:
+    producer_id: int
+    topic: str
+    partition_index: int
+    error_code: Errors = Errors.NONE
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTxnMarkersResponse:
+    partitions: tuple[WriteTxnMarkerResult, ...]
+
+
 Request = (
     ApiVersionsRequest
     | ProduceRequest
@@ -670,6 +720,7 @@ Request = (
     | OffsetCommitRequest
     | OffsetFetchRequest
     | AlterPartitionRequest
+    | WriteTxnMarkersRequest
     | InitProducerIdRequest
     | FindCoordinatorRequest
     | JoinGroupRequest
@@ -687,6 +738,7 @@ Response = (
     | OffsetCommitResponse
     | OffsetFetchResponse
     | AlterPartitionResponse
+    | WriteTxnMarkersResponse
     | InitProducerIdResponse
     | FindCoordinatorResponse
     | JoinGroupResponse

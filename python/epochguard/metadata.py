@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from epochguard.errors import Errors
 from epochguard.messages import MetadataRequest, MetadataResponse, MetadataResponseBroker, MetadataResponsePartition
-from epochguard.types import LeaderAndEpoch, Protocol, TopicPartition
+from epochguard.types import LeaderAndEpoch, EpochProtocol, TopicPartition
 
 __all__ = ["PartitionMetadata", "MetadataUpdate", "ClientMetadata"]
 
@@ -51,12 +51,12 @@ class ClientMetadata:
     def __init__(
         self,
         *,
-        protocol: Protocol = "kip-320",
+        protocol: EpochProtocol = "kip-320",
         topics: Iterable[str] | None = None,
         refresh_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
     ) -> None:
-        self.protocol: Protocol = protocol
+        self.protocol: EpochProtocol = protocol
         self.topics: set[str] | None = set(topics) if topics is not None else None
         self.refresh_backoff_ms = refresh_backoff_ms
         self.metadata_max_age_ms = metadata_max_age_ms
@@ -83,15 +83,18 @@ class ClientMetadata:
     def update_requested(self) -> bool:
         return self._need_update
 
-    def time_to_next_update(self, now_ms: int) -> int:
-        """Milliseconds until a refresh is due: after backoff when requested, else when the data ages out."""
+    def next_update_ms(self) -> int:
+        """When a refresh is due (absolute ms): after backoff when requested, else when the data ages out."""
         if self._last_attempt_ms is None:
             return 0
-        backoff_left = self._last_attempt_ms + self.refresh_backoff_ms - now_ms
+        backoff_over = self._last_attempt_ms + self.refresh_backoff_ms
         if self._need_update:
-            return max(0, backoff_left)
-        age_left = (self._last_refresh_ms or 0) + self.metadata_max_age_ms - now_ms
-        return max(0, backoff_left, age_left)
+            return backoff_over
+        return max(backoff_over, (self._last_refresh_ms or 0) + self.metadata_max_age_ms)
+
+    def time_to_next_update(self, now_ms: int) -> int:
+        """Milliseconds until a refresh is due (see `next_update_ms`)."""
+        return max(0, self.next_update_ms() - now_ms)
 
     def should_update(self, now_ms: int) -> bool:
         return self.time_to_next_update(now_ms) == 0
@@ -116,26 +119,28 @@ class ClientMetadata:
         trusted = response.version >= _EPOCH_TRUSTED_FROM_VERSION
         accepted: list[TopicPartition] = []
         rejected: list[TopicPartition] = []
-        removed: list[TopicPartition] = []
+        # A full update (Kafka's `new MetadataSnapshot`): the cache is rebuilt from the response, so the
+        # partitions and topic ids of topics absent from it (deleted) or answering an error go away.
+        # Last-seen epochs stay: a position may wait on one, and topic re-creation resets it.
+        old_partitions, old_topic_ids = self._partitions, self._topic_ids
+        self._partitions, self._topic_ids = {}, {}
         for topic in response.topics:
+            if topic.topic_id is not None:
+                self._topic_ids[topic.name] = topic.topic_id
             if topic.error_code != Errors.NONE:
-                # Topic errors drop the partitions and keep the last-seen epochs.
-                gone = [tp for tp in self._partitions if tp.topic == topic.name]
-                for tp in gone:
-                    del self._partitions[tp]
-                removed.extend(gone)
                 if topic.error_code.retriable:
                     self._need_update = True
                 continue
-            old_topic_id = self._topic_ids.get(topic.name)
-            if topic.topic_id is not None:
-                self._topic_ids[topic.name] = topic.topic_id
+            old_topic_id = old_topic_ids.get(topic.name) if topic.topic_id is not None else None
             for p in topic.partitions:
                 tp = TopicPartition(topic.name, p.partition_index)
                 if self._accept(tp, p, trusted, topic.topic_id, old_topic_id):
                     accepted.append(tp)
                 else:
                     rejected.append(tp)
+                    if tp in old_partitions:
+                        self._partitions[tp] = old_partitions[tp]  # stale answer: keep what we had
+        removed = sorted(tp for tp in old_partitions if tp not in self._partitions)
         if rejected:
             self._need_update = True  # stale answer: ask again (after backoff)
         return MetadataUpdate(tuple(accepted), tuple(rejected), tuple(removed))
@@ -167,7 +172,7 @@ class ClientMetadata:
                 self._last_seen_epochs[tp] = meta.leader_epoch
                 self._partitions[tp] = meta
                 return True
-            return False  # stale: keep what we have (absent stays absent)
+            return False  # stale: the caller keeps what it had (absent stays absent)
         # No usable epoch (old version, or a leaderless partition answering -1): forget the last-seen.
         self._last_seen_epochs.pop(tp, None)
         self._partitions[tp] = meta.without_leader_epoch()

@@ -4,14 +4,17 @@ Decoding is done by the Rust core (GIL released). `iter_batches` yields one `Rec
 time; `decode_to_arrow` returns every record as one row of a `pyarrow.Table` (pyarrow is imported
 only when that function is called).
 
-A path `source` is memory-mapped and must be a regular file. As with any mmap reader, truncating the
-file from another process while it is being decoded faults the process (SIGBUS): fine for Kafka
-segments, which only grow while readers hold them; read the file into bytes first otherwise.
+A path `source` must be a regular file; it is read with bounded positioned reads (8 MiB, or one
+larger batch), never mapped, so a live segment that shrinks or is deleted while it is read (retention,
+truncation on a broker) ends the input where the file now ends: a `CorruptRecordError` saying so, or
+a partial tail with ``allow_partial_tail=True``; never a signal. Bytes appended after the file was
+opened are not read.
 """
 
 from __future__ import annotations
 
 from os import PathLike
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from epochguard._core import (
@@ -23,6 +26,8 @@ from epochguard._core import (
     decode_arrow,
     encode_batch,
     iter_batches,
+    record_columns,
+    stamp_batches,
 )
 
 if TYPE_CHECKING:
@@ -31,8 +36,10 @@ if TYPE_CHECKING:
 __all__ = [
     "ArrowRecords",
     "BatchIterator",
+    "COMPUTED_COLUMNS",
     "DEFAULT_MAX_DECOMPRESSED_SIZE",
     "PARTIAL_TAIL_METADATA_KEY",
+    "RECORD_COLUMNS",
     "Record",
     "RecordBatch",
     "batch_index",
@@ -40,16 +47,21 @@ __all__ = [
     "decode_to_arrow",
     "encode_batch",
     "iter_batches",
+    "record_columns",
+    "stamp_batches",
 ]
 
 DEFAULT_MAX_DECOMPRESSED_SIZE = 64 * 1024 * 1024
 #: Schema metadata key holding the byte position of a tolerated partial last batch.
 PARTIAL_TAIL_METADATA_KEY = b"epochguard.partial_tail"
+#: The columns of a full decode, in order, and the computed ones `columns=` may also name.
+RECORD_COLUMNS, COMPUTED_COLUMNS = (tuple(names) for names in record_columns())
 
 
 def decode_to_arrow(
     source: bytes | bytearray | memoryview | str | PathLike[str] | Any,
     *,
+    columns: Sequence[str] | None = None,
     verify_crc: bool = True,
     allow_partial_tail: bool = False,
     max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
@@ -59,10 +71,17 @@ def decode_to_arrow(
     """Decode every record of `source` into a `pyarrow.Table`, one row per record.
 
     `source` is bytes-like (any C-contiguous buffer, e.g. a `pyarrow.Buffer`; read without copying)
-    or a segment file path (memory-mapped). `offset`/`length` select a batch-aligned byte range;
+    or a segment file path (read in bounded positioned reads). `offset`/`length` select a batch-aligned byte range;
     positions (errors, `partial_tail`) stay absolute. Columns: offset, timestamp, timestamp_type,
     key, value, headers, leader_epoch, batch_offset, producer_id, producer_epoch, sequence,
-    is_transactional, is_control, magic. With `allow_partial_tail=True` an incomplete last batch is
+    is_transactional, is_control, magic (`RECORD_COLUMNS`).
+
+    `columns` projects: any of `RECORD_COLUMNS` and the computed `COMPUTED_COLUMNS`, in the order
+    given. ``key_length``/``value_length`` (null for a null key/value), ``headers_count``,
+    ``record_digest`` (64-bit XXH3 of key, value and headers in the v2 record encoding, nulls
+    distinguished from empty; as signed int64) and ``batch_position``/``batch_size`` (the byte range
+    of the record's batch). A column not named is never built: ``columns=["offset", "value_length"]``
+    copies no value byte. Every projection validates the same bytes as the full decode. With `allow_partial_tail=True` an incomplete last batch is
     skipped and its byte position stored in the schema metadata under `PARTIAL_TAIL_METADATA_KEY`.
 
     Raises `epochguard.errors.CorruptRecordError` for malformed input.
@@ -71,6 +90,7 @@ def decode_to_arrow(
 
     records = decode_arrow(
         source,
+        columns=columns,
         verify_crc=verify_crc,
         allow_partial_tail=allow_partial_tail,
         max_decompressed_size=max_decompressed_size,

@@ -5,6 +5,12 @@ Truncating / Fetching, `truncateToEpochEndOffsets`, `truncateOnFetchResponse`, `
 `onPartitionFenced`) and `ReplicaManager.initialFetchOffset`. The truncation point always comes from the
 Rust core's `truncation_offset` (SPEC (d)); this module only moves state and bytes.
 
+What the leader can answer comes from `leader_api_versions(leader_id)` (the broker's ApiVersions
+table): no OffsetForLeaderEpoch -> truncate to the high watermark (`isOffsetForLeaderEpochSupported`),
+Fetch below v12 -> no truncation on fetch. Deliberate difference: Kafka decides both from the
+inter-broker protocol version, one setting for the cluster; here per leader, from its own table, as
+there is no IBP model.
+
 `protocol="pre-kip-320"` is the pre-KIP-101 follower: on becoming follower it truncates to its high
 watermark and fetches by offset only (no epochs in its requests, no OffsetsForLeaderEpoch).
 """
@@ -12,10 +18,12 @@ watermark and fetches by offset only (no epochs in its requests, no OffsetsForLe
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from epochguard._core import truncation_offset
+from epochguard.api_versions import ApiKey, NodeApiVersions
 from epochguard.errors import CorruptRecordError, Errors
 from epochguard.log import AppendInfo, PartitionLog, UnexpectedAppendOffsetError
 from epochguard.messages import (
@@ -34,10 +42,10 @@ from epochguard.messages import (
     Request,
     Response,
 )
-from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_EPOCH, Protocol, TopicPartition
+from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_EPOCH, EpochProtocol, TopicPartition
 
 if TYPE_CHECKING:
-    from epochguard.leader import Partition, ReplicaManager
+    from epochguard.leader import Partition
 
 __all__ = ["FetchState", "PartitionFetchState", "TruncationRecord", "ReplicaFetcher"]
 
@@ -61,6 +69,7 @@ class PartitionFetchState:
     delay_until_ms: int = 0
     in_flight: bool = False
     leader_end_offset: int | None = None  # OUT_OF_RANGE: the leader's LEO once known
+    truncate_on_fetch: bool = True  # this leader answers Fetch v12+ (LastFetchedEpoch, DivergingEpoch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,16 +96,22 @@ class ReplicaFetcher:
 
     def __init__(
         self,
-        manager: ReplicaManager,
+        broker_id: int,
+        broker_epoch: Callable[[], int] = lambda: -1,
         *,
-        protocol: Protocol = "kip-320",
+        protocol: EpochProtocol = "kip-320",
         truncate_on_fetch: bool = True,
         fetch_backoff_ms: int = 1_000,
         request_timeout_ms: int = 30_000,
         fetch_max_bytes: int = 1 << 20,
+        leader_api_versions: Callable[[int], NodeApiVersions | None] | None = None,
     ) -> None:
-        self.manager = manager
-        self.protocol: Protocol = protocol
+        self.broker_id = broker_id
+        self._broker_epoch = broker_epoch  # read at each fetch: the broker re-registers under a new epoch
+        # What each leader serves (Kafka decides by inter-broker protocol version); None = unknown,
+        # taken as a current broker.
+        self.leader_api_versions = leader_api_versions or (lambda _leader: None)
+        self.protocol: EpochProtocol = protocol
         self.truncate_on_fetch = truncate_on_fetch  # IBP >= 2.7: truncate from Fetch's DivergingEpoch
         self.fetch_backoff_ms = fetch_backoff_ms
         self.request_timeout_ms = request_timeout_ms
@@ -105,10 +120,6 @@ class ReplicaFetcher:
         self.truncations: list[TruncationRecord] = []
         self.failed: dict[TopicPartition, str] = {}  # partitions parked after an impossible append
         self._in_flight: dict[int, _InFlight] = {}  # id(request) -> what was sent
-
-    @property
-    def broker_id(self) -> int:
-        return self.manager.broker_id
 
     # --- partitions in and out ----------------------------------------------------------------
     def add_partition(self, partition: Partition, now_ms: int) -> None:
@@ -120,6 +131,10 @@ class ReplicaFetcher:
         self.failed.pop(partition.tp, None)
         hw = log.high_watermark
         latest = log.latest_epoch
+        versions = self.leader_api_versions(partition.leader_id)
+        epochs_supported = versions is None or versions.version_range(ApiKey.OFFSET_FOR_LEADER_EPOCH) is not None
+        fetch_range = None if versions is None else versions.version_range(ApiKey.FETCH)
+        truncate_on_fetch = self.truncate_on_fetch and (versions is None or (fetch_range is not None and fetch_range.max_version >= 12))
         state = PartitionFetchState(
             partition=partition,
             leader_id=partition.leader_id,
@@ -127,13 +142,14 @@ class ReplicaFetcher:
             fetch_offset=hw,
             state=FetchState.FETCHING,
             initial_fetch_offset=hw,
+            truncate_on_fetch=truncate_on_fetch,
         )
         if self.protocol == "pre-kip-320":
             self._truncate(state, hw, "high_watermark", now_ms)
-        elif latest is not None and self.truncate_on_fetch:
+        elif latest is not None and truncate_on_fetch:
             state.fetch_offset = log.log_end_offset
             state.last_fetched_epoch = latest
-        elif latest is not None:
+        elif latest is not None and epochs_supported:
             state.state = FetchState.TRUNCATING
         else:
             self._truncate(state, hw, "high_watermark", now_ms)
@@ -181,7 +197,7 @@ class ReplicaFetcher:
                     current_leader_epoch=s.current_leader_epoch if kip320 else NO_EPOCH,
                     last_fetched_epoch=(
                         s.last_fetched_epoch
-                        if kip320 and self.truncate_on_fetch and s.last_fetched_epoch is not None
+                        if kip320 and s.truncate_on_fetch and s.last_fetched_epoch is not None
                         else NO_EPOCH
                     ),
                     log_start_offset=s.partition.log.log_start_offset,
@@ -190,7 +206,7 @@ class ReplicaFetcher:
                 for s in states
             ),
             replica_id=self.broker_id,
-            replica_epoch=self.manager.broker_epoch,
+            replica_epoch=self._broker_epoch(),
         )
 
     def _offsets_for_leader_epoch_request(self, states: list[PartitionFetchState]) -> OffsetsForLeaderEpochRequest:
@@ -321,7 +337,7 @@ class ReplicaFetcher:
         answer = truncation_offset(log.leader_epoch_cache, log.log_end_offset, epoch, end_offset)
         target, final = (s.initial_fetch_offset, True) if answer is None else answer
         self._truncate(s, target, reason, now_ms)
-        s.state = FetchState.FETCHING if final or self.truncate_on_fetch else FetchState.TRUNCATING
+        s.state = FetchState.FETCHING if final or s.truncate_on_fetch else FetchState.TRUNCATING
 
     def _truncate(self, s: PartitionFetchState, offset: int, reason: str, now_ms: int) -> None:
         log = s.partition.log

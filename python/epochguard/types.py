@@ -12,12 +12,13 @@ inside `epochguard.messages`. Offsets are ints (int64 on the wire), epochs int32
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Mapping, Sequence
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, NamedTuple, Self
 
 __all__ = [
-    "Protocol",
+    "EpochProtocol",
     "ResetPolicy",
     "ResetReason",
     "TruncationResolution",
@@ -43,8 +44,9 @@ __all__ = [
     "epoch_or_sentinel",
 ]
 
-Protocol = Literal["kip-320", "pre-kip-320"]
-"""Which protocol a state machine speaks: epochs (KIP-101/320/232/207) or offsets only."""
+EpochProtocol = Literal["kip-320", "pre-kip-320"]
+"""Which protocol a state machine speaks: epochs (KIP-101/320/232/207) or offsets only.
+(Named `Protocol` before 0.2; renamed because that name shadowed `typing.Protocol`.)"""
 
 ResetPolicy = Literal["earliest", "latest", "none"]
 """`auto.offset.reset`."""
@@ -79,8 +81,14 @@ class IsolationLevel(enum.IntEnum):
     READ_COMMITTED = 1
 
 
-@dataclass(frozen=True, order=True, slots=True)
-class TopicPartition:
+class TopicPartition(NamedTuple):
+    """A topic and a partition: Kafka's `TopicPartition`.
+
+    A named tuple, so it unpacks (`topic, partition = tp`), orders by topic then partition, and equals
+    and hashes like kafka-python's and aiokafka's `TopicPartition` with the same fields: a dict keyed by
+    one finds the other. `str(tp)` is Kafka's `topic-partition`.
+    """
+
     topic: str
     partition: int
 
@@ -88,36 +96,62 @@ class TopicPartition:
         return f"{self.topic}-{self.partition}"
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetAndMetadata:
-    """A committed or seek offset with its leader epoch (None = unknown; negatives normalised)."""
-
+class _OffsetAndMetadataFields(NamedTuple):
     offset: int
     metadata: str = ""
     leader_epoch: int | None = None
 
-    def __post_init__(self) -> None:
-        if self.offset < 0:
-            raise ValueError(f"invalid negative offset {self.offset}")
-        object.__setattr__(self, "leader_epoch", epoch_or_none(self.leader_epoch))
-        if self.metadata is None:
-            object.__setattr__(self, "metadata", "")
+
+class OffsetAndMetadata(_OffsetAndMetadataFields):
+    """A committed or seek offset with its metadata and leader epoch: Kafka's `OffsetAndMetadata`.
+
+    A named tuple `(offset, metadata, leader_epoch)` in kafka-python 3's field order, so it equals
+    kafka-python's `OffsetAndMetadata` field for field when the epoch is known. Differences:
+    an unknown epoch is None here (Kafka's `leaderEpoch()` is `Optional.empty()`), where kafka-python
+    writes -1, so `OffsetAndMetadata(5)` != kafka-python's `OffsetAndMetadata(5, "", -1)`; negative
+    epochs given here become None. A negative offset is refused (as in Kafka), and a None metadata
+    becomes "". aiokafka's `OffsetAndMetadata` has no epoch: compare with `om[:2]`.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, offset: int, metadata: str | None = "", leader_epoch: int | None = None) -> OffsetAndMetadata:
+        if offset < 0:
+            raise ValueError(f"invalid negative offset {offset}")
+        return super().__new__(cls, offset, "" if metadata is None else metadata, epoch_or_none(leader_epoch))
+
+    @classmethod
+    def _make(cls, iterable: Iterable[Any]) -> Self:  # type: ignore[override]  # typeshed: a generic _cls
+        return cls(*iterable)  # validated like the constructor (namedtuple's _make and _replace skip __new__)
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetAndTimestamp:
-    """An `offsets_for_times` answer: the offset, its timestamp and its leader epoch."""
-
+class _OffsetAndTimestampFields(NamedTuple):
     offset: int
     timestamp: int
     leader_epoch: int | None = None
 
-    def __post_init__(self) -> None:
-        if self.offset < 0:
-            raise ValueError(f"invalid negative offset {self.offset}")
-        if self.timestamp < 0:
-            raise ValueError(f"invalid negative timestamp {self.timestamp}")
-        object.__setattr__(self, "leader_epoch", epoch_or_none(self.leader_epoch))
+
+class OffsetAndTimestamp(_OffsetAndTimestampFields):
+    """An `offsets_for_times` answer: Kafka's `OffsetAndTimestamp` (offset, timestamp, leader epoch).
+
+    A named tuple in kafka-python 3's field order; it equals kafka-python's `OffsetAndTimestamp` field
+    for field when the epoch is known. An unknown epoch is None here (Kafka: `Optional.empty()`) where
+    kafka-python writes -1, and the epoch may be omitted (kafka-python requires it). Negative offsets
+    and timestamps are refused, as in Kafka. aiokafka's has no epoch: compare with `ot[:2]`.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, offset: int, timestamp: int, leader_epoch: int | None = None) -> OffsetAndTimestamp:
+        if offset < 0:
+            raise ValueError(f"invalid negative offset {offset}")
+        if timestamp < 0:
+            raise ValueError(f"invalid negative timestamp {timestamp}")
+        return super().__new__(cls, offset, timestamp, epoch_or_none(leader_epoch))
+
+    @classmethod
+    def _make(cls, iterable: Iterable[Any]) -> Self:  # type: ignore[override]  # typeshed: a generic _cls
+        return cls(*iterable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,3 +289,15 @@ class OffsetResetEvent:
     to_offset: int
     to_epoch: int | None
     at_ms: int
+
+
+def __getattr__(name: str) -> Any:
+    """The pre-0.2 name `Protocol`, kept for one release with a DeprecationWarning."""
+    if name == "Protocol":
+        warnings.warn(
+            "epochguard.types.Protocol is renamed EpochProtocol (it shadowed typing.Protocol)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return EpochProtocol
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

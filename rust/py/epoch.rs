@@ -12,11 +12,11 @@ use arrow_array::ffi::{from_ffi, FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_buffer::{ArrowNativeType, ScalarBuffer};
 use arrow_schema::DataType;
 use pyo3::buffer::{Element, PyBuffer};
-use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyCapsule, PyIterator};
+use pyo3::types::{PyBytes, PyCapsule, PyIterator, PyList, PyString, PyTuple, PyType};
 
 use crate::checkpoint;
 use crate::divergence::{self, Histories};
@@ -32,17 +32,30 @@ pub struct PyLeaderEpochCache {
 #[pymethods]
 impl PyLeaderEpochCache {
     /// Build from `(epoch, start_offset)` pairs, replayed through `assign` (as Kafka loads a checkpoint).
+    /// Any iterable of pairs: tuples, lists read back from JSON, the rows of an N x 2 integer array.
     #[new]
     #[pyo3(signature = (entries = None), text_signature = "(entries=())")]
     fn new(entries: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let mut inner = LeaderEpochCache::new();
         if let Some(entries) = entries {
             for item in PyIterator::from_object(entries)? {
-                let (epoch, start_offset): (i32, i64) = item?.extract()?;
+                let (epoch, start_offset) = entry_pair(&item?)?;
                 inner.assign(epoch, start_offset)?;
             }
         }
         Ok(Self { inner })
+    }
+
+    /// Pickle (and Spark broadcast) as the entries, rebuilt by the constructor.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, PyType>, (Vec<(i32, i64)>,)) {
+        (slf.get_type(), (slf.borrow().entries(),))
+    }
+
+    /// Iterate over the `(epoch, start_offset)` entries, oldest first (a snapshot).
+    fn __iter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyIterator>> {
+        PyList::new(slf.py(), slf.borrow().entries())?
+            .as_any()
+            .try_iter()
     }
 
     /// Record that `epoch` starts at `start_offset` (Kafka's rules for stale and conflicting entries).
@@ -269,8 +282,36 @@ fn divergence_points<'py>(
     to_numpy(py, Column::I64(out))
 }
 
+/// One `(epoch, start_offset)` entry from any pair of ints. Tuples keep pyo3's own errors (length,
+/// overflow); other pairs (a list, a numpy row) are read by length and index.
+fn entry_pair(item: &Bound<'_, PyAny>) -> PyResult<(i32, i64)> {
+    if let Ok(tuple) = item.cast::<PyTuple>() {
+        return tuple.extract();
+    }
+    let not_a_pair = |cause: Option<PyErr>| {
+        let err = PyTypeError::new_err(format!(
+            "LeaderEpochCache entries must be (epoch, start_offset) pairs of ints, got {}",
+            item.get_type()
+                .name()
+                .map_or_else(|_| "?".into(), |n| n.to_string())
+        ));
+        err.set_cause(item.py(), cause);
+        err
+    };
+    if item.is_instance_of::<PyString>() || item.is_instance_of::<PyBytes>() {
+        return Err(not_a_pair(None));
+    }
+    let len = item.len().map_err(|e| not_a_pair(Some(e)))?;
+    if len != 2 {
+        return Err(PyValueError::new_err(format!(
+            "a LeaderEpochCache entry must be a pair (length 2), got length {len}"
+        )));
+    }
+    Ok((item.get_item(0)?.extract()?, item.get_item(1)?.extract()?))
+}
+
 /// An element type the batched calls accept, with its names in the buffer and Arrow worlds.
-trait Native: Element + ArrowNativeType {
+trait Native: Element + ArrowNativeType + for<'py> FromPyObjectOwned<'py> {
     const NAME: &'static str;
     const ARROW: DataType;
 }
@@ -301,14 +342,18 @@ impl<T: Native> Input<T> {
             Err(_) if obj.hasattr("__arrow_c_array__")? => {
                 return import_arrow(obj, name).map(Input::Arrow)
             }
-            Err(e) => {
-                let err = PyTypeError::new_err(format!(
-                    "{name} must be a 1-D {} buffer (numpy array, array.array, memoryview) or Arrow array",
-                    T::NAME
-                ));
-                err.set_cause(py, Some(e));
-                return Err(err);
+            // Not a buffer at all: a list, tuple or range of ints, copied. A buffer of the wrong item
+            // type, or an Arrow stream (chunked), stays an error rather than a slow converting copy.
+            Err(_) if !is_buffer(obj) && !obj.hasattr("__arrow_c_stream__")? => {
+                return match obj.extract::<Vec<T>>() {
+                    Ok(values) => Ok(Input::Copied(values)),
+                    Err(overflow) if overflow.is_instance_of::<PyOverflowError>(py) => {
+                        Err(overflow)
+                    }
+                    Err(cause) => Err(wrong_type::<T>(py, name, cause)),
+                };
             }
+            Err(e) => return Err(wrong_type::<T>(py, name, e)),
         };
         if buffer.dimensions() != 1 {
             return Err(PyValueError::new_err(format!(
@@ -336,6 +381,21 @@ impl<T: Native> Input<T> {
             Input::Copied(v) => v,
         }
     }
+}
+
+fn is_buffer(obj: &Bound<'_, PyAny>) -> bool {
+    // SAFETY: `obj` is a valid object pointer while the GIL is held; the call only reads its type slots.
+    unsafe { ffi::PyObject_CheckBuffer(obj.as_ptr()) != 0 }
+}
+
+fn wrong_type<T: Native>(py: Python<'_>, name: &str, cause: PyErr) -> PyErr {
+    let err = PyTypeError::new_err(format!(
+        "{name} must be a sequence of ints, a 1-D {} buffer (numpy array, array.array, memoryview) \
+         or an Arrow array",
+        T::NAME
+    ));
+    err.set_cause(py, Some(cause));
+    err
 }
 
 /// Import a null-free primitive Arrow array through the C Data Interface (`__arrow_c_array__`),

@@ -29,7 +29,7 @@ create_exception!(
     epochguard._core,
     CorruptFrameError,
     EpochGuardError,
-    "A malformed Kafka request frame (truncated, trailing bytes, bad string, array count above the bytes left). `position` is the byte offset in the frame, `reason` says what is wrong."
+    "A malformed Kafka request frame (truncated, bad string, array count above the bytes left). `position` is the byte offset in the frame, `reason` says what is wrong."
 );
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

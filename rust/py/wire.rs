@@ -55,9 +55,13 @@ impl PyRequestHeader {
         self.0.client_id.as_deref()
     }
     fn __repr__(&self) -> String {
+        let client_id = match &self.0.client_id {
+            Some(c) => format!("{c:?}"),
+            None => "None".to_owned(),
+        };
         format!(
-            "RequestHeader(api_key={}, api_version={}, correlation_id={}, client_id={:?})",
-            self.0.api_key, self.0.api_version, self.0.correlation_id, self.0.client_id
+            "RequestHeader(api_key={}, api_version={}, correlation_id={}, client_id={client_id})",
+            self.0.api_key, self.0.api_version, self.0.correlation_id
         )
     }
 }
@@ -131,9 +135,7 @@ fn frame_bytes(frame: &Bound<'_, PyAny>) -> PyResult<Bytes> {
 fn messages(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     static MESSAGES: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
     Ok(MESSAGES
-        .get_or_try_init(py, || {
-            py.import("epochguard.messages").map(Bound::unbind)
-        })?
+        .get_or_try_init(py, || py.import("epochguard.messages").map(Bound::unbind))?
         .bind(py))
 }
 
@@ -177,10 +179,13 @@ fn request_object<'py>(
     version: i16,
 ) -> PyResult<Bound<'py, PyAny>> {
     Ok(match body {
-        RequestKind::ApiVersions(r) => obj!(py, "ApiVersionsRequest",
+        RequestKind::ApiVersions(r) => obj!(
+            py,
+            "ApiVersionsRequest",
             client_software_name = r.client_software_name.as_str(),
             client_software_version = r.client_software_version.as_str(),
-            version = version),
+            version = version
+        ),
         RequestKind::Metadata(r) => {
             // v0: an empty list means every topic (there is no null); v1+: null means every topic.
             let topics = match &r.topics {
@@ -192,136 +197,258 @@ fn request_object<'py>(
                         .map(|t| Ok(t.name.as_ref().map(|n| n.as_str()).unwrap_or_default())),
                 )?),
             };
-            obj!(py, "MetadataRequest", topics = topics,
-                allow_auto_topic_creation = r.allow_auto_topic_creation, version = version)
+            obj!(
+                py,
+                "MetadataRequest",
+                topics = topics,
+                allow_auto_topic_creation = r.allow_auto_topic_creation,
+                version = version
+            )
         }
         RequestKind::Produce(r) => {
             let parts = r.topic_data.iter().flat_map(|t| {
                 t.partition_data.iter().map(move |p| {
                     let records = PyBytes::new(py, p.records.as_deref().unwrap_or_default());
-                    Ok(obj!(py, "ProducePartition", topic = t.name.as_str(),
-                        partition_index = p.index, records = records))
+                    Ok(obj!(
+                        py,
+                        "ProducePartition",
+                        topic = t.name.as_str(),
+                        partition_index = p.index,
+                        records = records
+                    ))
                 })
             });
-            obj!(py, "ProduceRequest", partitions = tuple(py, parts)?, acks = r.acks,
-                timeout_ms = r.timeout_ms, version = version,
-                transactional_id = r.transactional_id.as_ref().map(|t| t.as_str()))
+            obj!(
+                py,
+                "ProduceRequest",
+                partitions = tuple(py, parts)?,
+                acks = r.acks,
+                timeout_ms = r.timeout_ms,
+                version = version,
+                transactional_id = r.transactional_id.as_ref().map(|t| t.as_str())
+            )
         }
         RequestKind::Fetch(r) => {
             let parts = r.topics.iter().flat_map(|t| {
                 t.partitions.iter().map(move |p| {
-                    Ok(obj!(py, "FetchPartition", topic = t.topic.as_str(),
-                        partition_index = p.partition, fetch_offset = p.fetch_offset,
+                    Ok(obj!(
+                        py,
+                        "FetchPartition",
+                        topic = t.topic.as_str(),
+                        partition_index = p.partition,
+                        fetch_offset = p.fetch_offset,
                         current_leader_epoch = p.current_leader_epoch,
                         last_fetched_epoch = p.last_fetched_epoch,
                         log_start_offset = p.log_start_offset,
-                        partition_max_bytes = p.partition_max_bytes))
+                        partition_max_bytes = p.partition_max_bytes
+                    ))
                 })
             });
             let forgotten = r.forgotten_topics_data.iter().flat_map(|t| {
-                t.partitions.iter().map(move |p| tp(py, t.topic.as_str(), *p))
+                t.partitions
+                    .iter()
+                    .map(move |p| tp(py, t.topic.as_str(), *p))
             });
-            obj!(py, "FetchRequest", partitions = tuple(py, parts)?,
-                replica_id = r.replica_id.0, isolation_level = isolation(py, r.isolation_level)?,
-                max_wait_ms = r.max_wait_ms, min_bytes = r.min_bytes, max_bytes = r.max_bytes,
-                rack_id = r.rack_id.as_str(), version = version, session_id = r.session_id,
-                session_epoch = r.session_epoch, forgotten_topics = tuple(py, forgotten)?)
+            obj!(
+                py,
+                "FetchRequest",
+                partitions = tuple(py, parts)?,
+                replica_id = r.replica_id.0,
+                isolation_level = isolation(py, r.isolation_level)?,
+                max_wait_ms = r.max_wait_ms,
+                min_bytes = r.min_bytes,
+                max_bytes = r.max_bytes,
+                rack_id = r.rack_id.as_str(),
+                version = version,
+                session_id = r.session_id,
+                session_epoch = r.session_epoch,
+                forgotten_topics = tuple(py, forgotten)?
+            )
         }
         RequestKind::ListOffsets(r) => {
             let parts = r.topics.iter().flat_map(|t| {
                 t.partitions.iter().map(move |p| {
-                    Ok(obj!(py, "ListOffsetsPartition", topic = t.name.as_str(),
-                        partition_index = p.partition_index, timestamp = p.timestamp,
-                        current_leader_epoch = p.current_leader_epoch))
+                    Ok(obj!(
+                        py,
+                        "ListOffsetsPartition",
+                        topic = t.name.as_str(),
+                        partition_index = p.partition_index,
+                        timestamp = p.timestamp,
+                        current_leader_epoch = p.current_leader_epoch
+                    ))
                 })
             });
-            obj!(py, "ListOffsetsRequest", partitions = tuple(py, parts)?,
-                replica_id = r.replica_id.0, isolation_level = isolation(py, r.isolation_level)?,
-                version = version)
+            obj!(
+                py,
+                "ListOffsetsRequest",
+                partitions = tuple(py, parts)?,
+                replica_id = r.replica_id.0,
+                isolation_level = isolation(py, r.isolation_level)?,
+                version = version
+            )
         }
         RequestKind::OffsetForLeaderEpoch(r) => {
             let parts = r.topics.iter().flat_map(|t| {
                 t.partitions.iter().map(move |p| {
-                    Ok(obj!(py, "OffsetForLeaderPartition", topic = t.topic.as_str(),
-                        partition_index = p.partition, leader_epoch = p.leader_epoch,
-                        current_leader_epoch = p.current_leader_epoch))
+                    Ok(obj!(
+                        py,
+                        "OffsetForLeaderPartition",
+                        topic = t.topic.as_str(),
+                        partition_index = p.partition,
+                        leader_epoch = p.leader_epoch,
+                        current_leader_epoch = p.current_leader_epoch
+                    ))
                 })
             });
-            obj!(py, "OffsetsForLeaderEpochRequest", partitions = tuple(py, parts)?,
-                replica_id = r.replica_id.0, version = version)
+            obj!(
+                py,
+                "OffsetsForLeaderEpochRequest",
+                partitions = tuple(py, parts)?,
+                replica_id = r.replica_id.0,
+                version = version
+            )
         }
         RequestKind::OffsetCommit(r) => {
             let parts = r.topics.iter().flat_map(|t| {
                 t.partitions.iter().map(move |p| {
-                    Ok(obj!(py, "OffsetCommitPartition", topic = t.name.as_str(),
+                    Ok(obj!(
+                        py,
+                        "OffsetCommitPartition",
+                        topic = t.name.as_str(),
                         partition_index = p.partition_index,
                         committed_offset = p.committed_offset,
                         committed_leader_epoch = p.committed_leader_epoch,
-                        committed_metadata = opt_str(&p.committed_metadata).unwrap_or_default()))
+                        committed_metadata = opt_str(&p.committed_metadata).unwrap_or_default()
+                    ))
                 })
             });
-            obj!(py, "OffsetCommitRequest", group_id = r.group_id.as_str(),
+            obj!(
+                py,
+                "OffsetCommitRequest",
+                group_id = r.group_id.as_str(),
                 partitions = tuple(py, parts)?,
                 generation_id_or_member_epoch = r.generation_id_or_member_epoch,
-                member_id = r.member_id.as_str(), version = version,
-                group_instance_id = opt_str(&r.group_instance_id))
+                member_id = r.member_id.as_str(),
+                version = version,
+                group_instance_id = opt_str(&r.group_instance_id)
+            )
         }
         RequestKind::OffsetFetch(r) => offset_fetch_request(py, r, version)?,
-        RequestKind::InitProducerId(r) => obj!(py, "InitProducerIdRequest",
+        RequestKind::InitProducerId(r) => obj!(
+            py,
+            "InitProducerIdRequest",
             transactional_id = r.transactional_id.as_ref().map(|t| t.as_str()),
             transaction_timeout_ms = r.transaction_timeout_ms,
-            producer_id = r.producer_id.0, producer_epoch = r.producer_epoch, version = version),
+            producer_id = r.producer_id.0,
+            producer_epoch = r.producer_epoch,
+            version = version
+        ),
         RequestKind::FindCoordinator(r) => {
+            // v0-3 ask for one key, v4 (KIP-699) for a batch: both are `keys`.
             let keys: Vec<&str> = if version >= 4 {
                 r.coordinator_keys.iter().map(|k| k.as_str()).collect()
             } else {
                 vec![r.key.as_str()]
             };
-            obj!(py, "FindCoordinatorRequest", key = r.key.as_str(), key_type = r.key_type,
-                coordinator_keys = PyTuple::new(py, keys)?, version = version)
+            obj!(
+                py,
+                "FindCoordinatorRequest",
+                keys = PyTuple::new(py, keys)?,
+                key_type = r.key_type,
+                version = version
+            )
         }
         RequestKind::JoinGroup(r) => {
             let protocols = r.protocols.iter().map(|p| {
-                Ok(obj!(py, "JoinGroupProtocol", name = p.name.as_str(),
-                    metadata = PyBytes::new(py, &p.metadata)))
+                Ok(obj!(
+                    py,
+                    "JoinGroupProtocol",
+                    name = p.name.as_str(),
+                    metadata = PyBytes::new(py, &p.metadata)
+                ))
             });
             // v0 has no rebalance timeout: the group uses the session timeout (JoinGroupRequest v0).
-            let rebalance = if version == 0 { r.session_timeout_ms } else { r.rebalance_timeout_ms };
-            obj!(py, "JoinGroupRequest", group_id = r.group_id.as_str(),
-                session_timeout_ms = r.session_timeout_ms, member_id = r.member_id.as_str(),
-                protocol_type = r.protocol_type.as_str(), protocols = tuple(py, protocols)?,
+            let rebalance = if version == 0 {
+                r.session_timeout_ms
+            } else {
+                r.rebalance_timeout_ms
+            };
+            obj!(
+                py,
+                "JoinGroupRequest",
+                group_id = r.group_id.as_str(),
+                session_timeout_ms = r.session_timeout_ms,
+                member_id = r.member_id.as_str(),
+                protocol_type = r.protocol_type.as_str(),
+                protocols = tuple(py, protocols)?,
                 rebalance_timeout_ms = rebalance,
                 group_instance_id = opt_str(&r.group_instance_id),
-                reason = opt_str(&r.reason), version = version)
+                reason = opt_str(&r.reason),
+                version = version
+            )
         }
         RequestKind::SyncGroup(r) => {
             let assignments = r.assignments.iter().map(|a| {
-                Ok(obj!(py, "SyncGroupAssignment", member_id = a.member_id.as_str(),
-                    assignment = PyBytes::new(py, &a.assignment)))
+                Ok(obj!(
+                    py,
+                    "SyncGroupAssignment",
+                    member_id = a.member_id.as_str(),
+                    assignment = PyBytes::new(py, &a.assignment)
+                ))
             });
-            obj!(py, "SyncGroupRequest", group_id = r.group_id.as_str(),
-                generation_id = r.generation_id, member_id = r.member_id.as_str(),
+            obj!(
+                py,
+                "SyncGroupRequest",
+                group_id = r.group_id.as_str(),
+                generation_id = r.generation_id,
+                member_id = r.member_id.as_str(),
                 assignments = tuple(py, assignments)?,
                 group_instance_id = opt_str(&r.group_instance_id),
                 protocol_type = opt_str(&r.protocol_type),
-                protocol_name = opt_str(&r.protocol_name), version = version)
+                protocol_name = opt_str(&r.protocol_name),
+                version = version
+            )
         }
-        RequestKind::Heartbeat(r) => obj!(py, "HeartbeatRequest",
-            group_id = r.group_id.as_str(), generation_id = r.generation_id,
-            member_id = r.member_id.as_str(), group_instance_id = opt_str(&r.group_instance_id),
-            version = version),
+        RequestKind::Heartbeat(r) => obj!(
+            py,
+            "HeartbeatRequest",
+            group_id = r.group_id.as_str(),
+            generation_id = r.generation_id,
+            member_id = r.member_id.as_str(),
+            group_instance_id = opt_str(&r.group_instance_id),
+            version = version
+        ),
         RequestKind::LeaveGroup(r) => {
             let members = if version >= 3 {
-                tuple(py, r.members.iter().map(|m| {
-                    Ok(obj!(py, "LeaveGroupMember", member_id = m.member_id.as_str(),
-                        group_instance_id = opt_str(&m.group_instance_id),
-                        reason = opt_str(&m.reason)))
-                }))?
+                tuple(
+                    py,
+                    r.members.iter().map(|m| {
+                        Ok(obj!(
+                            py,
+                            "LeaveGroupMember",
+                            member_id = m.member_id.as_str(),
+                            group_instance_id = opt_str(&m.group_instance_id),
+                            reason = opt_str(&m.reason)
+                        ))
+                    }),
+                )?
             } else {
-                tuple(py, [Ok(obj!(py, "LeaveGroupMember", member_id = r.member_id.as_str()))])?
+                tuple(
+                    py,
+                    [Ok(obj!(
+                        py,
+                        "LeaveGroupMember",
+                        member_id = r.member_id.as_str()
+                    ))],
+                )?
             };
-            obj!(py, "LeaveGroupRequest", group_id = r.group_id.as_str(), members = members,
-                version = version)
+            obj!(
+                py,
+                "LeaveGroupRequest",
+                group_id = r.group_id.as_str(),
+                members = members,
+                version = version
+            )
         }
         _ => {
             return Err(PyValueError::new_err(
@@ -351,7 +478,11 @@ fn offset_fetch_request<'py>(
         let parts = group.topics.as_ref().map(|topics| {
             topics
                 .iter()
-                .flat_map(|t| t.partition_indexes.iter().map(move |p| (t.name.as_str(), *p)))
+                .flat_map(|t| {
+                    t.partition_indexes
+                        .iter()
+                        .map(move |p| (t.name.as_str(), *p))
+                })
                 .collect::<Vec<_>>()
         });
         (group.group_id.as_str(), parts)
@@ -359,7 +490,11 @@ fn offset_fetch_request<'py>(
         let parts = r.topics.as_ref().map(|topics| {
             topics
                 .iter()
-                .flat_map(|t| t.partition_indexes.iter().map(move |p| (t.name.as_str(), *p)))
+                .flat_map(|t| {
+                    t.partition_indexes
+                        .iter()
+                        .map(move |p| (t.name.as_str(), *p))
+                })
                 .collect::<Vec<_>>()
         });
         (r.group_id.as_str(), parts)
@@ -368,8 +503,14 @@ fn offset_fetch_request<'py>(
         None => None,
         Some(ps) => Some(tuple(py, ps.into_iter().map(|(t, p)| tp(py, t, p)))?),
     };
-    Ok(obj!(py, "OffsetFetchRequest", group_id = group_id, partitions = partitions,
-        require_stable = r.require_stable, version = version))
+    Ok(obj!(
+        py,
+        "OffsetFetchRequest",
+        group_id = group_id,
+        partitions = partitions,
+        require_stable = r.require_stable,
+        version = version
+    ))
 }
 
 // --- responses: messages dataclasses -> crate types ----------------------------------------------
@@ -379,7 +520,10 @@ fn get<'py, T: FromPyObjectOwned<'py>>(o: &Bound<'py, PyAny>, name: &str) -> PyR
         let e: PyErr = e.into();
         PyValueError::new_err(format!(
             "{}.{name}: {e}",
-            o.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            o.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
         ))
     })
 }
@@ -496,7 +640,8 @@ fn response_kind(r: &Bound<'_, PyAny>, api_key: i16, version: i16) -> PyResult<R
                 out.end_offset = get(p, "end_offset")?;
                 Ok(out)
             })? {
-                let mut t = km::offset_for_leader_epoch_response::OffsetForLeaderTopicResult::default();
+                let mut t =
+                    km::offset_for_leader_epoch_response::OffsetForLeaderTopicResult::default();
                 t.topic = name.into();
                 t.partitions = parts;
                 m.topics.push(t);
@@ -519,7 +664,9 @@ fn response_kind(r: &Bound<'_, PyAny>, api_key: i16, version: i16) -> PyResult<R
             }
             ResponseKind::OffsetCommit(m)
         }
-        km::ApiKey::OffsetFetch => ResponseKind::OffsetFetch(offset_fetch_response(r, throttle, version)?),
+        km::ApiKey::OffsetFetch => {
+            ResponseKind::OffsetFetch(offset_fetch_response(r, throttle, version)?)
+        }
         km::ApiKey::InitProducerId => {
             let mut m = km::InitProducerIdResponse::default();
             m.throttle_time_ms = throttle;
@@ -531,28 +678,26 @@ fn response_kind(r: &Bound<'_, PyAny>, api_key: i16, version: i16) -> PyResult<R
         km::ApiKey::FindCoordinator => {
             let mut m = km::FindCoordinatorResponse::default();
             m.throttle_time_ms = throttle;
-            let coordinators = items(r, "coordinators")?;
+            let node_id = km::BrokerId(get(r, "node_id")?);
+            let host = get_str(r, "host")?;
+            let port: i32 = get(r, "port")?;
+            let error_code: i16 = get(r, "error_code")?;
             if version >= 4 {
-                for c in &coordinators {
-                    let mut out = km::find_coordinator_response::Coordinator::default();
-                    out.key = get_str(c, "key")?;
-                    out.node_id = km::BrokerId(get(c, "node_id")?);
-                    out.host = get_str(c, "host")?;
-                    out.port = get(c, "port")?;
-                    out.error_code = get(c, "error_code")?;
-                    out.error_message = get_opt_str(c, "error_message")?;
-                    m.coordinators.push(out);
+                // One coordinator per key asked, all the same node.
+                for key in get::<Vec<PyBackedStr>>(r, "keys")? {
+                    let mut c = km::find_coordinator_response::Coordinator::default();
+                    c.key = str_bytes(key);
+                    c.node_id = node_id;
+                    c.host = host.clone();
+                    c.port = port;
+                    c.error_code = error_code;
+                    m.coordinators.push(c);
                 }
-            } else if let Some(c) = coordinators.first() {
-                m.node_id = km::BrokerId(get(c, "node_id")?);
-                m.host = get_str(c, "host")?;
-                m.port = get(c, "port")?;
-                m.error_code = get(c, "error_code")?;
-                m.error_message = get_opt_str(c, "error_message")?;
             } else {
-                return Err(PyValueError::new_err(format!(
-                    "FindCoordinator v{version} answers one coordinator, got none"
-                )));
+                m.node_id = node_id;
+                m.host = host;
+                m.port = port;
+                m.error_code = error_code;
             }
             ResponseKind::FindCoordinator(m)
         }
@@ -634,8 +779,13 @@ fn metadata_response(r: &Bound<'_, PyAny>, throttle: i32) -> PyResult<km::Metada
         out.error_code = get(&t, "error_code")?;
         out.is_internal = get(&t, "is_internal")?;
         if let Some(id) = get::<Option<PyBackedStr>>(&t, "topic_id")? {
-            out.topic_id = uuid::Uuid::parse_str(&id)
-                .map_err(|e| PyValueError::new_err(format!("topic_id {:?}: {e}", &*id)))?;
+            let bytes = wire::parse_topic_id(&id).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "topic_id {:?} is neither Kafka's base64 nor a UUID",
+                    &*id
+                ))
+            })?;
+            out.topic_id = uuid::Uuid::from_bytes(bytes);
         }
         for p in items(&t, "partitions")? {
             let mut part = km::metadata_response::MetadataResponsePartition::default();
@@ -648,7 +798,10 @@ fn metadata_response(r: &Bound<'_, PyAny>, throttle: i32) -> PyResult<km::Metada
                 ("isr_nodes", &mut part.isr_nodes),
                 ("offline_replicas", &mut part.offline_replicas),
             ] {
-                *list = get::<Vec<i32>>(&p, field)?.into_iter().map(km::BrokerId).collect();
+                *list = get::<Vec<i32>>(&p, field)?
+                    .into_iter()
+                    .map(km::BrokerId)
+                    .collect();
             }
             out.partitions.push(part);
         }
@@ -657,7 +810,11 @@ fn metadata_response(r: &Bound<'_, PyAny>, throttle: i32) -> PyResult<km::Metada
     Ok(m)
 }
 
-fn fetch_response(r: &Bound<'_, PyAny>, throttle: i32, version: i16) -> PyResult<km::FetchResponse> {
+fn fetch_response(
+    r: &Bound<'_, PyAny>,
+    throttle: i32,
+    version: i16,
+) -> PyResult<km::FetchResponse> {
     let mut m = km::FetchResponse::default();
     m.throttle_time_ms = throttle;
     m.error_code = get(r, "error_code")?;
@@ -760,7 +917,12 @@ fn stamp_batches<'py>(
     let s = py.detach(|| {
         crate::records::stamp::stamp_batches(&mut out, base_offset, partition_leader_epoch)
     })?;
-    Ok((PyBytes::new(py, &out), s.last_offset, s.record_count, s.max_timestamp))
+    Ok((
+        PyBytes::new(py, &out),
+        s.last_offset,
+        s.record_count,
+        s.max_timestamp,
+    ))
 }
 
 /// `[(api_key, min_version, max_version)]`: what the codec decodes and encodes.
@@ -777,6 +939,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_response, m)?)?;
     m.add_function(wrap_pyfunction!(stamp_batches, m)?)?;
     m.add("MAX_FRAME_BYTES", wire::MAX_FRAME_BYTES)?;
-    m.add("WIRE_API_VERSIONS", wire_api_versions().into_py_any(m.py())?)?;
+    m.add(
+        "WIRE_API_VERSIONS",
+        wire_api_versions().into_py_any(m.py())?,
+    )?;
     Ok(())
 }

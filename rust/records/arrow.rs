@@ -1,17 +1,23 @@
 //! Records as Arrow columns, built straight from the decoded bytes (one row per record; batch
 //! fields repeated on every row). No per-record allocation: keys, values and headers are appended
 //! to flat buffers; chunks are cut between batches so binary offsets stay within `i32`.
+//!
+//! A decode is projected: the caller names the [`Column`]s it wants and the sink holds a builder for
+//! those alone, so a column not asked for is never built (a `count(*)` copies no value byte). Every
+//! projection parses and validates the same bytes, so it accepts and rejects exactly what the full
+//! decode does.
 
 use std::sync::Arc;
 
 use arrow_array::{
-    ArrayRef, BinaryArray, BooleanArray, Int16Array, Int32Array, Int64Array, Int8Array, ListArray,
-    RecordBatch, StringArray, StructArray,
+    ArrayRef, BinaryArray, BooleanArray, Int32Array, ListArray, RecordBatch, RecordBatchOptions,
+    StringArray, StructArray,
 };
 use arrow_buffer::{BooleanBufferBuilder, Buffer, NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, Field, Fields, Schema, SchemaRef};
 
-use super::batch::{BatchCursor, BatchHeader};
+use super::batch::{BatchCursor, BatchHeader, Frame};
+use super::digest::record_digest;
 use super::record::{RecordSink, RecordView};
 use super::{DecodeOptions, Decoder};
 use crate::{Error, Result};
@@ -33,24 +39,163 @@ fn header_item() -> Arc<Field> {
     Arc::new(Field::new("item", DataType::Struct(header_fields()), true))
 }
 
-/// The schema of [`decode_arrow`]'s output (one row per record).
+/// One output column: a field of the record or its batch, or a value computed from the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Column {
+    Offset,
+    Timestamp,
+    TimestampType,
+    Key,
+    Value,
+    Headers,
+    LeaderEpoch,
+    BatchOffset,
+    ProducerId,
+    ProducerEpoch,
+    Sequence,
+    IsTransactional,
+    IsControl,
+    Magic,
+    /// Bytes of the key, null for a null key (Spark's `length(key)`).
+    KeyLength,
+    /// Bytes of the value, null for a null value.
+    ValueLength,
+    HeadersCount,
+    /// [`record_digest`] of key, value and headers; the u64 stored as Int64 (same bits), since
+    /// Spark has no unsigned 64-bit type.
+    RecordDigest,
+    /// Absolute byte position of the record's batch, and its size: the range to re-decode it from.
+    BatchPosition,
+    BatchSize,
+}
+
+impl Column {
+    /// The record columns of a full decode, in order.
+    pub const RECORD: [Column; 14] = [
+        Column::Offset,
+        Column::Timestamp,
+        Column::TimestampType,
+        Column::Key,
+        Column::Value,
+        Column::Headers,
+        Column::LeaderEpoch,
+        Column::BatchOffset,
+        Column::ProducerId,
+        Column::ProducerEpoch,
+        Column::Sequence,
+        Column::IsTransactional,
+        Column::IsControl,
+        Column::Magic,
+    ];
+    /// Columns computed from a record or its batch, not stored as such.
+    pub const COMPUTED: [Column; 6] = [
+        Column::KeyLength,
+        Column::ValueLength,
+        Column::HeadersCount,
+        Column::RecordDigest,
+        Column::BatchPosition,
+        Column::BatchSize,
+    ];
+
+    pub fn all() -> impl Iterator<Item = Column> {
+        Column::RECORD.into_iter().chain(Column::COMPUTED)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Column::Offset => "offset",
+            Column::Timestamp => "timestamp",
+            Column::TimestampType => "timestamp_type",
+            Column::Key => "key",
+            Column::Value => "value",
+            Column::Headers => "headers",
+            Column::LeaderEpoch => "leader_epoch",
+            Column::BatchOffset => "batch_offset",
+            Column::ProducerId => "producer_id",
+            Column::ProducerEpoch => "producer_epoch",
+            Column::Sequence => "sequence",
+            Column::IsTransactional => "is_transactional",
+            Column::IsControl => "is_control",
+            Column::Magic => "magic",
+            Column::KeyLength => "key_length",
+            Column::ValueLength => "value_length",
+            Column::HeadersCount => "headers_count",
+            Column::RecordDigest => "record_digest",
+            Column::BatchPosition => "batch_position",
+            Column::BatchSize => "batch_size",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Column> {
+        Column::all().find(|c| c.name() == name)
+    }
+
+    /// Parse a projection: known names, each at most once.
+    pub fn parse_list<S: AsRef<str>>(names: &[S]) -> Result<Vec<Column>> {
+        let mut out: Vec<Column> = Vec::with_capacity(names.len());
+        for name in names {
+            let name = name.as_ref();
+            let column = Column::from_name(name).ok_or_else(|| {
+                let known: Vec<&str> = Column::all().map(Column::name).collect();
+                Error::invalid(format!(
+                    "unknown column {name:?} (known: {})",
+                    known.join(", ")
+                ))
+            })?;
+            if out.contains(&column) {
+                return Err(Error::invalid(format!(
+                    "column {name:?} is asked for twice"
+                )));
+            }
+            out.push(column);
+        }
+        Ok(out)
+    }
+
+    fn data_type(self) -> DataType {
+        match self {
+            Column::Offset
+            | Column::Timestamp
+            | Column::BatchOffset
+            | Column::ProducerId
+            | Column::RecordDigest
+            | Column::BatchPosition => DataType::Int64,
+            Column::LeaderEpoch
+            | Column::Sequence
+            | Column::KeyLength
+            | Column::ValueLength
+            | Column::HeadersCount
+            | Column::BatchSize => DataType::Int32,
+            Column::TimestampType | Column::Magic => DataType::Int8,
+            Column::ProducerEpoch => DataType::Int16,
+            Column::Key | Column::Value => DataType::Binary,
+            Column::Headers => DataType::List(header_item()),
+            Column::IsTransactional | Column::IsControl => DataType::Boolean,
+        }
+    }
+
+    fn nullable(self) -> bool {
+        matches!(
+            self,
+            Column::Key | Column::Value | Column::KeyLength | Column::ValueLength
+        )
+    }
+
+    pub fn field(self) -> Field {
+        Field::new(self.name(), self.data_type(), self.nullable())
+    }
+}
+
+/// The schema of a decode projected to `columns`.
+pub fn projected_schema(columns: &[Column]) -> SchemaRef {
+    Arc::new(Schema::new(
+        columns.iter().map(|c| c.field()).collect::<Vec<_>>(),
+    ))
+}
+
+/// The schema of [`decode_arrow`]'s output (one row per record, [`Column::RECORD`]).
 pub fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("offset", DataType::Int64, false),
-        Field::new("timestamp", DataType::Int64, false),
-        Field::new("timestamp_type", DataType::Int8, false),
-        Field::new("key", DataType::Binary, true),
-        Field::new("value", DataType::Binary, true),
-        Field::new("headers", DataType::List(header_item()), false),
-        Field::new("leader_epoch", DataType::Int32, false),
-        Field::new("batch_offset", DataType::Int64, false),
-        Field::new("producer_id", DataType::Int64, false),
-        Field::new("producer_epoch", DataType::Int16, false),
-        Field::new("sequence", DataType::Int32, false),
-        Field::new("is_transactional", DataType::Boolean, false),
-        Field::new("is_control", DataType::Boolean, false),
-        Field::new("magic", DataType::Int8, false),
-    ]))
+    projected_schema(&Column::RECORD)
 }
 
 fn arrow_err(e: ArrowError) -> Error {
@@ -114,170 +259,315 @@ impl BinaryColumn {
     }
 }
 
-/// Column builders for one chunk; a [`RecordSink`].
+/// Lengths of a nullable binary field (null stays null).
 #[derive(Debug)]
-struct Columns {
-    offset: Vec<i64>,
-    timestamp: Vec<i64>,
-    timestamp_type: Vec<i8>,
-    key: BinaryColumn,
-    value: BinaryColumn,
-    header_offsets: Vec<i32>,
-    header_key: BinaryColumn,
-    header_value: BinaryColumn,
-    leader_epoch: Vec<i32>,
-    batch_offset: Vec<i64>,
-    producer_id: Vec<i64>,
-    producer_epoch: Vec<i16>,
-    sequence: Vec<i32>,
-    is_transactional: BooleanBufferBuilder,
-    is_control: BooleanBufferBuilder,
-    magic: Vec<i8>,
+struct LengthColumn {
+    values: Vec<i32>,
+    nulls: NullBufferBuilder,
 }
 
-impl Columns {
+impl LengthColumn {
     fn new() -> Self {
-        Columns {
-            offset: Vec::new(),
-            timestamp: Vec::new(),
-            timestamp_type: Vec::new(),
-            key: BinaryColumn::new(),
-            value: BinaryColumn::new(),
-            header_offsets: vec![0],
-            header_key: BinaryColumn::new(),
-            header_value: BinaryColumn::new(),
-            leader_epoch: Vec::new(),
-            batch_offset: Vec::new(),
-            producer_id: Vec::new(),
-            producer_epoch: Vec::new(),
-            sequence: Vec::new(),
-            is_transactional: BooleanBufferBuilder::new(0),
-            is_control: BooleanBufferBuilder::new(0),
-            magic: Vec::new(),
+        LengthColumn {
+            values: Vec::new(),
+            nulls: NullBufferBuilder::new(0),
         }
     }
-
-    fn rows(&self) -> usize {
-        self.offset.len()
+    #[inline]
+    fn push(&mut self, value: Option<&[u8]>) -> Result<()> {
+        match value {
+            Some(v) => {
+                self.values.push(offset_i32(v.len())?);
+                self.nulls.append_non_null();
+            }
+            None => {
+                self.values.push(0);
+                self.nulls.append_null();
+            }
+        }
+        Ok(())
     }
-
-    fn bytes(&self) -> usize {
-        self.key.data.len()
-            + self.value.data.len()
-            + self.header_key.data.len()
-            + self.header_value.data.len()
+    fn finish(&mut self) -> Int32Array {
+        Int32Array::new(
+            ScalarBuffer::from(std::mem::take(&mut self.values)),
+            self.nulls.finish(),
+        )
     }
+}
 
-    fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch> {
-        let header_struct = StructArray::try_new(
+/// A `list<struct<key: string, value: binary>>` of every record's headers.
+#[derive(Debug)]
+struct HeaderColumn {
+    offsets: Vec<i32>,
+    key: BinaryColumn,
+    value: BinaryColumn,
+}
+
+impl HeaderColumn {
+    fn new() -> Self {
+        HeaderColumn {
+            offsets: vec![0],
+            key: BinaryColumn::new(),
+            value: BinaryColumn::new(),
+        }
+    }
+    #[inline]
+    fn push(&mut self, r: &RecordView<'_, '_>) -> Result<()> {
+        for header in r.headers {
+            self.key.push(Some(header.key.as_bytes()))?;
+            self.value.push(header.value)?;
+        }
+        self.offsets.push(offset_i32(self.key.offsets.len() - 1)?);
+        Ok(())
+    }
+    fn finish(&mut self) -> Result<ListArray> {
+        let entries = StructArray::try_new(
             header_fields(),
             vec![
-                Arc::new(self.header_key.string()?) as ArrayRef,
-                Arc::new(self.header_value.binary()?),
+                Arc::new(self.key.string()?) as ArrayRef,
+                Arc::new(self.value.binary()?),
             ],
             None,
         )
         .map_err(arrow_err)?;
-        let header_offsets = std::mem::replace(&mut self.header_offsets, vec![0]);
-        let headers = ListArray::try_new(
+        let offsets = std::mem::replace(&mut self.offsets, vec![0]);
+        ListArray::try_new(
             header_item(),
-            OffsetBuffer::new(ScalarBuffer::from(header_offsets)),
-            Arc::new(header_struct),
+            OffsetBuffer::new(ScalarBuffer::from(offsets)),
+            Arc::new(entries),
             None,
         )
-        .map_err(arrow_err)?;
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(Int64Array::new(
-                ScalarBuffer::from(std::mem::take(&mut self.offset)),
-                None,
-            )),
-            Arc::new(Int64Array::new(
-                ScalarBuffer::from(std::mem::take(&mut self.timestamp)),
-                None,
-            )),
-            Arc::new(Int8Array::new(
-                ScalarBuffer::from(std::mem::take(&mut self.timestamp_type)),
-                None,
-            )),
-            Arc::new(self.key.binary()?),
-            Arc::new(self.value.binary()?),
-            Arc::new(headers),
-            Arc::new(Int32Array::new(
-                ScalarBuffer::from(std::mem::take(&mut self.leader_epoch)),
-                None,
-            )),
-            Arc::new(Int64Array::new(
-                ScalarBuffer::from(std::mem::take(&mut self.batch_offset)),
-                None,
-            )),
-            Arc::new(Int64Array::new(
-                ScalarBuffer::from(std::mem::take(&mut self.producer_id)),
-                None,
-            )),
-            Arc::new(Int16Array::new(
-                ScalarBuffer::from(std::mem::take(&mut self.producer_epoch)),
-                None,
-            )),
-            Arc::new(Int32Array::new(
-                ScalarBuffer::from(std::mem::take(&mut self.sequence)),
-                None,
-            )),
-            Arc::new(BooleanArray::new(self.is_transactional.finish(), None)),
-            Arc::new(BooleanArray::new(self.is_control.finish(), None)),
-            Arc::new(Int8Array::new(
-                ScalarBuffer::from(std::mem::take(&mut self.magic)),
-                None,
-            )),
-        ];
-        RecordBatch::try_new(schema.clone(), columns).map_err(arrow_err)
+        .map_err(arrow_err)
     }
 }
 
-impl RecordSink for Columns {
+/// The builder of one column. Record-level builders take a value per record; batch-level ones
+/// repeat their batch's field once per batch (the decoder emits exactly the count it announces).
+#[derive(Debug)]
+enum Builder {
+    Offset(Vec<i64>),
+    Timestamp(Vec<i64>),
+    Sequence(Vec<i32>),
+    Key(BinaryColumn),
+    Value(BinaryColumn),
+    Headers(HeaderColumn),
+    KeyLength(LengthColumn),
+    ValueLength(LengthColumn),
+    HeadersCount(Vec<i32>),
+    RecordDigest(Vec<i64>, Vec<u8>),
+    TimestampType(Vec<i8>),
+    LeaderEpoch(Vec<i32>),
+    BatchOffset(Vec<i64>),
+    ProducerId(Vec<i64>),
+    ProducerEpoch(Vec<i16>),
+    IsTransactional(BooleanBufferBuilder),
+    IsControl(BooleanBufferBuilder),
+    Magic(Vec<i8>),
+    BatchPosition(Vec<i64>),
+    BatchSize(Vec<i32>),
+}
+
+fn int<T: arrow_array::types::ArrowPrimitiveType>(
+    values: &mut Vec<T::Native>,
+) -> arrow_array::PrimitiveArray<T> {
+    arrow_array::PrimitiveArray::<T>::new(ScalarBuffer::from(std::mem::take(values)), None)
+}
+
+impl Builder {
+    fn new(column: Column) -> Builder {
+        match column {
+            Column::Offset => Builder::Offset(Vec::new()),
+            Column::Timestamp => Builder::Timestamp(Vec::new()),
+            Column::Sequence => Builder::Sequence(Vec::new()),
+            Column::Key => Builder::Key(BinaryColumn::new()),
+            Column::Value => Builder::Value(BinaryColumn::new()),
+            Column::Headers => Builder::Headers(HeaderColumn::new()),
+            Column::KeyLength => Builder::KeyLength(LengthColumn::new()),
+            Column::ValueLength => Builder::ValueLength(LengthColumn::new()),
+            Column::HeadersCount => Builder::HeadersCount(Vec::new()),
+            Column::RecordDigest => Builder::RecordDigest(Vec::new(), Vec::new()),
+            Column::TimestampType => Builder::TimestampType(Vec::new()),
+            Column::LeaderEpoch => Builder::LeaderEpoch(Vec::new()),
+            Column::BatchOffset => Builder::BatchOffset(Vec::new()),
+            Column::ProducerId => Builder::ProducerId(Vec::new()),
+            Column::ProducerEpoch => Builder::ProducerEpoch(Vec::new()),
+            Column::IsTransactional => Builder::IsTransactional(BooleanBufferBuilder::new(0)),
+            Column::IsControl => Builder::IsControl(BooleanBufferBuilder::new(0)),
+            Column::Magic => Builder::Magic(Vec::new()),
+            Column::BatchPosition => Builder::BatchPosition(Vec::new()),
+            Column::BatchSize => Builder::BatchSize(Vec::new()),
+        }
+    }
+
+    fn per_record(&self) -> bool {
+        matches!(
+            self,
+            Builder::Offset(_)
+                | Builder::Timestamp(_)
+                | Builder::Sequence(_)
+                | Builder::Key(_)
+                | Builder::Value(_)
+                | Builder::Headers(_)
+                | Builder::KeyLength(_)
+                | Builder::ValueLength(_)
+                | Builder::HeadersCount(_)
+                | Builder::RecordDigest(..)
+        )
+    }
+
+    /// Binary bytes held (what bounds a chunk).
+    fn bytes(&self) -> usize {
+        match self {
+            Builder::Key(c) | Builder::Value(c) => c.data.len(),
+            Builder::Headers(h) => h.key.data.len() + h.value.data.len(),
+            _ => 0,
+        }
+    }
+
+    fn begin_batch(&mut self, h: &BatchHeader, n: usize, payload_len: usize) {
+        match self {
+            Builder::Offset(v) | Builder::Timestamp(v) => v.reserve(n),
+            Builder::Sequence(v) | Builder::HeadersCount(v) => v.reserve(n),
+            Builder::Key(c) => c.reserve(n),
+            // Values are cut from the payload: it bounds their bytes (values dominate).
+            Builder::Value(c) => {
+                c.reserve(n);
+                c.data.reserve(payload_len);
+            }
+            Builder::Headers(c) => c.offsets.reserve(n),
+            Builder::KeyLength(c) | Builder::ValueLength(c) => c.values.reserve(n),
+            Builder::RecordDigest(v, _) => v.reserve(n),
+            Builder::TimestampType(v) => v.extend(std::iter::repeat_n(h.timestamp_type(), n)),
+            Builder::LeaderEpoch(v) => v.extend(std::iter::repeat_n(h.partition_leader_epoch, n)),
+            Builder::BatchOffset(v) => v.extend(std::iter::repeat_n(h.base_offset, n)),
+            Builder::ProducerId(v) => v.extend(std::iter::repeat_n(h.producer_id, n)),
+            Builder::ProducerEpoch(v) => v.extend(std::iter::repeat_n(h.producer_epoch, n)),
+            Builder::IsTransactional(b) => b.append_n(n, h.is_transactional()),
+            Builder::IsControl(b) => b.append_n(n, h.is_control()),
+            Builder::Magic(v) => v.extend(std::iter::repeat_n(h.magic, n)),
+            Builder::BatchPosition(v) => v.extend(std::iter::repeat_n(h.file_position as i64, n)),
+            Builder::BatchSize(v) => v.extend(std::iter::repeat_n(h.size_in_bytes as i32, n)),
+        }
+    }
+
+    #[inline]
+    fn record(&mut self, h: &BatchHeader, r: &RecordView<'_, '_>) -> Result<()> {
+        match self {
+            Builder::Offset(v) => v.push(r.offset),
+            Builder::Timestamp(v) => v.push(r.timestamp),
+            Builder::Sequence(v) => v.push(h.sequence_at(r.offset_delta)),
+            Builder::Key(c) => c.push(r.key)?,
+            Builder::Value(c) => c.push(r.value)?,
+            Builder::Headers(c) => c.push(r)?,
+            Builder::KeyLength(c) => c.push(r.key)?,
+            Builder::ValueLength(c) => c.push(r.value)?,
+            Builder::HeadersCount(v) => v.push(offset_i32(r.headers.len())?),
+            Builder::RecordDigest(v, scratch) => v.push(record_digest(r, scratch) as i64),
+            _ => {} // batch-level: filled in `begin_batch`
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<ArrayRef> {
+        use arrow_array::types::{Int16Type, Int32Type, Int64Type, Int8Type};
+        Ok(match self {
+            Builder::Offset(v)
+            | Builder::Timestamp(v)
+            | Builder::BatchOffset(v)
+            | Builder::ProducerId(v)
+            | Builder::BatchPosition(v) => Arc::new(int::<Int64Type>(v)),
+            Builder::RecordDigest(v, _) => Arc::new(int::<Int64Type>(v)),
+            Builder::Sequence(v)
+            | Builder::HeadersCount(v)
+            | Builder::LeaderEpoch(v)
+            | Builder::BatchSize(v) => Arc::new(int::<Int32Type>(v)),
+            Builder::TimestampType(v) | Builder::Magic(v) => Arc::new(int::<Int8Type>(v)),
+            Builder::ProducerEpoch(v) => Arc::new(int::<Int16Type>(v)),
+            Builder::Key(c) | Builder::Value(c) => Arc::new(c.binary()?),
+            Builder::Headers(c) => Arc::new(c.finish()?),
+            Builder::KeyLength(c) | Builder::ValueLength(c) => Arc::new(c.finish()),
+            Builder::IsTransactional(b) | Builder::IsControl(b) => {
+                Arc::new(BooleanArray::new(b.finish(), None))
+            }
+        })
+    }
+}
+
+/// Column builders for one chunk, only for the projected columns; a [`RecordSink`].
+#[derive(Debug)]
+struct Projection {
+    schema: SchemaRef,
+    /// (output position, builder), split so a record touches only record-level builders.
+    per_record: Vec<(usize, Builder)>,
+    per_batch: Vec<(usize, Builder)>,
+    rows: usize,
+}
+
+impl Projection {
+    fn new(columns: &[Column]) -> Self {
+        let (per_record, per_batch) = columns
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| (i, Builder::new(c)))
+            .partition(|(_, b)| b.per_record());
+        Projection {
+            schema: projected_schema(columns),
+            per_record,
+            per_batch,
+            rows: 0,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.per_record.iter().map(|(_, b)| b.bytes()).sum()
+    }
+
+    fn reserve_values(&mut self, bytes: usize) {
+        for (_, b) in &mut self.per_record {
+            if let Builder::Value(c) = b {
+                c.data.reserve(bytes);
+            }
+        }
+    }
+
+    fn finish(&mut self) -> Result<RecordBatch> {
+        let mut arrays: Vec<Option<ArrayRef>> =
+            vec![None; self.per_record.len() + self.per_batch.len()];
+        for (i, b) in self.per_record.iter_mut().chain(self.per_batch.iter_mut()) {
+            if let Some(slot) = arrays.get_mut(*i) {
+                *slot = Some(b.finish()?);
+            }
+        }
+        let rows = std::mem::take(&mut self.rows);
+        let options = RecordBatchOptions::new().with_row_count(Some(rows));
+        RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            arrays.into_iter().flatten().collect(),
+            &options,
+        )
+        .map_err(arrow_err)
+    }
+}
+
+impl RecordSink for Projection {
     fn begin_batch(&mut self, h: &BatchHeader, n: usize, payload_len: usize) -> Result<()> {
-        // Keys and values are cut from the payload: it bounds their bytes (values dominate).
-        self.value.data.reserve(payload_len);
-        self.offset.reserve(n);
-        self.timestamp.reserve(n);
-        self.sequence.reserve(n);
-        self.key.reserve(n);
-        self.value.reserve(n);
-        self.header_offsets.reserve(n);
-        // Batch-level columns: the decoder emits exactly `n` records or fails.
-        self.timestamp_type
-            .extend(std::iter::repeat_n(h.timestamp_type(), n));
-        self.leader_epoch
-            .extend(std::iter::repeat_n(h.partition_leader_epoch, n));
-        self.batch_offset
-            .extend(std::iter::repeat_n(h.base_offset, n));
-        self.producer_id
-            .extend(std::iter::repeat_n(h.producer_id, n));
-        self.producer_epoch
-            .extend(std::iter::repeat_n(h.producer_epoch, n));
-        self.is_transactional.append_n(n, h.is_transactional());
-        self.is_control.append_n(n, h.is_control());
-        self.magic.extend(std::iter::repeat_n(h.magic, n));
+        for (_, b) in self.per_record.iter_mut().chain(self.per_batch.iter_mut()) {
+            b.begin_batch(h, n, payload_len);
+        }
         Ok(())
     }
 
     #[inline]
     fn record(&mut self, h: &BatchHeader, r: &RecordView<'_, '_>) -> Result<()> {
-        self.offset.push(r.offset);
-        self.timestamp.push(r.timestamp);
-        self.sequence.push(h.sequence_at(r.offset_delta));
-        self.key.push(r.key)?;
-        self.value.push(r.value)?;
-        for header in r.headers {
-            self.header_key.push(Some(header.key.as_bytes()))?;
-            self.header_value.push(header.value)?;
+        for (_, b) in &mut self.per_record {
+            b.record(h, r)?;
         }
-        self.header_offsets
-            .push(offset_i32(self.header_key.offsets.len() - 1)?);
+        self.rows += 1;
         Ok(())
     }
 }
 
-/// Decoded records as Arrow record batches (all sharing [`schema`]).
+/// Decoded records as Arrow record batches (all sharing `schema`).
 #[derive(Debug, Clone)]
 pub struct ArrowDecoded {
     pub schema: SchemaRef,
@@ -291,35 +581,68 @@ impl ArrowDecoded {
     }
 }
 
-/// Decode every batch of `data` (first byte at absolute `base_position`) into Arrow columns.
-pub fn decode_arrow(data: &[u8], base_position: u64, opts: DecodeOptions) -> Result<ArrowDecoded> {
-    let schema = schema();
+/// Builds Arrow chunks from frames fed one at a time (from a slice, or read from a file).
+#[derive(Debug)]
+pub struct ArrowBuilder {
+    decoder: Decoder,
+    columns: Projection,
+    batches: Vec<RecordBatch>,
+}
+
+impl ArrowBuilder {
+    pub fn new(opts: DecodeOptions, columns: &[Column]) -> Self {
+        ArrowBuilder {
+            decoder: Decoder::new(opts),
+            columns: Projection::new(columns),
+            batches: Vec::new(),
+        }
+    }
+
+    /// Decode `frame` into the current chunk. `input_left`: bytes of input after this frame, to size
+    /// a new chunk's value buffer in one allocation rather than a doubling series.
+    pub fn push(&mut self, frame: &Frame<'_>, input_left: usize) -> Result<()> {
+        if self.columns.rows >= CHUNK_ROWS || self.columns.bytes() >= CHUNK_BYTES {
+            self.batches.push(self.columns.finish()?);
+        }
+        if self.columns.rows == 0 {
+            // x4 for compression, so a small input does not get a whole chunk.
+            self.columns
+                .reserve_values(input_left.saturating_mul(4).min(CHUNK_BYTES) + frame.bytes.len());
+        }
+        self.decoder.decode(frame, &mut self.columns)?;
+        Ok(())
+    }
+
+    pub fn finish(mut self, partial_tail: Option<u64>) -> Result<ArrowDecoded> {
+        if self.columns.rows > 0 || self.batches.is_empty() {
+            self.batches.push(self.columns.finish()?);
+        }
+        Ok(ArrowDecoded {
+            schema: self.columns.schema.clone(),
+            batches: self.batches,
+            partial_tail,
+        })
+    }
+}
+
+/// Decode every batch of `data` (first byte at absolute `base_position`) into Arrow columns: only
+/// `columns`, in that order.
+pub fn decode_projected(
+    data: &[u8],
+    base_position: u64,
+    opts: DecodeOptions,
+    columns: &[Column],
+) -> Result<ArrowDecoded> {
     let mut cursor = BatchCursor::new(data, base_position, opts.allow_partial_tail);
-    let mut decoder = Decoder::new(opts);
-    let mut columns = Columns::new();
-    let mut batches = Vec::new();
+    let mut builder = ArrowBuilder::new(opts, columns);
     while let Some(frame) = cursor.next()? {
-        if columns.rows() >= CHUNK_ROWS || columns.bytes() >= CHUNK_BYTES {
-            batches.push(columns.finish(&schema)?);
-        }
-        if columns.rows() == 0 {
-            // One allocation for the chunk's values rather than a doubling series: sized from the
-            // input left (x4 for compression), so a small input does not get a whole chunk.
-            let consumed = (cursor.position() - base_position) as usize - frame.bytes.len();
-            let left = data.len() - consumed;
-            columns
-                .value
-                .data
-                .reserve(left.saturating_mul(4).min(CHUNK_BYTES) + frame.bytes.len());
-        }
-        decoder.decode(&frame, &mut columns)?;
+        let left = data.len() - (cursor.position() - base_position) as usize;
+        builder.push(&frame, left)?;
     }
-    if columns.rows() > 0 || batches.is_empty() {
-        batches.push(columns.finish(&schema)?);
-    }
-    Ok(ArrowDecoded {
-        schema,
-        batches,
-        partial_tail: cursor.partial_tail(),
-    })
+    builder.finish(cursor.partial_tail())
+}
+
+/// Decode every batch of `data` into all of [`Column::RECORD`].
+pub fn decode_arrow(data: &[u8], base_position: u64, opts: DecodeOptions) -> Result<ArrowDecoded> {
+    decode_projected(data, base_position, opts, &Column::RECORD)
 }

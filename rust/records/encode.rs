@@ -65,6 +65,26 @@ fn write_bytes(out: &mut Vec<u8>, bytes: Option<&[u8]>) -> Result<()> {
     Ok(())
 }
 
+/// A v2 record's key, value and headers as written (`DefaultRecord.writeTo` from the key length on):
+/// varint-prefixed bytes with -1 for null, then the header count and each header.
+pub fn write_key_value_headers(
+    out: &mut Vec<u8>,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    headers: &[Header<'_>],
+) -> Result<()> {
+    write_bytes(out, key)?;
+    write_bytes(out, value)?;
+    let header_count =
+        i32::try_from(headers.len()).map_err(|_| Error::invalid("too many headers"))?;
+    write_varint(out, header_count);
+    for h in headers {
+        write_bytes(out, Some(h.key.as_bytes()))?;
+        write_bytes(out, h.value)?;
+    }
+    Ok(())
+}
+
 /// Encode one magic v2 batch holding `records` (at least one).
 pub fn encode_batch(spec: &BatchSpec, records: &[NewRecord<'_>]) -> Result<Vec<u8>> {
     let Some(last_index) = records.len().checked_sub(1) else {
@@ -106,15 +126,7 @@ pub fn encode_batch(spec: &BatchSpec, records: &[NewRecord<'_>]) -> Result<Vec<u
         body.push(0); // record attributes: unused
         write_varlong(&mut body, timestamp.wrapping_sub(base_timestamp));
         write_varint(&mut body, delta);
-        write_bytes(&mut body, r.key)?;
-        write_bytes(&mut body, r.value)?;
-        let header_count =
-            i32::try_from(r.headers.len()).map_err(|_| Error::invalid("too many headers"))?;
-        write_varint(&mut body, header_count);
-        for h in &r.headers {
-            write_bytes(&mut body, Some(h.key.as_bytes()))?;
-            write_bytes(&mut body, h.value)?;
-        }
+        write_key_value_headers(&mut body, r.key, r.value, &r.headers)?;
         let len =
             i32::try_from(body.len()).map_err(|_| Error::invalid("record larger than 2 GiB"))?;
         write_varint(&mut payload, len);

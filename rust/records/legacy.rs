@@ -100,6 +100,7 @@ pub(crate) fn decode_legacy<S: RecordSink>(
             key: wrapper.key,
             value: wrapper.value,
             headers: &[],
+            key_value_headers: None,
         };
         sink.record(&h, &record)?;
         return Ok(h);
@@ -184,6 +185,7 @@ pub(crate) fn decode_legacy<S: RecordSink>(
             key: m.key,
             value: m.value,
             headers: &[],
+            key_value_headers: None,
         };
         sink.record(&h, &record)?;
     }

@@ -29,6 +29,9 @@ pub struct RecordView<'a, 'h> {
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
     pub headers: &'h [Header<'a>],
+    /// v2: the record's bytes from the key length to the end of its headers, as written (what
+    /// [`super::digest`] hashes without copying); `None` for legacy messages.
+    pub key_value_headers: Option<&'a [u8]>,
 }
 
 /// Receives a batch's records as they are decoded.
@@ -112,6 +115,7 @@ pub(crate) fn decode_v2<S: RecordSink>(
         body = tail;
         let timestamp_delta = read_varlong(&mut body).map_err(|e| varint(e, "timestamp delta"))?;
         let offset_delta = read_varint(&mut body).map_err(|e| varint(e, "offset delta"))?;
+        let key_value_headers = body;
         let key =
             read_bytes(&mut body).map_err(|r| pos.error(at, format!("record {index}: key {r}")))?;
         let value = read_bytes(&mut body)
@@ -179,6 +183,7 @@ pub(crate) fn decode_v2<S: RecordSink>(
             key,
             value,
             headers: &headers,
+            key_value_headers: Some(key_value_headers),
         };
         sink.record(h, &record)?;
     }

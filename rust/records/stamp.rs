@@ -17,9 +17,15 @@ pub struct Stamped {
 /// Check `data` is whole, CRC-valid magic v2 batches (at least one), then stamp them in place with
 /// consecutive offsets from `base_offset` and `partition_leader_epoch`. Nothing is written unless
 /// every batch is valid.
-pub fn stamp_batches(data: &mut [u8], base_offset: i64, partition_leader_epoch: i32) -> Result<Stamped> {
+pub fn stamp_batches(
+    data: &mut [u8],
+    base_offset: i64,
+    partition_leader_epoch: i32,
+) -> Result<Stamped> {
     if base_offset < 0 {
-        return Err(Error::invalid(format!("negative base offset {base_offset}")));
+        return Err(Error::invalid(format!(
+            "negative base offset {base_offset}"
+        )));
     }
     let mut spans = Vec::new();
     let mut next = base_offset;
@@ -29,14 +35,23 @@ pub fn stamp_batches(data: &mut [u8], base_offset: i64, partition_leader_epoch: 
     while let Some(frame) = cursor.next()? {
         let h = frame.header;
         if h.magic != 2 {
-            return Err(Error::corrupt(h.file_position, format!("magic {} batch in a produce request (v3+ sends magic 2)", h.magic)));
+            return Err(Error::corrupt(
+                h.file_position,
+                format!(
+                    "magic {} batch in a produce request (v3+ sends magic 2)",
+                    h.magic
+                ),
+            ));
         }
         verify_crc(&frame)?;
         // A producer's batch holds offset deltas 0..count-1 (LogValidator rejects anything else).
         if i64::from(h.records_count) != i64::from(h.last_offset_delta) + 1 {
             return Err(Error::corrupt(
                 h.file_position,
-                format!("{} records but last offset delta {}", h.records_count, h.last_offset_delta),
+                format!(
+                    "{} records but last offset delta {}",
+                    h.records_count, h.last_offset_delta
+                ),
             ));
         }
         spans.push((h.file_position as usize, next));
@@ -90,9 +105,19 @@ mod tests {
         let mut data = batch(3, 1000);
         data.extend(batch(2, 5000));
         let stamped = stamp_batches(&mut data, 40, 7).unwrap();
-        assert_eq!(stamped, Stamped { last_offset: 44, record_count: 5, max_timestamp: 5001 });
+        assert_eq!(
+            stamped,
+            Stamped {
+                last_offset: 44,
+                record_count: 5,
+                max_timestamp: 5001
+            }
+        );
         let (batches, _) = decode_batches(&data, 0, DecodeOptions::default()).unwrap();
-        let offsets: Vec<i64> = batches.iter().flat_map(|b| b.records.iter().map(|r| r.offset)).collect();
+        let offsets: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| b.records.iter().map(|r| r.offset))
+            .collect();
         assert_eq!(offsets, vec![40, 41, 42, 43, 44]);
         assert!(batches.iter().all(|b| b.header.partition_leader_epoch == 7));
     }
@@ -103,11 +128,20 @@ mod tests {
         let last = data.len() - 1;
         data[last] ^= 1;
         let before = data.clone();
-        assert!(matches!(stamp_batches(&mut data, 5, 1), Err(Error::Corrupt { .. })));
+        assert!(matches!(
+            stamp_batches(&mut data, 5, 1),
+            Err(Error::Corrupt { .. })
+        ));
         assert_eq!(data, before, "nothing written when a batch is bad");
         let mut partial = batch(2, 0);
         partial.truncate(partial.len() - 1);
-        assert!(matches!(stamp_batches(&mut partial, 5, 1), Err(Error::Corrupt { .. })));
-        assert!(matches!(stamp_batches(&mut [], 5, 1), Err(Error::Corrupt { .. })));
+        assert!(matches!(
+            stamp_batches(&mut partial, 5, 1),
+            Err(Error::Corrupt { .. })
+        ));
+        assert!(matches!(
+            stamp_batches(&mut [], 5, 1),
+            Err(Error::Corrupt { .. })
+        ));
     }
 }

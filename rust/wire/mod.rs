@@ -53,6 +53,35 @@ pub fn supported(api_key: i16, api_version: i16) -> Option<ApiKey> {
         .map(|(key, _, _)| *key)
 }
 
+/// A topic id as Kafka prints it (`Uuid.toString()`: 16 bytes in unpadded URL-safe base64, 22
+/// characters), or in the 8-4-4-4-12 hex form; `None` if it is neither.
+pub fn parse_topic_id(s: &str) -> Option<[u8; 16]> {
+    if s.len() == 22 {
+        let mut bits: u128 = 0;
+        for (i, c) in s.bytes().enumerate() {
+            let v = match c {
+                b'A'..=b'Z' => c - b'A',
+                b'a'..=b'z' => c - b'a' + 26,
+                b'0'..=b'9' => c - b'0' + 52,
+                b'-' => 62,
+                b'_' => 63,
+                _ => return None,
+            };
+            if i < 21 {
+                bits = (bits << 6) | u128::from(v);
+            } else {
+                // 22 x 6 = 132 bits: the last character's low 4 bits are padding, zero.
+                if v & 0xf != 0 {
+                    return None;
+                }
+                bits = (bits << 2) | u128::from(v >> 4);
+            }
+        }
+        return Some(bits.to_be_bytes());
+    }
+    uuid::Uuid::parse_str(s).ok().map(|u| *u.as_bytes())
+}
+
 /// A frame cursor that knows where it is, for error positions.
 struct Reader {
     buf: Bytes,
@@ -128,8 +157,8 @@ impl Reader {
 /// Parse a request frame: the header, then the body if its API and version are supported.
 ///
 /// Errors: `UnsupportedVersion` (with the header) for an unknown API key or version, `CorruptFrame`
-/// for anything malformed (truncated, trailing bytes, bad strings, array counts above the bytes
-/// left). Never allocates more than the frame's own size for its arrays and strings (the vendored
+/// for anything malformed (truncated, bad strings, array counts above the bytes left); bytes after
+/// the body are ignored, as Kafka does. Never allocates more than the frame's own size for its arrays and strings (the vendored
 /// crate checks every length against the bytes left).
 pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, RequestKind)> {
     if frame.len() > MAX_FRAME_BYTES {
@@ -165,12 +194,8 @@ pub fn decode_request(frame: Bytes) -> Result<(RequestHeader, RequestKind)> {
     }
     let body = RequestKind::decode(key, &mut r.buf, api_version)
         .map_err(|e| r.corrupt(format!("{key:?} v{api_version}: {}", e.root_cause())))?;
-    if r.buf.has_remaining() {
-        return Err(r.corrupt(format!(
-            "{} bytes after the end of the {key:?} v{api_version} request",
-            r.buf.remaining()
-        )));
-    }
+    // Bytes after the body are ignored, as Kafka's `RequestContext.parseRequest` does: librdkafka
+    // 2.16 sends Metadata v12 with 3 bytes past the schema, and real brokers answer it.
     Ok((header, body))
 }
 
@@ -246,4 +271,3 @@ fn response_size(r: &ResponseKind, version: i16) -> anyhow::Result<usize> {
         _ => anyhow::bail!("not a response this codec serves"),
     }
 }
-

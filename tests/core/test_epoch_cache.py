@@ -238,7 +238,7 @@ def test_batched_output_is_a_readonly_view_of_rust_memory() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [np.arange(3, dtype=np.int32), np.arange(3, dtype=np.float64), [1, 2, 3], b"12345678"],
+    [np.arange(3, dtype=np.int32), np.arange(3, dtype=np.float64), [1.0, 2.0], b"12345678"],
 )
 def test_batched_rejects_wrong_item_type(bad: object) -> None:
     with pytest.raises(TypeError, match="int64"):

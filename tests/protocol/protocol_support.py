@@ -8,7 +8,7 @@ import struct
 from collections.abc import Callable, Sequence
 
 from epochguard.errors import Errors
-from epochguard.leader import ReplicaManager
+from epochguard.replica_manager import ReplicaManager
 from epochguard.messages import AlterPartitionRequest, AlterPartitionResponse, LeaderAndIsrPartitionState
 from epochguard.types import TopicPartition
 

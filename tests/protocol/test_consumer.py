@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from protocol_support import CONTROLLER, TP, recs, state
 
-from epochguard.consumer import Consumer, FetchState, PartitionState
+from epochguard.consumer import Consumer, FetchState
 from epochguard.coordinator import GroupCoordinator
 from epochguard.errors import Errors, LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError
 from epochguard.leader import ReplicaManager
@@ -98,18 +98,22 @@ def values(records):
 
 # --- state machine ---------------------------------------------------------------------------------
 def test_transition_table_ignores_disallowed_transitions():
-    s = PartitionState("earliest")
+    c = consumer("earliest")
     pos = FetchPosition(5, 1, LeaderAndEpoch(1, 2))
-    s.request_reset("latest", "no_position")
-    assert s.state == FetchState.AWAIT_RESET and s.position is None
-    assert not s.transition(FetchState.AWAIT_VALIDATION, pos)  # AWAIT_RESET -> AWAIT_VALIDATION: ignored
-    assert s.state == FetchState.AWAIT_RESET
-    s.seek_unvalidated(pos)  # via FETCHING, so it lands in AWAIT_VALIDATION
-    assert s.state == FetchState.AWAIT_VALIDATION and s.position == pos and s.reset_strategy is None
-    s.seek_unvalidated(FetchPosition(5, None, LeaderAndEpoch(1, 2)))  # no offset epoch: nothing to validate
-    assert s.state == FetchState.FETCHING
-    s.seek_unvalidated(FetchPosition(5, 3, LeaderAndEpoch(1, None)))  # no leader epoch: nothing to validate with
-    assert s.state == FetchState.FETCHING
+    c.seek_to_end(TP)
+    assert c.awaiting_reset(TP) and c.position(TP) is None
+    assert not c.validate_position(TP, LeaderAndEpoch(2, 3))  # AWAIT_RESET -> AWAIT_VALIDATION: ignored
+    assert c.awaiting_reset(TP)
+    c.seek_position(TP, pos)  # via FETCHING, so it lands in AWAIT_VALIDATION
+    assert c.awaiting_validation(TP) and c.position(TP) == pos
+    c.seek_position(TP, FetchPosition(5, None, LeaderAndEpoch(1, 2)))  # no offset epoch: nothing to validate
+    assert c.state_of(TP) == FetchState.FETCHING
+    c.seek_position(TP, FetchPosition(5, 3, LeaderAndEpoch(1, None)))  # no leader epoch: nothing to validate with
+    assert c.state_of(TP) == FetchState.FETCHING
+    assert c.validate_position(TP, LeaderAndEpoch(2, 3))  # a new leader, with an epoch: validate there
+    assert c.position(TP) == FetchPosition(5, 3, LeaderAndEpoch(2, 3))
+    c.seek_position(TP, pos, validate=False)
+    assert c.state_of(TP) == FetchState.FETCHING and c.position(TP) == pos
 
 
 # --- reset, fetch, records ---------------------------------------------------------------------------
@@ -242,6 +246,8 @@ def test_undefined_answer_resets_by_policy_and_reports_it():
 
 
 def test_undefined_answer_under_none_raises_without_divergent_offset():
+    """OffsetFetcherTest.testOffsetValidationWithUndefinedEpochAndOffset: the partition is in the
+    out-of-range map only (`OffsetFetcherUtils.buildLogTruncationException`)."""
     cluster = undefined_cluster()
     c = consumer("none")
     c.seek(TP, 0)
@@ -252,7 +258,7 @@ def test_undefined_answer_under_none_raises_without_divergent_offset():
     cluster.run(c, now_ms=200)
     with pytest.raises(LogTruncationError) as info:
         c.poll()
-    assert info.value.divergent_offsets == {TP: None}
+    assert info.value.divergent_offsets == {}  # only known divergence points (OffsetFetcherUtils)
     assert info.value.offset_out_of_range_partitions == {TP: 6}
 
 
@@ -472,23 +478,6 @@ def test_lost_validation_request_is_retried_after_timeout():
     cluster.run(c, now_ms=1500, rounds=2)
     assert len(cluster.sent_of(OffsetsForLeaderEpochRequest)) == 2
     assert c.state_of(TP) == FetchState.FETCHING
-
-
-def test_leaderless_epoch_does_not_disable_validation_for_good():
-    cluster = truncated_cluster()
-    c = consumer()
-    cluster.run(c)
-    c.poll()
-    cluster.meta = (2, -1)  # a response without a usable epoch
-    c.metadata.request_update()
-    cluster.run(c, now_ms=200, rounds=1)
-    assert c.position(TP).current_leader == LeaderAndEpoch(2, None)
-    assert c.state_of(TP) == FetchState.FETCHING  # nothing to validate with...
-    cluster.run(c, now_ms=250, rounds=1)
-    assert c.metadata.update_requested  # ...so it keeps asking for metadata
-    cluster.meta = (2, 2)
-    cluster.run(c, now_ms=400, rounds=2)
-    assert [e.resolution for e in c.truncations] == ["rewound"]  # checks resumed and caught it
 
 
 def test_lower_epoch_after_topic_recreation_is_accepted():

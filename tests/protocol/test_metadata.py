@@ -150,3 +150,31 @@ def test_refresh_schedule():
     assert m.time_to_next_update(50) == 55
     m.failed_update(200)
     assert m.time_to_next_update(250) == 50
+
+
+def test_full_update_drops_absent_topics_but_keeps_their_last_seen_epochs():
+    """MetadataTest.testEpochUpdateAfterTopicDeletion: a full update rebuilds the cache from the
+    response, so a deleted topic's stale leader does not linger. Its last-seen epoch stays (a position
+    waits on it), its topic id goes with it, so the topic coming back under any id resets the epoch."""
+    m = ClientMetadata(topics=["t", "u"])
+    other = MetadataResponseTopic("u", (MetadataResponsePartition(0, 2, 1, (2,), (2,)),), "id-u")
+    m.update(response(leader=1, epoch=10), 0)
+    m.update(MetadataResponse((other,), BROKERS, version=12), 1)  # "t" is gone from the answer
+    assert m.partition_metadata(TP) is None and m.partitions_for("t") == []
+    assert m.current_leader(TP) == LeaderAndEpoch(None, 10)
+    assert m.last_seen_leader_epoch(TP) == 10
+    assert m.update(response(leader=1, epoch=9, topic_id="id-a"), 2).accepted == (TP,)  # id forgotten with the topic
+    m.update(MetadataResponse((other,), BROKERS, version=12), 3)
+    m.update(response(leader=3, epoch=5, topic_id="id-new"), 4)  # re-created: a lower epoch is accepted
+    assert m.current_leader(TP) == LeaderAndEpoch(3, 5) and m.last_seen_leader_epoch(TP) == 5
+
+
+def test_topic_error_keeps_last_seen_epoch_and_recreation_resets_it():
+    """MetadataTest.testEpochUpdateAfterTopicDeletion, the UNKNOWN_TOPIC_OR_PARTITION step."""
+    m = cache()
+    m.update(response(epoch=10, topic_id="id-a"), 0)
+    m.update(response(error=Errors.UNKNOWN_TOPIC_OR_PARTITION, topic_id=None), 1)
+    assert m.partition_metadata(TP) is None and m.last_seen_leader_epoch(TP) == 10
+    m.update(response(leader=2, epoch=5, topic_id="id-b"), 2)
+    assert m.last_seen_leader_epoch(TP) == 5 and m.current_leader(TP) == LeaderAndEpoch(2, 5)
+

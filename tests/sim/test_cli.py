@@ -8,18 +8,18 @@ from epochguard.types import TopicPartition
 
 
 def test_simulate_prints_a_timeline_and_exits_1_on_a_violation(capsys) -> None:
-    assert main(["simulate", "--scenario", "zombie-replica", "--protocol", "pre-kip-320"]) == 1
+    assert main(["simulate", "zombie-replica", "--protocol", "pre-kip-320"]) == 1
     out = capsys.readouterr().out
     assert "VIOLATION isr-agreement" in out and "zombie" in out
 
 
 def test_simulate_exits_0_when_every_invariant_holds(capsys) -> None:
-    assert main(["simulate", "--scenario", "zombie-replica", "--seed", "2"]) == 0
+    assert main(["simulate", "zombie-replica", "--seed", "2"]) == 0
     assert "no invariant violated" in capsys.readouterr().out
 
 
 def test_simulate_json(capsys) -> None:
-    assert main(["simulate", "--scenario", "stale-metadata", "--protocol", "pre-kip-320", "--json", "--steps", "120"]) == 1
+    assert main(["simulate", "stale-metadata", "--protocol", "pre-kip-320", "--json", "--steps", "120"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert {"scenario", "seed", "protocol", "violations", "events"} <= set(doc)
     assert (doc["scenario"], doc["seed"], doc["protocol"], doc["steps"]) == ("stale-metadata", 0, "pre-kip-320", 120)
@@ -28,7 +28,7 @@ def test_simulate_json(capsys) -> None:
 
 
 def test_simulate_writes_kafka_log_dirs(tmp_path, capsys) -> None:
-    assert main(["simulate", "--scenario", "unclean-election", "--log-dir", str(tmp_path)]) == 0
+    assert main(["simulate", "unclean-election", "--log-dir", str(tmp_path)]) == 0
     capsys.readouterr()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broker-1", "broker-2", "broker-3"]
     old, new = read_log_dir(tmp_path / "broker-1"), read_log_dir(tmp_path / "broker-2")
@@ -45,7 +45,7 @@ def test_simulate_writes_kafka_log_dirs(tmp_path, capsys) -> None:
 def test_simulate_refuses_a_used_log_dir(tmp_path, capsys) -> None:
     (tmp_path / "broker-1").mkdir()
     (tmp_path / "broker-1" / "something").write_text("x")
-    assert main(["simulate", "--scenario", "leader-bounce", "--log-dir", str(tmp_path)]) == 2
+    assert main(["simulate", "leader-bounce", "--log-dir", str(tmp_path)]) == 2
     assert "not empty" in capsys.readouterr().err
 
 

@@ -30,7 +30,7 @@ def test_same_seed_same_output_across_processes_and_hash_seeds() -> None:
     outputs = set()
     for hash_seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-        cmd = [sys.executable, "-m", "epochguard", "simulate", "--scenario", "random", "--seed", "5",
+        cmd = [sys.executable, "-m", "epochguard", "simulate", "random", "--seed", "5",
                "--partitions", "3", "--steps", "150", "--json"]
         outputs.add(subprocess.run(cmd, env=env, capture_output=True, text=True, check=False).stdout)
     assert len(outputs) == 1 and '"events"' in outputs.pop()

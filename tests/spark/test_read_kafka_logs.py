@@ -225,3 +225,66 @@ def test_decode_batches_on_a_binary_column(spark) -> None:  # noqa: ANN001
         ("a", 102, 4, b"x-2"),
     ]
     assert decode_batches(df, "bytes").columns[0] == "name"
+
+
+def test_projected_read_matches_the_full_read(spark, ldi_dir, tmp_path) -> None:  # noqa: ANN001
+    """A projection (location, record and computed columns, in any order) holds the same values as
+    the full read, on real segments and on a corrupt one read with errors."""
+    from pyspark.sql import functions as F
+
+    full = read_kafka_logs(spark, [str(ldi_dir)]).select(
+        "offset",
+        "topic",
+        F.length("value").alias("value_length"),
+        F.length("key").alias("key_length"),
+        F.size("headers").alias("headers_count"),
+        "leader_epoch",
+    )
+    columns = ["offset", "topic", "value_length", "key_length", "headers_count", "leader_epoch"]
+    projected = read_kafka_logs(spark, [str(ldi_dir)], columns=columns)
+    assert projected.columns == columns
+    assert projected.orderBy("topic", "offset").collect() == full.orderBy("topic", "offset").collect()
+    digests = read_kafka_logs(spark, [str(ldi_dir)], columns=["record_digest"]).collect()
+    assert len(digests) == full.count() and len({r.record_digest for r in digests}) > 1
+    with pytest.raises(ValueError, match="unknown"):
+        read_kafka_logs(spark, [str(ldi_dir)], columns=["offset", "nope"])
+
+
+def test_projected_read_with_errors_keeps_the_error_columns(spark, tmp_path) -> None:  # noqa: ANN001
+    replica = Replica("c", 0, [(0, records("a", 0, 3)), (0, records("a", 3, 3))])
+    log_dir = write_log_dir(tmp_path, 1, [replica])
+    segment = log_dir / "c-0" / f"{0:020d}.log"
+    segment.write_bytes(segment.read_bytes()[:-4])  # the second batch is cut off
+    rows = read_kafka_logs(spark, [str(log_dir)], columns=["offset", "value_length"], with_errors=True).collect()
+    assert rows[0].__fields__ == ["offset", "value_length", "path", "error_position", "error_reason"]
+    assert sorted(r.offset for r in rows if r.error_reason is None) == [0, 1, 2]
+    assert [r.path for r in rows if r.error_reason is not None] == [str(segment)]
+
+
+def test_malformed_files_are_listing_errors_naming_file_and_line(tmp_path) -> None:  # noqa: ANN001
+    log_dir = write_log_dir(tmp_path, 3, [Replica("t", 0, [(0, records("x", 0, 2))])])
+    (log_dir / "t-0" / "foo.log").write_bytes(b"not a segment")
+    (log_dir / "t-0" / "partition.metadata").write_text("version: 0\n")
+    (log_dir / "replication-offset-checkpoint").write_text("0\n2\nt 0 1\n")
+    (log_dir / "t-0" / "leader-epoch-checkpoint").write_text("0\n1\n0 zero\n")
+    listing = list_log_dirs([str(log_dir)])
+    (replica,) = listing.replicas
+    assert [s.base_offset for s in replica.segments] == [0]
+    assert (replica.topic_id, replica.high_watermark, replica.epochs) == (None, None, None)
+    errors = {Path(e.path).name: e for e in listing.errors}
+    assert set(errors) == {"foo.log", "partition.metadata", "replication-offset-checkpoint", "leader-epoch-checkpoint"}
+    assert "line 2" in errors["partition.metadata"].reason and errors["partition.metadata"].topic == "t"
+    assert "line 2" in errors["replication-offset-checkpoint"].reason  # the count line: 2 entries said, 1 held
+    assert "line 3" in errors["leader-epoch-checkpoint"].reason
+    assert "not a segment" in errors["foo.log"].reason and errors["foo.log"].broker == 3
+
+
+def test_meta_properties_version_decides_the_broker_id(tmp_path) -> None:  # noqa: ANN001
+    log_dir = write_log_dir(tmp_path, 5, [Replica("t", 0, [(0, records("x", 0, 1))])])
+    (log_dir / "meta.properties").write_text("version=1\ncluster.id=c\nnode.id=8\nbroker.id=9\n")
+    assert list_log_dirs([str(log_dir)]).replicas[0].broker == 8
+    (log_dir / "meta.properties").write_text("version=0\nnode.id=8\nbroker.id=9\n")
+    assert list_log_dirs([str(log_dir)]).replicas[0].broker == 9
+    (log_dir / "meta.properties").write_text("version=1\nnode.id=eight\ncluster.id=c\n")
+    listing = list_log_dirs([str(log_dir)])  # malformed: an error row, the id from the folder name
+    assert listing.replicas[0].broker == 5 and "line 2" in listing.errors[0].reason

@@ -6,8 +6,10 @@ Hostile frames give the typed errors."""
 
 from __future__ import annotations
 
+import base64
 import struct
 import uuid
+from dataclasses import replace
 
 import pytest
 
@@ -173,6 +175,11 @@ def test_metadata_response(version: int) -> None:
     assert [(t.name, t.error_code) for t in parsed.topics] == [("events", 0), ("gone", 3)]
     if version >= 10:
         assert parsed.topics[0].topic_id == uuid.UUID(topic_id)
+        # Kafka's own text form (`Uuid.toString()`: unpadded URL-safe base64), as the simulator uses.
+        b64 = base64.urlsafe_b64encode(uuid.UUID(topic_id).bytes).rstrip(b"=").decode()
+        kafka_form = replace(response, topics=(replace(response.topics[0], topic_id=b64),))
+        again = kp_parse(KMetadataResponse, _core.encode_response(header(ApiKey.METADATA, version), kafka_form), version)
+        assert again.topics[0].topic_id == uuid.UUID(topic_id)
     p0, p1 = parsed.topics[0].partitions
     assert (p0.partition_index, p0.leader_id, p0.replica_nodes, p0.isr_nodes) == (0, 2, [1, 2, 3], [2, 3])
     assert p0.leader_epoch == (7 if version >= 7 else -1)
@@ -330,9 +337,13 @@ def test_truncated_at_every_byte_is_a_corrupt_frame(version: int) -> None:
         assert 0 <= info.value.position <= cut, cut
 
 
-def test_trailing_bytes_are_a_corrupt_frame() -> None:
-    with pytest.raises(CorruptFrameError, match="after the end"):
-        _core.decode_request(_fetch_frame() + b"\x00")
+def test_trailing_bytes_are_ignored_as_kafka_does() -> None:
+    # librdkafka 2.16's Metadata v12 request as captured from confluent-kafka: 3 bytes past the schema.
+    frame = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
+    header, request = _core.decode_request(frame)
+    assert (header.api_key, header.api_version, header.client_id) == (ApiKey.METADATA, 12, "rdkafka")
+    assert request == MetadataRequest(None, allow_auto_topic_creation=False, version=12)
+    assert _core.decode_request(_fetch_frame() + b"\x00") == _core.decode_request(_fetch_frame())
 
 
 @pytest.mark.parametrize("key,version", [(ApiKey.FETCH, 3), (ApiKey.FETCH, 13), (ApiKey.PRODUCE, 2), (ApiKey.ALTER_PARTITION, 0), (77, 0), (-5, 1)])

@@ -1,4 +1,4 @@
-"""A broker process: `epochguard.leader.ReplicaManager` (all protocol rules) wired to the network,
+"""A broker process: `epochguard.replica_manager.ReplicaManager` (all protocol rules) wired to the network,
 plus what the protocol does not cover: registration and heartbeats with the controller, the metadata
 cache it serves to clients, the high-watermark checkpoint, crash and restart.
 
@@ -10,12 +10,11 @@ checkpoint.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from epochguard.errors import Errors
-from epochguard.leader import ReplicaManager
-from epochguard.replica import FetchState
 from epochguard.messages import (
     BrokerRegistration,
     FetchRequest,
@@ -27,37 +26,47 @@ from epochguard.messages import (
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-from epochguard.sim.controller import CONTROLLER, BrokerHeartbeat, BrokerHeartbeatResponse, LeaderAndIsr, UpdateMetadata
+from epochguard.replica import FetchState
+from epochguard.replica_manager import ReplicaManager
+from epochguard.sim.controller import (
+    CONTROLLER,
+    BrokerHeartbeat,
+    BrokerHeartbeatResponse,
+    LeaderAndIsr,
+    UpdateMetadata,
+)
+from epochguard.sim.events import FetchServed
 from epochguard.sim.network import Disconnected, Envelope, broker_node
 from epochguard.sim.storage import SimLog
 from epochguard.types import TopicPartition
 
 if TYPE_CHECKING:
-    from epochguard.sim.cluster import Cluster
+    from epochguard.sim.context import ActorContext
 
 CONTROLLER_ID = 0  # how the ReplicaManager addresses the controller (brokers are 1..n)
 
 
 class Broker:
-    def __init__(self, broker_id: int, cluster: Cluster, hosted: list[TopicPartition]) -> None:
+    def __init__(self, broker_id: int, ctx: ActorContext, hosted: list[TopicPartition]) -> None:
         self.id = broker_id
         self.node = broker_node(broker_id)
-        self.cluster = cluster
-        root = None if cluster.config.data_dir is None else Path(cluster.config.data_dir) / f"broker-{broker_id}"
+        self.ctx = ctx
+        root = None if ctx.config.data_dir is None else Path(ctx.config.data_dir) / f"broker-{broker_id}"
         self.log_dirs = {tp: None if root is None else root / str(tp) for tp in sorted(hosted)}
         self.logs: dict[TopicPartition, SimLog] = {tp: SimLog(tp, directory=d) for tp, d in self.log_dirs.items()}
         self.hw_checkpoint: dict[TopicPartition, int] = {}
         self.metadata_lag_ms = 0
         self.alive = True
+        self.on_delayed_response: Callable[[Any, Any], None] | None = None
         self._boot()
 
     def _boot(self) -> None:
         """Fresh process state (start or restart)."""
-        cfg = self.cluster.config
+        cfg = self.ctx.config
         self.broker_epoch = -1
         self.manager = ReplicaManager(
             self.id,
-            protocol=self.cluster.protocol,
+            protocol=self.ctx.protocol,
             replica_lag_time_max_ms=cfg.replica_lag_time_max_ms,
             min_insync_replicas=cfg.min_insync_replicas,
             controller_id=CONTROLLER_ID,
@@ -72,12 +81,12 @@ class Broker:
         self._truncations_seen = 0
         self._parked: set[TopicPartition] = set()
         self._waiting_produce: dict[int, Envelope] = {}  # id(acks=all request) -> its envelope
-        self._next_heartbeat_ms = self.cluster.clock.now_ms
-        self._next_checkpoint_ms = self.cluster.clock.now_ms + cfg.hw_checkpoint_interval_ms
+        self._next_heartbeat_ms = self.ctx.clock.now_ms
+        self._next_checkpoint_ms = self.ctx.clock.now_ms + cfg.hw_checkpoint_interval_ms
 
     @property
     def now_ms(self) -> int:
-        return self.cluster.clock.now_ms
+        return self.ctx.clock.now_ms
 
     def leader_epoch(self, tp: TopicPartition) -> int | None:
         """The epoch this broker leads `tp` in, if it believes it is the leader."""
@@ -87,7 +96,7 @@ class Broker:
     # --- crash / restart -------------------------------------------------------------------------
     def crash(self) -> None:
         self.alive = False
-        self.cluster.timeline.record("crash", self.node, "process killed; log dirs kept")
+        self.ctx.events.record("crash", self.node, "process killed; log dirs kept")
 
     def restart(self) -> None:
         """In memory the logs are kept as they were; on disk they are recovered from their directories.
@@ -100,7 +109,7 @@ class Broker:
                 log.update_high_watermark(self.hw_checkpoint.get(tp, 0))
         self.alive = True
         self._boot()
-        self.cluster.timeline.record(
+        self.ctx.events.record(
             "restart", self.node, "recovered logs: " + ", ".join(
                 f"{tp} leo={log.log_end_offset} hw={log.high_watermark}" for tp, log in self.logs.items()),
         )
@@ -108,7 +117,7 @@ class Broker:
     # --- network ---------------------------------------------------------------------------------
     def _send(self, node_id: int, request: Any) -> None:
         dst = CONTROLLER if node_id == CONTROLLER_ID else broker_node(node_id)
-        msg_id = self.cluster.network.send(self.node, dst, request)
+        msg_id = self.ctx.network.send(self.node, dst, request)
         self._pending[msg_id] = (node_id, request, self.now_ms)
 
     def receive(self, env: Envelope) -> None:
@@ -133,14 +142,14 @@ class Broker:
         elif isinstance(msg, UpdateMetadata):
             self._metadata_queue.append((now + self.metadata_lag_ms, msg))
         elif isinstance(msg, MetadataRequest):
-            self.cluster.network.reply(env, self._metadata_response())
+            self.ctx.network.reply(env, self._metadata_response())
         else:
             client = -1 if not env.src.startswith("broker-") else int(env.src.rsplit("-", 1)[1])
             response = self.manager.handle(client, msg, now)
             if response is not None:
                 if isinstance(response, FetchResponse) and client < 0:
                     self._served(env.src, msg, response)
-                self.cluster.network.reply(env, response)
+                self.ctx.network.reply(env, response)
             else:  # an acks=all produce waits for replication
                 self._waiting_produce[id(msg)] = env
 
@@ -148,7 +157,7 @@ class Broker:
         offsets = {p.tp: p.fetch_offset for p in request.partitions}
         for data in response.partitions:
             if data.records and data.error_code == Errors.NONE and data.tp in offsets:
-                self.cluster.checker.on_fetch_served(consumer, data.tp, self.id, offsets[data.tp])
+                self.ctx.events.publish(FetchServed(consumer, data.tp, self.id, offsets[data.tp]))
 
     def _apply(self, state: LeaderAndIsrPartitionState) -> None:
         before = self.manager.partitions.get(state.tp)
@@ -156,11 +165,11 @@ class Broker:
         self.manager.apply_partition_state(state, self.now_ms)
         after = self.manager.partitions.get(state.tp)
         if after is not None:  # resend a lost AlterPartition on the sim's time scale, not after 5 s
-            after.alter_partition_retry_ms = self.cluster.config.request_timeout_ms
+            after.alter_partition_retry_ms = self.ctx.config.request_timeout_ms
         if after is not None and after.leader_epoch >= 0 and (after.leader_id, after.leader_epoch) != was:
             role = "leader" if after.is_leader else f"follower of {after.leader_id}"
             log = self.logs[state.tp]
-            self.cluster.timeline.record(
+            self.ctx.events.record(
                 "role", self.node, f"{state.tp}: {role}, epoch {after.leader_epoch} (leo {log.log_end_offset}, hw {log.high_watermark})",
                 partition=str(state.tp), leader=after.leader_id, leader_epoch=after.leader_epoch,
             )
@@ -178,24 +187,26 @@ class Broker:
         for _client, request, response in self.manager.poll_responses(now):
             env = self._waiting_produce.pop(id(request), None)
             if env is not None:
-                self.cluster.network.reply(env, response)
+                self.ctx.network.reply(env, response)
+            elif self.on_delayed_response is not None:  # a produce from outside the sim network (epochguard serve)
+                self.on_delayed_response(request, response)
         self._report_fetcher(now)
         if now >= self._next_checkpoint_ms:
-            self._next_checkpoint_ms = now + self.cluster.config.hw_checkpoint_interval_ms
+            self._next_checkpoint_ms = now + self.ctx.config.hw_checkpoint_interval_ms
             self.hw_checkpoint = {tp: log.high_watermark for tp, log in self.logs.items()}
 
     def _report_fetcher(self, now: int) -> None:
         """Follower truncations and fenced fetchers, for the timeline."""
         fetcher = self.manager.fetcher
         for t in fetcher.truncations[self._truncations_seen:]:
-            self.cluster.timeline.record(
+            self.ctx.events.record(
                 "truncate", self.node, f"{t.partition}: log truncated {t.from_offset} -> {t.to_offset} ({t.reason})",
                 partition=str(t.partition), from_offset=t.from_offset, to_offset=t.to_offset, reason=t.reason,
             )
         self._truncations_seen = len(fetcher.truncations)
         parked = {tp for tp, s in fetcher.states.items() if s.state == FetchState.PARKED}
         for tp in sorted(parked - self._parked):
-            self.cluster.timeline.record(
+            self.ctx.events.record(
                 "fenced", self.node, f"{tp}: fetch from broker {fetcher.states[tp].leader_id} fenced "
                 f"(epoch {fetcher.states[tp].current_leader_epoch} is stale); waiting for the controller",
                 partition=str(tp),
@@ -203,7 +214,7 @@ class Broker:
         self._parked = parked
 
     def _expire_requests(self, now: int) -> None:
-        timeout = self.cluster.config.request_timeout_ms
+        timeout = self.ctx.config.request_timeout_ms
         for msg_id, (node_id, request, sent) in list(self._pending.items()):
             if now - sent >= timeout:
                 del self._pending[msg_id]
@@ -214,8 +225,8 @@ class Broker:
     def _heartbeat(self, now: int) -> None:
         if now < self._next_heartbeat_ms:
             return
-        self._next_heartbeat_ms = now + self.cluster.config.heartbeat_interval_ms
-        msg_id = self.cluster.network.send(self.node, CONTROLLER, BrokerHeartbeat(self.id, self.broker_epoch))
+        self._next_heartbeat_ms = now + self.ctx.config.heartbeat_interval_ms
+        msg_id = self.ctx.network.send(self.node, CONTROLLER, BrokerHeartbeat(self.id, self.broker_epoch))
         self._pending[msg_id] = (CONTROLLER_ID, BrokerHeartbeat(self.id, self.broker_epoch), now)
 
     def _on_heartbeat_response(self, response: BrokerHeartbeatResponse) -> None:
@@ -236,11 +247,11 @@ class Broker:
             alive, epochs = set(update.alive_brokers), dict(update.broker_epochs)
             self.manager.update_brokers(
                 BrokerRegistration(b, epochs.get(b, -1), fenced=b not in alive)
-                for b in self.cluster.broker_ids
+                for b in self.ctx.broker_ids
             )
 
     def _metadata_response(self) -> MetadataResponse:
-        topic = self.cluster.config.topic
+        topic = self.ctx.config.topic
         md = self.metadata
         if md is None:
             return MetadataResponse((MetadataResponseTopic(topic, error_code=Errors.LEADER_NOT_AVAILABLE),))

@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 from epochguard.messages import MetadataRequest, MetadataResponse
 from epochguard.metadata import ClientMetadata, MetadataUpdate
+from epochguard.sim.events import MetadataAccepted
 from epochguard.sim.network import Disconnected, Envelope, broker_node
 
 if TYPE_CHECKING:
-    from epochguard.sim.cluster import Cluster
+    from epochguard.sim.context import ActorContext
 
 
 class Client:
@@ -19,12 +20,12 @@ class Client:
     asked sooner or later, as a real client's "least loaded node" would.
     """
 
-    def __init__(self, name: str, cluster: Cluster) -> None:
+    def __init__(self, name: str, ctx: ActorContext) -> None:
         self.name = name
-        self.cluster = cluster
-        cfg = cluster.config
+        self.ctx = ctx
+        cfg = ctx.config
         self.metadata = ClientMetadata(
-            protocol=cluster.protocol,
+            protocol=ctx.protocol,
             topics=[cfg.topic],
             refresh_backoff_ms=cfg.metadata_backoff_ms,
             metadata_max_age_ms=cfg.metadata_max_age_ms,
@@ -35,11 +36,11 @@ class Client:
 
     @property
     def now_ms(self) -> int:
-        return self.cluster.clock.now_ms
+        return self.ctx.clock.now_ms
 
     # --- requests --------------------------------------------------------------------------------
     def send(self, broker: int, payload: Any, kind: str, context: Any = None) -> int:
-        msg_id = self.cluster.network.send(self.name, broker_node(broker), payload)
+        msg_id = self.ctx.network.send(self.name, broker_node(broker), payload)
         self._pending[msg_id] = (kind, context, self.now_ms)
         return msg_id
 
@@ -66,7 +67,7 @@ class Client:
     def tick(self) -> None:
         now = self.now_ms
         for msg_id, (kind, context, sent) in list(self._pending.items()):
-            if now - sent >= self.cluster.config.request_timeout_ms:
+            if now - sent >= self.ctx.config.request_timeout_ms:
                 del self._pending[msg_id]
                 if kind == "metadata":
                     self._metadata_in_flight = None
@@ -74,7 +75,7 @@ class Client:
                 else:
                     self.on_timeout(kind, context)
         if self._metadata_in_flight is None and self.metadata.should_update(now):
-            brokers = self.cluster.broker_ids
+            brokers = self.ctx.broker_ids
             broker = brokers[self._next_metadata_broker % len(brokers)]
             self._next_metadata_broker += 1
             request: MetadataRequest = self.metadata.build_request(now)
@@ -86,9 +87,9 @@ class Client:
         for tp in update.accepted:
             meta = self.metadata.partition_metadata(tp)
             if meta is not None:
-                self.cluster.checker.on_metadata_accepted(self.name, tp, meta.leader_id, meta.leader_epoch)
+                self.ctx.events.publish(MetadataAccepted(self.name, tp, meta.leader_id, meta.leader_epoch))
         if update.rejected:
-            self.cluster.timeline.record(
+            self.ctx.events.record(
                 "metadata", self.name, f"rejected stale metadata for {', '.join(map(str, update.rejected))}",
                 rejected=[str(tp) for tp in update.rejected],
             )

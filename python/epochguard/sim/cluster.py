@@ -2,7 +2,9 @@
 
 A step advances the virtual clock by `tick_ms`, applies the faults scheduled for it, delivers every
 message that has arrived (in arrival order), lets the controller, brokers and clients act (in a fixed
-order), then runs the invariant checker. With the same seed, every run is identical.
+order), then publishes `StepEnded`, on which the subscribed invariant checker runs. Actors get a narrow
+`ActorContext` (clock, network, config, an event sink), not the cluster. With the same seed, every run
+is identical.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from dataclasses import dataclass, field
 
 from epochguard.sim.broker import Broker
 from epochguard.sim.clock import SeededRandom, VirtualClock
+from epochguard.sim.config import ClusterConfig
+from epochguard.sim.context import ActorContext
 from epochguard.sim.consumer import Consumer
 from epochguard.sim.controller import CONTROLLER, Controller
 from epochguard.sim.coordinator import COORDINATOR, CoordinatorNode
+from epochguard.sim.events import EventSink, StepEnded
 from epochguard.sim.faults import Fault, Schedule
 from epochguard.sim.invariants import InvariantChecker
 from epochguard.sim.monitor import OffsetMonitor
@@ -22,56 +27,16 @@ from epochguard.sim.network import Actor, Disconnected, Network, broker_node
 from epochguard.sim.producer import Producer
 from epochguard.sim.storage import SimLog
 from epochguard.sim.timeline import Timeline
-from epochguard.types import Protocol, ResetPolicy, TopicPartition
+from epochguard.types import EpochProtocol, TopicPartition
 
-
-@dataclass(frozen=True, slots=True)
-class ClusterConfig:
-    brokers: int = 3
-    topic: str = "events"
-    partitions: int = 1
-    replication_factor: int = 3
-    min_insync_replicas: int = 2
-    unclean_leader_election: bool = False
-    tick_ms: int = 10
-    # broker
-    replica_lag_time_max_ms: int = 100
-    session_timeout_ms: int = 60
-    heartbeat_interval_ms: int = 20
-    hw_checkpoint_interval_ms: int = 50
-    fetch_backoff_ms: int = 20
-    # clients
-    producers: tuple[int, ...] = (-1,)  # one producer per entry: its acks
-    producer_batch_size: int = 2
-    producer_interval_ms: int = 20
-    consumers: int = 1
-    auto_offset_reset: ResetPolicy = "earliest"
-    commit_interval_ms: int = 100
-    monitor: bool = True
-    request_timeout_ms: int = 100
-    retry_backoff_ms: int = 20
-    metadata_backoff_ms: int = 20
-    metadata_max_age_ms: int = 100
-    # storage: None = in memory; else every broker's log dir lives under data_dir/broker-<id>/
-    data_dir: str | None = None
-    # network
-    base_delay_ms: int = 2
-    jitter_ms: int = 3
-
-    def assignment(self) -> dict[TopicPartition, tuple[int, ...]]:
-        """Partition p's replicas start at broker (p mod brokers) + 1, like Kafka's round robin."""
-        ids = list(range(1, self.brokers + 1))
-        return {
-            TopicPartition(self.topic, p): tuple(ids[(p + i) % len(ids)] for i in range(self.replication_factor))
-            for p in range(self.partitions)
-        }
+__all__ = ["Cluster", "ClusterConfig"]
 
 
 @dataclass
 class Cluster:
     config: ClusterConfig
     seed: int
-    protocol: Protocol = "kip-320"
+    protocol: EpochProtocol = "kip-320"
     schedule: Schedule = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -83,19 +48,29 @@ class Cluster:
         self.timeline = Timeline()
         self.network = Network(self.clock, self.rng.fork("network"), cfg.base_delay_ms, cfg.jitter_ms)
         assignment = cfg.assignment()
-        self.topic_partitions: tuple[TopicPartition, ...] = tuple(sorted(assignment))
+        # The simulated clients and the checker work on the scenario's topic; other topics in the
+        # assignment (`epochguard serve`'s `input`) are hosted for outside clients.
+        self.topic_partitions: tuple[TopicPartition, ...] = tuple(sorted(tp for tp in assignment if tp.topic == cfg.topic))
         self.broker_ids: tuple[int, ...] = tuple(range(1, cfg.brokers + 1))
         self.controller = Controller(self.network, self.timeline, assignment,
                                      unclean_leader_election=cfg.unclean_leader_election,
                                      session_timeout_ms=cfg.session_timeout_ms)
+        # Actors get a narrow context; the checker hears what they publish.
+        self.events = EventSink(self.timeline)
+        ctx = ActorContext(self.clock, self.network, cfg, self.protocol, self.events, self.broker_ids, self.topic_partitions)
         self.checker = InvariantChecker(self)
+        self.checker.subscribe(self.events)
         self.brokers: dict[int, Broker] = {
-            b: Broker(b, self, [tp for tp, replicas in assignment.items() if b in replicas]) for b in self.broker_ids
+            b: Broker(b, ctx, [tp for tp, replicas in assignment.items() if b in replicas]) for b in self.broker_ids
         }
-        self.producers = [Producer(f"producer-{i}", self, acks=acks, batch_size=cfg.producer_batch_size,
-                                   interval_ms=cfg.producer_interval_ms) for i, acks in enumerate(cfg.producers)]
-        self.consumers = [Consumer(f"consumer-{i}", self) for i in range(cfg.consumers)]
-        self.monitors = [OffsetMonitor("monitor", self)] if cfg.monitor else []
+        self.producers = [
+            Producer(f"producer-{i}", ctx, acks=acks, batch_size=cfg.producer_batch_size, interval_ms=cfg.producer_interval_ms,
+                     producer_id=1000 + i if i < cfg.transactional_producers else None, abort_every=cfg.abort_every)
+            for i, acks in enumerate(cfg.producers)
+        ]
+        self.consumers = [Consumer(f"consumer-{i}", ctx, read_committed=i < cfg.read_committed_consumers)
+                          for i in range(cfg.consumers)]
+        self.monitors = [OffsetMonitor("monitor", ctx)] if cfg.monitor else []
         named: list[Producer | Consumer | OffsetMonitor] = [*self.producers, *self.consumers, *self.monitors]
         self.clients: list[Actor] = list(named)
         self.coordinator = CoordinatorNode(self.network)
@@ -154,7 +129,7 @@ class Cluster:
             broker.tick()
         for client in self.clients:
             client.tick()
-        self.checker.check_step()
+        self.events.publish(StepEnded(self.timeline.step))
 
     def run(self, steps: int) -> None:
         for _ in range(steps):

@@ -1,6 +1,6 @@
 """A consumer application: the `epochguard.consumer.Consumer` state machine (positions, validation,
 resets, fetches: every rule) driven over the network. The application polls every step, hands each
-record to the checker, and reports the truncations and resets the state machine recorded."""
+record to the event sink, and reports the truncations and resets the state machine recorded."""
 
 from __future__ import annotations
 
@@ -9,15 +9,27 @@ from typing import TYPE_CHECKING, Any
 
 from epochguard.consumer import Consumer as ConsumerMachine
 from epochguard.consumer import FetchState
-from epochguard.errors import LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError
+from epochguard.errors import (
+    LogTruncationError,
+    NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
+)
 from epochguard.messages import FetchResponse, MetadataResponse, OffsetCommitRequest
 from epochguard.metadata import ClientMetadata
 from epochguard.sim.coordinator import COORDINATOR, COORDINATOR_ID, GROUP_ID
+from epochguard.sim.events import (
+    ClientRestarted,
+    Consumed,
+    ConsumerResumed,
+    MetadataAccepted,
+    ResetReported,
+    TruncationReported,
+)
 from epochguard.sim.network import Disconnected, Envelope, broker_node
-from epochguard.types import ConsumerRecord, TopicPartition, epoch_or_sentinel
+from epochguard.types import ConsumerRecord, IsolationLevel, TopicPartition, epoch_or_sentinel
 
 if TYPE_CHECKING:
-    from epochguard.sim.cluster import Cluster
+    from epochguard.sim.context import ActorContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,41 +61,43 @@ class Consumer:
     their epochs) every `commit_interval_ms` to the group coordinator, and can be restarted: a new
     machine resumes from the committed offsets, as a restarted consumer process would."""
 
-    def __init__(self, name: str, cluster: Cluster) -> None:
+    def __init__(self, name: str, ctx: ActorContext, *, read_committed: bool = False) -> None:
         self.name = name
-        self.cluster = cluster
+        self.read_committed = read_committed
+        self.ctx = ctx
         self.consumed: list[ConsumedRecord] = []
         self._resuming: set[TopicPartition] = set()  # restarted, nothing delivered yet
         self._commit_steps: dict[tuple[TopicPartition, int, int], int] = {}  # (tp, offset, epoch) -> step sent
         self._start()
 
     def _start(self) -> None:
-        cfg = self.cluster.config
-        metadata = ClientMetadata(protocol=self.cluster.protocol, topics=[cfg.topic],
+        cfg = self.ctx.config
+        metadata = ClientMetadata(protocol=self.ctx.protocol, topics=[cfg.topic],
                                   refresh_backoff_ms=cfg.metadata_backoff_ms, metadata_max_age_ms=cfg.metadata_max_age_ms)
         self.machine = ConsumerMachine(
-            bootstrap=self.cluster.broker_ids,
+            bootstrap=self.ctx.broker_ids,
             group_id=GROUP_ID,
             coordinator_id=COORDINATOR_ID,
             reset_policy=cfg.auto_offset_reset,
-            protocol=self.cluster.protocol,
+            protocol=self.ctx.protocol,
             retry_backoff_ms=cfg.retry_backoff_ms,
             request_timeout_ms=cfg.request_timeout_ms,
             metadata=metadata,
+            isolation_level=IsolationLevel.READ_COMMITTED if self.read_committed else IsolationLevel.READ_UNCOMMITTED,
         )
-        self.machine.assign(self.cluster.topic_partitions)
+        self.machine.assign(self.ctx.topic_partitions)
         self._sent: dict[int, tuple[int, Any]] = {}  # msg id -> (node, request)
         self._served_by: dict[TopicPartition, int] = {}
         self._truncations_seen = 0
         self._resets_seen = 0
-        self._next_commit_ms = self.cluster.clock.now_ms + cfg.commit_interval_ms
+        self._next_commit_ms = self.ctx.clock.now_ms + cfg.commit_interval_ms
 
     def restart(self) -> None:
         """The process dies (uncommitted progress is lost) and starts again from the committed offsets."""
         self._start()
-        self._resuming = set(self.cluster.topic_partitions)
-        self.cluster.checker.on_client_restart(self.name)
-        self.cluster.timeline.record("restart", self.name, "consumer restarted; resuming from committed offsets")
+        self._resuming = set(self.ctx.topic_partitions)
+        self.ctx.events.publish(ClientRestarted(self.name))
+        self.ctx.events.record("restart", self.name, "consumer restarted; resuming from committed offsets")
 
     @property
     def metadata(self) -> ClientMetadata:
@@ -94,7 +108,7 @@ class Consumer:
         if sent is None:
             return
         node, request = sent
-        now = self.cluster.clock.now_ms
+        now = self.ctx.clock.now_ms
         if isinstance(env.payload, Disconnected):
             self.machine.on_request_failed(node, request, now)
             return
@@ -104,29 +118,32 @@ class Consumer:
                     self._served_by[data.tp] = node
         self.machine.on_response(node, request, env.payload, now)
         if isinstance(env.payload, MetadataResponse):
-            for tp in self.cluster.topic_partitions:
+            for tp in self.ctx.topic_partitions:
                 meta = self.metadata.partition_metadata(tp)
                 if meta is not None:
-                    self.cluster.checker.on_metadata_accepted(self.name, tp, meta.leader_id, meta.leader_epoch)
+                    self.ctx.events.publish(MetadataAccepted(self.name, tp, meta.leader_id, meta.leader_epoch))
 
     def tick(self) -> None:
-        now = self.cluster.clock.now_ms
+        now = self.ctx.clock.now_ms
         self._resume()
         if now >= self._next_commit_ms:
-            self._next_commit_ms = now + self.cluster.config.commit_interval_ms
+            self._next_commit_ms = now + self.ctx.config.commit_interval_ms
             self.machine.commit()
-        for node, request in self.machine.poll_requests(now):
+        deadline = self.machine.next_deadline_ms()
+        due = deadline is not None and deadline <= now  # else nothing to send: skip the round
+        for node, request in self.machine.poll_requests(now) if due else ():
             dst = COORDINATOR if node == COORDINATOR_ID else broker_node(node)
             if isinstance(request, OffsetCommitRequest):
                 for p in request.partitions:
-                    self._commit_steps[(p.tp, p.committed_offset, p.committed_leader_epoch)] = self.cluster.timeline.step
-            msg_id = self.cluster.network.send(self.name, dst, request)
+                    self._commit_steps[(p.tp, p.committed_offset, p.committed_leader_epoch)] = self.ctx.events.step
+            msg_id = self.ctx.network.send(self.name, dst, request)
             self._sent[msg_id] = (node, request)
         try:
             records = self.machine.poll(now)
         except LogTruncationError as e:  # reset policy "none": the application decides where to go on
             self._report()
-            for tp, divergent in e.divergent_offsets.items():
+            for tp in e.offset_out_of_range_partitions:
+                divergent = e.divergent_offsets.get(tp)  # absent where the divergence point is unknown
                 if divergent is not None:
                     self.machine.seek(tp, divergent)
                 else:
@@ -134,20 +151,20 @@ class Consumer:
             return
         except (OffsetOutOfRangeError, NoOffsetForPartitionError) as e:
             self._report()
-            self.cluster.timeline.record("error", self.name, f"{type(e).__name__}: {e}; seeking to the beginning")
-            for tp in self.cluster.topic_partitions:
+            self.ctx.events.record("error", self.name, f"{type(e).__name__}: {e}; seeking to the beginning")
+            for tp in self.ctx.topic_partitions:
                 self.machine.seek_to_beginning(tp)
             return
         self._report()
-        step = self.cluster.timeline.step
+        step = self.ctx.events.step
         for tp in sorted(records.partitions()):
             batch: list[ConsumerRecord] = list(records[tp])
             broker = self._served_by.get(tp, -1)
             for record in batch:
                 self.consumed.append(ConsumedRecord(self.name, record.topic, record.partition, record.offset,
                                                     record.leader_epoch, record.key, record.value, broker, step))
-                self.cluster.checker.on_consumed(self.name, record, broker)
-            self.cluster.timeline.record(
+                self.ctx.events.publish(Consumed(self.name, record, broker, self.read_committed))
+            self.ctx.events.record(
                 "consume", self.name,
                 f"{tp} offsets {batch[0].offset}..{batch[-1].offset} from broker {broker} (epoch {batch[-1].leader_epoch})",
                 partition=str(tp), first=batch[0].offset, last=batch[-1].offset, broker=broker,
@@ -155,24 +172,24 @@ class Consumer:
 
     def _resume(self) -> None:
         """After a restart, once the new process knows where it resumes a partition (its committed
-        offset, or none), tell the checker, before anything is fetched from there."""
+        offset, or none), publish it, before anything is fetched from there."""
         for tp in sorted(self._resuming):
             committed = self.machine.committed.get(tp)
             if committed is None and self.machine.state_of(tp) == FetchState.INITIALIZING:
                 continue  # still asking the coordinator
             self._resuming.discard(tp)
             if committed is None:
-                self.cluster.checker.on_consumer_resumed(self.name, tp, 0, None)
+                self.ctx.events.publish(ConsumerResumed(self.name, tp, 0, None))
             else:
                 key = (tp, committed.offset, epoch_or_sentinel(committed.leader_epoch))
-                self.cluster.checker.on_consumer_resumed(self.name, tp, committed.offset, self._commit_steps.get(key))
+                self.ctx.events.publish(ConsumerResumed(self.name, tp, committed.offset, self._commit_steps.get(key)))
 
     def _report(self) -> None:
-        """Hand the truncations and resets the state machine recorded to the checker and the timeline."""
+        """Hand the truncations and resets the state machine recorded as events and on the timeline."""
         for event in self.machine.truncations[self._truncations_seen:]:
-            self.cluster.checker.on_truncation(self.name, event)
+            self.ctx.events.publish(TruncationReported(self.name, event))
             where = "unknown" if event.divergent_offset is None else f"{event.divergent_offset} (epoch {event.divergent_epoch})"
-            self.cluster.timeline.record(
+            self.ctx.events.record(
                 "truncation", self.name,
                 f"{event.partition}: log truncated below position {event.position.offset}, divergent offset {where}, "
                 f"{event.resolution}",
@@ -182,8 +199,8 @@ class Consumer:
             )
         self._truncations_seen = len(self.machine.truncations)
         for reset in self.machine.resets[self._resets_seen:]:
-            self.cluster.checker.on_reset(self.name, reset)
-            self.cluster.timeline.record(
+            self.ctx.events.publish(ResetReported(self.name, reset))
+            self.ctx.events.record(
                 "reset", self.name,
                 f"{reset.partition}: position reset ({reset.policy}, {reset.reason}) from {reset.from_offset} to {reset.to_offset}",
                 partition=str(reset.partition), reason=reset.reason, from_offset=reset.from_offset, to_offset=reset.to_offset,

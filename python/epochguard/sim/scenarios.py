@@ -13,6 +13,9 @@ protocol exists to prevent. Under "kip-320" the checker must find nothing; under
   older leader epoch. Pre-KIP-232 they accept it: the metadata epoch goes backwards.
 - `leader-bounce`: leaders crash and restart one after another under acks=all traffic. Pre-KIP-207 a
   new leader answers ListOffsets(latest) with a high watermark below the old one.
+- `transactions`: `leader-bounce` with a transactional producer (every third transaction aborted) and
+  a read_committed consumer next to a read_uncommitted one. The read_committed consumer must never see
+  an aborted record and, like the other, skip nothing else; pre-KIP-207 ListOffsets still goes back.
 - `random`: a seeded random mix of every fault, with unclean elections allowed.
 """
 
@@ -45,9 +48,9 @@ from epochguard.sim.invariants import Violation
 from epochguard.sim.network import broker_node
 from epochguard.sim.producer import ProducedRecord
 from epochguard.sim.timeline import Event
-from epochguard.types import Protocol, TopicPartition
+from epochguard.types import EpochProtocol, TopicPartition
 
-PROTOCOLS: tuple[Protocol, ...] = ("kip-320", "pre-kip-320")
+PROTOCOLS: tuple[EpochProtocol, ...] = ("kip-320", "pre-kip-320")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +74,7 @@ class Scenario:
 class SimulationResult:
     scenario: str
     seed: int
-    protocol: Protocol
+    protocol: EpochProtocol
     steps: int
     violations: list[Violation]
     events: list[Event]
@@ -157,6 +160,12 @@ def leader_bounce(seed: int, partitions: int) -> Scenario:
     return Scenario("leader-bounce", cfg, schedule, steps=220)
 
 
+def transactions(seed: int, partitions: int) -> Scenario:
+    bounce = leader_bounce(seed, partitions)
+    cfg = replace(bounce.config, producers=(-1, 1), transactional_producers=1, consumers=2, read_committed_consumers=1)
+    return Scenario("transactions", cfg, bounce.schedule, steps=bounce.steps)
+
+
 def random_faults(seed: int, partitions: int, steps: int = 400) -> Scenario:
     cfg = ClusterConfig(partitions=partitions, producers=(-1, 1), unclean_leader_election=False)
     tps = tuple(sorted(cfg.assignment()))
@@ -172,6 +181,7 @@ SCENARIOS: dict[str, Callable[[int, int], Scenario]] = {
     "zombie-replica": zombie_replica,
     "stale-metadata": stale_metadata,
     "leader-bounce": leader_bounce,
+    "transactions": transactions,
     "random": random_faults,
 }
 DEFAULT_PARTITIONS = {"unclean-election": 3}
@@ -193,7 +203,7 @@ def run_scenario(
     name: str,
     *,
     seed: int = 0,
-    protocol: Protocol = "kip-320",
+    protocol: EpochProtocol = "kip-320",
     steps: int | None = None,
     partitions: int | None = None,
     log_dir: str | Path | None = None,
@@ -211,7 +221,7 @@ def topic_id(topic: str) -> str:
 
 
 def run(
-    scenario: Scenario, *, seed: int, protocol: Protocol, log_dir: str | Path | None = None, overwrite: bool = False
+    scenario: Scenario, *, seed: int, protocol: EpochProtocol, log_dir: str | Path | None = None, overwrite: bool = False
 ) -> SimulationResult:
     """Run `scenario`. With `log_dir`, brokers keep their logs on disk there (`broker-<id>/`, recovered
     from disk on restart) and the root files Kafka keeps (meta.properties, checkpoints) are written at the end."""

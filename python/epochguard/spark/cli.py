@@ -19,24 +19,43 @@ def add_parsers(sub: Any) -> None:
         "audit",
         help="find the records an unclean leader election lost, from the brokers' log dirs",
         description="Audit Kafka broker log directories (one per broker) for divergence after an unclean "
-        "leader election. Exit code: 0 clean, 1 divergence / phantom read of a lost record / unreadable "
-        "data found, 2 could not run.",
+        "leader election: where replicas diverged, which records were lost, and (with --consumed) which "
+        "of them a consumer had read. Writes Parquet tables and report.html to --out. Exit code: 0 clean, "
+        "1 divergence / phantom read of a lost record / unreadable data found, 2 could not run.",
     )
     audit.add_argument(
         "log_dirs", nargs="+", metavar="LOGDIR", help="a broker's log directory (local path or Hadoop URI)"
     )
-    audit.add_argument("--out", required=True, help="output directory for the Parquet results and report.html")
     audit.add_argument(
-        "--consumed", help="what a consumer read: Parquet or CSV with topic, partition, offset, leader_epoch"
+        "--out",
+        default="audit-out",
+        metavar="DIR",
+        help="where the Parquet results and report.html go (default: ./audit-out)",
     )
-    audit.add_argument("--master", default="local[2]", help="Spark master URL (default: local[2])")
+    audit.add_argument(
+        "--consumed",
+        metavar="PATH",
+        help="what a consumer read: Parquet or CSV with topic, partition, offset, leader_epoch",
+    )
+    audit.add_argument("--master", default="local[2]", metavar="URL", help="Spark master URL (default: local[2])")
     audit.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
     audit.set_defaults(run=run_audit)
 
-    demo = sub.add_parser("demo", help="unclean election -> real log dirs -> Spark audit report")
-    demo.add_argument("--out", default="demo-out", help="where the log dirs and the audit go (default: ./demo-out)")
-    demo.add_argument("--master", default="local[2]", help="Spark master URL (default: local[2])")
-    demo.add_argument("--seed", type=int, default=7, help="seed of the simulated cluster")
+    demo = sub.add_parser(
+        "demo",
+        help="unclean election -> real log dirs -> Spark audit report",
+        description="Stage an unclean leader election in the simulator, write the brokers' real Kafka log "
+        "dirs and what a consumer read, then audit them with Spark: shows the records the election lost "
+        "and which of them the consumer had already read. Exit code: 0 shown, 2 could not run.",
+    )
+    demo.add_argument(
+        "--out",
+        default="demo-out",
+        metavar="DIR",
+        help="where the log dirs and the audit go (default: ./demo-out)",
+    )
+    demo.add_argument("--master", default="local[2]", metavar="URL", help="Spark master URL (default: local[2])")
+    demo.add_argument("--seed", type=int, default=7, metavar="N", help="seed of the simulated cluster (default: 7)")
     demo.add_argument("--json", action="store_true", help="print the audit summary as JSON")
     demo.set_defaults(run=run_demo)
 

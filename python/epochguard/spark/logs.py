@@ -2,7 +2,7 @@
 
 The driver lists the log dirs and cuts large segments into batch-aligned byte ranges (from the
 core's `batch_index`), so one segment is never one task. Executors decode each range inside
-``mapInArrow``: the core maps the file and streams Arrow batches with the GIL released; no segment
+``mapInArrow``: the core reads the file and streams Arrow batches with the GIL released; no segment
 ever becomes a Python object. Paths with a scheme (HDFS, S3, ...) are read whole through Spark's
 ``binaryFile`` source and decoded from those bytes instead.
 """
@@ -20,6 +20,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from epochguard import _core
+from epochguard.records import COMPUTED_COLUMNS, RECORD_COLUMNS
 from epochguard.errors import EpochGuardError
 from epochguard.spark.listing import Listing, PartitionReplica, Segment, is_local, list_log_dirs
 
@@ -48,15 +49,36 @@ ERROR_FIELDS = [
 
 
 @functools.cache
-def record_schema() -> StructType:
-    """Spark schema of the core's record columns (offset, leader_epoch, timestamp, key, value, ...)."""
-    arrow = pa.RecordBatchReader.from_stream(_core.decode_arrow(b"")).schema
+def _record_schema(columns: tuple[str, ...] | None) -> StructType:
+    names = None if columns is None else list(columns)
+    arrow = pa.RecordBatchReader.from_stream(_core.decode_arrow(b"", columns=names)).schema
     return StructType([StructField(f.name, f.dataType, True) for f in from_arrow_schema(arrow)])
 
 
-def output_schema(carry: StructType, with_errors: bool) -> StructType:
-    fields = list(carry.fields) + list(record_schema().fields)
+def record_schema(columns: Sequence[str] | None = None) -> StructType:
+    """Spark schema of the core's record columns: all of a full decode (offset, timestamp, key,
+    value, ...), or the projection `columns` (record and computed columns, see `decode_to_arrow`)."""
+    return _record_schema(None if columns is None else tuple(columns))
+
+
+def output_schema(carry: StructType, with_errors: bool, columns: Sequence[str] | None = None) -> StructType:
+    fields = list(carry.fields) + list(record_schema(columns).fields)
     return StructType(fields + ERROR_FIELDS if with_errors else fields)
+
+
+def split_columns(columns: Sequence[str] | None) -> tuple[StructType, list[str] | None]:
+    """The location columns and the record columns (None: all of a full decode) of a projection."""
+    if columns is None:
+        return LOCATION, None
+    known = set(LOCATION.fieldNames()) | set(RECORD_COLUMNS) | set(COMPUTED_COLUMNS)
+    unknown = [c for c in columns if c not in known]
+    if unknown or len(set(columns)) != len(columns):
+        raise ValueError(
+            f"columns must be distinct names among {sorted(known)}; got {list(columns)}"
+            + (f" (unknown: {unknown})" if unknown else "")
+        )
+    carry = StructType([LOCATION[c] for c in columns if c in LOCATION.fieldNames()])
+    return carry, [c for c in columns if c not in LOCATION.fieldNames()]
 
 
 class Chunk(NamedTuple):
@@ -74,6 +96,7 @@ class Chunk(NamedTuple):
 def read_kafka_logs(
     spark: SparkSession,
     paths: str | Sequence[str],
+    columns: Sequence[str] | None = None,
     *,
     with_errors: bool = False,
     verify_crc: bool = True,
@@ -82,7 +105,11 @@ def read_kafka_logs(
 ) -> DataFrame:
     """Read broker log directories (one path per broker) into one DataFrame of records.
 
-    Columns: ``broker, topic, partition, segment`` then the core's record columns. By default a
+    Columns: ``broker, topic, partition, segment`` then the core's record columns. `columns`
+    projects: any of those and the computed ones (``key_length``, ``value_length``,
+    ``headers_count``, ``record_digest``, ``batch_position``, ``batch_size``), in the order given;
+    a column not named is never decoded nor handed to Spark (``mapInArrow`` output cannot be
+    pruned by Spark afterwards, so ask for what the query needs). By default a
     corrupt batch fails the job with its byte position; with ``with_errors=True`` the records before
     it are kept and the problem becomes a row with ``path, error_position, error_reason`` set and
     null record columns (an incomplete last batch is reported the same way).
@@ -92,6 +119,7 @@ def read_kafka_logs(
     return decode_listing(
         spark,
         listing,
+        columns=columns,
         with_errors=with_errors,
         verify_crc=verify_crc,
         chunk_bytes=chunk_bytes,
@@ -104,13 +132,18 @@ def decode_listing(
     listing: Listing,
     *,
     with_errors: bool,
+    columns: Sequence[str] | None = None,
     verify_crc: bool = True,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED,
 ) -> DataFrame:
-    schema = output_schema(LOCATION, with_errors)
+    carry, record_columns = split_columns(columns)
+    schema = output_schema(carry, with_errors, record_columns)
+    if columns is not None:  # in the order asked for; the error columns stay last
+        schema = StructType([schema[c] for c in columns] + [f for f in schema.fields if f.name not in columns])
     options = {
         "schema": to_arrow_schema(schema),
+        "columns": record_columns,
         "with_errors": with_errors,
         "verify_crc": verify_crc,
         "max_decompressed_size": max_decompressed_size,
@@ -132,7 +165,7 @@ def decode_listing(
         located = files.select("path", "content").mapInArrow(
             locate, StructType(list(LOCATION.fields) + [StructField("path", StringType()), files.schema["content"]])
         )
-        decode = functools.partial(decode_arrow_batches, carry=LOCATION.fieldNames(), source="content", **options)
+        decode = functools.partial(decode_arrow_batches, carry=carry.fieldNames(), source="content", **options)
         frames.append(located.mapInArrow(decode, schema))
     return functools.reduce(lambda a, b: a.unionByName(b), frames)
 
@@ -195,11 +228,12 @@ def decode_task_groups(
     batches: Iterator[pa.RecordBatch], *, groups: list[list[Chunk]], **options: Any
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` body for local files: each input row is a task id naming the chunks to
-    decode; the core maps each file and reads only the chunk's byte range."""
+    decode; the core reads only the chunk's byte range of each file."""
     for batch in batches:
         for task in batch.column("id").to_pylist():
             for c in groups[task]:
                 carried = {"broker": c.broker, "topic": c.topic, "partition": c.partition, "segment": c.segment}
+                carried = {k: v for k, v in carried.items() if k in options["schema"].names}
                 yield from _decode_one(c.path, c.position, c.length, carried, c.path, **options)
 
 
@@ -212,12 +246,14 @@ def decode_arrow_batches(
     verify_crc: bool,
     max_decompressed_size: int,
     source: str,
+    columns: Sequence[str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` body for bytes in a binary column `source` (whole segment files, or any
     record-batch bytes): output rows are the input row's `carry` columns, then one row per record.
     Error rows name the input's ``path`` column when there is one."""
     options = {
         "schema": schema,
+        "columns": columns,
         "with_errors": with_errors,
         "verify_crc": verify_crc,
         "max_decompressed_size": max_decompressed_size,
@@ -226,12 +262,38 @@ def decode_arrow_batches(
         names = batch.schema.names
         for i in range(batch.num_rows):
             row = batch.slice(i, 1)
-            carried = {name: row.column(name)[0].as_py() for name in carry}
+            carried = {name: row.column(name)[0].as_py() for name in carry if name in schema.names}
             path = row.column("path")[0].as_py() if "path" in names else None
             cell = row.column(source)[0]
             if cell.is_valid:
                 data = memoryview(cell.as_buffer())
                 yield from _decode_one(data, 0, len(data), carried, path, **options)
+
+
+def decode_ranges(
+    batches: Iterator[pa.RecordBatch], *, schema: pa.Schema, columns: Sequence[str], verify_crc: bool
+) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` body that decodes named byte ranges: each input row gives a ``path``, a
+    ``batch_position`` and ``batch_size`` and, for a file not readable locally, its ``content``;
+    the other input columns named in `schema` are carried onto every record of the range."""
+    for batch in batches:
+        rows = batch.select([n for n in batch.schema.names if n != "content"]).to_pylist()
+        contents = batch.column("content")
+        for row, content in zip(rows, contents, strict=True):
+            carried = {name: row[name] for name in schema.names if name in row}
+            source = row["path"] if not content.is_valid else memoryview(content.as_buffer())
+            yield from _decode_one(
+                source,
+                row["batch_position"],
+                row["batch_size"],
+                carried,
+                row["path"],
+                schema=schema,
+                columns=columns,
+                with_errors=False,
+                verify_crc=verify_crc,
+                max_decompressed_size=DEFAULT_MAX_DECOMPRESSED,
+            )
 
 
 def _decode_one(
@@ -242,6 +304,7 @@ def _decode_one(
     path: str | None,
     *,
     schema: pa.Schema,
+    columns: Sequence[str] | None,
     with_errors: bool,
     verify_crc: bool,
     max_decompressed_size: int,
@@ -249,7 +312,12 @@ def _decode_one(
     """Decode bytes ``[start, start + length)`` of a file or buffer. With `with_errors`, a corrupt
     batch becomes an error row: the records before it are kept and decoding resumes after it when
     the batch headers still say where it ends (else the rest of the range is reported undecoded)."""
-    decode = functools.partial(_core.decode_arrow, verify_crc=verify_crc, max_decompressed_size=max_decompressed_size)
+    decode = functools.partial(
+        _core.decode_arrow,
+        columns=None if columns is None else list(columns),
+        verify_crc=verify_crc,
+        max_decompressed_size=max_decompressed_size,
+    )
     end, position = start + length, start
     while position < end:
         emitted = 0

@@ -1,0 +1,134 @@
+"""Fetch requests and their answers (Kafka's `FetchRequestManager` / `AbstractFetch` and the error
+handling of `FetchCollector.handleInitializeErrors`).
+
+One fetch per node at a time, for fetchable partitions with nothing buffered, sent to the preferred
+read replica (KIP-392) or the leader, with the position's leader epoch (`CurrentLeaderEpoch`, KIP-320;
+none pre-KIP-320). Answers for a position that moved meanwhile are dropped. FENCED_LEADER_EPOCH,
+NOT_LEADER_OR_FOLLOWER and the like refresh metadata (or follow the KIP-951 leader hint);
+UNKNOWN_LEADER_EPOCH just retries; OFFSET_OUT_OF_RANGE from a read replica sends the consumer back to
+the leader, from the leader it resets by policy or, under policy none, is buffered for `poll()` to raise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from epochguard.consumer.fetch_collector import CompletedFetch
+from epochguard.consumer.requests.base import (
+    REFRESH_METADATA,
+    ClientRequest,
+    ClientResponse,
+    ConsumerContext,
+    RequestManager,
+)
+from epochguard.consumer.subscription import FetchState
+from epochguard.errors import CorruptRecordError, Errors, TopicAuthorizationFailedError
+from epochguard.messages import (
+    FetchPartition,
+    FetchPartitionData,
+    FetchRequest,
+    FetchResponse,
+)
+from epochguard.types import NO_EPOCH, FetchPosition, TopicPartition, epoch_or_sentinel
+
+__all__ = ["FetchManager"]
+
+_Positions = dict[TopicPartition, FetchPosition]
+
+
+class FetchManager(RequestManager[_Positions]):
+    def __init__(self, ctx: ConsumerContext, on_leader_hint: Callable[[TopicPartition], object]) -> None:
+        super().__init__(ctx)
+        self._on_leader_hint = on_leader_hint  # re-point the position after a KIP-951 leader hint
+
+    def _due(self, now_ms: int | None) -> dict[int, list[tuple[TopicPartition, FetchPosition]]]:
+        busy = {sent.node_id for sent in self._in_flight.values()}
+        buffered = self.ctx.collector.buffered()
+        groups: dict[int, list[tuple[TopicPartition, FetchPosition]]] = {}
+        for tp, s in self.ctx.subscriptions.items():
+            if not s.is_fetchable or s.position is None or tp in buffered:
+                continue
+            if now_ms is not None and now_ms < s.next_retry_ms:
+                continue
+            node = s.preferred_read_replica if s.preferred_read_replica is not None else s.position.current_leader.leader
+            if node is None:
+                self.ctx.metadata.request_update()
+                continue
+            if node not in busy:  # one fetch per node at a time
+                groups.setdefault(node, []).append((tp, s.position))
+        return groups
+
+    def poll(self, now_ms: int) -> list[tuple[int, ClientRequest]]:
+        out = []
+        for node, entries in sorted(self._due(now_ms).items()):
+            parts = tuple(
+                FetchPartition(
+                    tp.topic, tp.partition, pos.offset,
+                    epoch_or_sentinel(pos.current_leader.epoch) if self.ctx.kip320 else NO_EPOCH,
+                )
+                for tp, pos in entries
+            )
+            request = FetchRequest(parts, isolation_level=self.ctx.isolation_level)
+            out.append(self._send(node, request, now_ms, dict(entries)))
+        return out
+
+    def due_ms(self) -> int | None:
+        times = [self.ctx.subscriptions.state(tp).next_retry_ms for entries in self._due(None).values() for tp, _ in entries]
+        return min(times, default=None)
+
+    def failed(self, node_id: int, request: ClientRequest, context: _Positions, now_ms: int) -> None:
+        self.ctx.subscriptions.request_failed(context, self.ctx.backoff(now_ms))
+        self.ctx.metadata.request_update()
+
+    def handle(self, node_id: int, request: ClientRequest, context: _Positions, response: ClientResponse, now_ms: int) -> None:
+        if not isinstance(response, FetchResponse) or not isinstance(request, FetchRequest):
+            return
+        sent = {p.tp: p for p in request.partitions}
+        for data in response.partitions:
+            if data.tp in sent and data.tp in context:
+                self._on_partition(node_id, sent[data.tp], context[data.tp], data, now_ms)
+
+    def _on_partition(self, node_id: int, sent: FetchPartition, fetched: FetchPosition, data: FetchPartitionData, now_ms: int) -> None:
+        tp = sent.tp
+        s = self.ctx.subscriptions.get(tp)
+        if s is None or s.position is None or s.position != fetched or s.state != FetchState.FETCHING:
+            return  # stale: unassigned, or the position moved while the fetch was in flight
+        code = data.error_code
+        if code == Errors.NONE:
+            if data.preferred_read_replica >= 0:
+                s.preferred_read_replica = data.preferred_read_replica
+            try:
+                completed = CompletedFetch.decode(
+                    tp, s.position, data.records, self.ctx.isolation_level, data.aborted_transactions
+                )
+            except CorruptRecordError as e:
+                self.ctx.errors.append(e)  # raised by poll(), as Kafka's consumer does
+                s.next_retry_ms = self.ctx.backoff(now_ms)
+                return
+            if completed.records:
+                self.ctx.collector.add(completed)  # handed out (and the position moved) by poll()
+            elif completed.next_offset != sent.fetch_offset:
+                # Only control batches or records below the fetch offset: nothing to hand out, move on.
+                s.position = FetchPosition(completed.next_offset, completed.last_epoch, s.position.current_leader)
+                s.record_consumed(completed.epochs)
+            return
+        from_replica = s.preferred_read_replica is not None and node_id == s.preferred_read_replica
+        if code == Errors.OFFSET_OUT_OF_RANGE:
+            if from_replica:
+                s.preferred_read_replica = None  # the read replica is behind: go back to the leader
+            elif s.reset_policy == "none":
+                self.ctx.collector.add_out_of_range(tp, sent.fetch_offset)
+            else:
+                s.request_reset(s.reset_policy, "out_of_range")
+            return
+        if code == Errors.TOPIC_AUTHORIZATION_FAILED:
+            self.ctx.errors.append(TopicAuthorizationFailedError(f"not authorized to read {tp.topic}"))
+            return
+        if code in REFRESH_METADATA:
+            s.preferred_read_replica = None
+            hint = data.current_leader
+            if self.ctx.metadata.update_partition_leadership(tp, hint.leader_id, hint.leader_epoch):
+                self._on_leader_hint(tp)
+            else:
+                self.ctx.metadata.request_update()
+        s.next_retry_ms = self.ctx.backoff(now_ms)  # UNKNOWN_LEADER_EPOCH and the rest: plain retry

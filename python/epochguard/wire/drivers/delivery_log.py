@@ -1,0 +1,205 @@
+"""The delivery log every driver writes, and the command line every driver takes.
+
+One JSON object a line, each with `t` (wall-clock seconds) and `kind`:
+- `start`: client name, software and version, the settings used;
+- `consumed`: topic, partition, offset, leader_epoch (null where the client does not expose it), digest;
+- `produced`: topic, partition, offset (null on failure), digest, acks, error;
+- `error`, `reset`, `truncation`: what the client surfaced (an exception, an error event, a log line),
+  with its text; `log`: any other client log line;
+- `stop`: the driver's counts when it ended.
+Lines are flushed as written so a killed driver still leaves a readable log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import re
+import signal
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+CONSUME_TOPIC = "events"
+PRODUCE_TOPIC = "input"
+
+# What a client's free-text log or error says it did. Truncation first: librdkafka's truncation lines
+# also mention the reset they lead to.
+_TRUNCATION = re.compile(r"truncat|diverg|LOG_TRUNCATION", re.IGNORECASE)
+_RESET = re.compile(r"offset\b[^.]*\breset|\breset[^.]*\boffset|reset using|OffsetOutOfRange|OFFSET_OUT_OF_RANGE", re.IGNORECASE)
+
+
+def digest(value: bytes | None) -> str:
+    """A short content digest: the delivery log compares records by it, never by offset alone."""
+    return hashlib.blake2b(value or b"", digest_size=8).hexdigest()
+
+
+def payload(client_id: str, seq: int) -> bytes:
+    """The value of the driver's `seq`-th produced record: unique per client, so the final log can be
+    searched for it."""
+    return f"{client_id}-{seq:08d}".encode()
+
+
+def classify(text: str) -> str:
+    """`truncation`, `reset` or `log`: the kind of event a client's log line or error text reports."""
+    if _TRUNCATION.search(text):
+        return "truncation"
+    if _RESET.search(text):
+        return "reset"
+    return "log"
+
+
+class DeliveryLog:
+    """Append-only JSON-lines writer, safe to call from client callback threads."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._file: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self._lock = threading.Lock()
+        self.counts: dict[str, int] = {}
+
+    def write(self, kind: str, **fields: Any) -> None:
+        line = json.dumps({"t": time.time(), "kind": kind, **fields}, default=str)
+        with self._lock:
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+            self._file.write(line + "\n")
+            self._file.flush()
+
+    def consumed(self, topic: str, partition: int, offset: int, leader_epoch: int | None, value: bytes | None) -> None:
+        epoch = leader_epoch if leader_epoch is not None and leader_epoch >= 0 else None
+        self.write("consumed", topic=topic, partition=partition, offset=offset, leader_epoch=epoch, digest=digest(value))
+
+    def produced(
+        self, topic: str, partition: int | None, offset: int | None, value: bytes, error: str | None = None
+    ) -> None:
+        ok = error is None and offset is not None and offset >= 0
+        self.write(
+            "produced",
+            topic=topic,
+            partition=partition,
+            offset=offset if ok else None,
+            digest=digest(value),
+            acks="all",
+            error=error,
+        )
+
+    def surfaced(self, text: str, *, source: str, kind: str | None = None) -> None:
+        """An error or log line the client surfaced; `kind` overrides the text classification."""
+        self.write(kind or classify(text), source=source, text=text)
+
+    def close(self) -> None:
+        self.write("stop", counts=dict(self.counts))
+        with self._lock:
+            self._file.close()
+
+
+def read_log(path: str | Path) -> Iterator[dict[str, Any]]:
+    """The entries of a delivery log; a torn last line (a killed driver) is ignored."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue
+
+
+class LogForwarder(logging.Handler):
+    """Forwards a Python client library's log records (kafka-python, aiokafka) into the delivery log."""
+
+    def __init__(self, log: DeliveryLog) -> None:
+        super().__init__(logging.DEBUG)
+        self._log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        level = record.levelno
+        if level < logging.INFO and classify(text) == "log":
+            return  # debug chatter that reports neither a reset nor a truncation
+        self._log.surfaced(text, source=f"{record.name}:{record.levelname}")
+
+
+@dataclass(frozen=True)
+class DriverConfig:
+    """What every driver takes on its command line."""
+
+    bootstrap: str
+    log: Path
+    client_id: str
+    reset: str
+    consume_topic: str
+    produce_topic: str
+    produce_interval: float
+    produce_count: int
+    max_seconds: float
+    options: dict[str, str]
+
+
+def parse_args(client: str, argv: Sequence[str] | None = None) -> DriverConfig:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m epochguard.wire.drivers.{client.replace('-', '_')}",
+        description=f"Drive {client} against a Kafka endpoint and write its delivery log.",
+    )
+    parser.add_argument("--bootstrap", required=True, help="host:port[,host:port...]")
+    parser.add_argument("--log", required=True, type=Path, help="delivery log to write (JSON lines)")
+    parser.add_argument("--client-id", default=f"epochguard-{client}")
+    parser.add_argument("--reset", choices=("earliest", "latest", "none"), default="earliest",
+                        help="auto.offset.reset (default earliest: a reset shows as a jump to the log start)")
+    parser.add_argument("--consume-topic", default=CONSUME_TOPIC)
+    parser.add_argument("--produce-topic", default=PRODUCE_TOPIC)
+    parser.add_argument("--produce-interval-ms", type=float, default=20.0,
+                        help="one acks=all record every this many ms (0: do not produce)")
+    parser.add_argument("--produce-count", type=int, default=0, help="stop producing after N records (0: no limit)")
+    parser.add_argument("--max-seconds", type=float, default=600.0, help="exit by itself after this long")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a client setting, passed through (repeatable)")
+    ns = parser.parse_args(argv)
+    return DriverConfig(
+        bootstrap=ns.bootstrap,
+        log=ns.log,
+        client_id=ns.client_id,
+        reset=ns.reset,
+        consume_topic=ns.consume_topic,
+        produce_topic=ns.produce_topic,
+        produce_interval=ns.produce_interval_ms / 1000.0,
+        produce_count=ns.produce_count,
+        max_seconds=ns.max_seconds,
+        options=dict(o.split("=", 1) for o in ns.option),
+    )
+
+
+class Stop:
+    """Set by SIGTERM/SIGINT or when the driver's own time bound runs out."""
+
+    def __init__(self, max_seconds: float) -> None:
+        self._event = threading.Event()
+        self._deadline = time.monotonic() + max_seconds
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self._event.set())
+
+    def __bool__(self) -> bool:
+        return self._event.is_set() or time.monotonic() >= self._deadline
+
+    def set(self) -> None:
+        self._event.set()
+
+
+class ProduceSchedule:
+    """Paces the driver's produce loop: which sequence number is due now, if any."""
+
+    def __init__(self, config: DriverConfig) -> None:
+        self._interval = config.produce_interval
+        self._limit = config.produce_count
+        self._next = time.monotonic()
+        self.sent = 0
+
+    def due(self) -> int | None:
+        now = time.monotonic()
+        if self._interval <= 0 or (self._limit and self.sent >= self._limit) or now < self._next:
+            return None
+        self._next = max(self._next + self._interval, now - self._interval)  # no burst after a stall
+        self.sent += 1
+        return self.sent - 1

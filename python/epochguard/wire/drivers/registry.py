@@ -1,0 +1,57 @@
+"""The real clients epochguard drives, how to start each, and what each needs installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Client:
+    name: str  # as in `epochguard-<name>`, the client id the server's verdicts are matched on
+    module: str  # python -m <module>
+    needs: str  # what to install, named for the skip message
+    importable: str | None = None  # a Python package that must import
+    executable: str | None = None  # a program that must be on PATH
+
+    @property
+    def client_id(self) -> str:
+        return f"epochguard-{self.name}"
+
+    def missing(self) -> str | None:
+        """None when the client can run here, else what is missing."""
+        if self.importable and importlib.util.find_spec(self.importable) is None:
+            return f"{self.needs} is not installed (pip install '{self.needs}')"
+        if self.executable and shutil.which(self.executable) is None:
+            return f"{self.executable} is not on PATH (Debian: apt-get install {self.executable})"
+        return None
+
+    def start(self, bootstrap: str, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+        """The driver as a child process writing its delivery log to `log`; stop it with SIGTERM."""
+        return subprocess.Popen(
+            [sys.executable, "-m", self.module, "--bootstrap", bootstrap, "--log", str(log), *extra],
+            stdout=subprocess.DEVNULL,
+            stderr=open(log.with_suffix(".stderr"), "wb"),  # noqa: SIM115 (the child owns it)
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+
+CLIENTS: tuple[Client, ...] = (
+    Client("confluent-kafka", "epochguard.wire.drivers.confluent_kafka", "confluent-kafka>=2.16",
+           importable="confluent_kafka"),
+    Client("kafka-python", "epochguard.wire.drivers.kafka_python", "kafka-python>=3", importable="kafka"),
+    Client("aiokafka", "epochguard.wire.drivers.aiokafka", "aiokafka>=0.14", importable="aiokafka"),
+    Client("kcat", "epochguard.wire.drivers.kcat", "kcat", executable="kcat"),
+)
+
+
+def client(name: str) -> Client:
+    for c in CLIENTS:
+        if c.name == name:
+            return c
+    raise ValueError(f"unknown client {name!r}; known: {', '.join(c.name for c in CLIENTS)}")

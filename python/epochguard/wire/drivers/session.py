@@ -1,0 +1,145 @@
+"""One judged run: a cluster process, the real clients' drivers against it, the final log, the verdicts.
+
+The cluster is any process keeping `epochguard serve`'s stdout contract: first line
+`bootstrap host:port,...`, a line `settled` once the faults have fired and the cluster has healed, and,
+after SIGTERM, with --json, a last line `{"clients": [...]}`. The drivers start as soon as the bootstrap
+line is out (faults fire on what the server sees them do), keep running `after_settle_s` past `settled`,
+then stop; the final log is read before the cluster is stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from epochguard.wire.drivers.registry import Client
+from epochguard.wire.drivers.truth import ClientTruth, FinalLog, judge_client, read_final_log
+
+SCENARIOS = ("clean", "unclean-election", "zombie-leader", "stale-metadata", "lagging-leader", "leader-bounce")
+TRIGGERS = ("served", "caught-up")
+
+
+class RunError(RuntimeError):
+    """The cluster process broke its stdout contract (no bootstrap, never settled, died)."""
+
+
+def serve_command(scenario: str, trigger: str, seed: int = 1, trace: Path | None = None) -> list[str]:
+    cmd = [sys.executable, "-m", "epochguard", "serve", scenario, "--trigger", trigger, "--seed", str(seed), "--json"]
+    return [*cmd, "--trace", str(trace)] if trace is not None else cmd
+
+
+@dataclass
+class RunResult:
+    bootstrap: str
+    logs: dict[str, Path]
+    final: FinalLog
+    truths: dict[str, ClientTruth]
+    server_report: dict[str, Any] | None
+    server_stdout: list[str] = field(default_factory=list)
+
+    def server_client(self, client_id: str) -> dict[str, Any] | None:
+        """The server's entry for `client_id`, or None."""
+        for entry in (self.server_report or {}).get("clients", []):
+            if entry.get("client_id") == client_id:
+                return dict(entry)
+        return None
+
+
+class _Lines:
+    """A child's stdout as a queue of lines, read on a thread so waits can time out."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream: IO[str]) -> None:
+        for line in stream:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def wait_for(self, predicate: Any, timeout_s: float) -> str | None:
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._queue.get(timeout=left)
+            except queue.Empty:
+                return None
+            if line is None:
+                return None
+            self.lines.append(line)
+            if predicate(line):
+                return line
+        return None
+
+    def drain(self, timeout_s: float) -> None:
+        self.wait_for(lambda _line: False, timeout_s)
+
+
+def run_clients(
+    cluster_cmd: Sequence[str],
+    clients: Sequence[Client],
+    workdir: Path,
+    *,
+    settle_timeout_s: float = 60.0,
+    after_settle_s: float = 8.0,
+    stuck_after_s: float = 5.0,
+    driver_args: dict[str, Sequence[str]] | None = None,
+) -> RunResult:
+    workdir.mkdir(parents=True, exist_ok=True)
+    stderr = open(workdir / "cluster.stderr", "w")  # noqa: SIM115 (closed below)
+    cluster = subprocess.Popen(list(cluster_cmd), stdout=subprocess.PIPE, stderr=stderr, text=True)
+    assert cluster.stdout is not None
+    out = _Lines(cluster.stdout)
+    drivers: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        first = out.wait_for(lambda line: line.startswith("bootstrap "), 30.0)
+        if first is None:
+            raise RunError(f"{' '.join(cluster_cmd)}: no bootstrap line (see {workdir / 'cluster.stderr'})")
+        bootstrap = first.split(" ", 1)[1].strip()
+        logs = {c.name: workdir / f"{c.name}.jsonl" for c in clients}
+        for c in clients:
+            drivers[c.name] = c.start(bootstrap, logs[c.name], *(driver_args or {}).get(c.name, ()))
+        if out.wait_for(lambda line: line.strip() == "settled", settle_timeout_s) is None:
+            raise RunError(f"{' '.join(cluster_cmd)}: not settled within {settle_timeout_s}s")
+        time.sleep(after_settle_s)
+        _stop_all(drivers)
+        final = read_final_log(bootstrap)
+        cluster.send_signal(signal.SIGTERM)
+        out.drain(30.0)
+        cluster.wait(timeout=30)
+    finally:
+        _stop_all(drivers)
+        if cluster.poll() is None:
+            cluster.kill()
+            cluster.wait()
+        stderr.close()
+    (workdir / "cluster.stdout").write_text("\n".join(out.lines) + "\n", encoding="utf-8")
+    report = None
+    for line in reversed(out.lines):
+        if line.startswith("{"):
+            report = json.loads(line)
+            break
+    truths = {name: judge_client(path, final, stuck_after_s=stuck_after_s) for name, path in logs.items()}
+    return RunResult(bootstrap, logs, final, truths, report, out.lines)
+
+
+def _stop_all(drivers: dict[str, subprocess.Popen[bytes]]) -> None:
+    for proc in drivers.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in drivers.values():
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

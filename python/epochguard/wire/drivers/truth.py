@@ -1,0 +1,223 @@
+"""Ground truth for a judged run, from a client's own delivery log and the final log alone.
+
+Nothing here reads the server's trace or its checker: the final log is read back after the cluster has
+healed by a fresh reader (`read_final_log`), and each client's verdicts follow from comparing what it
+consumed, record by record (by content digest, not offset), with that log.
+
+A divergence is a maximal run of consumed records the final log does not hold (phantoms: served, then
+truncated and replaced). What the client consumed next on that partition decides the verdict:
+- detected: it re-read from the divergence point (next offset <= the run's first offset, above the log
+  start), or it raised/logged a truncation and consumed nothing more;
+- reset: it jumped to the log start (drivers run with auto.offset.reset=earliest);
+- silent: it went on past the divergence point: phantoms kept, the replacing records skipped;
+- stuck: it consumed nothing on the partition for `stuck_after_s` while the final log had more.
+The same comparison on a run without faults shows loss, duplicates and gaps.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from epochguard.wire.drivers.delivery_log import CONSUME_TOPIC, PRODUCE_TOPIC, digest, read_log
+
+TopicPartition = tuple[str, int]
+VERDICTS = ("detected", "reset", "silent", "stuck")  # and "undecided": the run ended too soon to tell
+
+
+@dataclass(frozen=True)
+class FinalLog:
+    """Each partition's records, offset -> digest, from its log start to its high watermark."""
+
+    partitions: Mapping[TopicPartition, Mapping[int, str]]
+    log_start: Mapping[TopicPartition, int]
+    high_watermark: Mapping[TopicPartition, int]
+
+    def digest_at(self, tp: TopicPartition, offset: int) -> str | None:
+        return self.partitions.get(tp, {}).get(offset)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    topic: str
+    partition: int
+    offset: int  # the first phantom the client consumed
+    last_phantom: int
+    phantoms: int
+    verdict: str
+    next_offset: int | None  # what the client consumed next on the partition
+    evidence: tuple[str, ...] = ()  # truncation/reset/error texts the client surfaced meanwhile
+
+    def key(self) -> tuple[str, int, int]:
+        return (self.topic, self.partition, self.offset)
+
+
+@dataclass
+class ClientTruth:
+    client_id: str
+    software: str
+    divergences: list[Divergence] = field(default_factory=list)
+    consumed: int = 0
+    produced_acked: int = 0
+    lost_acked: list[str] = field(default_factory=list)  # digests of acks=all records not in the final log
+    duplicated_produced: list[str] = field(default_factory=list)  # digests the final log holds twice or more
+    reread: int = 0  # offsets consumed more than once outside a divergence
+    skipped: int = 0  # final-log offsets below the client's furthest position it never consumed
+
+    def verdicts(self) -> dict[tuple[str, int, int], str]:
+        return {d.key(): d.verdict for d in self.divergences}
+
+
+def read_final_log(
+    bootstrap: str, topics: Iterable[str] = (CONSUME_TOPIC, PRODUCE_TOPIC), timeout_s: float = 30.0
+) -> FinalLog:
+    """Read every partition of `topics` from its log start to its high watermark with a fresh
+    confluent-kafka consumer (assign, no group); run it once the cluster has healed."""
+    import confluent_kafka as ck
+
+    consumer = ck.Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": "epochguard-final-log",
+        "enable.auto.commit": False,
+        "client.id": "epochguard-final-log",
+        "log_level": 3,
+    })
+    try:
+        md = consumer.list_topics(timeout=timeout_s)
+        bounds: dict[TopicPartition, tuple[int, int]] = {}
+        for topic in topics:
+            meta = md.topics.get(topic)
+            if meta is None or meta.error is not None:
+                continue
+            for p in meta.partitions:
+                low, high = consumer.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=timeout_s)
+                bounds[(topic, p)] = (low, high)
+        records: dict[TopicPartition, dict[int, str]] = {tp: {} for tp in bounds}
+        todo = {tp for tp, (low, high) in bounds.items() if high > low}
+        consumer.assign([ck.TopicPartition(t, p, bounds[(t, p)][0]) for (t, p) in todo])
+        deadline = time.monotonic() + timeout_s
+        while todo and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            tp, offset = (str(msg.topic()), int(msg.partition() or 0)), msg.offset()
+            if tp in todo and offset is not None and offset < bounds[tp][1]:
+                records[tp][offset] = digest(msg.value())
+                if offset == bounds[tp][1] - 1:
+                    todo.discard(tp)
+        if todo:
+            raise TimeoutError(f"final log: could not read {sorted(todo)} to the high watermark in {timeout_s}s")
+    finally:
+        consumer.close()
+    return FinalLog(records, {tp: b[0] for tp, b in bounds.items()}, {tp: b[1] for tp, b in bounds.items()})
+
+
+def judge_client(
+    log: Iterable[Mapping[str, Any]] | str | Path,
+    final: FinalLog,
+    *,
+    consume_topic: str = CONSUME_TOPIC,
+    stuck_after_s: float = 10.0,
+) -> ClientTruth:
+    """The client's verdicts and producer outcome from its delivery log and the final log."""
+    entries: list[Mapping[str, Any]] = list(read_log(log)) if isinstance(log, (str, Path)) else list(log)
+    start = next((e for e in entries if e["kind"] == "start"), {})
+    end_t = max((e["t"] for e in entries), default=0.0)
+    software = " ".join(str(start[k]) for k in ("software", "version") if start.get(k))
+    truth = ClientTruth(client_id=start.get("client_id", "?"), software=software or "?")
+    surfaced = [e for e in entries if e["kind"] in ("truncation", "reset", "error")]
+    by_tp: dict[TopicPartition, list[Mapping[str, Any]]] = defaultdict(list)
+    for e in entries:
+        if e["kind"] == "consumed" and e["topic"] == consume_topic:
+            by_tp[(e["topic"], e["partition"])].append(e)
+    for tp, consumed in sorted(by_tp.items()):
+        truth.consumed += len(consumed)
+        _judge_partition(tp, consumed, final, surfaced, end_t, stuck_after_s, truth)
+    _judge_produced(entries, final, truth)
+    return truth
+
+
+def _judge_partition(
+    tp: TopicPartition,
+    consumed: list[Mapping[str, Any]],
+    final: FinalLog,
+    surfaced: list[Mapping[str, Any]],
+    end_t: float,
+    stuck_after_s: float,
+    truth: ClientTruth,
+) -> None:
+    log_start = final.log_start.get(tp, 0)
+    high_watermark = final.high_watermark.get(tp, 0)
+
+    def phantom(e: Mapping[str, Any]) -> bool:
+        return final.digest_at(tp, e["offset"]) != e["digest"]
+
+    seen: Counter[int] = Counter()
+    i, n = 0, len(consumed)
+    while i < n:
+        if not phantom(consumed[i]):
+            seen[consumed[i]["offset"]] += 1
+            i += 1
+            continue
+        j = i
+        while j < n and phantom(consumed[j]):
+            j += 1
+        run = consumed[i:j]
+        first, last = run[0]["offset"], max(e["offset"] for e in run)
+        nxt = consumed[j] if j < n else None
+        t0, t1 = run[0]["t"], (nxt["t"] if nxt is not None else end_t)
+        evidence = tuple(e["text"] for e in surfaced if t0 <= e["t"] <= t1)
+        truth.divergences.append(Divergence(
+            tp[0], tp[1], first, last, len(run),
+            _verdict(first, last, run[-1]["t"], nxt, (log_start, high_watermark), evidence, end_t, stuck_after_s),
+            nxt["offset"] if nxt is not None else None, evidence,
+        ))
+        i = j
+    truth.reread += sum(c - 1 for c in seen.values())
+    if seen:
+        furthest = max(seen)
+        truth.skipped += sum(1 for o in final.partitions.get(tp, {}) if o <= furthest and o not in seen
+                             and not any(d.offset <= o for d in truth.divergences if (d.topic, d.partition) == tp))
+
+
+def _verdict(
+    first: int,
+    last: int,
+    last_t: float,
+    nxt: Mapping[str, Any] | None,
+    final_bounds: tuple[int, int],
+    evidence: tuple[str, ...],
+    end_t: float,
+    stuck_after_s: float,
+) -> str:
+    """One divergence's verdict; `undecided` when the run ended too soon after it to tell."""
+    log_start, high_watermark = final_bounds
+    if nxt is None:
+        if any("truncat" in text.lower() for text in evidence):
+            return "detected"  # raised, consumed nothing more
+        if end_t - last_t < stuck_after_s:
+            return "undecided"
+        return "stuck" if high_watermark > last + 1 else "silent"
+    if nxt["t"] - last_t > stuck_after_s:
+        return "stuck"
+    offset = nxt["offset"]
+    if offset == log_start and first > log_start:
+        return "reset"
+    if offset <= first:
+        return "detected"
+    return "silent"
+
+
+def _judge_produced(entries: list[Mapping[str, Any]], final: FinalLog, truth: ClientTruth) -> None:
+    acked = [e for e in entries if e["kind"] == "produced" and e.get("offset") is not None]
+    topics = {e["topic"] for e in acked}
+    held: Counter[str] = Counter(
+        d for tp, records in final.partitions.items() if tp[0] in topics for d in records.values()
+    )
+    truth.produced_acked = len(acked)
+    truth.lost_acked = [e["digest"] for e in acked if held[e["digest"]] == 0]
+    truth.duplicated_produced = sorted({e["digest"] for e in acked if held[e["digest"]] > 1})

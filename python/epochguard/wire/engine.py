@@ -1,0 +1,335 @@
+"""The simulated cluster as Kafka brokers answer real clients, sans-IO: messages in, messages out.
+
+`WireCluster` owns an `epochguard.sim.Cluster` (brokers with divergent logs, controller, the
+scenario's simulated producer) and answers the requests real clients send to each broker with the
+same state machines the simulator drives: Produce, Fetch, ListOffsets and OffsetsForLeaderEpoch go to
+that broker's `ReplicaManager`, OffsetCommit/OffsetFetch to the `GroupCoordinator`. What it adds is what Kafka's request layer (`KafkaApis`, `DelayedFetch`,
+`DelayedProduce`, the per-connection mute in `SocketServer`) does around them:
+
+- one request at a time per connection, answered in order; later ones wait in a bounded queue;
+- Fetch long-polls (up to `max_wait_ms`, virtual time) while no partition has records or an error;
+- an acks=all Produce completes when the ReplicaManager says the ISR has it (`on_delayed_response`);
+- a crashed broker drops its connections and refuses new ones (a dead process).
+
+Time is the cluster's step counter: nothing here reads a clock, so a recorded run replays exactly
+(`epochguard.wire.trace`). The simulated network's randomness never sees client traffic.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from epochguard.api_versions import ApiKey, ApiVersionsRequest
+from epochguard.errors import Errors
+from epochguard.messages import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    MetadataRequest,
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    OffsetsForLeaderEpochRequest,
+    ProduceRequest,
+)
+from epochguard.sim.cluster import Cluster
+from epochguard.sim.faults import Fault
+from epochguard.sim.scenarios import topic_id
+from epochguard.wire.messages import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+)
+from epochguard.wire.scenarios import WireScenario
+
+__all__ = ["WireCluster", "Connection", "Observer", "MAX_QUEUED_REQUESTS", "CLUSTER_ID"]
+
+MAX_QUEUED_REQUESTS = 64  # per connection; the socket layer stops reading beyond it
+CLUSTER_ID = "epochguard-sim"
+_BROKER_REPLICA_CONSUMER = -1
+
+
+class Header(Protocol):
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+class Observer(Protocol):
+    """Sees every exchange and fault, in order (the judge, the trigger, the trace)."""
+
+    def on_exchange(self, conn: Connection, header: Any, request: Any, response: Any, applied_step: int,
+                    step: int) -> None: ...
+
+    def on_fault(self, fault: Fault, step: int) -> None: ...
+
+    def on_step(self, wire: WireCluster) -> None: ...
+
+
+@dataclass(eq=False)
+class Connection:
+    id: int
+    broker_id: int
+    client_id: str = ""
+    software_name: str = ""
+    software_version: str = ""
+    queue: deque[tuple[Any, Any]] = field(default_factory=deque)  # (header, request) not yet applied
+    busy: Any = None  # the request being answered (its header), None = idle
+    closed: bool = False
+
+    @property
+    def software(self) -> str:
+        return f"{self.software_name} {self.software_version}".strip() or "unknown"
+
+
+@dataclass
+class _Waiting:
+    conn: Connection
+    header: Any
+    request: Any
+    applied_step: int
+    deadline_ms: int = 0
+
+
+class WireCluster:
+    """Every simulated broker's request entry point. `handle` takes a decoded request; answers come out
+    of `drain()` as (connection, header, response) in the order they were produced."""
+
+    def __init__(self, scenario: WireScenario, seed: int, addresses: dict[int, tuple[str, int]]) -> None:
+        self.scenario = scenario
+        self.seed = seed
+        self.addresses = dict(addresses)
+        self.cluster = Cluster(scenario.config, seed, "kip-320")
+        self.all_partitions = tuple(sorted(scenario.config.assignment()))
+        self.connections: dict[int, Connection] = {}
+        self.observers: list[Observer] = []
+        self.outbox: deque[tuple[Connection, Any, Any]] = deque()
+        self.closing: deque[Connection] = deque()
+        self._fetches: list[_Waiting] = []
+        self._produces: dict[int, _Waiting] = {}  # id(ProduceRequest) -> waiting
+        self._next_conn = 0
+        self._next_producer_id = 1000
+        for broker in self.cluster.brokers.values():
+            broker.on_delayed_response = self._on_produce_done
+
+    # --- time ------------------------------------------------------------------------------------
+    @property
+    def step_no(self) -> int:
+        return self.cluster.timeline.step
+
+    @property
+    def now_ms(self) -> int:
+        return self.cluster.clock.now_ms
+
+    def step(self) -> None:
+        self.cluster.step()
+        for conn in list(self.connections.values()):
+            if not self.cluster.brokers[conn.broker_id].alive:
+                self.close(conn)
+        self._poll_fetches()
+        for obs in self.observers:
+            obs.on_step(self)
+
+    def fire(self, fault: Fault) -> None:
+        """Apply a fault now (between steps), as the cluster's own schedule would."""
+        self.cluster.timeline.record("fault", "cluster", fault.describe(), fault=type(fault).__name__)
+        fault.apply(self.cluster)
+        for obs in self.observers:
+            obs.on_fault(fault, self.step_no)
+        for conn in list(self.connections.values()):
+            if not self.cluster.brokers[conn.broker_id].alive:
+                self.close(conn)
+
+    # --- connections -----------------------------------------------------------------------------
+    def connect(self, broker_id: int) -> Connection | None:
+        """A new client connection to a broker; None if that broker process is down (refused)."""
+        if not self.cluster.brokers[broker_id].alive:
+            return None
+        self._next_conn += 1
+        conn = Connection(self._next_conn, broker_id)
+        self.connections[conn.id] = conn
+        return conn
+
+    def close(self, conn: Connection) -> None:
+        """The connection is gone (client closed it, or its broker died): drop what it waits for."""
+        if conn.closed:
+            return
+        conn.closed = True
+        conn.queue.clear()
+        conn.busy = None
+        self.connections.pop(conn.id, None)
+        self._fetches = [w for w in self._fetches if w.conn is not conn]
+        for key in [k for k, w in self._produces.items() if w.conn is conn]:
+            del self._produces[key]
+        self.closing.append(conn)
+
+    def drain(self) -> list[tuple[Connection, Any, Any]]:
+        out = list(self.outbox)
+        self.outbox.clear()
+        return out
+
+    # --- requests --------------------------------------------------------------------------------
+    def submit(self, conn: Connection, header: Any, request: Any) -> None:
+        """Queue a decoded request; it is applied when the ones before it on `conn` are answered."""
+        if conn.closed:
+            return
+        conn.queue.append((header, request))
+        self._run_queue(conn)
+
+    def _run_queue(self, conn: Connection) -> None:
+        while conn.busy is None and conn.queue and not conn.closed:
+            header, request = conn.queue.popleft()
+            conn.busy = header
+            self._apply(conn, header, request)
+
+    def _apply(self, conn: Connection, header: Any, request: Any) -> None:
+        if header.client_id is not None:
+            conn.client_id = header.client_id
+        broker = self.cluster.brokers[conn.broker_id]
+        now = self.now_ms
+        waiting = _Waiting(conn, header, request, self.step_no)
+        if isinstance(request, ApiVersionsRequest):
+            if request.client_software_name:
+                conn.software_name = request.client_software_name
+                conn.software_version = request.client_software_version
+            self._answer(waiting, broker.manager.handle(_BROKER_REPLICA_CONSUMER, request, now))
+        elif isinstance(request, MetadataRequest):
+            self._answer(waiting, self._metadata(conn.broker_id, request))
+        elif isinstance(request, FetchRequest):
+            waiting.deadline_ms = now + max(0, request.max_wait_ms)
+            response = broker.manager.handle(_BROKER_REPLICA_CONSUMER, request, now)
+            if self._fetch_ready(request, response) or request.max_wait_ms <= 0:
+                self._answer(waiting, response)
+            else:
+                self._fetches.append(waiting)
+        elif isinstance(request, ProduceRequest):
+            response = broker.manager.handle(_BROKER_REPLICA_CONSUMER, request, now)
+            if response is None:  # acks=all: the ISR has not got it yet
+                self._produces[id(request)] = waiting
+            elif request.acks == 0:
+                self._finish(conn)  # Kafka sends no answer to acks=0
+                self._poll_fetches()
+            else:
+                self._answer(waiting, response)
+            self._poll_fetches()  # new records may complete long polls (once the HW moves)
+        elif isinstance(request, (ListOffsetsRequest, OffsetsForLeaderEpochRequest)):
+            self._answer(waiting, broker.manager.handle(_BROKER_REPLICA_CONSUMER, request, now))
+        elif isinstance(request, (OffsetCommitRequest, OffsetFetchRequest)):
+            self._answer(waiting, self.cluster.coordinator.coordinator.handle(_BROKER_REPLICA_CONSUMER, request, now))
+        elif isinstance(request, FindCoordinatorRequest):
+            # Every broker hosts the (never failing) coordinator: a client is sent to the broker it asked.
+            host, port = self.addresses[conn.broker_id]
+            self._answer(waiting, FindCoordinatorResponse(
+                node_id=conn.broker_id, host=host, port=port, keys=request.keys, version=request.version))
+        elif isinstance(request, InitProducerIdRequest):
+            self._next_producer_id += 1
+            self._answer(waiting, InitProducerIdResponse(producer_id=self._next_producer_id, producer_epoch=0))
+        else:
+            raise TypeError(f"no handler for {type(request).__name__}")
+
+    def _answer(self, waiting: _Waiting, response: Any) -> None:
+        conn = waiting.conn
+        if conn.closed:
+            return
+        self.outbox.append((conn, waiting.header, response))
+        for obs in self.observers:
+            obs.on_exchange(conn, waiting.header, waiting.request, response, waiting.applied_step, self.step_no)
+        self._finish(conn)
+
+    def _finish(self, conn: Connection) -> None:
+        conn.busy = None
+        self._run_queue(conn)
+
+    # --- delayed operations ----------------------------------------------------------------------
+    @staticmethod
+    def _fetch_ready(request: FetchRequest, response: Any) -> bool:
+        """Kafka's DelayedFetch completes on an error, or once min_bytes of records are there."""
+        if not isinstance(response, FetchResponse) or response.error_code != Errors.NONE:
+            return True
+        size = 0
+        for p in response.partitions:
+            if p.error_code != Errors.NONE or p.diverging_epoch is not None:
+                return True
+            size += len(p.records)
+        return size > 0 and size >= request.min_bytes
+
+    def _poll_fetches(self) -> None:
+        if not self._fetches:
+            return
+        now = self.now_ms
+        pending, self._fetches = self._fetches, []
+        for w in pending:  # an answer may start the connection's next request, which may wait in turn
+            if w.conn.closed:
+                continue
+            response = self.cluster.brokers[w.conn.broker_id].manager.handle(_BROKER_REPLICA_CONSUMER, w.request, now)
+            if self._fetch_ready(w.request, response) or now >= w.deadline_ms:
+                self._answer(w, response)
+            else:
+                self._fetches.append(w)
+
+    def _on_produce_done(self, request: Any, response: Any) -> None:
+        waiting = self._produces.pop(id(request), None)
+        if waiting is not None:
+            self._answer(waiting, response)
+
+    # --- metadata --------------------------------------------------------------------------------
+    def _metadata(self, broker_id: int, request: MetadataRequest) -> MetadataResponse:
+        """What this broker's metadata cache says (stale if the scenario delays its updates)."""
+        md = self.cluster.brokers[broker_id].metadata
+        alive = md.alive_brokers if md is not None else ()
+        brokers = tuple(MetadataResponseBroker(b, *self.addresses[b]) for b in sorted(alive))
+        hosted = sorted({tp.topic for tp in self.all_partitions})
+        names = hosted if request.topics is None else list(request.topics)
+        topics = []
+        for name in names:
+            if name not in hosted:
+                topics.append(MetadataResponseTopic(name, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            if md is None:
+                topics.append(MetadataResponseTopic(name, topic_id=topic_id(name), error_code=Errors.LEADER_NOT_AVAILABLE))
+                continue
+            partitions = tuple(
+                MetadataResponsePartition(
+                    st.partition_index, st.leader, st.leader_epoch, st.replicas, st.isr,
+                    tuple(b for b in st.replicas if b not in alive),
+                    Errors.NONE if st.leader >= 0 else Errors.LEADER_NOT_AVAILABLE,
+                )
+                for st in md.partitions if st.topic == name
+            )
+            topics.append(MetadataResponseTopic(name, partitions, topic_id=topic_id(name)))
+        controller = min(alive) if alive else -1
+        return MetadataResponse(tuple(topics), brokers, CLUSTER_ID, controller, version=request.version)
+
+    # --- queries ---------------------------------------------------------------------------------
+    def leader_log(self, tp: Any) -> Any:
+        leader = self.cluster.acting_leader(tp)
+        return None if leader is None else self.cluster.log(leader, tp)
+
+    def ready(self) -> bool:
+        return all(self.cluster.acting_leader(tp) is not None for tp in self.all_partitions)
+
+
+def api_key_of(request: Any) -> int:
+    return _API_KEYS[type(request)]
+
+
+_API_KEYS: dict[type, int] = {
+    ProduceRequest: ApiKey.PRODUCE,
+    FetchRequest: ApiKey.FETCH,
+    ListOffsetsRequest: ApiKey.LIST_OFFSETS,
+    MetadataRequest: ApiKey.METADATA,
+    OffsetCommitRequest: ApiKey.OFFSET_COMMIT,
+    OffsetFetchRequest: ApiKey.OFFSET_FETCH,
+    FindCoordinatorRequest: ApiKey.FIND_COORDINATOR,
+    ApiVersionsRequest: ApiKey.API_VERSIONS,
+    InitProducerIdRequest: ApiKey.INIT_PRODUCER_ID,
+    OffsetsForLeaderEpochRequest: ApiKey.OFFSET_FOR_LEADER_EPOCH,
+}
+

@@ -1,0 +1,321 @@
+"""Verdicts on real clients, from what the server saw them do: the checker of `epochguard serve`.
+
+A divergence event: records a client was served on a partition are no longer the acting leader's (an
+unclean election replaced them, or a zombie served what the leader never had). It is found the way a
+KIP-320 consumer finds it: the leader's `end_offset_for(epoch of the last served batch)` lies below
+the end of what was served; the divergence point is that end offset. The client's next moves on
+that partition decide the verdict:
+
+- detected: an OffsetsForLeaderEpoch exchange (or a Fetch answered with a DivergingEpoch), then a
+  fetch at or below the divergence point, or no more fetches (it raised);
+- reset: a ListOffsets exchange, then a fetch at the offset it returned (or a refetch from below the
+  divergence point without asking: a restart from an older position);
+- silent: a fetch above the divergence point with no such exchange, or after an answer that told it
+  to go back (it keeps phantom records and skips the replacements);
+- stuck: none of these within `STUCK_AFTER_STEPS` while the leader has data.
+
+Also per client: metadata epochs going backwards (the `current_leader_epoch` it sends, checked by
+`sim/invariants.py`'s `metadata-epoch-monotonic` rule, the one implementation), commits without a
+leader epoch or beyond an open divergence point, acks=all batches no longer in the leader's log (the
+`acked-durable` rule at batch granularity: the leader's batch at the acknowledged offset has another
+CRC, exempt after an unclean election as there), and what it did after OFFSET_NOT_AVAILABLE (KIP-207).
+
+The judge sees only exchanges, faults and steps, so the same trace replayed gives the same verdicts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from epochguard.errors import Errors
+from epochguard.messages import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetsForLeaderEpochRequest,
+    ProduceRequest,
+    ProduceResponse,
+)
+from epochguard.records import batch_index
+from epochguard.sim.invariants import METADATA_EPOCH_MONOTONIC
+from epochguard.types import TopicPartition
+
+__all__ = ["Judge", "Divergence", "batch_spans", "STUCK_AFTER_STEPS", "VERDICTS"]
+
+STUCK_AFTER_STEPS = 1000  # 10 s of the server's clock with no way forward
+VERDICTS = ("detected", "reset", "silent", "stuck")
+_OFFSET_COMMIT_EPOCH_VERSION = 6
+
+
+def batch_spans(records: bytes) -> list[tuple[int, int, int, int]]:
+    """(base offset, last offset, partition leader epoch, crc) of each whole batch in `records`."""
+    if not records:
+        return []
+    out = []
+    for position, _size, base, last in batch_index(records, allow_partial_tail=True):
+        epoch, _magic, crc = struct.unpack_from(">ibI", records, position + 12)
+        out.append((base, last, epoch, crc))
+    return out
+
+
+@dataclass
+class Divergence:
+    client: str
+    tp: TopicPartition
+    offset: int  # the divergence point: the served records from here on are not the leader's
+    served_end: int  # the end of what the client had been served
+    served_epoch: int
+    leader_epoch: int  # of the leader that no longer has them
+    step: int
+    verdict: str | None = None
+    detail: str = ""
+    verdict_step: int | None = None
+    validated: int | None = None  # end offset of a validation answer since the event
+    reset_to: int | None = None  # offset a ListOffsets answer gave since the event
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.tp.topic, "partition": self.tp.partition, "offset": self.offset,
+                "verdict": self.verdict or "undecided", "detail": self.detail, "served_end": self.served_end,
+                "served_epoch": self.served_epoch, "step": self.step, "verdict_step": self.verdict_step}
+
+
+@dataclass
+class _Served:
+    epoch: int
+    end: int  # next offset after the last served record
+
+
+@dataclass
+class ClientReport:
+    client_id: str
+    software: str = "unknown"
+    connections: int = 0
+    requests: int = 0
+    divergences: list[Divergence] = field(default_factory=list)
+    commits: list[dict[str, Any]] = field(default_factory=list)
+    acks_lost: list[dict[str, Any]] = field(default_factory=list)
+    offset_not_available: list[dict[str, Any]] = field(default_factory=list)
+    metadata_epoch_backwards: list[dict[str, Any]] = field(default_factory=list)
+    epochs_sent: dict[str, int] = field(default_factory=dict)  # api name -> requests carrying an epoch >= 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "client_id": self.client_id, "software": self.software, "connections": self.connections,
+            "requests": self.requests, "divergences": [d.to_json() for d in self.divergences],
+            "commits": self.commits, "acks_lost": self.acks_lost, "offset_not_available": self.offset_not_available,
+            "metadata_epoch_backwards": self.metadata_epoch_backwards, "epochs_sent": self.epochs_sent,
+        }
+
+
+@dataclass
+class _Acked:
+    client: str
+    tp: TopicPartition
+    base_offset: int
+    crcs: tuple[int, ...]
+    leader_epoch: int
+    step: int
+
+
+class Judge:
+    """An `Observer` of a `WireCluster`: `on_exchange`, `on_fault`, `on_step`; `report()` at the end."""
+
+    def __init__(self) -> None:
+        self.clients: dict[str, ClientReport] = {}
+        self._served: dict[tuple[str, TopicPartition], _Served] = {}
+        self._open: dict[tuple[str, TopicPartition], Divergence] = {}
+        self._not_available: dict[tuple[str, TopicPartition], dict[str, Any]] = {}
+        self._acked: list[_Acked] = []
+        self._conns: set[int] = set()
+        self._wire: Any = None
+        self.step = 0
+
+    def client(self, conn: Any) -> ClientReport:
+        name = conn.client_id or f"connection-{conn.id}"
+        report = self.clients.get(name)
+        if report is None:
+            report = self.clients[name] = ClientReport(name)
+        if conn.software_name and report.software == "unknown":
+            report.software = conn.software
+        if conn.id not in self._conns:
+            self._conns.add(conn.id)
+            report.connections += 1
+        return report
+
+    # --- observer --------------------------------------------------------------------------------
+    def on_fault(self, fault: Any, step: int) -> None:
+        self.step = step
+
+    def on_exchange(self, conn: Any, header: Any, request: Any, response: Any, applied_step: int, step: int) -> None:
+        self.step = step
+        report = self.client(conn)
+        report.requests += 1
+        name = report.client_id
+        if isinstance(request, FetchRequest) and not request.is_from_follower:
+            self._on_fetch(name, request, response)
+        elif isinstance(request, OffsetsForLeaderEpochRequest):
+            self._sent_epochs(report, "OffsetForLeaderEpoch", [(p.tp, p.current_leader_epoch) for p in request.partitions])
+            for r in getattr(response, "partitions", ()):
+                d = self._open.get((name, r.tp))
+                if d is not None and r.error_code == Errors.NONE:
+                    d.validated = r.end_offset
+        elif isinstance(request, ListOffsetsRequest):
+            self._sent_epochs(report, "ListOffsets", [(p.tp, p.current_leader_epoch) for p in request.partitions])
+            if isinstance(response, ListOffsetsResponse):
+                self._on_list_offsets(name, response)
+        elif isinstance(request, OffsetCommitRequest):
+            self._on_commit(report, request)
+        elif isinstance(request, ProduceRequest) and isinstance(response, ProduceResponse) and request.acks == -1:
+            self._on_acked(name, request, response)
+
+    def on_step(self, wire: Any) -> None:
+        self._wire = wire
+        self.step = wire.step_no
+        cluster = wire.cluster
+        for (name, tp), served in self._served.items():
+            if (name, tp) in self._open:
+                continue
+            leader = cluster.acting_leader(tp)
+            if leader is None:
+                continue
+            log = cluster.log(leader, tp)
+            epoch, end = log.leader_epoch_cache.end_offset_for(served.epoch, log.log_end_offset)
+            if end < 0:
+                end = log.log_start_offset  # the leader has no epoch at or below it: nothing is known to agree
+            if end < served.end:
+                state = cluster.controller.state(tp)
+                d = Divergence(name, tp, end, served.end, served.epoch, state.leader_epoch, self.step)
+                self._open[(name, tp)] = d
+                self.clients[name].divergences.append(d)
+        for d in list(self._open.values()):
+            if self.step - d.step >= STUCK_AFTER_STEPS:
+                self._decide(d, "detected" if d.validated is not None and d.validated <= d.offset else "stuck",
+                             "validated, then stopped fetching (raised)" if d.validated is not None
+                             else "no fetch, validation or reset made progress")
+
+    # --- rules -----------------------------------------------------------------------------------
+    def _on_fetch(self, name: str, request: FetchRequest, response: Any) -> None:
+        report = self.clients[name]
+        self._sent_epochs(report, "Fetch", [(p.tp, p.current_leader_epoch) for p in request.partitions])
+        offsets = {p.tp: p.fetch_offset for p in request.partitions}
+        for tp, offset in offsets.items():
+            na = self._not_available.pop((name, tp), None)
+            if na is not None:
+                na["then"] = f"fetched at {offset} without a new offset"
+        if not isinstance(response, FetchResponse):
+            return
+        for p in response.partitions:
+            d = self._open.get((name, p.tp))
+            if d is not None and p.diverging_epoch is not None:
+                d.validated = p.diverging_epoch.end_offset
+            elif p.error_code == Errors.NONE and p.tp in offsets:
+                # A fetch answered with an error (out of range, fenced) moves nothing: wait for the next move.
+                self._judge_fetch(name, p.tp, offsets[p.tp])
+            if p.error_code != Errors.NONE or not p.records:
+                continue
+            spans = batch_spans(p.records)
+            fetched = offsets.get(p.tp, 0)
+            spans = [s for s in spans if s[1] >= fetched]
+            if spans:
+                base, last, epoch, _crc = spans[-1]
+                self._served[(name, p.tp)] = _Served(epoch, last + 1)
+
+    def _judge_fetch(self, name: str, tp: TopicPartition, offset: int) -> None:
+        d = self._open.get((name, tp))
+        if d is None:
+            return
+        if d.reset_to is not None and offset == d.reset_to:
+            self._decide(d, "reset", f"ListOffsets, then fetched at {offset}")
+        elif d.validated is not None and d.validated <= d.offset and offset <= d.offset:
+            self._decide(d, "detected", f"validated (end offset {d.validated}), then fetched at {offset}")
+        elif offset > d.offset:
+            why = "" if d.validated is None else f" after a validation answer of {d.validated}"
+            self._decide(d, "silent", f"fetched at {offset}, past the divergence point {d.offset}{why}")
+        elif d.validated is None and d.reset_to is None:
+            self._decide(d, "reset", f"fetched again from {offset} without asking")
+        elif d.validated is not None:
+            self._decide(d, "detected", f"validated (end offset {d.validated}), then fetched at {offset}")
+
+    def _decide(self, d: Divergence, verdict: str, detail: str) -> None:
+        d.verdict, d.detail, d.verdict_step = verdict, detail, self.step
+        self._open.pop((d.client, d.tp), None)
+        self._served.pop((d.client, d.tp), None)
+
+    def _on_list_offsets(self, name: str, response: ListOffsetsResponse) -> None:
+        for p in response.partitions:
+            key = (name, p.tp)
+            na = self._not_available.pop(key, None)
+            if na is not None:
+                na["then"] = "asked again" + ("" if p.error_code != Errors.NONE else f" and got {p.offset}")
+            if p.error_code == Errors.OFFSET_NOT_AVAILABLE:
+                entry = {"topic": p.tp.topic, "partition": p.tp.partition, "step": self.step, "then": "nothing"}
+                self.clients[name].offset_not_available.append(entry)
+                self._not_available[key] = entry
+            elif p.error_code == Errors.NONE and key in self._open:
+                self._open[key].reset_to = p.offset
+
+    def _on_commit(self, report: ClientReport, request: OffsetCommitRequest) -> None:
+        for p in request.partitions:
+            d = self._open.get((report.client_id, p.tp))
+            if request.version >= _OFFSET_COMMIT_EPOCH_VERSION and p.committed_leader_epoch < 0:
+                report.commits.append({"topic": p.topic, "partition": p.partition_index, "offset": p.committed_offset,
+                                       "step": self.step, "problem": "committed without a leader epoch"})
+            if d is not None and p.committed_offset > d.offset:
+                report.commits.append({"topic": p.topic, "partition": p.partition_index, "offset": p.committed_offset,
+                                       "step": self.step, "problem": f"committed beyond the divergence point {d.offset}"})
+
+    def _on_acked(self, name: str, request: ProduceRequest, response: ProduceResponse) -> None:
+        wire = self._wire
+        results = {p.tp: p for p in response.partitions}
+        for p in request.partitions:
+            r = results.get(p.tp)
+            if r is None or r.error_code != Errors.NONE or not isinstance(p.records, bytes):
+                continue
+            epoch = -1
+            if wire is not None:
+                epoch = wire.cluster.controller.state(p.tp).leader_epoch
+            crcs = tuple(s[3] for s in batch_spans(p.records))
+            self._acked.append(_Acked(name, p.tp, r.base_offset, crcs, epoch, self.step))
+
+    def _sent_epochs(self, report: ClientReport, api: str, epochs: list[tuple[TopicPartition, int]]) -> None:
+        if any(e >= 0 for _, e in epochs):
+            report.epochs_sent[api] = report.epochs_sent.get(api, 0) + 1
+        checker = None if self._wire is None else self._wire.cluster.checker
+        if checker is None:
+            return
+        before = len(checker.violations)
+        for tp, epoch in epochs:
+            checker.on_metadata_accepted(f"client:{report.client_id}", tp, None, epoch)
+        for v in checker.violations[before:]:
+            if v.invariant == METADATA_EPOCH_MONOTONIC:
+                report.metadata_epoch_backwards.append({"partition": v.partition, "step": v.step, "message": v.message,
+                                                        "api": api})
+
+    # --- the end ---------------------------------------------------------------------------------
+    def finish(self) -> None:
+        """Close the run: acks=all batches checked against the leaders' logs, open events left undecided
+        (or stuck, past the bound)."""
+        wire = self._wire
+        if wire is None:
+            return
+        cluster = wire.cluster
+        for a in self._acked:
+            leader = cluster.acting_leader(a.tp)
+            if leader is None:
+                continue
+            log = cluster.log(leader, a.tp)
+            batches = list(itertools.islice(log.batches(a.base_offset), len(a.crcs)))
+            if batches and batches[0].base_offset == a.base_offset and tuple(b.crc for b in batches) == a.crcs:
+                continue
+            if cluster.controller.unclean_after_epoch(a.tp, a.leader_epoch):
+                continue
+            self.clients[a.client].acks_lost.append({"topic": a.tp.topic, "partition": a.tp.partition,
+                                                     "offset": a.base_offset, "step": a.step})
+
+    def report(self) -> list[dict[str, Any]]:
+        return [c.to_json() for c in sorted(self.clients.values(), key=lambda c: c.client_id)]

@@ -1,0 +1,250 @@
+"""Scenarios of `epochguard serve`: a cluster configuration on a real-time scale plus stages of faults.
+
+A simulator scenario fires its faults at fixed steps; here a stage waits for a condition (the
+cluster is ready, an ISR has shrunk, some steps have passed, or the real clients have reached a point
+the `--trigger` names) and then schedules its faults a number of steps later. The faults are the
+simulator's own (`epochguard.sim.faults`), plus pausing the scenario's simulated producer so that a
+real consumer can catch up.
+
+Broker settings are scaled so that one step is 10 ms of wall-clock time and the cluster reacts on the
+scale of real clients' back-offs (100 ms to 1 s): a dead broker is fenced after 400 ms, a follower
+that stops fetching leaves the ISR after 500 ms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from epochguard.sim.cluster import ClusterConfig
+from epochguard.sim.faults import (
+    Crash,
+    Fault,
+    Heal,
+    Isolate,
+    LinkDelay,
+    PreferredElection,
+    Restart,
+    StaleMetadata,
+    Zombie,
+)
+from epochguard.sim.network import broker_node
+from epochguard.types import TopicPartition
+
+if TYPE_CHECKING:
+    from epochguard.sim.cluster import Cluster
+
+__all__ = [
+    "EVENTS",
+    "INPUT",
+    "WireConfig",
+    "Stage",
+    "WireScenario",
+    "PauseProducers",
+    "ResumeProducers",
+    "SCENARIOS",
+    "build",
+    "FAULT_TYPES",
+]
+
+EVENTS = "events"  # written by the scenario's simulated producer
+INPUT = "input"  # for real clients to produce to
+TICK_MS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class WireConfig(ClusterConfig):
+    """`ClusterConfig` with a second topic for real clients; the simulated clients use `topic` only."""
+
+    input_partitions: int = 1
+
+    def assignment(self) -> dict[TopicPartition, tuple[int, ...]]:
+        out = ClusterConfig.assignment(self)
+        ids = list(range(1, self.brokers + 1))
+        for p in range(self.input_partitions):
+            out[TopicPartition(INPUT, p)] = tuple(ids[(p + i) % len(ids)] for i in range(self.replication_factor))
+        return out
+
+
+BASE = WireConfig(
+    topic=EVENTS,
+    tick_ms=TICK_MS,
+    replica_lag_time_max_ms=500,
+    session_timeout_ms=400,
+    heartbeat_interval_ms=50,
+    hw_checkpoint_interval_ms=200,
+    fetch_backoff_ms=50,
+    producers=(1,),
+    producer_batch_size=5,
+    producer_interval_ms=50,
+    consumers=0,
+    monitor=False,
+    request_timeout_ms=500,
+    retry_backoff_ms=100,
+    metadata_backoff_ms=100,
+    metadata_max_age_ms=1000,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PauseProducers:
+    """The scenario's simulated producers stop sending (what is in flight completes)."""
+
+    def apply(self, cluster: Cluster) -> None:
+        for p in cluster.producers:
+            if p in cluster.clients:
+                cluster.clients.remove(p)
+
+    def describe(self) -> str:
+        return "simulated producers paused"
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeProducers:
+    def apply(self, cluster: Cluster) -> None:
+        for p in cluster.producers:
+            if p not in cluster.clients:
+                cluster.clients.insert(0, p)
+
+    def describe(self) -> str:
+        return "simulated producers resumed"
+
+
+FAULT_TYPES: dict[str, type] = {
+    t.__name__: t
+    for t in (Crash, Restart, Heal, Isolate, LinkDelay, PreferredElection, StaleMetadata, Zombie, PauseProducers,
+              ResumeProducers)
+}
+
+# Conditions a stage waits for, before its faults are scheduled.
+READY = "ready"  # every partition has a leader serving it
+TRIGGER = "trigger"  # the real clients reached the point `--trigger` names (or the wall-clock time-out)
+Condition = Callable[["Cluster"], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    wait: str | Condition  # READY, TRIGGER, or a predicate on the cluster
+    faults: tuple[tuple[int, Fault], ...] = ()  # (steps after the condition held, fault)
+    min_steps: int = 0  # and at least this many steps after the previous stage
+
+
+@dataclass(frozen=True, slots=True)
+class WireScenario:
+    name: str
+    config: WireConfig
+    stages: tuple[Stage, ...]
+    description: str
+    trigger_partition: TopicPartition = TopicPartition(EVENTS, 0)
+    settle_steps: int = 100  # after the last fault, with every partition led again: `settled`
+    commit_trigger: bool = False  # the TRIGGER stage also waits for a commit from the client
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def isr_is(tp: TopicPartition, isr: tuple[int, ...]) -> Condition:
+    def check(cluster: Cluster) -> bool:
+        return cluster.controller.state(tp).isr == isr
+
+    check.__name__ = f"isr of {tp} is {list(isr)}"
+    return check
+
+
+def _tp() -> TopicPartition:
+    return TopicPartition(EVENTS, 0)
+
+
+def clean() -> WireScenario:
+    return WireScenario("clean", BASE, (), "no faults: every request answered by a healthy cluster")
+
+
+def unclean_election() -> WireScenario:
+    cfg = replace(BASE, unclean_leader_election=True, min_insync_replicas=1)
+    stages = (
+        Stage(READY, ((0, Isolate(1)),), min_steps=50),  # broker 1's followers stop replicating
+        Stage(isr_is(_tp(), (1,)), ((20, PauseProducers()),)),  # acks=1 writes only broker 1 has, then a pause
+        Stage(TRIGGER, (
+            (0, Crash(1)),  # the only in-sync replica dies: broker 2 is elected uncleanly
+            (2, Heal(broker_node(1))),
+            (3, ResumeProducers()),  # the new leader takes new records at the offsets the old ones had
+            (300, Restart(1)),  # broker 1 comes back as a follower and truncates
+        ), min_steps=30),
+    )
+    return WireScenario("unclean-election", cfg, stages,
+                        "acks=1 records only the leader has are read, then the leader dies and a lagging replica is "
+                        "elected uncleanly: the records a consumer was served are replaced")
+
+
+def zombie_leader() -> WireScenario:
+    cfg = replace(BASE, unclean_leader_election=True, min_insync_replicas=1)
+    stages = (
+        Stage(READY, ((0, Isolate(1)),), min_steps=50),
+        Stage(isr_is(_tp(), (1,)), ((20, PauseProducers()),)),
+        Stage(TRIGGER, (
+            (0, Zombie(1)),  # cut off from the controller too: fenced, broker 2 elected uncleanly
+            (3, ResumeProducers()),  # broker 1 still believes it leads, serves and takes writes in epoch 0
+            (300, Heal(broker_node(1))),  # it hears of the new epoch, becomes a follower and truncates
+        ), min_steps=30),
+    )
+    return WireScenario("zombie-leader", cfg, stages,
+                        "the leader loses the controller but keeps serving its old epoch while another replica is "
+                        "elected; clients that still ask it read records the new leader never had")
+
+
+def stale_metadata() -> WireScenario:
+    stages = (
+        Stage(READY, ((0, StaleMetadata(3, lag_ms=4000)),), min_steps=50),
+        Stage(TRIGGER, ((0, PreferredElection(_tp(), 2)),), min_steps=20),
+        Stage(lambda c: True, ((0, PreferredElection(_tp(), 3)),), min_steps=100),
+        Stage(lambda c: True, ((0, StaleMetadata(3, lag_ms=0)),), min_steps=400),
+    )
+    return WireScenario("stale-metadata", BASE, stages,
+                        "broker 3 serves metadata 4 s late while leadership moves 1 -> 2 -> 3: clients asking it get an "
+                        "older leader epoch than they already used")
+
+
+def lagging_leader() -> WireScenario:
+    cfg = replace(BASE, replica_lag_time_max_ms=3000, producers=(-1,))
+    b2, b3 = broker_node(2), broker_node(3)
+    stages = (
+        Stage(TRIGGER, (
+            (0, LinkDelay(b3, b2, drop_rate=1.0, duration_ms=4000)),  # broker 3 cannot fetch from 2
+            (5, Crash(1)),  # broker 2 leads with a high watermark that waits for broker 3 (KIP-207)
+            (200, Restart(1)),
+        ), min_steps=50),
+    )
+    return WireScenario("lagging-leader", cfg, stages,
+                        "a new leader whose high watermark is behind the old one's until a follower leaves the ISR "
+                        "(3 s): ListOffsets(latest) answers OFFSET_NOT_AVAILABLE meanwhile")
+
+
+def leader_bounce() -> WireScenario:
+    cfg = replace(BASE, producers=(-1,))
+    stages = (
+        Stage(TRIGGER, (
+            (0, Crash(1)),  # leader 1 -> 2, clean
+            (100, Restart(1)),
+            (200, Crash(2)),  # leader 2 -> 3 (or 1)
+            (300, Restart(2)),
+            (400, PreferredElection(_tp(), 1)),
+        ), min_steps=50),
+    )
+    return WireScenario("leader-bounce", cfg, stages,
+                        "leaders crash and restart one after another, clean elections only, under acks=all traffic")
+
+
+SCENARIOS: dict[str, Callable[[], WireScenario]] = {
+    "clean": clean,
+    "unclean-election": unclean_election,
+    "zombie-leader": zombie_leader,
+    "stale-metadata": stale_metadata,
+    "lagging-leader": lagging_leader,
+    "leader-bounce": leader_bounce,
+}
+
+
+def build(name: str) -> WireScenario:
+    try:
+        return SCENARIOS[name]()
+    except KeyError:
+        raise ValueError(f"unknown scenario {name!r}; choose from {', '.join(SCENARIOS)}") from None

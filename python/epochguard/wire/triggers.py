@@ -1,0 +1,163 @@
+"""Faults that fire on what the server observes clients doing, with a wall-clock time-out.
+
+`--trigger served`: every consumer of the scenario's trigger partition has been served records up to
+the log end (the last record it got is the last one below the high watermark). `--trigger caught-up`:
+and it has since received an empty fetch at the log end. The two differ for clients that forget a
+position's epoch on an empty fetch. `--trigger commit` waits for a commit on the partition, `--trigger
+ack` for an acknowledged acks=all produce to `input`.
+
+`StageRunner` walks a scenario's stages: each waits for its condition (cluster ready, a predicate on
+the cluster, the client trigger) and at least `min_steps`, then its faults are scheduled at their step
+offsets and fired through the `fire` callback (which traces them). The wall clock is consulted only
+for the trigger's time-out; once fired, a fault is a step number in the trace, so replay needs no clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from epochguard.errors import Errors
+from epochguard.messages import FetchRequest, FetchResponse, OffsetCommitRequest, ProduceRequest, ProduceResponse
+from epochguard.sim.faults import Fault
+from epochguard.wire.judge import batch_spans
+from epochguard.wire.scenarios import INPUT, READY, TRIGGER, WireScenario
+
+__all__ = ["TRIGGERS", "ClientTrigger", "StageRunner"]
+
+TRIGGERS = ("served", "caught-up", "commit", "ack")
+
+
+@dataclass
+class _Progress:
+    served_at_end: bool = False
+    empty_at_end: bool = False
+
+
+class ClientTrigger:
+    """Watches exchanges for the trigger condition on one partition."""
+
+    def __init__(self, mode: str, partition: Any) -> None:
+        if mode not in TRIGGERS:
+            raise ValueError(f"unknown trigger {mode!r}; choose from {', '.join(TRIGGERS)}")
+        self.mode = mode
+        self.tp = partition
+        self.progress: dict[str, _Progress] = {}
+        self.committed = False
+        self.acked = False
+
+    def observe(self, client: str, request: Any, response: Any) -> None:
+        if isinstance(request, FetchRequest) and not request.is_from_follower and isinstance(response, FetchResponse):
+            for p in response.partitions:
+                if p.tp != self.tp or p.error_code != Errors.NONE:
+                    continue
+                prog = self.progress.setdefault(client, _Progress())
+                spans = batch_spans(p.records)
+                if spans:
+                    at_end = spans[-1][1] + 1 >= p.high_watermark
+                    prog.served_at_end = at_end
+                    prog.empty_at_end = False
+                elif prog.served_at_end:
+                    fetched = next((q.fetch_offset for q in request.partitions if q.tp == self.tp), -1)
+                    prog.empty_at_end = fetched >= p.high_watermark
+        elif isinstance(request, OffsetCommitRequest):
+            self.committed |= any(p.tp == self.tp for p in request.partitions)
+        elif isinstance(request, ProduceRequest) and isinstance(response, ProduceResponse) and request.acks == -1:
+            self.acked |= any(p.tp.topic == INPUT and p.error_code == Errors.NONE for p in response.partitions)
+
+    def met(self) -> bool:
+        if self.mode == "commit":
+            return self.committed
+        if self.mode == "ack":
+            return self.acked
+        if not self.progress:
+            return False
+        if self.mode == "served":
+            return all(p.served_at_end for p in self.progress.values())
+        return all(p.served_at_end and p.empty_at_end for p in self.progress.values())
+
+
+class StageRunner:
+    """Observer of a `WireCluster` that fires the scenario's faults (see the module docstring)."""
+
+    def __init__(
+        self,
+        scenario: WireScenario,
+        trigger: str,
+        fire: Callable[[Fault], None],
+        *,
+        timeout_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_event: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.trigger = ClientTrigger(trigger, scenario.trigger_partition)
+        self.fire = fire
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.on_event = on_event or (lambda kind, detail: None)
+        self.stage = 0
+        self.stage_started_step = 0
+        self.trigger_wait_since: float | None = None
+        self.scheduled: list[tuple[int, int, Fault]] = []  # (step, order, fault)
+        self.last_fault_step = 0
+        self.settled_step: int | None = None
+        self.trigger_outcome: str | None = None  # "met" or "timed out"
+
+    # --- observer --------------------------------------------------------------------------------
+    def on_exchange(self, conn: Any, header: Any, request: Any, response: Any, applied_step: int, step: int) -> None:
+        self.trigger.observe(conn.client_id or f"connection-{conn.id}", request, response)
+
+    def on_fault(self, fault: Any, step: int) -> None:
+        pass
+
+    def on_step(self, wire: Any) -> None:
+        step = wire.step_no
+        due = [s for s in self.scheduled if s[0] <= step]
+        if due:
+            self.scheduled = [s for s in self.scheduled if s[0] > step]
+            for _, _, fault in sorted(due, key=lambda s: s[:2]):
+                self.fire(fault)
+                self.last_fault_step = step
+        stages = self.scenario.stages
+        while self.stage < len(stages) and self._holds(stages[self.stage], wire):
+            stage = stages[self.stage]
+            for i, (delay, fault) in enumerate(stage.faults):
+                if delay == 0:
+                    self.fire(fault)
+                    self.last_fault_step = step
+                else:
+                    self.scheduled.append((step + delay, i, fault))
+            self.stage += 1
+            self.stage_started_step = step
+        if (self.settled_step is None and self.stage >= len(stages) and not self.scheduled and wire.ready()
+                and step - self.last_fault_step >= self.scenario.settle_steps):
+            self.settled_step = step
+            self.on_event("settled", {"step": step})
+
+    def _holds(self, stage: Any, wire: Any) -> bool:
+        step = wire.step_no
+        if step - self.stage_started_step < stage.min_steps:
+            return False
+        if stage.wait == READY:
+            return bool(wire.ready())
+        if stage.wait == TRIGGER:
+            now = self.clock()
+            if self.trigger_wait_since is None:
+                self.trigger_wait_since = now
+                self.on_event("trigger-armed", {"step": step, "trigger": self.trigger.mode})
+            if self.trigger.met():
+                self.trigger_outcome = "met"
+            elif now - self.trigger_wait_since >= self.timeout_s:
+                self.trigger_outcome = "timed out"
+            else:
+                return False
+            self.on_event("trigger", {"step": step, "trigger": self.trigger.mode, "outcome": self.trigger_outcome})
+            return True
+        return bool(stage.wait(wire.cluster))
+
+    @property
+    def settled(self) -> bool:
+        return self.settled_step is not None

@@ -1,0 +1,100 @@
+"""Invariant-checker behaviours pinned: the unclean-election excuse needs an unclean election, the skip
+excuse by a truncation reported right after the last delivery, re-reading what was delivered, and
+metadata going back to epoch 0."""
+
+from __future__ import annotations
+
+import pytest
+
+from epochguard.sim import invariants as inv
+from epochguard.sim.cluster import Cluster, ClusterConfig
+from epochguard.sim.controller import Election
+from epochguard.types import ConsumerRecord, FetchPosition, TopicPartition, TruncationEvent
+
+TP = TopicPartition("events", 0)
+
+
+@pytest.fixture
+def cluster() -> Cluster:
+    c = Cluster(ClusterConfig(consumers=0, monitor=False), seed=0)
+    c.run(40)
+    assert c.checker.violations == []
+    return c
+
+
+def _record(offset: int, value: bytes, epoch: int | None = 0) -> ConsumerRecord:
+    return ConsumerRecord(TP.topic, TP.partition, offset, 0, 0, b"k", value, (), epoch)
+
+
+def _real(cluster: Cluster, offset: int) -> ConsumerRecord:
+    epoch, key, value = cluster.log(1, TP).records_between(offset, offset + 1)[offset]
+    return ConsumerRecord(TP.topic, TP.partition, offset, 0, 0, key, value, (), epoch)
+
+
+def _truncation(divergent: int | None) -> TruncationEvent:
+    return TruncationEvent(TP, FetchPosition(divergent or 0, 0), divergent, 0, 1, "rewound", 0)
+
+
+def test_a_log_lacking_the_epoch_without_an_unclean_election_is_flagged(cluster: Cluster) -> None:
+    checker = cluster.checker
+    assert all(e != 7 for e, _ in cluster.log(1, TP).leader_epoch_cache.entries())
+    checker.on_consumed("c", _record(0, b"phantom", epoch=7), 1)
+    checker.on_fetch_served("c", TP, 1, 1)
+    [v] = checker.violations
+    assert v.invariant == inv.CONSUMER_CONTINUITY and "phantom" in v.message
+
+
+def test_a_log_lacking_the_epoch_after_an_unclean_election_is_only_noted(cluster: Cluster) -> None:
+    checker = cluster.checker
+    cluster.controller.elections.append(Election(cluster.timeline.step, TP, 2, 8, clean=False))
+    checker.on_consumed("c", _record(0, b"phantom", epoch=7), 1)
+    checker.on_fetch_served("c", TP, 1, 1)
+    assert checker.violations == []
+    assert any(e.kind == "note" and "cannot see" in e.message for e in cluster.timeline.events)
+
+
+def test_an_unclean_election_does_not_excuse_a_log_that_has_the_epoch(cluster: Cluster) -> None:
+    checker = cluster.checker
+    cluster.controller.elections.append(Election(cluster.timeline.step, TP, 2, 8, clean=False))
+    checker.on_consumed("c", _record(0, b"phantom", epoch=0), 1)  # epoch 0 is in broker 1's log
+    checker.on_fetch_served("c", TP, 1, 1)
+    assert [v.invariant for v in checker.violations] == [inv.CONSUMER_CONTINUITY]
+
+
+def test_a_skip_is_excused_by_a_truncation_reported_right_after_the_last_delivery(cluster: Cluster) -> None:
+    checker = cluster.checker
+    for o in (0, 1):
+        checker.on_consumed("c", _real(cluster, o), 1)
+    checker.on_truncation("c", _truncation(None))
+    checker.on_consumed("c", _real(cluster, 3), 1)
+    assert checker.violations == []
+
+
+def test_a_truncation_reported_before_the_last_delivery_does_not_excuse_a_skip(cluster: Cluster) -> None:
+    checker = cluster.checker
+    checker.on_consumed("c", _real(cluster, 0), 1)
+    checker.on_truncation("c", _truncation(None))
+    checker.on_consumed("c", _real(cluster, 1), 1)
+    checker.on_consumed("c", _real(cluster, 3), 1)
+    [v] = checker.violations
+    assert "skipped offsets 2..2" in v.message
+
+
+def test_re_reading_delivered_offsets_without_a_truncation_is_not_a_violation(cluster: Cluster) -> None:
+    checker = cluster.checker
+    for o in (0, 1, 2, 3, 2, 3, 4):  # a re-fetch of 2..3 (same records), then on
+        checker.on_consumed("c", _real(cluster, o), 1)
+    checker.on_fetch_served("c", TP, 1, 2)
+    checker.on_fetch_served("c", TP, 1, 5)
+    assert checker.violations == []
+
+
+def test_metadata_going_back_to_epoch_zero(cluster: Cluster) -> None:
+    checker = cluster.checker
+    checker.on_metadata_accepted("c", TP, 1, 0)
+    checker.on_metadata_accepted("c", TP, 1, 0)
+    assert checker.violations == []
+    checker.on_metadata_accepted("c", TP, 2, 2)
+    checker.on_metadata_accepted("c", TP, 1, 0)
+    [v] = checker.violations
+    assert v.invariant == inv.METADATA_EPOCH_MONOTONIC and "epoch 0 after having epoch 2" in v.message

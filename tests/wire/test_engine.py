@@ -1,0 +1,139 @@
+"""The wire engine at the message level (no sockets): long polls, acks=all, ordering, crashes, ApiVersions."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from epochguard.errors import Errors
+from epochguard.messages import (
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    MetadataRequest,
+    MetadataResponse,
+    ProducePartition,
+    ProduceRequest,
+    ProduceResponse,
+)
+from epochguard.records import encode_batch, iter_batches
+from epochguard.sim.faults import Crash
+from epochguard.wire import codec
+from epochguard.wire.endpoint import Endpoint
+from epochguard.wire.engine import WireCluster
+from epochguard.wire.scenarios import build
+
+ADDRESSES = {1: ("127.0.0.1", 9001), 2: ("127.0.0.1", 9002), 3: ("127.0.0.1", 9003)}
+
+
+def header(api_key: int, version: int, correlation_id: int = 1) -> codec.RequestHeader:
+    return codec.RequestHeader(api_key, version, correlation_id, "test-client")
+
+
+@pytest.fixture
+def wire() -> WireCluster:
+    w = WireCluster(build("clean"), 0, ADDRESSES)
+    for _ in range(200):
+        w.step()
+        if w.ready():
+            break
+    assert w.ready()
+    return w
+
+
+def steps(w: WireCluster, n: int) -> list:
+    out = []
+    for _ in range(n):
+        w.step()
+        out += w.drain()
+    return out
+
+
+def produce(w: WireCluster, conn, values: list[bytes], acks: int, correlation_id: int = 7) -> bytes:
+    raw = encode_batch([(b"k", v) for v in values], base_offset=0, partition_leader_epoch=-1)
+    w.submit(conn, header(0, 9, correlation_id), ProduceRequest((ProducePartition("input", 0, raw),), acks=acks,
+                                                                timeout_ms=5000, version=9))
+    return raw
+
+
+def test_acks_all_is_answered_once_the_isr_has_the_batch_stamped_in_place(wire: WireCluster) -> None:
+    conn = wire.connect(1)
+    raw = produce(wire, conn, [b"a", b"b", b"c"], acks=-1)
+    assert wire.drain() == []  # the followers have not fetched it yet
+    answers = steps(wire, 20)
+    ((_, hdr, response),) = answers
+    assert isinstance(response, ProduceResponse) and hdr.correlation_id == 7
+    assert response.partitions[0].error_code == Errors.NONE and response.partitions[0].base_offset == 0
+    for broker in (1, 2, 3):  # every ISR member holds the client's batch as it was sent, offsets and epoch set
+        (batch,) = list(iter_batches(wire.cluster.log(broker, response.partitions[0].tp).read(0)))
+        assert batch.base_offset == 0 and batch.partition_leader_epoch == 0
+        assert batch.crc == next(iter(iter_batches(raw))).crc
+        assert [r.value for r in batch.records()] == [b"a", b"b", b"c"]
+
+
+def test_a_fetch_at_the_log_end_long_polls_until_records_arrive(wire: WireCluster) -> None:
+    consumer, producer = wire.connect(1), wire.connect(1)
+    fetch = FetchRequest((FetchPartition("input", 0, 0),), max_wait_ms=2000, min_bytes=1, version=12)
+    wire.submit(consumer, header(1, 12, 3), fetch)
+    assert steps(wire, 20) == []  # 200 ms of a 2 s wait: nothing yet
+    produce(wire, producer, [b"x"], acks=1)
+    answers = steps(wire, 20)
+    fetched = [r for c, _, r in answers if c is consumer]
+    assert len(fetched) == 1 and isinstance(fetched[0], FetchResponse)
+    assert [r.value for b in iter_batches(fetched[0].partitions[0].records) for r in b.records()] == [b"x"]
+
+
+def test_an_empty_long_poll_ends_at_max_wait_of_the_clusters_clock(wire: WireCluster) -> None:
+    conn = wire.connect(1)
+    start = wire.now_ms
+    wire.submit(conn, header(1, 12), FetchRequest((FetchPartition("input", 0, 0),), max_wait_ms=300, version=12))
+    answered_at = None
+    for _ in range(60):
+        wire.step()
+        if wire.drain():
+            answered_at = wire.now_ms
+            break
+    assert answered_at is not None and 300 <= answered_at - start <= 300 + wire.scenario.config.tick_ms
+
+
+def test_requests_on_one_connection_are_answered_in_order(wire: WireCluster) -> None:
+    conn = wire.connect(1)
+    wire.submit(conn, header(1, 12, 1), FetchRequest((FetchPartition("input", 0, 0),), max_wait_ms=200, version=12))
+    wire.submit(conn, header(3, 12, 2), MetadataRequest(version=12))
+    assert wire.drain() == []  # the metadata request waits behind the long poll, as Kafka mutes the channel
+    answers = steps(wire, 30)
+    assert [h.correlation_id for _, h, _ in answers] == [1, 2]
+    metadata = answers[1][2]
+    assert isinstance(metadata, MetadataResponse)
+    assert {(b.node_id, b.port) for b in metadata.brokers} == {(b, p) for b, (_, p) in ADDRESSES.items()}
+    assert {t.name for t in metadata.topics} == {"events", "input"}
+
+
+def test_a_crashed_broker_drops_its_connections_and_refuses_new_ones(wire: WireCluster) -> None:
+    conn, other = wire.connect(1), wire.connect(2)
+    wire.fire(Crash(1))
+    assert conn.closed and not other.closed
+    assert wire.connect(1) is None
+
+
+def test_apiversions_at_an_unknown_version_is_answered_at_v0_with_unsupported_version(wire: WireCluster) -> None:
+    endpoint = Endpoint(wire)
+    conn = endpoint.connect(1)
+    frame = struct.pack(">hhih", 18, 9, 42, 4) + b"test" + b"\x00" * 8
+    endpoint.receive(conn, frame)
+    ((_, out),) = endpoint.outgoing()
+    size, correlation_id, error_code = struct.unpack_from(">iih", out)
+    assert size == len(out) - 4 and correlation_id == 42 and error_code == Errors.UNSUPPORTED_VERSION
+    # v0 body: error code, then the ApiVersions range alone (api key 18, versions 0..3)
+    assert struct.unpack_from(">ihhh", out, 10) == (1, 18, 0, 3)
+
+
+def test_a_frame_that_does_not_decode_closes_only_its_connection(wire: WireCluster) -> None:
+    endpoint = Endpoint(wire)
+    bad, good = endpoint.connect(1), endpoint.connect(1)
+    endpoint.receive(bad, struct.pack(">hhih", 3, 12, 5, 2) + b"ab" + b"\xff" * 3)  # truncated Metadata body
+    assert bad.closed and bad in endpoint.closed()
+    endpoint.receive(good, struct.pack(">hhih", 18, 0, 6, 2) + b"ok")
+    ((conn, out),) = endpoint.outgoing()
+    assert conn is good and struct.unpack_from(">ih", out, 4) == (6, 0)

@@ -1,0 +1,103 @@
+"""The ground-truth judge on hand-made delivery logs: each verdict, and the producer's outcome."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from epochguard.wire.drivers.delivery_log import digest
+from epochguard.wire.drivers.truth import FinalLog, judge_client
+
+TP = ("events", 0)
+# The final log: offsets 0-9 hold "old-i"; 10-19 were truncated in an election and now hold "new-i".
+FINAL = FinalLog(
+    partitions={TP: {o: digest(f"{'old' if o < 10 else 'new'}-{o}".encode()) for o in range(20)},
+                ("input", 0): {0: digest(b"p-0"), 1: digest(b"p-1"), 2: digest(b"p-1")}},
+    log_start={TP: 0, ("input", 0): 0},
+    high_watermark={TP: 20, ("input", 0): 3},
+)
+
+
+def consumed(t: float, offset: int, value: str) -> dict[str, Any]:
+    return {"t": t, "kind": "consumed", "topic": "events", "partition": 0, "offset": offset,
+            "leader_epoch": None, "digest": digest(value.encode())}
+
+
+def history(*tail: dict[str, Any], end_t: float = 100.0) -> list[dict[str, Any]]:
+    """Read 0-9, then phantoms at 10-12 (served by the old leader), then `tail`."""
+    head = [{"t": 0.0, "kind": "start", "client_id": "epochguard-x", "software": "x"}]
+    head += [consumed(1.0 + o / 100, o, f"old-{o}") for o in range(10)]
+    head += [consumed(2.0 + o / 100, o, f"zombie-{o}") for o in (10, 11, 12)]
+    return [*head, *tail, {"t": end_t, "kind": "stop"}]
+
+
+def verdict(log: list[dict[str, Any]]) -> str:
+    truth = judge_client(log, FINAL, stuck_after_s=5.0)
+    assert [(d.offset, d.last_phantom, d.phantoms) for d in truth.divergences] == [(10, 12, 3)]
+    return truth.divergences[0].verdict
+
+
+def test_rereading_from_the_divergence_point_is_detected() -> None:
+    assert verdict(history(*(consumed(3.0 + o / 100, o, f"new-{o}") for o in range(10, 20)))) == "detected"
+
+
+def test_a_jump_to_the_log_start_is_a_reset() -> None:
+    tail = [consumed(3.0 + o / 100, o, f"old-{o}") for o in range(10)]
+    tail += [consumed(4.0 + o / 100, o, f"new-{o}") for o in range(10, 20)]
+    assert verdict(history(*tail)) == "reset"
+
+
+def test_going_on_past_the_phantoms_is_silent() -> None:
+    assert verdict(history(*(consumed(3.0 + o / 100, o, f"new-{o}") for o in range(13, 20)))) == "silent"
+
+
+def test_no_progress_while_the_leader_has_data_is_stuck() -> None:
+    assert verdict(history()) == "stuck"
+    assert verdict(history(consumed(30.0, 10, "new-10"))) == "stuck"  # came back, but past the bound
+
+
+def test_a_truncation_raised_and_nothing_consumed_after_is_detected() -> None:
+    raised = {"t": 3.0, "kind": "truncation", "source": "poll", "text": "LogTruncationError: events-0"}
+    assert verdict(history(raised)) == "detected"
+
+
+def test_a_run_that_ends_right_after_the_phantoms_is_undecided() -> None:
+    assert verdict(history(end_t=3.0)) == "undecided"
+
+
+def test_a_clean_history_has_no_divergence_and_counts_gaps_and_rereads() -> None:
+    log = [consumed(1.0, o, f"old-{o}") for o in (0, 1, 1, 2, 4, 5)]
+    truth = judge_client(log, FINAL)
+    assert truth.divergences == []
+    assert truth.reread == 1 and truth.skipped == 1  # offset 1 twice, offset 3 never
+
+
+def test_acked_records_missing_or_doubled_in_the_final_log() -> None:
+    def produced(value: str, offset: int | None) -> dict[str, Any]:
+        return {"t": 1.0, "kind": "produced", "topic": "input", "partition": 0, "offset": offset,
+                "digest": digest(value.encode()), "acks": "all", "error": None if offset is not None else "x"}
+
+    truth = judge_client([produced("p-0", 0), produced("p-1", 1), produced("p-2", 2), produced("p-3", None)], FINAL)
+    assert truth.produced_acked == 3
+    assert truth.lost_acked == [digest(b"p-2")]  # acked, not in the final log; p-3 was never acked
+    assert truth.duplicated_produced == [digest(b"p-1")]
+
+
+@pytest.mark.parametrize("value", ["old-12", "new-12"])
+def test_records_compare_by_content_not_offset(value: str) -> None:
+    log = [consumed(1.0, 12, value)]
+    assert len(judge_client(log, FINAL).divergences) == (value == "old-12")
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("127.0.0.1:40263/1: Disconnected: connection reset by peer (after 0ms in state UP)", "log"),
+    ("Resetting offset for partition TopicPartition(topic='events', partition=0) using earliest strategy.", "reset"),
+    ("events [0]: offset reset (at offset 25, broker 2) to BEGINNING: Broker: Offset out of range", "reset"),
+    ("No epoch found less or equal to 30: broker end offset is -1. Reset using configured policy.", "reset"),
+    ("events [0]: Local: Partition log truncation detected", "truncation"),
+])
+def test_client_text_classification(text: str, kind: str) -> None:
+    from epochguard.wire.drivers.delivery_log import classify
+
+    assert classify(text) == kind

@@ -1,0 +1,328 @@
+"""Mutation testing of the protocol modules (mutmut 3) and the Rust core (cargo-mutants): `make mutants`.
+
+    python tools/mutants.py python [--changed] [--base REF] [--only GLOB ...] [--max-children N]
+    python tools/mutants.py rust   [--changed] [--base REF] [--jobs N] [--timeout S]
+    python tools/mutants.py report [--summary FILE]
+
+Python: mutmut needs the package importable as `epochguard` from its `mutants/` copy, and only knows
+the `src/` layout, so the package is mirrored into `target/mutants/py/src/epochguard` (the compiled
+`_core` with it) and mutmut runs there, with the protocol and simulator tests (no Spark) as the
+oracle; mutmut runs only the tests that reach the mutated function. The mirror is kept between runs:
+mutmut re-tests only functions whose code changed, so a second run is incremental by itself.
+`--changed` mutates only the target files changed since the merge base with `--base` (default main).
+
+Rust: cargo-mutants over `RUST_FILES`, with the crate's own tests (lib + tests/rust) as the oracle;
+`--changed` passes `--in-diff` with the diff since the merge base.
+
+Scores: a mutant is killed (a test failed, it timed out, or it broke the import), survived, or
+equivalent: listed in tools/mutants-equivalent.txt (`name  # why it cannot change behaviour`), left
+out of the denominator. `report` prints the per-file table, writes the survivors (each with its diff)
+to target/mutants/survivors.md and, with --summary, the table as Markdown (a GitHub job summary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "target" / "mutants"
+PY_WORK = WORK / "py"
+RUST_OUT = WORK / "rust"
+EQUIVALENT = ROOT / "tools" / "mutants-equivalent.txt"
+
+# The protocol state machines, the coordinator and the simulator's invariants (package-relative globs;
+# `consumer/*` covers the consumer package after its split).
+PY_TARGETS = [
+    "leader.py",
+    "replica.py",
+    "replica_manager.py",
+    "consumer.py",
+    "consumer/*.py",
+    "consumer/*/*.py",
+    "metadata.py",
+    "log.py",
+    "coordinator.py",
+    "sim/invariants.py",
+]
+PY_TESTS = ["tests/protocol", "tests/sim"]
+# Each group of Rust files with the cargo tests that are its oracle (building fewer test binaries per
+# mutant is most of the speed): the epoch core with tests/rust/epoch.rs, the record-batch decoder with
+# the unit tests and tests/rust/records.rs.
+RUST_GROUPS = {
+    "epoch": (["rust/epoch_cache.rs", "rust/divergence.rs", "rust/checkpoint.rs"], ["--test", "epoch"]),
+    "decoder": (
+        ["rust/records/batch.rs", "rust/records/record.rs", "rust/records/varint.rs", "rust/records/legacy.rs"],
+        ["--lib", "--test", "records"],
+    ),
+}
+RUST_FILES = [f for files, _ in RUST_GROUPS.values() for f in files]
+
+# mutmut's exit codes: which count as killed (mutmut.stats.status_by_exit_code)
+_KILLED = {1, 3, 24, -24, 152, 255, 36, 37, -9, -11}
+_SURVIVED = {0, 5, 33}
+
+
+def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    print("+", " ".join(cmd), flush=True)
+    return subprocess.run(cmd, **kw)
+
+
+def changed_files(base: str) -> set[str]:
+    """Files changed since the merge base with `base`, committed or not (repository-relative)."""
+    merge_base = subprocess.run(["git", "merge-base", "HEAD", base], cwd=ROOT, capture_output=True, text=True)
+    ref = merge_base.stdout.strip() or base
+    out = subprocess.run(["git", "diff", "--name-only", ref], cwd=ROOT, capture_output=True, text=True, check=True)
+    untracked = subprocess.run(
+        ["git", "ls-files", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return {line for line in (out.stdout + untracked.stdout).splitlines() if line}
+
+
+def _is_target(rel: str) -> bool:
+    return any(fnmatch.fnmatch(rel, pattern) for pattern in PY_TARGETS)
+
+
+# --- Python ------------------------------------------------------------------------------------------
+def _sync_tree(src: Path, dst: Path, *, skip: tuple[str, ...] = ("__pycache__",)) -> None:
+    """Mirror `src` into `dst`: copy what differs (new mtime, so mutmut sees the change), drop extras."""
+    dst.mkdir(parents=True, exist_ok=True)
+    wanted = set()
+    for path in src.rglob("*"):
+        if any(part in skip for part in path.parts):
+            continue
+        rel = path.relative_to(src)
+        wanted.add(rel)
+        target = dst / rel
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif not target.exists() or target.read_bytes() != path.read_bytes():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, target)
+    for path in sorted(dst.rglob("*"), reverse=True):
+        rel = path.relative_to(dst)
+        if rel not in wanted and not any(part in skip for part in rel.parts):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def _mutmut_config(only: list[str]) -> str:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    pytest_ini = pyproject["tool"]["pytest"]["ini_options"]
+    lines = ["[tool.pytest.ini_options]"]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in pytest_ini.items() if key != "testpaths"]
+    lines += [
+        "",
+        "[tool.mutmut]",
+        'source_paths = ["src/epochguard"]',
+        f"only_mutate = {json.dumps(['src/epochguard/' + p for p in only])}",
+        f"pytest_add_cli_args = {json.dumps(['-p', 'no:cacheprovider', '-m', 'not slow and not spark'])}",
+        f"pytest_add_cli_args_test_selection = {json.dumps(PY_TESTS)}",
+        "use_git_change_detection = false",
+        "timeout_multiplier = 10.0",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def run_python(args: argparse.Namespace) -> int:
+    package = ROOT / "python" / "epochguard"
+    if not list(package.glob("_core*")):
+        sys.exit("the compiled extension is missing: run `make setup` first")
+    only = list(args.only or PY_TARGETS)
+    if args.changed:
+        changed = {p.removeprefix("python/epochguard/") for p in changed_files(args.base) if p.startswith("python/epochguard/")}
+        only = sorted(p for p in changed if _is_target(p))
+        if not only:
+            print("mutants: no protocol module changed since", args.base)
+            return 0
+    _sync_tree(package, PY_WORK / "src" / "epochguard")
+    for folder in PY_TESTS:
+        _sync_tree(ROOT / folder, PY_WORK / folder)
+    (PY_WORK / "pyproject.toml").write_text(_mutmut_config(only))
+    # mutmut skips a file whose copy in mutants/ is newer than the source, even if that copy was
+    # left unmutated by an earlier run with another selection: drop such copies of the targets.
+    copies = PY_WORK / "mutants" / "src" / "epochguard"
+    for pattern in only:
+        for copy in copies.glob(pattern):
+            if "_mutmut_mutated" not in copy.read_text():
+                copy.unlink()
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)]
+    result = _run(cmd, cwd=PY_WORK, env=env)
+    return result.returncode
+
+
+@dataclass
+class FileScore:
+    killed: int = 0
+    survived: list[str] = field(default_factory=list)
+    equivalent: int = 0
+    not_run: int = 0
+
+    @property
+    def counted(self) -> int:
+        return self.killed + len(self.survived)
+
+    def percent(self) -> str:
+        return "n/a" if not self.counted else f"{100 * self.killed / self.counted:.1f}%"
+
+
+def load_equivalent() -> dict[str, str]:
+    """`name  # reason` per line; every entry must give a reason."""
+    out: dict[str, str] = {}
+    if not EQUIVALENT.exists():
+        return out
+    for n, line in enumerate(EQUIVALENT.read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, _, reason = line.partition("#")
+        if not reason.strip():
+            sys.exit(f"{EQUIVALENT}:{n}: an equivalent mutant needs a one-line reason")
+        out[name.strip()] = reason.strip()
+    return out
+
+
+def python_scores(equivalent: dict[str, str]) -> dict[str, FileScore]:
+    scores: dict[str, FileScore] = {}
+    root = PY_WORK / "mutants" / "src" / "epochguard"
+    for meta in sorted(root.rglob("*.py.meta")):
+        rel = meta.relative_to(root).as_posix().removesuffix(".meta")
+        if not _is_target(rel):
+            continue
+        score = scores.setdefault(f"python/epochguard/{rel}", FileScore())
+        for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+            name = name.removeprefix("src.")
+            if name in equivalent:
+                score.equivalent += 1
+            elif code is None:
+                score.not_run += 1
+            elif code in _SURVIVED:
+                score.survived.append(name)
+            elif code in _KILLED:
+                score.killed += 1
+            else:
+                score.survived.append(name)  # suspicious: not a clean kill
+    return scores
+
+
+def _python_diff(name: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=PY_WORK, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+# --- Rust --------------------------------------------------------------------------------------------
+def run_rust(args: argparse.Namespace) -> int:
+    if subprocess.run(["cargo", "mutants", "--version"], capture_output=True).returncode != 0:
+        sys.exit("cargo-mutants is missing: cargo install cargo-mutants --locked")
+    status = 0
+    for group in args.groups or list(RUST_GROUPS):
+        if group not in RUST_GROUPS:
+            sys.exit(f"unknown group {group!r}: one of {sorted(RUST_GROUPS)}")
+        files, test_args = RUST_GROUPS[group]
+        out = RUST_OUT / group
+        out.parent.mkdir(parents=True, exist_ok=True)
+        cmd = ["cargo", "mutants", "--no-shuffle", "--output", str(out), "--jobs", str(args.jobs)]
+        cmd += ["--timeout", str(args.timeout), *(a for f in files for a in ("--file", f))]
+        cmd += [f"--cargo-test-arg={a}" for a in test_args]
+        if args.in_place:
+            cmd.append("--in-place")  # reuses ./target (no fresh debug build of the dependencies)
+        if args.changed:
+            merge_base = subprocess.run(["git", "merge-base", "HEAD", args.base], cwd=ROOT, capture_output=True, text=True)
+            diff = subprocess.run(["git", "diff", merge_base.stdout.strip() or args.base, "--", *files],
+                                  cwd=ROOT, capture_output=True, text=True, check=True).stdout
+            if not diff.strip():
+                print(f"mutants: no {group} file changed since {args.base}")
+                continue
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "changes.diff").write_text(diff)
+            cmd += ["--in-diff", str(out / "changes.diff")]
+        result = _run(cmd, cwd=ROOT)
+        if result.returncode not in (0, 2, 3):  # 2: mutants missed, 3: timeouts (both reported, not failures)
+            status = result.returncode
+    return status
+
+
+def rust_scores(equivalent: dict[str, str]) -> dict[str, FileScore]:
+    scores: dict[str, FileScore] = {}
+    outcomes = [json.loads(p.read_text()).get("outcomes", []) for p in sorted(RUST_OUT.glob("*/mutants.out/outcomes.json"))]
+    for outcome in (o for group in outcomes for o in group):
+        scenario = outcome.get("scenario")
+        if not isinstance(scenario, dict) or "Mutant" not in scenario:
+            continue
+        mutant = scenario["Mutant"]
+        file = mutant.get("file", "?")
+        name = _rust_name(mutant)
+        score = scores.setdefault(file, FileScore())
+        summary = outcome.get("summary")
+        if name in equivalent:
+            score.equivalent += 1
+        elif summary in ("CaughtMutant", "Timeout"):
+            score.killed += 1
+        elif summary == "MissedMutant":
+            score.survived.append(name)
+        elif summary == "Unviable":
+            score.equivalent += 0  # does not build: neither killed nor survived
+        else:
+            score.not_run += 1
+    return scores
+
+
+def _rust_name(mutant: dict) -> str:
+    span = mutant.get("span", {}).get("start", {})
+    return f"{mutant.get('file')}:{span.get('line')}:{span.get('column')}: replace {mutant.get('function', {}).get('function_name', '?') if isinstance(mutant.get('function'), dict) else ''} {mutant.get('genre', '')} with {mutant.get('replacement', '')}".replace("  ", " ")
+
+
+# --- report ------------------------------------------------------------------------------------------
+def report(args: argparse.Namespace) -> int:
+    equivalent = load_equivalent()
+    scores = {**python_scores(equivalent), **rust_scores(equivalent)}
+    rows = ["| file | killed | survived | equivalent | not run | score |", "|---|---:|---:|---:|---:|---:|"]
+    for file, s in sorted(scores.items()):
+        rows.append(f"| {file} | {s.killed} | {len(s.survived)} | {s.equivalent} | {s.not_run} | {s.percent()} |")
+    table = "\n".join(rows)
+    print(table)
+    WORK.mkdir(parents=True, exist_ok=True)
+    lines = ["# Surviving mutants", "", table, ""]
+    for file, s in sorted(scores.items()):
+        for name in s.survived:
+            diff = _python_diff(name) if file.startswith("python/") else ""
+            lines += [f"## {name}", "", "```diff", diff or name, "```", ""]
+    (WORK / "survivors.md").write_text("\n".join(lines))
+    print(f"survivors: {WORK / 'survivors.md'}")
+    if args.summary:
+        with open(args.summary, "a") as f:
+            f.write("## Mutation testing\n\n" + table + "\n\nSurvivors (with diffs): the `mutants` artifact.\n")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    py = sub.add_parser("python")
+    py.add_argument("--changed", action="store_true")
+    py.add_argument("--base", default="main")
+    py.add_argument("--only", nargs="*", help="package-relative globs (default: every target)")
+    py.add_argument("--max-children", type=int, default=2)
+    rs = sub.add_parser("rust")
+    rs.add_argument("--changed", action="store_true")
+    rs.add_argument("--base", default="main")
+    rs.add_argument("--jobs", type=int, default=1)
+    rs.add_argument("--timeout", type=int, default=120)
+    rs.add_argument("--in-place", action="store_true", help="mutate the working tree (faster; keep hands off meanwhile)")
+    rs.add_argument("groups", nargs="*", help=f"of {sorted(RUST_GROUPS)} (default: all)")
+    rp = sub.add_parser("report")
+    rp.add_argument("--summary", help="append the table as Markdown (e.g. $GITHUB_STEP_SUMMARY)")
+    args = parser.parse_args()
+    return {"python": run_python, "rust": run_rust, "report": report}[args.what](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,8 +11,8 @@ segments, which only grow while readers hold them; read the file into bytes firs
 
 from __future__ import annotations
 
-from os import PathLike
 from collections.abc import Sequence
+from os import PathLike
 from typing import TYPE_CHECKING, Any
 
 from epochguard._core import (

@@ -318,7 +318,7 @@ def test_batched_lookups_at_the_extremes_match_the_scalar_ones() -> None:
     epochs = np.array(EXTREME_EPOCHS, dtype=np.int32)
     for leo in (I64_MIN, 0, I64_MAX):
         out_epochs, out_offsets = cache.end_offsets_for(epochs, leo)
-        assert list(zip(out_epochs.tolist(), out_offsets.tolist())) == [
+        assert list(zip(out_epochs.tolist(), out_offsets.tolist(), strict=True)) == [
             cache.end_offset_for(e, leo) for e in EXTREME_EPOCHS
         ]
     for offsets in (EXTREME_OFFSETS, EXTREME_OFFSETS[::-1]):  # the sorted walk and the search path

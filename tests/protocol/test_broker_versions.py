@@ -17,10 +17,10 @@ from epochguard.api_versions import (
     NodeApiVersions,
 )
 from epochguard.errors import Errors
-from epochguard.replica_manager import ReplicaManager
 from epochguard.log import PartitionLog
 from epochguard.messages import FetchRequest, OffsetsForLeaderEpochRequest
 from epochguard.replica import FetchState
+from epochguard.replica_manager import ReplicaManager
 from epochguard.types import LeaderAndEpoch, OffsetAndMetadata
 
 OLD_BROKER = BROKER_API_VERSIONS.with_range(ApiKey.OFFSET_FOR_LEADER_EPOCH, 0, 2)

@@ -5,8 +5,11 @@ behaviour it takes."""
 from __future__ import annotations
 
 import pytest
+from protocol_support import TP
 from test_consumer import Cluster, consumer, truncated_cluster
 
+from epochguard.api_versions import BROKER_API_VERSIONS
+from epochguard.consumer import Consumer
 from epochguard.errors import LogTruncationError, OffsetOutOfRangeError
 from epochguard.messages import (
     ListOffsetsRequest,
@@ -18,10 +21,7 @@ from epochguard.messages import (
     OffsetsForLeaderEpochRequest,
 )
 from epochguard.metadata import ClientMetadata
-from epochguard.api_versions import BROKER_API_VERSIONS
-from epochguard.consumer import Consumer
 from epochguard.types import LeaderAndEpoch, OffsetAndMetadata
-from protocol_support import TP
 
 
 def test_undefined_end_offset_is_out_of_range_but_not_divergent():

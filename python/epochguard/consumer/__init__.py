@@ -64,11 +64,11 @@ from epochguard.consumer.subscription import FetchState, PartitionState, Subscri
 from epochguard.metadata import ClientMetadata
 from epochguard.types import (
     ConsumerRecords,
+    EpochProtocol,
     FetchPosition,
     IsolationLevel,
     LeaderAndEpoch,
     OffsetAndMetadata,
-    EpochProtocol,
     ResetPolicy,
     TopicPartition,
 )

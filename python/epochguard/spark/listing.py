@@ -110,7 +110,7 @@ class HadoopFileSystem:
         self._jvm = jvm
         self._conf = spark.sparkContext._jsc.hadoopConfiguration()
 
-    def _fs(self, path: str):  # noqa: ANN202 - a py4j JavaObject
+    def _fs(self, path: str):
         jpath = self._jvm.org.apache.hadoop.fs.Path(path)
         return jpath, jpath.getFileSystem(self._conf)
 
@@ -134,7 +134,7 @@ class HadoopFileSystem:
 
 def is_local(path: str) -> bool:
     """Plain filesystem paths are read by the Rust core directly (mmap); others go through Hadoop."""
-    return not SCHEME.match(path) or len(path) > 1 and path[1] == ":"  # a Windows drive letter is local
+    return not SCHEME.match(path) or (len(path) > 1 and path[1] == ":")  # a Windows drive letter is local
 
 
 def filesystem_for(path: str, spark: SparkSession | None) -> FileSystem:

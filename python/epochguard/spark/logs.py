@@ -20,8 +20,8 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from epochguard import _core
-from epochguard.records import COMPUTED_COLUMNS, RECORD_COLUMNS
 from epochguard.errors import EpochGuardError
+from epochguard.records import COMPUTED_COLUMNS, RECORD_COLUMNS
 from epochguard.spark.listing import Listing, PartitionReplica, Segment, is_local, list_log_dirs
 
 if TYPE_CHECKING:

@@ -18,10 +18,10 @@ from epochguard.errors import EpochGuardError, Errors
 from epochguard.messages import Request, Response
 from epochguard.metadata import ClientMetadata
 from epochguard.types import (
+    EpochProtocol,
     IsolationLevel,
     OffsetAndMetadata,
     OffsetResetEvent,
-    EpochProtocol,
     TopicPartition,
     TruncationEvent,
 )

@@ -21,7 +21,15 @@ from epochguard.messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
-from epochguard.types import NO_EPOCH, FetchPosition, OffsetAndMetadata, ResetReason, TopicPartition, epoch_or_none, epoch_or_sentinel
+from epochguard.types import (
+    NO_EPOCH,
+    FetchPosition,
+    OffsetAndMetadata,
+    ResetReason,
+    TopicPartition,
+    epoch_or_none,
+    epoch_or_sentinel,
+)
 
 __all__ = ["CommitManager"]
 

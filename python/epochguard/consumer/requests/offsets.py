@@ -22,7 +22,12 @@ from epochguard.consumer.requests.base import (
 )
 from epochguard.consumer.subscription import FetchState
 from epochguard.errors import EpochGuardError, Errors, NoOffsetForPartitionError, RequestTimedOutError
-from epochguard.messages import ListOffsetsPartition, ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse
+from epochguard.messages import (
+    ListOffsetsPartition,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
 from epochguard.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,

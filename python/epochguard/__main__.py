@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     from epochguard.wire.cli import add_parsers as add_wire_commands
 
     add_wire_commands(sub)  # serve, judge
+    from epochguard.wire.drivers.compat import configure as configure_compat
+
+    configure_compat(sub.add_parser("compat", help="real clients x `serve` scenarios: the compatibility table"))
     return parser
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "encode_batch",
     "find_diverging_epoch",
     "iter_batches",
+    "parse_leader_epoch_checkpoint",
     "record_columns",
     "truncation_offset",
 ]
@@ -115,10 +116,10 @@ def divergence_points(
 ) -> NDArray[np.int64]: ...  # per partition, -1 = no divergence
 
 # --- record batches ------------------------------------------------------------------------------
-# `source`: bytes-like (any C-contiguous buffer, read in place) or a segment file path (memory-mapped).
-# A path must be a regular file (a directory: IsADirectoryError; a FIFO or device: ValueError). Like
-# any mmap reader, a file truncated by another process while mapped faults (SIGBUS) when the lost
-# pages are read; Kafka segments only grow while readers hold them; pass bytes to be immune.
+# `source`: bytes-like (any C-contiguous buffer, read in place) or a segment file path (bounded
+# positioned reads, never mapped). A path must be a regular file (a directory: IsADirectoryError; a
+# FIFO or device: ValueError). A file that shrinks while it is read ends the input where it now ends:
+# CorruptRecordError, or a partial tail with allow_partial_tail=True; never SIGBUS.
 # `offset`/`length`: decode only that byte range (batch-aligned); positions stay absolute.
 # Legacy magic 0/1 entries are batches too: base_offset is the message's own offset (for a compressed
 # wrapper, its last inner offset), partition_leader_epoch/producer fields are -1, timestamp_type -1
@@ -188,6 +189,9 @@ class ArrowRecords:
     def num_rows(self) -> int: ...
     def __len__(self) -> int: ...
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
+
+# leader-epoch-checkpoint bytes -> (epoch, start_offset) entries, as read_checkpoint reads a file
+def parse_leader_epoch_checkpoint(data: bytes) -> list[tuple[int, int]]: ...
 
 # (record columns of a full decode, in order; computed columns) accepted by decode_arrow(columns=...)
 def record_columns() -> tuple[list[str], list[str]]: ...

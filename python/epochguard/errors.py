@@ -18,6 +18,7 @@ __all__ = [
     "EpochGuardError",
     "CorruptRecordError",
     "CheckpointError",
+    "MalformedFileError",
     "Errors",
     "ApiError",
     "UnknownServerError",
@@ -39,6 +40,16 @@ __all__ = [
     "IneligibleReplicaError",
     "UnsupportedVersionError",
 ]
+
+
+class MalformedFileError(EpochGuardError, ValueError):
+    """A Kafka log-dir file that does not parse (meta.properties, an offset checkpoint,
+    partition.metadata, a leader-epoch-checkpoint, a segment name): `path`, the 1-based `line` (0 for
+    the file as a whole) and the `reason`. A `ValueError` too, as the file's content is the bad value."""
+
+    def __init__(self, path: str, line: int, reason: str) -> None:
+        super().__init__(f"{path}" + (f" line {line}" if line else "") + f": {reason}")
+        self.path, self.line, self.reason = str(path), line, reason
 
 
 class ApiError(EpochGuardError):

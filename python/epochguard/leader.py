@@ -7,6 +7,11 @@ state on the leader). The broker around them (`kafka.server.ReplicaManager`) is
 `epochguard.replica_manager`. Every epoch answer comes from the Rust core: `LeaderEpochCache.end_offset_for` for
 OffsetsForLeaderEpoch and `find_diverging_epoch` for Fetch.
 
+Transactions: a read_committed consumer fetch reads up to the last stable offset and gets the aborted
+transactions within what it read; ListOffsets LATEST answers the LSO under read_committed, the HW
+under read_uncommitted, the LEO for replicas (`PartitionTest.testListOffsetIsolationLevels`); markers
+are written by `write_txn_marker` (WriteTxnMarkers).
+
 `protocol="pre-kip-320"` is the offsets-only broker: no epoch fencing (current_leader_epoch ignored), no
 diverging epochs, no KIP-207 OFFSET_NOT_AVAILABLE, and ISR expansion without the fenced/offline checks.
 """
@@ -16,10 +21,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from epochguard._core import find_diverging_epoch
+from epochguard._core import find_diverging_epoch, iter_batches
 from epochguard.errors import CorruptRecordError, Errors
 from epochguard.log import AppendInfo, PartitionLog
 from epochguard.messages import (
+    AbortedTransaction,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerRegistration,
@@ -228,15 +234,23 @@ class Partition:
                     p.partition_index,
                     Errors.NONE,
                     high_watermark=log.high_watermark,
-                    last_stable_offset=log.high_watermark,
+                    last_stable_offset=log.last_stable_offset,
                     log_start_offset=log.log_start_offset,
                     diverging_epoch=DivergingEpoch(*diverging),
                 )
         if p.fetch_offset < log.log_start_offset or p.fetch_offset > leo:
             return error(Errors.OFFSET_OUT_OF_RANGE)
-        bound = leo if from_follower else log.high_watermark  # no transactions here: LSO == HW
-        high_watermark = log.high_watermark
+        read_committed = not from_follower and isolation_level == IsolationLevel.READ_COMMITTED
+        bound = leo if from_follower else log.last_stable_offset if read_committed else log.high_watermark
+        high_watermark, last_stable_offset = log.high_watermark, log.last_stable_offset
         records = log.read(p.fetch_offset, max_bytes=p.partition_max_bytes, upper_bound=bound)
+        aborted = None
+        if read_committed:
+            # The aborted transactions within what is returned (`collectAbortedTransactions`).
+            upper = p.fetch_offset
+            for batch in iter_batches(records, verify_crc=False):  # headers only: where the data ends
+                upper = batch.next_offset
+            aborted = tuple(AbortedTransaction(t.producer_id, t.first_offset) for t in log.collect_aborted_transactions(p.fetch_offset, upper))
         if from_follower:
             self._update_follower_fetch_state(replica_id, p, replica_epoch, leo, now_ms)
         return FetchPartitionData(
@@ -244,9 +258,10 @@ class Partition:
             p.partition_index,
             Errors.NONE,
             high_watermark=high_watermark,
-            last_stable_offset=high_watermark,
+            last_stable_offset=last_stable_offset,
             log_start_offset=log.log_start_offset,
             records=records,
+            aborted_transactions=aborted,
         )
 
     def _stale_broker_epoch(self, replica_id: int, replica_epoch: int) -> bool:
@@ -383,7 +398,15 @@ class Partition:
 
     # --- Produce -----------------------------------------------------------------------------
     def append_records_to_leader(
-        self, records: Iterable[tuple] | bytes, *, acks: int, min_insync_replicas: int, now_ms: int
+        self,
+        records: Iterable[tuple] | bytes,
+        *,
+        acks: int,
+        min_insync_replicas: int,
+        now_ms: int,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        transactional: bool = False,
     ) -> tuple[Errors, AppendInfo | None]:
         """`records` are record tuples (encoded here) or a producer's raw v2 batches (kept as they are,
         base offset and epoch stamped in place); a corrupt batch is CORRUPT_MESSAGE."""
@@ -401,7 +424,23 @@ class Partition:
         batch = list(records)
         if not batch:
             return Errors.NONE, None  # nothing to append (Kafka answers NONE with base offset -1)
-        info = self.log.append_as_leader(batch, self.leader_epoch, timestamp_ms=now_ms)
+        info = self.log.append_as_leader(
+            batch, self.leader_epoch, timestamp_ms=now_ms,
+            producer_id=producer_id, producer_epoch=producer_epoch, transactional=transactional,
+        )
+        self.maybe_increment_high_watermark(now_ms)
+        return Errors.NONE, info
+
+    def write_txn_marker(
+        self, producer_id: int, producer_epoch: int, *, commit: bool, coordinator_epoch: int, now_ms: int = 0
+    ) -> tuple[Errors, AppendInfo | None]:
+        """A WriteTxnMarkers entry for this partition: the leader appends the COMMIT/ABORT marker."""
+        if not self.is_leader:
+            return Errors.NOT_LEADER_OR_FOLLOWER, None
+        info = self.log.append_txn_marker(
+            producer_id, producer_epoch, commit=commit, coordinator_epoch=coordinator_epoch,
+            leader_epoch=self.leader_epoch, timestamp_ms=now_ms,
+        )
         self.maybe_increment_high_watermark(now_ms)
         return Errors.NONE, info
 
@@ -446,8 +485,13 @@ class Partition:
             return error(code)
         log = self.log
         is_client = replica_id == CONSUMER_REPLICA_ID
-        # Replicas (and debug requests) read up to the LEO; clients up to the HW (no transactions: LSO == HW).
-        last_fetchable = log.high_watermark if is_client else log.log_end_offset
+        # Replicas (and debug requests) read up to the LEO; clients up to the LSO (read_committed) or HW.
+        if not is_client:
+            last_fetchable = log.log_end_offset
+        elif isolation_level == IsolationLevel.READ_COMMITTED:
+            last_fetchable = log.last_stable_offset
+        else:
+            last_fetchable = log.high_watermark
         lagging = (
             self.protocol == "kip-320"
             and is_client

@@ -6,6 +6,14 @@ for what the epoch protocol touches: append as leader (stamps the partition lead
 full truncation, log start offset and high watermark. Bytes come from and go to the Rust core
 (`encode_batch`, `iter_batches`); epoch rules are the core's `LeaderEpochCache`.
 
+Transactions, as far as the epoch protocol meets them (Kafka's `ProducerStateManager` and transaction
+index): transactional batches open a producer's transaction, a control batch (COMMIT/ABORT marker,
+`append_txn_marker`) closes it; `last_stable_offset` is the HW or, below it, the first offset of the
+oldest open transaction; aborted transactions are kept for read_committed fetches
+(`collect_aborted_transactions`). All of it is rebuilt from the batches after truncation or recovery
+(Kafka reloads a producer-state snapshot and replays the log after it). Not modelled: producer epochs
+fencing zombie producers, sequence numbers, transaction timeouts.
+
 A log lives in memory and, when given a directory, writes through to a real Kafka partition directory:
 segment files `<20-digit base offset>.log` rolled by size, and `leader-epoch-checkpoint` (written
 atomically by the core). `PartitionLog.open(dir)` recovers one from disk the way a restarting broker
@@ -15,10 +23,13 @@ does: partial or corrupt tails are cut, the cache is re-truncated to the recover
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import os
+import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from epochguard._core import LeaderEpochCache, RecordBatch, encode_batch, iter_batches
 from epochguard.errors import CorruptRecordError, EpochGuardError
@@ -28,8 +39,11 @@ from epochguard.types import TopicPartition
 __all__ = [
     "DEFAULT_SEGMENT_BYTES",
     "CHECKPOINT_FILE",
+    "AbortedTxn",
     "AppendInfo",
     "BatchInfo",
+    "CONTROL_ABORT",
+    "CONTROL_COMMIT",
     "LogSegment",
     "PartitionLog",
     "UnexpectedAppendOffsetError",
@@ -38,6 +52,8 @@ __all__ = [
 ]
 
 DEFAULT_SEGMENT_BYTES = 1 << 30  # segment.bytes
+CONTROL_ABORT = 0  # ControlRecordType: the key of a transaction marker's one record
+CONTROL_COMMIT = 1
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
 _LOG_SUFFIX = ".log"
 
@@ -78,6 +94,9 @@ class BatchInfo:
     position: int
     size: int
     magic: int
+    producer_id: int = -1
+    is_transactional: bool = False
+    control: int | None = None  # a transaction marker: CONTROL_COMMIT or CONTROL_ABORT
 
     @property
     def next_offset(self) -> int:
@@ -93,7 +112,29 @@ class BatchInfo:
             position=position,
             size=batch.size_in_bytes,
             magic=batch.magic,
+            producer_id=batch.producer_id,
+            is_transactional=batch.is_transactional,
+            control=control_type(batch) if batch.is_control else None,
         )
+
+
+def control_type(batch: RecordBatch) -> int | None:
+    """The ControlRecordType of a control batch (ABORT 0, COMMIT 1), None if it has no valid key."""
+    records = batch.records()
+    key = records[0].key if records else None
+    if key is None or len(key) < 4:
+        return None
+    return struct.unpack_from(">h", key, 2)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """An aborted transaction (Kafka's `AbortedTxn` in the transaction index): a producer's first offset
+    in it and the offset of its ABORT marker."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,10 +167,7 @@ class LogSegment:
     def append(self, raw: bytes | memoryview, infos: Sequence[BatchInfo]) -> None:
         shift = len(self.data)
         self.data += raw
-        self.batches.extend(
-            BatchInfo(i.base_offset, i.last_offset, i.partition_leader_epoch, i.max_timestamp, i.position + shift, i.size, i.magic)
-            for i in infos
-        )
+        self.batches.extend(dataclasses.replace(i, position=i.position + shift) for i in infos)
         if self.path is not None:
             with open(self.path, "ab") as f:
                 f.write(raw)
@@ -171,6 +209,8 @@ class PartitionLog:
         self._log_start_offset = log_start_offset
         self._high_watermark = log_start_offset
         self._log_end_offset = log_start_offset
+        self._open_txns: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self._aborted: list[AbortedTxn] = []
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
         self.segments: list[LogSegment] = [self._new_segment(log_start_offset)]
@@ -194,6 +234,44 @@ class PartitionLog:
     def latest_epoch(self) -> int | None:
         return self.leader_epoch_cache.latest_epoch
 
+    # --- transactions (Kafka's ProducerStateManager and transaction index) ----------------------
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction, None if none is open."""
+        return min(self._open_txns.values(), default=None)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """What read_committed readers may see: the HW, or below it the first open transaction."""
+        first = self.first_unstable_offset
+        return self._high_watermark if first is None else min(first, self._high_watermark)
+
+    @property
+    def aborted_transactions(self) -> list[AbortedTxn]:
+        return list(self._aborted)
+
+    def collect_aborted_transactions(self, start: int, upper: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start, upper) (`collectAbortedTransactions`): those whose
+        marker is at or after `start` and whose first offset is before `upper`."""
+        return [t for t in self._aborted if t.last_offset >= start and t.first_offset < upper]
+
+    def _track_transactions(self, infos: Sequence[BatchInfo]) -> None:
+        for info in infos:
+            if not info.is_transactional or info.producer_id < 0:
+                continue
+            if info.control is None:
+                self._open_txns.setdefault(info.producer_id, info.base_offset)
+                continue
+            first = self._open_txns.pop(info.producer_id, None)
+            if info.control == CONTROL_ABORT and first is not None:
+                self._aborted.append(AbortedTxn(info.producer_id, first, info.last_offset))
+
+    def _rebuild_transactions(self) -> None:
+        """After truncation, recovery or a new log start: replay the kept batches (Kafka reloads the
+        producer state from a snapshot and the log after it, and truncates the transaction index)."""
+        self._open_txns, self._aborted = {}, []
+        self._track_transactions(list(self.batch_infos()))
+
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to [log start, LEO] (`UnifiedLog.updateHighWatermark`)."""
         self._high_watermark = min(max(offset, self._log_start_offset), self._log_end_offset)
@@ -214,24 +292,45 @@ class PartitionLog:
         *,
         timestamp_ms: int | None = None,
         compression: str = "none",
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        transactional: bool = False,
     ) -> AppendInfo:
         """Encode `records` ((key, value[, headers[, timestamp]]) tuples) as one v2 batch at the LEO,
-        stamped with `leader_epoch`, append it and assign (epoch, base offset) in the cache."""
+        stamped with `leader_epoch`, append it and assign (epoch, base offset) in the cache. With a
+        `producer_id` and `transactional`, the batch belongs to that producer's open transaction."""
         if not records:
             raise ValueError("no records to append")
+        return self._append_new_batch(
+            records, leader_epoch, timestamp_ms, compression=compression,
+            producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=transactional,
+        )
+
+    def _append_new_batch(self, records: Sequence[tuple], leader_epoch: int, timestamp_ms: int | None, **header: Any) -> AppendInfo:
+        """Encode one v2 batch at the LEO stamped with `leader_epoch` (`header`: encode_batch's other
+        fields) and append it."""
         if leader_epoch < 0:
             raise ValueError(f"invalid leader epoch {leader_epoch}")
         raw = encode_batch(
-            records,
-            base_offset=self._log_end_offset,
-            partition_leader_epoch=leader_epoch,
-            compression=compression,
-            base_timestamp=timestamp_ms,
+            records, base_offset=self._log_end_offset, partition_leader_epoch=leader_epoch, base_timestamp=timestamp_ms, **header
         )
         info = self._append(raw)
         if info is None:  # encode_batch always yields one whole batch
             raise RuntimeError("encoded batch did not decode")
         return info
+
+    def append_txn_marker(
+        self, producer_id: int, producer_epoch: int, *, commit: bool, coordinator_epoch: int, leader_epoch: int,
+        timestamp_ms: int | None = None,
+    ) -> AppendInfo:
+        """Write a transaction marker (a control batch of one record) at the LEO, closing the producer's
+        open transaction (`UnifiedLog.appendAsLeader` with origin COORDINATOR)."""
+        key = struct.pack(">hh", 0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+        value = struct.pack(">hi", 0, coordinator_epoch)
+        return self._append_new_batch(
+            [(key, value)], leader_epoch, timestamp_ms,
+            producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True, is_control=True,
+        )
 
     def append_raw_as_leader(self, data: bytes | bytearray | memoryview, leader_epoch: int) -> AppendInfo:
         """A producer's v2 batches as they came off the wire, appended at the LEO: base offsets and the
@@ -280,6 +379,7 @@ class PartitionLog:
             else:
                 self.leader_epoch_cache.clear()  # a pre-v2 batch: epochs are no longer known
         self._log_end_offset = infos[-1].next_offset
+        self._track_transactions(infos)
         self._checkpoint_if_changed(before)
         return AppendInfo(
             first_offset=infos[0].base_offset,
@@ -337,6 +437,7 @@ class PartitionLog:
         # dropped batch (DeleteRecords) must not stay above the new end.
         self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
         self._high_watermark = min(self._high_watermark, self._log_end_offset)
+        self._rebuild_transactions()
         self._checkpoint_if_changed(before)
         return True
 
@@ -346,6 +447,7 @@ class PartitionLog:
             segment.delete_file()
         self.segments = [self._new_segment(offset)]
         self._log_start_offset = self._log_end_offset = self._high_watermark = offset
+        self._open_txns, self._aborted = {}, []
         self.leader_epoch_cache.clear()
         self._write_checkpoint()
 
@@ -360,6 +462,7 @@ class PartitionLog:
         while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
             self.segments.pop(0).delete_file()
         self.leader_epoch_cache.truncate_from_start(offset)
+        self._rebuild_transactions()
         self._checkpoint_if_changed(before)
         return True
 
@@ -518,6 +621,7 @@ class PartitionLog:
         log.leader_epoch_cache.truncate_from_start(log._log_start_offset)
         log._high_watermark = log._log_start_offset
         log.update_high_watermark(log._log_start_offset if high_watermark is None else high_watermark)
+        log._rebuild_transactions()
         if write_through:
             log._write_checkpoint()
         return log

@@ -4,7 +4,8 @@ Mirrors the on-disk layout of Kafka's `LogManager`: `meta.properties` (`MetaProp
 `node.id`; `broker.id` is written too for ZooKeeper-era tools), the root offset checkpoints
 (`OffsetCheckpointFile`: `replication-offset-checkpoint` = high watermarks, `log-start-offset-checkpoint`,
 `recovery-point-offset-checkpoint`) and per partition `partition.metadata` (`PartitionMetadataFile`,
-the topic id). Partition dirs themselves are `epochguard.log.PartitionLog`.
+the topic id). Partition dirs themselves are `epochguard.log.PartitionLog`. Reading goes through the
+pure parsers of `epochguard.logdir_format` (shared with the Spark listing); this module does the I/O.
 """
 
 from __future__ import annotations
@@ -16,7 +17,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from epochguard.errors import MalformedFileError
 from epochguard.log import DEFAULT_SEGMENT_BYTES, PartitionLog, parse_partition_dir_name
+from epochguard.logdir_format import (
+    META_PROPERTIES,
+    PARTITION_METADATA,
+    parse_meta_properties,
+    parse_offset_checkpoint,
+    parse_partition_metadata,
+    parse_properties,
+)
 from epochguard.types import TopicPartition
 
 __all__ = [
@@ -38,11 +48,9 @@ __all__ = [
     "read_log_dir",
 ]
 
-META_PROPERTIES = "meta.properties"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 RECOVERY_POINT_OFFSET_CHECKPOINT = "recovery-point-offset-checkpoint"
-PARTITION_METADATA = "partition.metadata"
 
 
 def kafka_uuid(value: str | uuid.UUID) -> str:
@@ -87,13 +95,8 @@ def write_meta_properties(root: str | os.PathLike[str], node_id: int, cluster_id
 
 def read_meta_properties(root: str | os.PathLike[str]) -> dict[str, str]:
     """The key=value pairs of `meta.properties` (comments skipped)."""
-    props: dict[str, str] = {}
-    for line in (Path(root) / META_PROPERTIES).read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if line and not line.startswith(("#", "!")):
-            key, _, value = line.partition("=")
-            props[key.strip()] = value.strip()
-    return props
+    path = Path(root) / META_PROPERTIES
+    return {key: value for key, (value, _) in parse_properties(path.read_bytes(), str(path)).items()}
 
 
 def write_offset_checkpoint(path: str | os.PathLike[str], offsets: Mapping[TopicPartition, int]) -> None:
@@ -103,26 +106,12 @@ def write_offset_checkpoint(path: str | os.PathLike[str], offsets: Mapping[Topic
 
 
 def read_offset_checkpoint(path: str | os.PathLike[str]) -> dict[TopicPartition, int]:
-    """Parse an offset checkpoint; a missing file is empty. Malformed content raises ValueError."""
+    """Parse an offset checkpoint; a missing file is empty. Malformed content raises
+    `MalformedFileError` (a `ValueError`) naming the file and line."""
     path = Path(path)
     if not path.exists():
         return {}
-    lines = path.read_text(encoding="utf-8").splitlines()
-    if not lines:
-        return {}
-    if lines[0].strip() != "0":
-        raise ValueError(f"{path}: unsupported checkpoint version {lines[0]!r}")
-    count = int(lines[1]) if len(lines) > 1 else 0
-    entries = lines[2:]
-    if len(entries) != count:
-        raise ValueError(f"{path}: expected {count} entries, found {len(entries)}")
-    out: dict[TopicPartition, int] = {}
-    for n, line in enumerate(entries, start=3):
-        parts = line.split()
-        if len(parts) != 3:
-            raise ValueError(f"{path}:{n}: malformed entry {line!r}")
-        out[TopicPartition(parts[0], int(parts[1]))] = int(parts[2])
-    return out
+    return parse_offset_checkpoint(path.read_bytes(), str(path))
 
 
 def write_partition_metadata(partition_dir: str | os.PathLike[str], topic_id: str | uuid.UUID) -> None:
@@ -133,11 +122,7 @@ def read_partition_metadata(partition_dir: str | os.PathLike[str]) -> str | None
     path = Path(partition_dir) / PARTITION_METADATA
     if not path.exists():
         return None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "topic_id":
-            return value.strip()
-    return None
+    return parse_partition_metadata(path.read_bytes(), str(path))
 
 
 @dataclass
@@ -188,13 +173,13 @@ def read_log_dir(
     """Read a broker log dir back: every `<topic>-<partition>` dir as a recovered `PartitionLog`, with
     high watermarks and log start offsets from the root checkpoints. Needs `meta.properties`."""
     root = Path(root)
-    props = read_meta_properties(root)
-    node = props.get("node.id", props.get("broker.id"))
-    if node is None:
-        raise ValueError(f"{root / META_PROPERTIES}: neither node.id nor broker.id")
+    meta_path = root / META_PROPERTIES
+    meta = parse_meta_properties(meta_path.read_bytes(), str(meta_path))
+    if meta.node_id is None:
+        raise MalformedFileError(str(meta_path), 0, "a version 0 file without broker.id")
     hws = read_offset_checkpoint(root / REPLICATION_OFFSET_CHECKPOINT)
     starts = read_offset_checkpoint(root / LOG_START_OFFSET_CHECKPOINT)
-    result = BrokerLogDir(root=root, node_id=int(node), cluster_id=props.get("cluster.id"))
+    result = BrokerLogDir(root=root, node_id=meta.node_id, cluster_id=meta.cluster_id)
     for child in sorted(root.iterdir()):
         if not child.is_dir():
             continue

@@ -3,7 +3,7 @@
 Mirrors the generated message classes of `clients/src/main/resources/common/message/*.json`:
 `FetchRequest/Response`, `OffsetForLeaderEpochRequest/Response`, `ListOffsetsRequest/Response`,
 `MetadataRequest/Response`, `OffsetCommitRequest/Response`, `OffsetFetchRequest/Response`,
-`AlterPartitionRequest/Response`, plus the controller's `LeaderAndIsrRequest` partition state and
+`AlterPartitionRequest/Response`, `WriteTxnMarkersRequest/Response`, plus the controller's `LeaderAndIsrRequest` partition state and
 KRaft `BrokerRegistration`. Field names are the snake_case of the wire names. Two deliberate
 simplifications keep the sans-IO layer readable: per-partition entries are flattened (each carries
 `topic` next to its partition field instead of nesting partitions under topics, except Metadata whose
@@ -46,6 +46,7 @@ __all__ = [
     "FetchRequest",
     "DivergingEpoch",
     "LeaderIdAndEpoch",
+    "AbortedTransaction",
     "FetchPartitionData",
     "FetchResponse",
     "OffsetForLeaderPartition",
@@ -72,6 +73,10 @@ __all__ = [
     "AlterPartitionResponse",
     "LeaderAndIsrPartitionState",
     "BrokerRegistration",
+    "TxnMarker",
+    "WriteTxnMarkersRequest",
+    "WriteTxnMarkerResult",
+    "WriteTxnMarkersResponse",
     "Request",
     "Response",
 ]
@@ -107,6 +112,11 @@ class ProducePartition:
     topic: str
     partition_index: int
     records: tuple[ProduceRecord, ...] | bytes  # record tuples (the simulator) or a client's raw v2 batches
+    # With record tuples, the batch header fields a producer would write (the leader encodes the batch);
+    # raw batches carry their own.
+    producer_id: int = -1
+    producer_epoch: int = -1
+    transactional: bool = False
 
     @property
     def tp(self) -> TopicPartition:
@@ -184,6 +194,14 @@ class DivergingEpoch:
 
 
 @dataclass(frozen=True, slots=True)
+class AbortedTransaction:
+    """Fetch response (v4+): a transaction aborted within the data returned, for read_committed."""
+
+    producer_id: int
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class FetchPartitionData:
     topic: str
     partition_index: int
@@ -195,6 +213,7 @@ class FetchPartitionData:
     current_leader: LeaderIdAndEpoch = field(default_factory=LeaderIdAndEpoch)
     preferred_read_replica: int = -1
     records: bytes = b""  # concatenated v2 batches, verbatim from the leader's log
+    aborted_transactions: tuple[AbortedTransaction, ...] | None = None  # None (null) unless read_committed
 
     @property
     def tp(self) -> TopicPartition:
@@ -467,6 +486,46 @@ class BrokerRegistration:
     in_controlled_shutdown: bool = False
 
 
+# --- WriteTxnMarkers (transaction coordinator -> partition leaders) ---------------------------------
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """One marker to write: end `producer_id`'s transaction on one partition (flattened per partition)."""
+
+    producer_id: int
+    producer_epoch: int
+    committed: bool  # TransactionResult: COMMIT (True) or ABORT
+    coordinator_epoch: int
+    topic: str
+    partition_index: int
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTxnMarkersRequest:
+    markers: tuple[TxnMarker, ...]
+    version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTxnMarkerResult:
+    producer_id: int
+    topic: str
+    partition_index: int
+    error_code: Errors = Errors.NONE
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteTxnMarkersResponse:
+    partitions: tuple[WriteTxnMarkerResult, ...]
+
+
 Request = (
     ApiVersionsRequest
     | ProduceRequest
@@ -477,6 +536,7 @@ Request = (
     | OffsetCommitRequest
     | OffsetFetchRequest
     | AlterPartitionRequest
+    | WriteTxnMarkersRequest
 )
 Response = (
     ApiVersionsResponse
@@ -488,4 +548,5 @@ Response = (
     | OffsetCommitResponse
     | OffsetFetchResponse
     | AlterPartitionResponse
+    | WriteTxnMarkersResponse
 )

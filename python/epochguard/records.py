@@ -4,9 +4,11 @@ Decoding is done by the Rust core (GIL released). `iter_batches` yields one `Rec
 time; `decode_to_arrow` returns every record as one row of a `pyarrow.Table` (pyarrow is imported
 only when that function is called).
 
-A path `source` is memory-mapped and must be a regular file. As with any mmap reader, truncating the
-file from another process while it is being decoded faults the process (SIGBUS): fine for Kafka
-segments, which only grow while readers hold them; read the file into bytes first otherwise.
+A path `source` must be a regular file; it is read with bounded positioned reads (8 MiB, or one
+larger batch), never mapped, so a live segment that shrinks or is deleted while it is read (retention,
+truncation on a broker) ends the input where the file now ends: a `CorruptRecordError` saying so, or
+a partial tail with ``allow_partial_tail=True``; never a signal. Bytes appended after the file was
+opened are not read.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def decode_to_arrow(
     """Decode every record of `source` into a `pyarrow.Table`, one row per record.
 
     `source` is bytes-like (any C-contiguous buffer, e.g. a `pyarrow.Buffer`; read without copying)
-    or a segment file path (memory-mapped). `offset`/`length` select a batch-aligned byte range;
+    or a segment file path (read in bounded positioned reads). `offset`/`length` select a batch-aligned byte range;
     positions (errors, `partial_tail`) stay absolute. Columns: offset, timestamp, timestamp_type,
     key, value, headers, leader_epoch, batch_offset, producer_id, producer_epoch, sequence,
     is_transactional, is_control, magic (`RECORD_COLUMNS`).

@@ -47,6 +47,9 @@ from epochguard.messages import (
     ProduceResponse,
     Request,
     Response,
+    WriteTxnMarkerResult,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 from epochguard.replica import ReplicaFetcher
 from epochguard.types import EpochProtocol, TopicPartition
@@ -56,10 +59,13 @@ __all__ = ["ReplicaManager"]
 
 @dataclass(slots=True)
 class _DelayedProduce:
+    """An acks=all produce, or transaction markers (written with acks=all as Kafka's coordinator does),
+    waiting for the ISR to reach each partition's appended offsets."""
+
     node_id: int
-    request: ProduceRequest
+    request: ProduceRequest | WriteTxnMarkersRequest
     deadline_ms: int
-    results: dict[TopicPartition, ProducePartitionResponse]
+    results: dict[TopicPartition, ProducePartitionResponse | WriteTxnMarkerResult]
     waiting: dict[TopicPartition, int] = field(default_factory=dict)  # tp -> required offset (last + 1)
 
 
@@ -96,6 +102,7 @@ class ReplicaManager:
         self.broker_id = broker_id
         self._broker_epoch = broker_epoch
         self.api_versions = api_versions  # what this broker serves (its ApiVersions answer)
+        self.request_timeout_ms = request_timeout_ms
         self.protocol: EpochProtocol = protocol
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.segment_bytes = segment_bytes
@@ -219,6 +226,8 @@ class ReplicaManager:
             return self._handle_list_offsets(request)
         if isinstance(request, ProduceRequest):
             return self._handle_produce(node_id, request, now_ms)
+        if isinstance(request, WriteTxnMarkersRequest):
+            return self._handle_write_txn_markers(node_id, request, now_ms)
         raise TypeError(f"a broker does not answer {type(request).__name__}")
 
     def _handle_fetch(self, request: FetchRequest, now_ms: int) -> FetchResponse:
@@ -266,6 +275,28 @@ class ReplicaManager:
             )
         return ListOffsetsResponse(tuple(out))
 
+    def _handle_write_txn_markers(self, node_id: int, request: WriteTxnMarkersRequest, now_ms: int) -> WriteTxnMarkersResponse | None:
+        """Each marker is appended by the partition's leader with acks=all (`ReplicaManager.appendRecords`
+        from `KafkaApis.handleWriteTxnMarkersRequest`): answered once the ISR has it (None until then:
+        collect it from `poll_responses`)."""
+        delayed = _DelayedProduce(node_id, request, now_ms + self.request_timeout_ms, {})
+        for m in request.markers:
+            code = self._hosting_error(m.tp)
+            info = None
+            if code is None:
+                code, info = self.partitions[m.tp].write_txn_marker(
+                    m.producer_id, m.producer_epoch, commit=m.committed, coordinator_epoch=m.coordinator_epoch, now_ms=now_ms
+                )
+            delayed.results[m.tp] = WriteTxnMarkerResult(m.producer_id, m.topic, m.partition_index, code)
+            if info is not None:
+                delayed.waiting[m.tp] = info.last_offset + 1
+        self._delayed.append(delayed)
+        self._complete_delayed(now_ms)
+        if delayed.waiting:
+            return None
+        self._delayed.remove(delayed)
+        return WriteTxnMarkersResponse(tuple(delayed.results[m.tp] for m in request.markers))  # type: ignore[misc]
+
     def _handle_produce(self, node_id: int, request: ProduceRequest, now_ms: int) -> ProduceResponse | None:
         delayed = _DelayedProduce(node_id, request, now_ms + request.timeout_ms, {})
         for p in request.partitions:
@@ -274,7 +305,7 @@ class ReplicaManager:
             self._delayed.append(delayed)
             self._complete_delayed(now_ms)
             return None
-        return ProduceResponse(tuple(delayed.results[p.tp] for p in request.partitions))
+        return ProduceResponse(tuple(delayed.results[p.tp] for p in request.partitions))  # type: ignore[misc]
 
     def _append(self, p: ProducePartition, acks: int, now_ms: int, delayed: _DelayedProduce) -> ProducePartitionResponse:
         code = self._hosting_error(p.tp)
@@ -282,7 +313,8 @@ class ReplicaManager:
             return ProducePartitionResponse(p.topic, p.partition_index, code)
         partition = self.partitions[p.tp]
         code, info = partition.append_records_to_leader(
-            p.records, acks=acks, min_insync_replicas=self.min_insync_replicas, now_ms=now_ms
+            p.records, acks=acks, min_insync_replicas=self.min_insync_replicas, now_ms=now_ms,
+            producer_id=p.producer_id, producer_epoch=p.producer_epoch, transactional=p.transactional,
         )
         if info is None:
             hint = partition._leader_hint() if code.retriable else LeaderIdAndEpoch()
@@ -307,16 +339,27 @@ class ReplicaManager:
                     del delayed.waiting[tp]
                     if code != Errors.NONE:
                         r = delayed.results[tp]
-                        delayed.results[tp] = ProducePartitionResponse(r.topic, r.partition_index, code, r.base_offset)
+                        if isinstance(r, ProducePartitionResponse):
+                            delayed.results[tp] = ProducePartitionResponse(r.topic, r.partition_index, code, r.base_offset)
+                        else:
+                            delayed.results[tp] = WriteTxnMarkerResult(r.producer_id, r.topic, r.partition_index, code)
 
-    def poll_responses(self, now_ms: int) -> list[tuple[int, ProduceRequest, ProduceResponse]]:
-        """Completed acks=all produces: (client node, request, response), in arrival order."""
+    def poll_responses(
+        self, now_ms: int
+    ) -> list[tuple[int, ProduceRequest | WriteTxnMarkersRequest, ProduceResponse | WriteTxnMarkersResponse]]:
+        """Completed acks=all produces and marker writes: (client node, request, response), in arrival order."""
         self._complete_delayed(now_ms)
         done = [d for d in self._delayed if not d.waiting]
         self._delayed = [d for d in self._delayed if d.waiting]
-        return [
-            (d.node_id, d.request, ProduceResponse(tuple(d.results[p.tp] for p in d.request.partitions))) for d in done
-        ]
+        out: list[tuple[int, ProduceRequest | WriteTxnMarkersRequest, ProduceResponse | WriteTxnMarkersResponse]] = []
+        for d in done:
+            if isinstance(d.request, ProduceRequest):
+                parts = tuple(d.results[p.tp] for p in d.request.partitions)
+                out.append((d.node_id, d.request, ProduceResponse(parts)))  # type: ignore[arg-type]
+            else:
+                markers = tuple(d.results[m.tp] for m in d.request.markers)
+                out.append((d.node_id, d.request, WriteTxnMarkersResponse(markers)))  # type: ignore[arg-type]
+        return out
 
     # --- requests out -------------------------------------------------------------------------
     def poll_requests(self, now_ms: int) -> list[tuple[int, Request]]:

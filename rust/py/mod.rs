@@ -2,6 +2,7 @@
 
 use pyo3::prelude::*;
 
+mod checkpoint;
 mod epoch;
 mod errors;
 mod records;
@@ -18,6 +19,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     epoch::register(m)?;
+    checkpoint::register(m)?;
     records::register(m)?;
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! Bindings for `crate::records`: record batches as Python objects, Arrow export, encoding.
-//! Inputs are borrowed (buffer protocol, or a memory-mapped file) and decoded with the GIL released.
+//! Inputs are borrowed (buffer protocol) or read from a file in bounded positioned reads, and decoded
+//! with the GIL released.
 
 use std::ffi::CString;
 use std::path::PathBuf;
@@ -12,22 +13,21 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyCapsule, PyString, PyTuple};
 
-use crate::file::open_regular;
+use crate::file::InputFile;
 use crate::records::arrow::{decode_projected, ArrowDecoded, Column};
 use crate::records::{
-    batch_index as batch_index_core, next_decoded, BatchCursor, BatchHeader, BatchSpec,
-    Compression, DecodeOptions, Decoder, Header, NewRecord, OwnedRecord,
+    batch_index as batch_index_core, next_decoded, reader, BatchCursor, BatchHeader, BatchLocation,
+    BatchSpec, Compression, DecodeOptions, DecodedBatch, Decoder, Header, NewRecord, OwnedRecord,
     DEFAULT_MAX_DECOMPRESSED_SIZE,
 };
-use crate::Error;
 
-/// The bytes behind a `source` argument: a caller's buffer, or a memory-mapped file.
+/// The bytes behind a `source` argument: a caller's buffer, or a file read with positioned reads
+/// (never mapped: a file that shrinks under the reader is an error or a partial tail, not SIGBUS).
 enum Backing {
     Buffer(PyBuffer<u8>),
     /// Buffers that export signed bytes (format "b", e.g. `pyarrow.Buffer`).
     SignedBuffer(PyBuffer<i8>),
-    Mmap(memmap2::Mmap),
-    Empty,
+    File(InputFile),
 }
 
 /// A byte range of a backing store; positions reported are absolute within the backing.
@@ -41,14 +41,7 @@ impl Source {
     fn open(source: &Bound<'_, PyAny>, offset: u64, length: Option<u64>) -> PyResult<Source> {
         let backing = if source.is_instance_of::<PyString>() || source.hasattr("__fspath__")? {
             let path: PathBuf = source.extract()?;
-            let file = open_regular(&path)?;
-            if file.metadata().map_err(Error::from)?.len() == 0 {
-                Backing::Empty
-            } else {
-                // SAFETY: the map is read-only; as with any mmap, a file truncated by another process
-                // while we read it faults. Kafka segments only grow while a reader may hold them.
-                Backing::Mmap(unsafe { memmap2::Mmap::map(&file) }.map_err(Error::from)?)
-            }
+            Backing::File(InputFile::open(&path)?)
         } else {
             let backing = match PyBuffer::<u8>::get(source) {
                 Ok(buffer) => Backing::Buffer(buffer),
@@ -60,7 +53,7 @@ impl Source {
             let contiguous = match &backing {
                 Backing::Buffer(b) => b.is_c_contiguous(),
                 Backing::SignedBuffer(b) => b.is_c_contiguous(),
-                _ => true,
+                Backing::File(_) => true,
             };
             if !contiguous {
                 return Err(PyBufferError::new_err(
@@ -72,8 +65,7 @@ impl Source {
         let total = match &backing {
             Backing::Buffer(b) => b.len_bytes(),
             Backing::SignedBuffer(b) => b.len_bytes(),
-            Backing::Mmap(m) => m.len(),
-            Backing::Empty => 0,
+            Backing::File(f) => usize::try_from(f.len()).unwrap_or(usize::MAX),
         };
         let start = usize::try_from(offset)
             .ok()
@@ -96,7 +88,8 @@ impl Source {
         })
     }
 
-    fn bytes(&self) -> &[u8] {
+    /// The range's bytes, for an in-memory source (`None` for a file).
+    fn bytes(&self) -> Option<&[u8]> {
         let all: &[u8] = match &self.backing {
             // SAFETY: the buffer is C-contiguous, `len_bytes` long and kept alive (exported) by `self`.
             Backing::Buffer(b) => unsafe {
@@ -106,14 +99,63 @@ impl Source {
             Backing::SignedBuffer(b) => unsafe {
                 std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes())
             },
-            Backing::Mmap(m) => m,
-            Backing::Empty => &[],
+            Backing::File(_) => return None,
         };
-        all.get(self.start..self.end).unwrap_or_default()
+        Some(all.get(self.start..self.end).unwrap_or_default())
     }
 
     fn base(&self) -> u64 {
         self.start as u64
+    }
+
+    fn decode(&self, opts: DecodeOptions, columns: &[Column]) -> crate::Result<ArrowDecoded> {
+        match (&self.backing, self.bytes()) {
+            (Backing::File(f), _) => {
+                reader::decode_file(f, self.base(), self.end as u64, opts, columns)
+            }
+            (_, bytes) => decode_projected(bytes.unwrap_or_default(), self.base(), opts, columns),
+        }
+    }
+
+    fn batch_index(
+        &self,
+        allow_partial_tail: bool,
+    ) -> crate::Result<(Vec<BatchLocation>, Option<u64>)> {
+        match (&self.backing, self.bytes()) {
+            (Backing::File(f), _) => {
+                reader::batch_index_file(f, self.base(), self.end as u64, allow_partial_tail)
+            }
+            (_, bytes) => {
+                batch_index_core(bytes.unwrap_or_default(), self.base(), allow_partial_tail)
+            }
+        }
+    }
+
+    /// Decode the batch at relative position `pos`; with the position of a partial tail at the end.
+    fn next_batch(
+        &self,
+        pos: usize,
+        decoder: &mut Decoder,
+    ) -> crate::Result<(Option<DecodedBatch>, Option<u64>)> {
+        let allow_partial_tail = decoder.options().allow_partial_tail;
+        let at = self.base() + pos as u64;
+        let read;
+        let data = match (&self.backing, self.bytes()) {
+            (Backing::File(f), _) => {
+                read = reader::read_frame_bytes(f, at, self.end as u64)?;
+                if read.is_empty() && at < self.end as u64 {
+                    // Nothing left where the file had bytes when opened: it shrank under us.
+                    return match allow_partial_tail {
+                        true => Ok((None, Some(at))),
+                        false => Err(reader::shrunk(at, self.end as u64)),
+                    };
+                }
+                &read[..]
+            }
+            (_, bytes) => bytes.unwrap_or_default().get(pos..).unwrap_or_default(),
+        };
+        let mut cursor = BatchCursor::new(data, at, allow_partial_tail);
+        next_decoded(&mut cursor, decoder).map(|b| (b, cursor.partial_tail()))
     }
 }
 
@@ -329,12 +371,7 @@ impl PyBatchIterator {
             return Ok(None);
         }
         let (source, decoder, pos) = (&this.source, &mut this.decoder, this.pos);
-        let allow_partial_tail = decoder.options().allow_partial_tail;
-        let step = py.detach(|| {
-            let data = source.bytes().get(pos..).unwrap_or_default();
-            let mut cursor = BatchCursor::new(data, source.base() + pos as u64, allow_partial_tail);
-            next_decoded(&mut cursor, decoder).map(|b| (b, cursor.partial_tail()))
-        });
+        let step = py.detach(|| source.next_batch(pos, decoder));
         match step {
             Ok((Some(batch), _)) => {
                 this.pos += batch.header.size_in_bytes as usize;
@@ -442,7 +479,7 @@ fn decode_arrow(
     };
     let source = Source::open(source, offset, length)?;
     let opts = options(verify_crc, allow_partial_tail, max_decompressed_size);
-    let decoded = py.detach(|| decode_projected(source.bytes(), source.base(), opts, &columns))?;
+    let decoded = py.detach(|| source.decode(opts, &columns))?;
     Ok(PyArrowRecords(decoded))
 }
 
@@ -456,8 +493,7 @@ fn batch_index(
     length: Option<u64>,
 ) -> PyResult<Vec<(u64, u32, i64, i64)>> {
     let source = Source::open(source, offset, length)?;
-    let (locations, _) =
-        py.detach(|| batch_index_core(source.bytes(), source.base(), allow_partial_tail))?;
+    let (locations, _) = py.detach(|| source.batch_index(allow_partial_tail))?;
     Ok(locations
         .into_iter()
         .map(|l| {

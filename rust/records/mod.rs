@@ -11,6 +11,7 @@ pub mod compression;
 pub mod digest;
 pub mod encode;
 mod legacy;
+pub mod reader;
 pub mod record;
 pub mod varint;
 
@@ -210,6 +211,17 @@ pub struct BatchLocation {
     pub last_offset: i64,
 }
 
+impl BatchLocation {
+    pub fn of(h: &BatchHeader) -> Self {
+        BatchLocation {
+            file_position: h.file_position,
+            size_in_bytes: h.size_in_bytes,
+            base_offset: h.base_offset,
+            last_offset: h.last_offset(),
+        }
+    }
+}
+
 /// Header-only scan (no CRC check, no decompression): where each batch is and which offsets it
 /// holds. For batch-aligned byte ranges to decode in parallel. Returns the partial tail too.
 pub fn batch_index(
@@ -220,13 +232,7 @@ pub fn batch_index(
     let mut cursor = BatchCursor::new(data, base_position, allow_partial_tail);
     let mut out = Vec::new();
     while let Some(frame) = cursor.next()? {
-        let h = frame.header;
-        out.push(BatchLocation {
-            file_position: h.file_position,
-            size_in_bytes: h.size_in_bytes,
-            base_offset: h.base_offset,
-            last_offset: h.last_offset(),
-        });
+        out.push(BatchLocation::of(&frame.header));
     }
     Ok((out, cursor.partial_tail()))
 }

@@ -244,6 +244,8 @@ def test_undefined_answer_resets_by_policy_and_reports_it():
 
 
 def test_undefined_answer_under_none_raises_without_divergent_offset():
+    """OffsetFetcherTest.testOffsetValidationWithUndefinedEpochAndOffset: the partition is in the
+    out-of-range map only (`OffsetFetcherUtils.buildLogTruncationException`)."""
     cluster = undefined_cluster()
     c = consumer("none")
     c.seek(TP, 0)

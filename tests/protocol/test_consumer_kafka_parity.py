@@ -10,7 +10,7 @@ from test_consumer import Cluster, consumer, truncated_cluster
 
 from epochguard.api_versions import BROKER_API_VERSIONS
 from epochguard.consumer import Consumer
-from epochguard.errors import LogTruncationError, OffsetOutOfRangeError
+from epochguard.errors import OffsetOutOfRangeError
 from epochguard.messages import (
     ListOffsetsRequest,
     MetadataRequest,
@@ -22,26 +22,6 @@ from epochguard.messages import (
 )
 from epochguard.metadata import ClientMetadata
 from epochguard.types import LeaderAndEpoch, OffsetAndMetadata
-
-
-def test_undefined_end_offset_is_out_of_range_but_not_divergent():
-    """OffsetFetcherTest.testOffsetValidationWithUndefinedEpochAndOffset (OffsetFetcherUtils
-    .buildLogTruncationException): an undefined answer has no divergent offset, so the partition is in
-    the out-of-range map only; `divergent_offsets` holds only known divergence points."""
-    cluster = Cluster({1: [(3, 6)]}, leader=1, epoch=3)
-    rm = cluster.add_leader(2, [(3, 4)], 4)
-    rm.partitions[TP].log.leader_epoch_cache.clear()  # the new leader cannot place epoch 3: (-1, -1)
-    c = consumer("none")
-    c.seek(TP, 0)
-    cluster.run(c)
-    c.poll()
-    cluster.meta = (2, 4)
-    c.metadata.request_update()
-    cluster.run(c, now_ms=200)
-    with pytest.raises(LogTruncationError) as info:
-        c.poll()
-    assert info.value.offset_out_of_range_partitions == {TP: 6}
-    assert info.value.divergent_offsets == {}
 
 
 def test_first_validation_pass_repoints_positions_at_the_current_leader():

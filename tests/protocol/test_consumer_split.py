@@ -7,7 +7,13 @@ import pytest
 from protocol_support import TP
 from test_consumer import consumer, truncated_cluster
 
-from epochguard.consumer.validator import Reset, Resume, Rewind, Truncated, validate_position
+from epochguard.consumer.validator import (
+    Reset,
+    Resume,
+    Rewind,
+    Truncated,
+    validate_position,
+)
 from epochguard.messages import FetchRequest, OffsetsForLeaderEpochRequest
 from epochguard.types import FetchPosition, LeaderAndEpoch, OffsetAndMetadata
 

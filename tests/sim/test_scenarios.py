@@ -13,6 +13,7 @@ TARGETED = {
     "zombie-replica": inv.ISR_AGREEMENT,
     "stale-metadata": inv.METADATA_EPOCH_MONOTONIC,
     "leader-bounce": inv.LIST_OFFSETS_MONOTONIC,
+    "transactions": inv.LIST_OFFSETS_MONOTONIC,
 }
 
 

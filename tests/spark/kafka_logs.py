@@ -83,7 +83,10 @@ def write_log_dir(
     log_dir = root / f"broker-{broker}"
     log_dir.mkdir(parents=True, exist_ok=True)
     if meta:
-        (log_dir / "meta.properties").write_text(f"#Written by tests\nversion=1\n{meta}={broker}\n")
+        # As Kafka writes them: version 0 (ZooKeeper era) names the broker by broker.id, version 1
+        # (KRaft) by node.id and needs cluster.id.
+        version = "version=0" if meta == "broker.id" else "version=1\ncluster.id=test-cluster"
+        (log_dir / "meta.properties").write_text(f"#Written by tests\n{version}\n{meta}={broker}\n")
     if high_watermarks is not None:
         lines = ["0", str(len(high_watermarks))] + [f"{t} {p} {o}" for (t, p), o in high_watermarks.items()]
         (log_dir / "replication-offset-checkpoint").write_text("\n".join(lines) + "\n")

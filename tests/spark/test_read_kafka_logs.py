@@ -260,3 +260,32 @@ def test_projected_read_with_errors_keeps_the_error_columns(spark, tmp_path) -> 
     assert rows[0].__fields__ == ["offset", "value_length", "path", "error_position", "error_reason"]
     assert sorted(r.offset for r in rows if r.error_reason is None) == [0, 1, 2]
     assert [r.path for r in rows if r.error_reason is not None] == [str(segment)]
+
+
+def test_malformed_files_are_listing_errors_naming_file_and_line(tmp_path) -> None:
+    log_dir = write_log_dir(tmp_path, 3, [Replica("t", 0, [(0, records("x", 0, 2))])])
+    (log_dir / "t-0" / "foo.log").write_bytes(b"not a segment")
+    (log_dir / "t-0" / "partition.metadata").write_text("version: 0\n")
+    (log_dir / "replication-offset-checkpoint").write_text("0\n2\nt 0 1\n")
+    (log_dir / "t-0" / "leader-epoch-checkpoint").write_text("0\n1\n0 zero\n")
+    listing = list_log_dirs([str(log_dir)])
+    (replica,) = listing.replicas
+    assert [s.base_offset for s in replica.segments] == [0]
+    assert (replica.topic_id, replica.high_watermark, replica.epochs) == (None, None, None)
+    errors = {Path(e.path).name: e for e in listing.errors}
+    assert set(errors) == {"foo.log", "partition.metadata", "replication-offset-checkpoint", "leader-epoch-checkpoint"}
+    assert "line 2" in errors["partition.metadata"].reason and errors["partition.metadata"].topic == "t"
+    assert "line 2" in errors["replication-offset-checkpoint"].reason  # the count line: 2 entries said, 1 held
+    assert "line 3" in errors["leader-epoch-checkpoint"].reason
+    assert "not a segment" in errors["foo.log"].reason and errors["foo.log"].broker == 3
+
+
+def test_meta_properties_version_decides_the_broker_id(tmp_path) -> None:
+    log_dir = write_log_dir(tmp_path, 5, [Replica("t", 0, [(0, records("x", 0, 1))])])
+    (log_dir / "meta.properties").write_text("version=1\ncluster.id=c\nnode.id=8\nbroker.id=9\n")
+    assert list_log_dirs([str(log_dir)]).replicas[0].broker == 8
+    (log_dir / "meta.properties").write_text("version=0\nnode.id=8\nbroker.id=9\n")
+    assert list_log_dirs([str(log_dir)]).replicas[0].broker == 9
+    (log_dir / "meta.properties").write_text("version=1\nnode.id=eight\ncluster.id=c\n")
+    listing = list_log_dirs([str(log_dir)])  # malformed: an error row, the id from the folder name
+    assert listing.replicas[0].broker == 5 and "line 2" in listing.errors[0].reason

@@ -88,3 +88,16 @@ def test_acked_records_missing_or_doubled_in_the_final_log() -> None:
 def test_records_compare_by_content_not_offset(value: str) -> None:
     log = [consumed(1.0, 12, value)]
     assert len(judge_client(log, FINAL).divergences) == (value == "old-12")
+
+
+@pytest.mark.parametrize(("text", "kind"), [
+    ("127.0.0.1:40263/1: Disconnected: connection reset by peer (after 0ms in state UP)", "log"),
+    ("Resetting offset for partition TopicPartition(topic='events', partition=0) using earliest strategy.", "reset"),
+    ("events [0]: offset reset (at offset 25, broker 2) to BEGINNING: Broker: Offset out of range", "reset"),
+    ("No epoch found less or equal to 30: broker end offset is -1. Reset using configured policy.", "reset"),
+    ("events [0]: Local: Partition log truncation detected", "truncation"),
+])
+def test_client_text_classification(text: str, kind: str) -> None:
+    from epochguard.wire.drivers.delivery_log import classify
+
+    assert classify(text) == kind

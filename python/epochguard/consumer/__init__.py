@@ -60,7 +60,11 @@ from epochguard.consumer.requests import (
     RequestManager,
     ValidationManager,
 )
-from epochguard.consumer.subscription import FetchState, PartitionState, SubscriptionState
+from epochguard.consumer.subscription import (
+    FetchState,
+    PartitionState,
+    SubscriptionState,
+)
 from epochguard.metadata import ClientMetadata
 from epochguard.types import (
     ConsumerRecords,
@@ -73,7 +77,7 @@ from epochguard.types import (
     TopicPartition,
 )
 
-__all__ = ["FetchState", "PartitionState", "OffsetsForTimesLookup", "Consumer", "CompletedFetch"]
+__all__ = ["CompletedFetch", "Consumer", "FetchState", "OffsetsForTimesLookup", "PartitionState"]
 
 
 class Consumer:

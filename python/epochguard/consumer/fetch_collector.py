@@ -11,15 +11,19 @@ failed fetch at the head of its buffer).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from epochguard._core import iter_batches
 from epochguard.consumer.subscription import FetchState, SubscriptionState
 from epochguard.errors import OffsetOutOfRangeError
+from epochguard.log import CONTROL_ABORT, control_type
+from epochguard.messages import AbortedTransaction
 from epochguard.types import (
     ConsumerRecord,
     ConsumerRecords,
     FetchPosition,
+    IsolationLevel,
     OffsetAndMetadata,
     TopicPartition,
     epoch_or_none,
@@ -40,18 +44,40 @@ class CompletedFetch:
     epochs: list[tuple[int, int]]  # (epoch, first offset read) per batch read
 
     @classmethod
-    def decode(cls, tp: TopicPartition, position: FetchPosition, raw: bytes) -> CompletedFetch:
-        """Records at or after the fetch offset, each with its batch's leader epoch. Raises
-        `CorruptRecordError` on bad bytes (an incomplete last batch is not an error: fetch it again)."""
+    def decode(
+        cls,
+        tp: TopicPartition,
+        position: FetchPosition,
+        raw: bytes,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        aborted_transactions: Iterable[AbortedTransaction] | None = None,
+    ) -> CompletedFetch:
+        """Records at or after the fetch offset, each with its batch's leader epoch; control batches
+        are never records. Under read_committed the batches of aborted transactions are skipped too:
+        a producer is aborted from its transaction's first offset until its ABORT marker (Kafka's
+        `consumeAbortedTransactionsUpTo` / `isBatchAborted`). Raises `CorruptRecordError` on bad bytes
+        (an incomplete last batch is not an error: fetch it again)."""
         records: list[ConsumerRecord] = []
         epochs: list[tuple[int, int]] = []
         next_offset = position.offset
         last_epoch = position.offset_epoch
+        read_committed = isolation_level == IsolationLevel.READ_COMMITTED
+        pending = sorted(aborted_transactions or (), key=lambda t: t.first_offset)
+        aborted_producers: set[int] = set()
         for batch in iter_batches(raw, allow_partial_tail=True):
             if batch.last_offset < next_offset:
                 continue
             epoch = epoch_or_none(batch.partition_leader_epoch)
-            if not batch.is_control:
+            skip = False
+            if read_committed and batch.producer_id >= 0:
+                while pending and pending[0].first_offset <= batch.last_offset:
+                    aborted_producers.add(pending.pop(0).producer_id)
+                if batch.is_control:
+                    if control_type(batch) == CONTROL_ABORT:
+                        aborted_producers.discard(batch.producer_id)
+                else:
+                    skip = batch.is_transactional and batch.producer_id in aborted_producers
+            if not batch.is_control and not skip:
                 for r in batch.records():
                     if r.offset >= next_offset:
                         records.append(

@@ -14,8 +14,18 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from epochguard._core import LeaderEpochCache
-from epochguard.api_versions import NodeApiVersions, has_usable_offset_for_leader_epoch_version
-from epochguard.types import EpochProtocol, FetchPosition, LeaderAndEpoch, ResetPolicy, ResetReason, TopicPartition
+from epochguard.api_versions import (
+    NodeApiVersions,
+    has_usable_offset_for_leader_epoch_version,
+)
+from epochguard.types import (
+    EpochProtocol,
+    FetchPosition,
+    LeaderAndEpoch,
+    ResetPolicy,
+    ResetReason,
+    TopicPartition,
+)
 
 __all__ = ["FetchState", "PartitionState", "SubscriptionState"]
 

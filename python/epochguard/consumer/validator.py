@@ -17,9 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from epochguard._core import LeaderEpochCache, truncation_offset
-from epochguard.types import NO_EPOCH, NO_OFFSET, FetchPosition, OffsetAndMetadata, ResetPolicy
+from epochguard.types import (
+    NO_EPOCH,
+    NO_OFFSET,
+    FetchPosition,
+    OffsetAndMetadata,
+    ResetPolicy,
+)
 
-__all__ = ["Resume", "Rewind", "Reset", "Truncated", "Outcome", "validate_position"]
+__all__ = ["Outcome", "Reset", "Resume", "Rewind", "Truncated", "validate_position"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,9 +63,13 @@ class Cluster:
         self.brokers: dict[int, Broker] = {
             b: Broker(b, ctx, [tp for tp, replicas in assignment.items() if b in replicas]) for b in self.broker_ids
         }
-        self.producers = [Producer(f"producer-{i}", ctx, acks=acks, batch_size=cfg.producer_batch_size,
-                                   interval_ms=cfg.producer_interval_ms) for i, acks in enumerate(cfg.producers)]
-        self.consumers = [Consumer(f"consumer-{i}", ctx) for i in range(cfg.consumers)]
+        self.producers = [
+            Producer(f"producer-{i}", ctx, acks=acks, batch_size=cfg.producer_batch_size, interval_ms=cfg.producer_interval_ms,
+                     producer_id=1000 + i if i < cfg.transactional_producers else None, abort_every=cfg.abort_every)
+            for i, acks in enumerate(cfg.producers)
+        ]
+        self.consumers = [Consumer(f"consumer-{i}", ctx, read_committed=i < cfg.read_committed_consumers)
+                          for i in range(cfg.consumers)]
         self.monitors = [OffsetMonitor("monitor", ctx)] if cfg.monitor else []
         named: list[Producer | Consumer | OffsetMonitor] = [*self.producers, *self.consumers, *self.monitors]
         self.clients: list[Actor] = list(named)

@@ -26,9 +26,12 @@ class ClusterConfig:
     fetch_backoff_ms: int = 20
     # clients
     producers: tuple[int, ...] = (-1,)  # one producer per entry: its acks
+    transactional_producers: int = 0  # the first N producers write transactions (their acks must be -1)
+    abort_every: int = 3  # a transactional producer aborts every abort_every-th transaction
     producer_batch_size: int = 2
     producer_interval_ms: int = 20
     consumers: int = 1
+    read_committed_consumers: int = 0  # the first N consumers use isolation.level=read_committed
     auto_offset_reset: ResetPolicy = "earliest"
     commit_interval_ms: int = 100
     monitor: bool = True

@@ -26,7 +26,7 @@ from epochguard.sim.events import (
     TruncationReported,
 )
 from epochguard.sim.network import Disconnected, Envelope, broker_node
-from epochguard.types import ConsumerRecord, TopicPartition, epoch_or_sentinel
+from epochguard.types import ConsumerRecord, IsolationLevel, TopicPartition, epoch_or_sentinel
 
 if TYPE_CHECKING:
     from epochguard.sim.context import ActorContext
@@ -61,8 +61,9 @@ class Consumer:
     their epochs) every `commit_interval_ms` to the group coordinator, and can be restarted: a new
     machine resumes from the committed offsets, as a restarted consumer process would."""
 
-    def __init__(self, name: str, ctx: ActorContext) -> None:
+    def __init__(self, name: str, ctx: ActorContext, *, read_committed: bool = False) -> None:
         self.name = name
+        self.read_committed = read_committed
         self.ctx = ctx
         self.consumed: list[ConsumedRecord] = []
         self._resuming: set[TopicPartition] = set()  # restarted, nothing delivered yet
@@ -82,6 +83,7 @@ class Consumer:
             retry_backoff_ms=cfg.retry_backoff_ms,
             request_timeout_ms=cfg.request_timeout_ms,
             metadata=metadata,
+            isolation_level=IsolationLevel.READ_COMMITTED if self.read_committed else IsolationLevel.READ_UNCOMMITTED,
         )
         self.machine.assign(self.ctx.topic_partitions)
         self._sent: dict[int, tuple[int, Any]] = {}  # msg id -> (node, request)
@@ -161,7 +163,7 @@ class Consumer:
             for record in batch:
                 self.consumed.append(ConsumedRecord(self.name, record.topic, record.partition, record.offset,
                                                     record.leader_epoch, record.key, record.value, broker, step))
-                self.ctx.events.publish(Consumed(self.name, record, broker))
+                self.ctx.events.publish(Consumed(self.name, record, broker, self.read_committed))
             self.ctx.events.record(
                 "consume", self.name,
                 f"{tp} offsets {batch[0].offset}..{batch[-1].offset} from broker {broker} (epoch {batch[-1].leader_epoch})",

@@ -34,6 +34,7 @@ __all__ = [
     "SimEvent",
     "StepEnded",
     "TruncationReported",
+    "TxnAborted",
 ]
 
 
@@ -53,6 +54,16 @@ class Consumed:
     consumer: str
     record: ConsumerRecord
     served_by: int
+    read_committed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TxnAborted:
+    """A producer's transaction on `tp` was aborted (its ABORT marker acknowledged): these values must
+    never reach a read_committed consumer."""
+
+    tp: TopicPartition
+    values: tuple[bytes | None, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +124,7 @@ class StepEnded:
 
 SimEvent = (
     Acked | Consumed | FetchServed | ListOffsetsAnswered | MetadataAccepted | TruncationReported
-    | ResetReported | ClientRestarted | ConsumerResumed | StepEnded
+    | ResetReported | ClientRestarted | ConsumerResumed | StepEnded | TxnAborted
 )
 
 

@@ -39,6 +39,7 @@ from epochguard.sim.events import (
     SimEvent,
     StepEnded,
     TruncationReported,
+    TxnAborted,
 )
 from epochguard.types import ConsumerRecord, OffsetResetEvent, TopicPartition, TruncationEvent
 
@@ -51,7 +52,10 @@ ACKED_DURABLE = "acked-durable"
 CONSUMER_CONTINUITY = "consumer-continuity"
 LIST_OFFSETS_MONOTONIC = "list-offsets-monotonic"
 METADATA_EPOCH_MONOTONIC = "metadata-epoch-monotonic"
-ALL_INVARIANTS = (ISR_AGREEMENT, ACKED_DURABLE, CONSUMER_CONTINUITY, LIST_OFFSETS_MONOTONIC, METADATA_EPOCH_MONOTONIC)
+READ_COMMITTED = "read-committed"  # a read_committed consumer never delivers a record of an aborted transaction
+ALL_INVARIANTS = (
+    ISR_AGREEMENT, ACKED_DURABLE, CONSUMER_CONTINUITY, LIST_OFFSETS_MONOTONIC, METADATA_EPOCH_MONOTONIC, READ_COMMITTED,
+)
 CONSUMER_PROGRESS = "consumer-progress"
 MAX_FINAL_LAG = 50  # offsets; a caught-up consumer is a fetch or two behind (a few offsets)
 
@@ -139,6 +143,8 @@ class InvariantChecker:
         self._metadata_epochs: dict[tuple[str, TopicPartition], int] = {}
         self._restarts: dict[str, int] = {}  # client -> step of its last restart
         self._noted: set[tuple[str, TopicPartition, int]] = set()
+        self._aborted_values: dict[TopicPartition, set[bytes | None]] = {}
+        self._read_committed: set[str] = set()  # consumers seen reading with isolation read_committed
 
     # --- what actors publish ----------------------------------------------------------------------
     def subscribe(self, events: EventSink) -> None:
@@ -152,7 +158,9 @@ class InvariantChecker:
             epoch = self.cluster.broker(event.broker).leader_epoch(event.tp)  # the leader that acknowledged
             self.on_acked(event.tp, event.offset, event.key, event.value, -1 if epoch is None else epoch)
         elif isinstance(event, Consumed):
-            self.on_consumed(event.consumer, event.record, event.served_by)
+            self.on_consumed(event.consumer, event.record, event.served_by, event.read_committed)
+        elif isinstance(event, TxnAborted):
+            self.on_txn_aborted(event.tp, event.values)
         elif isinstance(event, FetchServed):
             self.on_fetch_served(event.consumer, event.tp, event.broker, event.fetch_offset)
         elif isinstance(event, ListOffsetsAnswered):
@@ -277,10 +285,51 @@ class InvariantChecker:
         view.last_reset_seq = view.seq
         view.last_reset_step = self.cluster.timeline.step
 
-    def on_consumed(self, consumer: str, record: ConsumerRecord, served_by: int) -> None:
+    def on_txn_aborted(self, tp: TopicPartition, values: tuple[bytes | None, ...]) -> None:
+        aborted = self._aborted_values.setdefault(tp, set())
+        aborted.update(values)
+        for (consumer, view_tp), view in self._consumers.items():  # delivered before the abort was known?
+            if view_tp == tp and consumer in self._read_committed:
+                for offset, delivered in sorted(view.delivered.items()):
+                    if delivered.identity[2] in aborted:
+                        self._report_aborted_read(consumer, tp, offset, delivered.identity[2])
+
+    def _report_aborted_read(self, consumer: str, tp: TopicPartition, offset: int, value: bytes | None) -> None:
+        self.report(
+            READ_COMMITTED, consumer, tp,
+            f"read_committed consumer delivered {_show((None, None, value))} at offset {offset}, a record of an aborted transaction",
+            key=(consumer, tp, offset),
+        )
+
+    def _invisible(self, broker: int, tp: TopicPartition, start: int, end: int, read_committed: bool) -> bool:
+        """Whether offsets [start, end) on `broker` hold nothing a consumer returns: control batches
+        (transaction markers), and for read_committed also batches of aborted transactions."""
+        if broker not in self.cluster.brokers:
+            return False
+        log = self.cluster.log(broker, tp)
+        aborted = log.collect_aborted_transactions(start, end) if read_committed else []
+        covered = start
+        for info in log.batch_infos():
+            if info.last_offset < covered or info.base_offset >= end:
+                continue
+            if info.base_offset > covered:
+                return False
+            hidden = info.control is not None or (
+                info.is_transactional and any(t.producer_id == info.producer_id and t.first_offset <= info.base_offset <= t.last_offset for t in aborted)
+            )
+            if not hidden:
+                return False
+            covered = info.next_offset
+        return covered >= end
+
+    def on_consumed(self, consumer: str, record: ConsumerRecord, served_by: int, read_committed: bool = False) -> None:
         tp = record.topic_partition
         view = self._view(consumer, tp)
         offset = record.offset
+        if read_committed:
+            self._read_committed.add(consumer)
+            if record.value in self._aborted_values.get(tp, ()):
+                self._report_aborted_read(consumer, tp, offset, record.value)
         identity = (record.leader_epoch, record.key, record.value)
         before = view.delivered.get(offset)
         if before is not None and before.identity != identity and not view.truncation_covers(offset, before.seq):
@@ -292,7 +341,11 @@ class InvariantChecker:
             )
         if view.last_offset is not None and offset > view.last_offset + 1:
             since = view.delivered[view.last_offset].seq
-            excused = view.last_reset_seq >= since or any(seq >= since for seq, _ in view.truncations)
+            excused = (
+                view.last_reset_seq >= since
+                or any(seq >= since for seq, _ in view.truncations)
+                or self._invisible(served_by, tp, view.last_offset + 1, offset, read_committed)
+            )
             if not excused:
                 self.report(
                     CONSUMER_CONTINUITY, consumer, tp,

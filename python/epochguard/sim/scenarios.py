@@ -13,6 +13,9 @@ protocol exists to prevent. Under "kip-320" the checker must find nothing; under
   older leader epoch. Pre-KIP-232 they accept it: the metadata epoch goes backwards.
 - `leader-bounce`: leaders crash and restart one after another under acks=all traffic. Pre-KIP-207 a
   new leader answers ListOffsets(latest) with a high watermark below the old one.
+- `transactions`: `leader-bounce` with a transactional producer (every third transaction aborted) and
+  a read_committed consumer next to a read_uncommitted one. The read_committed consumer must never see
+  an aborted record and, like the other, skip nothing else; pre-KIP-207 ListOffsets still goes back.
 - `random`: a seeded random mix of every fault, with unclean elections allowed.
 """
 
@@ -157,6 +160,12 @@ def leader_bounce(seed: int, partitions: int) -> Scenario:
     return Scenario("leader-bounce", cfg, schedule, steps=220)
 
 
+def transactions(seed: int, partitions: int) -> Scenario:
+    bounce = leader_bounce(seed, partitions)
+    cfg = replace(bounce.config, producers=(-1, 1), transactional_producers=1, consumers=2, read_committed_consumers=1)
+    return Scenario("transactions", cfg, bounce.schedule, steps=bounce.steps)
+
+
 def random_faults(seed: int, partitions: int, steps: int = 400) -> Scenario:
     cfg = ClusterConfig(partitions=partitions, producers=(-1, 1), unclean_leader_election=False)
     tps = tuple(sorted(cfg.assignment()))
@@ -172,6 +181,7 @@ SCENARIOS: dict[str, Callable[[int, int], Scenario]] = {
     "zombie-replica": zombie_replica,
     "stale-metadata": stale_metadata,
     "leader-bounce": leader_bounce,
+    "transactions": transactions,
     "random": random_faults,
 }
 DEFAULT_PARTITIONS = {"unclean-election": 3}

@@ -17,8 +17,9 @@ try:
 except ImportError as exc:
     raise ImportError(f"epochguard.spark needs {exc.name}: pip install 'epochguard[spark]'") from exc
 
-from epochguard.spark.audit import AuditResult, audit
+from epochguard.spark.audit import audit
 from epochguard.spark.logs import read_kafka_logs
+from epochguard.spark.result import AuditResult
 from epochguard.spark.session import local_session
 from epochguard.spark.udfs import EpochHistories, decode_batches
 

@@ -6,7 +6,10 @@ truncates to when it rejoins. For each other replica the divergence point comes 
 histories (the core's batched `divergence_points`) and is confirmed against the records: a record
 is *lost* when the replica holds it at or past the divergence point and the reference does not hold
 the same (offset, leader epoch). Records are compared by (offset, epoch) because an epoch has one
-leader, so two replicas holding the same offset in the same epoch hold the same record.
+leader, so two replicas holding the same offset in the same epoch hold the same record; their
+content digests and lengths (`decode_to_arrow`'s ``record_digest``) check that they do. The
+comparison never moves a key or value: those are decoded again only for the lost records, from the
+byte ranges of the batches holding them.
 
 What is not an election loss is named, not counted (DESIGN.md 4.4):
 
@@ -15,7 +18,9 @@ What is not an election loss is named, not counted (DESIGN.md 4.4):
     follower; had it been elected the high watermark would have dipped, KIP-207, but nothing is
     lost); ``retention`` (holds records below the reference's log start offset: deleted by
     retention, not by the election); ``recreated`` (another topic id: the topic was deleted and
-    created again, so offsets are not comparable); ``diverged`` (holds lost records).
+    created again, so offsets are not comparable); ``diverged`` (holds lost records); ``mismatched``
+    (holds a record at an (offset, epoch) the reference holds, with another digest or other lengths:
+    a corrupt or forged copy, listed in mismatched_records.parquet).
 ``kind`` of a phantom read (phantom_reads.parquet)
     ``truncated`` (the reference never reached that offset in the read's epoch) and ``rewritten``
     (the reference holds that offset from a later epoch: the offset now names another record) are
@@ -28,110 +33,64 @@ What is not an election loss is named, not counted (DESIGN.md 4.4):
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
+import functools
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
 from epochguard import _core
 from epochguard.spark.listing import Listing, PartitionReplica, is_local, list_log_dirs
-from epochguard.spark.logs import DEFAULT_CHUNK_BYTES, decode_listing
+from epochguard.spark.logs import DEFAULT_CHUNK_BYTES, LOCATION, decode_listing, decode_ranges, output_schema
+from epochguard.spark.result import (
+    LOSS_KINDS,
+    PARTITIONS_SCHEMA,
+    PHANTOM_KINDS,
+    REPLICA_KINDS,
+    AuditResult,
+    ReplicaSummary,
+    partition_row,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-LOSS_KINDS = ("truncated", "rewritten")
-REPLICA_KINDS = ("reference", "in_sync", "behind", "retention", "recreated", "diverged")
-PHANTOM_KINDS = ("truncated", "rewritten", "retention", "beyond_log_end", "compacted", "recreated", "unknown_partition")
+__all__ = ["LOSS_KINDS", "PHANTOM_KINDS", "REPLICA_KINDS", "AuditResult", "ReplicaSummary", "audit", "read_consumed"]
 
 Step = Callable[[str], Any]  # progress reporter: step("decoding segments") -> context manager
 
-
-@dataclass
-class ReplicaSummary:
-    """One row of partitions.parquet."""
-
-    topic: str
-    partition: int
-    reference_broker: int
-    reference_latest_epoch: int | None
-    reference_log_end_offset: int
-    broker: int
-    latest_epoch: int | None
-    log_end_offset: int
-    divergence_offset: int | None
-    lost_count: int
-    lost_first_offset: int | None
-    lost_last_offset: int | None
-    kind: str
-    reason: str
-    log_start_offset: int
-    reference_log_start_offset: int
-    record_count: int
-    retained_count: int  # records below the reference's log start (retention, not loss)
-    error_count: int  # unreadable ranges in this replica's segments (rows of errors.parquet)
-    epochs_confirmed: bool  # the epoch histories' divergence point agrees with the records
-    epoch_source: str  # "checkpoint" or "records" (no usable leader-epoch-checkpoint)
-    high_watermark: int | None  # from the log dir's replication-offset-checkpoint
-    lost_visible_count: int | None  # lost records below the replica's high watermark: consumers could read them
-    epochs: list[tuple[int, int]] = field(default_factory=list)
-
-
-@dataclass
-class AuditResult:
-    out: str
-    replicas: list[ReplicaSummary]
-    error_count: int
-    phantom_counts: dict[str, int] | None  # by kind; None without a consumed table
-    lost_records: list[dict[str, Any]]  # a sample for the report (all of them are in Parquet)
-    phantom_reads: list[dict[str, Any]]  # likewise
-
-    @property
-    def diverged(self) -> list[ReplicaSummary]:
-        return [r for r in self.replicas if r.kind == "diverged"]
-
-    @property
-    def lost_count(self) -> int:
-        return sum(r.lost_count for r in self.replicas)
-
-    @property
-    def phantom_loss_count(self) -> int:
-        return sum(n for kind, n in (self.phantom_counts or {}).items() if kind in LOSS_KINDS)
-
-    @property
-    def exit_code(self) -> int:
-        """0: clean; 1: a divergence, a phantom read of a lost record, or an unreadable input."""
-        return 1 if self.diverged or self.phantom_loss_count or self.error_count else 0
-
-    def summary(self) -> dict[str, Any]:
-        """JSON-ready summary (what ``--json`` prints)."""
-        return {
-            "out": self.out,
-            "exit_code": self.exit_code,
-            "partitions": len({(r.topic, r.partition) for r in self.replicas}),
-            "diverged_replicas": len(self.diverged),
-            "lost_records": self.lost_count,
-            "errors": self.error_count,
-            "phantom_reads": self.phantom_counts,
-            "replicas": [
-                {k: v for k, v in vars(r).items() if k != "epochs"} | {"epochs": r.epochs} for r in self.replicas
-            ],
-        }
-
-    def to_json(self) -> str:
-        return json.dumps(self.summary(), indent=2, default=str)
+# What the comparison reads of every record: positions, epochs, lengths and the content digest. Keys,
+# values and headers are decoded again, from just their batches' bytes, for the lost records alone.
+COMPARED_COLUMNS = [
+    "broker",
+    "topic",
+    "partition",
+    "segment",
+    "offset",
+    "leader_epoch",
+    "timestamp",
+    "timestamp_type",
+    "is_control",
+    "key_length",
+    "value_length",
+    "headers_count",
+    "record_digest",
+    "batch_position",
+    "batch_size",
+]
+CONTENT_COLUMNS = ["offset", "key", "value", "headers"]
+LENGTHS = ("key_length", "value_length", "headers_count")
 
 
 def audit(
     spark: SparkSession,
     log_dirs: Sequence[str],
     consumed: str | DataFrame | None = None,
-    out: str = "audit-out",
+    out: str | None = "audit-out",
     *,
     step: Step | None = None,
     verify_crc: bool = True,
@@ -139,22 +98,30 @@ def audit(
     sample: int = 50,
     html: bool = True,
 ) -> AuditResult:
-    """Audit broker log dirs (one per broker) and write the results as Parquet under `out`.
+    """Audit broker log dirs (one per broker); returns an `AuditResult` and, unless `out` is None,
+    saves it there (`AuditResult.save`: Parquet tables and report.html).
 
     `consumed` is what a consumer read: a Parquet or CSV path, or a DataFrame, with ``topic``,
-    ``partition``, ``offset`` and ``leader_epoch`` columns (others are kept). Writes
-    ``partitions.parquet``, ``lost_records.parquet``, ``errors.parquet``, ``phantom_reads.parquet``
-    (with `consumed`) and ``report.html``. `step(name)` is entered around each stage, for progress
-    (`report.AuditProgress`).
+    ``partition``, ``offset`` and ``leader_epoch`` columns (others are kept). `step(name)` is entered
+    around each stage, for progress (`report.AuditProgress`).
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     step = step or (lambda _name: nullcontext())
+    provenance = {
+        "log_dirs": [str(d) for d in log_dirs],
+        "epochguard_version": _core.__version__,
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "spark_master": spark.conf.get("spark.master", None),
+        "spark_version": spark.version,
+    }
     with step("listing log directories"):
         listing = list_log_dirs(list(log_dirs), spark)
     with step("decoding segments"):
-        frame = decode_listing(spark, listing, with_errors=True, verify_crc=verify_crc, chunk_bytes=chunk_bytes)
+        frame = decode_listing(
+            spark, listing, columns=COMPARED_COLUMNS, with_errors=True, verify_crc=verify_crc, chunk_bytes=chunk_bytes
+        )
         frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
         records = frame.where(F.col("error_reason").isNull()).drop("path", "error_position", "error_reason")
         # Error rows have no epoch and no offset: they form their own group per replica.
@@ -184,9 +151,15 @@ def audit(
             [(r.topic, r.partition, r.broker) for r in replicas if r.kind == "reference"],
             "topic string, partition int, broker int",
         )
-        reference_keys = records.join(F.broadcast(references), ["topic", "partition", "broker"]).select(
-            "topic", "partition", "offset", "leader_epoch"
+        reference = records.join(F.broadcast(references), ["topic", "partition", "broker"]).select(
+            "topic",
+            "partition",
+            "offset",
+            "leader_epoch",
+            F.col("record_digest").alias("reference_digest"),
+            *(F.col(c).alias(f"reference_{c}") for c in LENGTHS),
         )
+        reference_keys = reference.select("topic", "partition", "offset", "leader_epoch")
         held = records.join(F.broadcast(pairs), ["topic", "partition", "broker"])
         retained = {
             (row.topic, row.partition, row.broker): row.n
@@ -195,12 +168,25 @@ def audit(
             .agg(F.count("*").alias("n"))
             .collect()
         }
-        lost = (
-            held.where(F.col("offset") >= F.col("reference_log_start_offset"))
-            .join(reference_keys, ["topic", "partition", "offset", "leader_epoch"], "left_anti")
+        # One join answers both questions: no reference record at (offset, epoch) is a loss; one with
+        # another digest or other lengths is a mismatched copy (an epoch has one leader, so equal
+        # (offset, epoch) must mean equal content).
+        compared = held.where(F.col("offset") >= F.col("reference_log_start_offset")).join(
+            reference, ["topic", "partition", "offset", "leader_epoch"], "left"
+        )
+        lost = compared.where(F.col("reference_digest").isNull()).persist(StorageLevel.MEMORY_AND_DISK)
+        differs = F.col("record_digest") != F.col("reference_digest")
+        for c in LENGTHS:
+            differs = differs | ~F.col(c).eqNullSafe(F.col(f"reference_{c}"))
+        mismatched = (
+            compared.where(F.col("reference_digest").isNotNull() & differs)
+            .select(
+                "topic", "partition", "broker", "offset", "leader_epoch", "reference_broker", "record_digest",
+                "reference_digest", *(x for c in LENGTHS for x in (c, f"reference_{c}")),
+            )
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
-        mismatches = {
+        losses = {
             (row.topic, row.partition, row.broker): row
             for row in lost.groupBy("topic", "partition", "broker")
             .agg(
@@ -211,44 +197,83 @@ def audit(
             )
             .collect()
         }
+        mismatch_counts = {
+            (row.topic, row.partition, row.broker): row.n
+            for row in mismatched.groupBy("topic", "partition", "broker").agg(F.count("*").alias("n")).collect()
+        }
         for r in replicas:
-            _confirm(
-                r, mismatches.get((r.topic, r.partition, r.broker)), retained.get((r.topic, r.partition, r.broker), 0)
-            )
+            key = (r.topic, r.partition, r.broker)
+            _confirm(r, losses.get(key), retained.get(key, 0), mismatch_counts.get(key, 0))
             if r.error_count:
                 r.reason += f"; {r.error_count} unreadable byte ranges (see errors.parquet)"
+    with step("reading the lost records"):
+        lost_records = (
+            lost.join(_lost_content(spark, listing, lost, verify_crc), ["broker", "topic", "partition", "offset"], "left")
+            .select(*LOST_COLUMNS)
+            .orderBy("topic", "partition", "broker", "offset")
+        )
+        lost_sample = [row.asDict() for row in lost_records.limit(sample).collect()]
     phantom_counts = None
     phantoms = None
+    phantom_sample: list[dict[str, Any]] = []
     if consumed is not None:
         with step("checking consumed records"):
-            phantoms = _phantom_reads(spark, consumed, replicas, records, reference_keys, lost).persist()
+            phantoms = _phantom_reads(spark, consumed, replicas, records, reference_keys, lost)
+            phantoms = phantoms.orderBy("topic", "partition", "offset").persist()
             phantom_counts = {
                 row.kind: row.n for row in phantoms.groupBy("kind").agg(F.count("*").alias("n")).collect()
             }
-    with step("writing results"):
-        _prepare(out)
-        partitions = spark.createDataFrame([_row(r) for r in replicas], PARTITIONS_SCHEMA)
-        partitions.coalesce(1).write.mode("overwrite").parquet(_join(out, "partitions.parquet"))
-        lost_out = lost.select(*LOST_COLUMNS).orderBy("topic", "partition", "broker", "offset")
-        lost_out.write.mode("overwrite").parquet(_join(out, "lost_records.parquet"))
-        errors = _errors(spark, listing, frame)
-        errors.coalesce(1).write.mode("overwrite").parquet(_join(out, "errors.parquet"))
-        error_count = errors.count()
-        lost_sample = [row.asDict() for row in lost_out.limit(sample).collect()]
-        phantom_sample: list[dict[str, Any]] = []
-        if phantoms is not None:
-            ordered = phantoms.orderBy("topic", "partition", "offset")
-            ordered.write.mode("overwrite").parquet(_join(out, "phantom_reads.parquet"))
-            phantom_sample = [row.asDict() for row in ordered.limit(sample).collect()]
-            phantoms.unpersist()
-    lost.unpersist()
-    frame.unpersist()
-    result = AuditResult(out, replicas, error_count, phantom_counts, lost_sample, phantom_sample)
-    if html and is_local(out):
-        from epochguard.spark.report import write_html
-
-        write_html(result, os.path.join(out, "report.html"))
+            phantom_sample = [row.asDict() for row in phantoms.limit(sample).collect()]
+    errors = _errors(spark, listing, frame).persist()
+    result = AuditResult(
+        replicas=replicas,
+        partitions=spark.createDataFrame([partition_row(r) for r in replicas], PARTITIONS_SCHEMA),
+        lost_records=lost_records,
+        mismatched_records=mismatched.orderBy("topic", "partition", "broker", "offset"),
+        errors=errors,
+        phantom_reads=phantoms,
+        error_count=errors.count(),
+        phantom_counts=phantom_counts,
+        lost_sample=lost_sample,
+        phantom_sample=phantom_sample,
+        provenance=provenance,
+    )
+    if out is not None:
+        with step("writing results"):
+            result.save(out, html=html)
     return result
+
+
+def _lost_content(spark: SparkSession, listing: Listing, lost: DataFrame, verify_crc: bool) -> DataFrame:
+    """Keys, values and headers of the lost records: each batch that holds one is decoded again from
+    its byte range (segment, position, size) alone. Local segments are read by the core directly;
+    others through Spark's binaryFile source, only those holding a lost record."""
+    from pyspark.sql import functions as F
+
+    segments = spark.createDataFrame(
+        [(r.broker, r.topic, r.partition, s.base_offset, s.path) for r, s in listing.segments],
+        "broker int, topic string, partition int, segment long, path string",
+    )
+    ranges = (
+        lost.select("broker", "topic", "partition", "segment", "batch_position", "batch_size")
+        .distinct()
+        .join(F.broadcast(segments), ["broker", "topic", "partition", "segment"])
+    )
+    location = ["broker", "topic", "partition"]
+    schema = output_schema(StructType([LOCATION[c] for c in location]), False, CONTENT_COLUMNS)
+    decode = functools.partial(
+        decode_ranges, schema=to_arrow_schema(schema), columns=CONTENT_COLUMNS, verify_crc=verify_crc
+    )
+    if any(not is_local(s.path) for _, s in listing.segments):
+        remote = [row.path for row in ranges.select("path").distinct().collect() if not is_local(row.path)]
+        files = spark.read.format("binaryFile").load(remote).select("path", "content")
+        ranges = ranges.join(files, "path", "left")
+    else:
+        ranges = ranges.withColumn("content", F.lit(None).cast("binary"))
+    return ranges.mapInArrow(decode, schema)
+
+
+# --- per replica, on the driver (epoch histories and counts are small) ---------------------------
 
 
 # --- per replica, on the driver (epoch histories and counts are small) ---------------------------
@@ -365,11 +390,25 @@ def _csr(histories: list[list[tuple[int, int]]], log_ends: list[int]) -> tuple[n
     return bounds, epochs, starts, np.array(log_ends, dtype=np.int64)
 
 
-def _confirm(summary: ReplicaSummary, mismatch: Any, retained: int) -> None:
+def _confirm(summary: ReplicaSummary, mismatch: Any, retained: int, mismatched: int = 0) -> None:
     """Set the replica's lost range and kind from the record comparison."""
     if summary.kind in ("reference", "recreated"):
         return
     summary.retained_count = retained
+    summary.mismatch_count = mismatched
+    _classify(summary, mismatch, retained)
+    if mismatched:
+        note = (
+            f"{mismatched} records at offsets and epochs the reference holds differ from its copy "
+            "(digest or lengths): a corrupt or forged replica (see mismatched_records.parquet)"
+        )
+        if summary.kind in ("in_sync", "behind"):
+            summary.kind, summary.reason = "mismatched", note
+        else:
+            summary.reason += "; " + note
+
+
+def _classify(summary: ReplicaSummary, mismatch: Any, retained: int) -> None:
     from_epochs = summary.divergence_offset
     from_records = mismatch.lo if mismatch is not None else None
     summary.epochs_confirmed = from_epochs == from_records or (
@@ -530,18 +569,6 @@ LOST_COLUMNS = [
     "headers",
     "is_control",  # a lost transaction marker is reported too, but is not for re-publishing
 ]
-PARTITIONS_SCHEMA = (
-    "topic string, partition int, reference_broker int, reference_latest_epoch int, reference_log_end_offset long, "
-    "broker int, latest_epoch int, log_end_offset long, divergence_offset long, lost_count long, "
-    "lost_first_offset long, lost_last_offset long, kind string, reason string, log_start_offset long, "
-    "reference_log_start_offset long, record_count long, retained_count long, error_count long, "
-    "epochs_confirmed boolean, "
-    "epoch_source string, high_watermark long, lost_visible_count long"
-)
-
-
-def _row(r: ReplicaSummary) -> tuple:
-    return tuple(getattr(r, name.split()[0]) for name in PARTITIONS_SCHEMA.split(", "))
 
 
 def _errors(spark: SparkSession, listing: Listing, frame: DataFrame) -> DataFrame:
@@ -560,15 +587,3 @@ def _errors(spark: SparkSession, listing: Listing, frame: DataFrame) -> DataFram
         "broker int, topic string, partition int, path string, byte_position long, reason string",
     )
     return decoded.unionByName(listed)
-
-
-def _prepare(out: str) -> None:
-    if is_local(out):
-        os.makedirs(out, exist_ok=True)
-        stale = os.path.join(out, "phantom_reads.parquet")
-        if os.path.isdir(stale):  # from an earlier run with --consumed: it would no longer match
-            shutil.rmtree(stale)
-
-
-def _join(out: str, name: str) -> str:
-    return os.path.join(out, name) if is_local(out) else out.rstrip("/") + "/" + name

@@ -4,7 +4,8 @@ Kafka's layout: one folder per broker log dir, holding ``meta.properties``,
 ``log-start-offset-checkpoint``, ``replication-offset-checkpoint`` and one ``<topic>-<partition>/``
 folder per replica with segment files ``<20-digit base offset>.log`` (plus ``.index``/``.timeindex``),
 ``leader-epoch-checkpoint`` and ``partition.metadata`` (the topic id). Folders being deleted or moved
-(``*-delete``, ``*-future``, ``*-stray``) are not partitions and are skipped, as Kafka does.
+(``*-delete``, ``*-future``, ``*-stray``) are not partitions and are skipped, as Kafka does. The
+files are parsed by `epochguard.logdir_format` (the same parsers `epochguard.logdir` uses).
 
 Plain paths are listed with ``os``; paths with a scheme (``hdfs://``, ``s3a://``, ``file:/``) through
 the JVM's Hadoop FileSystem of the active Spark session.
@@ -14,23 +15,35 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from epochguard import _core
-from epochguard.errors import CheckpointError
+from epochguard.errors import MalformedFileError
 from epochguard.log import parse_partition_dir_name
+from epochguard.logdir_format import (
+    LEADER_EPOCH_CHECKPOINT,
+    META_PROPERTIES,
+    PARTITION_METADATA,
+    parse_leader_epoch_checkpoint,
+    parse_meta_properties,
+    parse_offset_checkpoint,
+    parse_partition_metadata,
+    segment_base_offset,
+)
+from epochguard.types import TopicPartition
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-SEGMENT_FILE = re.compile(r"^(?P<base>\d{20})\.log$")
 TRAILING_ID = re.compile(r"(\d+)$")
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-# Small metadata files are read whole on the driver; anything bigger is not a Kafka metadata file.
-MAX_METADATA_BYTES = 1 << 20
+# Small metadata files are read whole on the driver, up to the core's cap on a leader-epoch
+# checkpoint (one byte more, so the parser sees that a bigger file is too big).
+MAX_METADATA_BYTES = 64 << 20
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -95,7 +108,7 @@ class LocalFileSystem:
     def read(self, path: str) -> bytes | None:
         try:
             with open(path, "rb") as f:
-                return f.read(MAX_METADATA_BYTES)
+                return f.read(MAX_METADATA_BYTES + 1)
         except FileNotFoundError:
             return None
 
@@ -124,7 +137,7 @@ class HadoopFileSystem:
         jpath, fs = self._fs(path)
         if not fs.exists(jpath):
             return None
-        size = min(fs.getFileStatus(jpath).getLen(), MAX_METADATA_BYTES)
+        size = min(fs.getFileStatus(jpath).getLen(), MAX_METADATA_BYTES + 1)
         stream = fs.open(jpath)
         try:  # the byte[] must be filled on the JVM side: py4j hands Python a copy
             return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream, size))
@@ -133,7 +146,7 @@ class HadoopFileSystem:
 
 
 def is_local(path: str) -> bool:
-    """Plain filesystem paths are read by the Rust core directly (mmap); others go through Hadoop."""
+    """Plain filesystem paths are read by the Rust core directly; others go through Hadoop."""
     return not SCHEME.match(path) or (len(path) > 1 and path[1] == ":")  # a Windows drive letter is local
 
 
@@ -145,14 +158,14 @@ def filesystem_for(path: str, spark: SparkSession | None) -> FileSystem:
     return HadoopFileSystem(spark)
 
 
-def broker_id(log_dir: str, meta_properties: bytes | None) -> int:
-    """`broker.id` (ZooKeeper mode) or `node.id` (KRaft) from meta.properties, else the folder name's
-    trailing number (``broker-3``, ``kafka-logs-3``)."""
+def broker_id(log_dir: str, meta_properties: bytes | None, path: str = "meta.properties") -> int:
+    """The id Kafka's own rules read from meta.properties (version 0: ``broker.id``; version 1:
+    ``node.id``), else the folder name's trailing number (``broker-3``, ``kafka-logs-3``). A
+    malformed meta.properties raises `MalformedFileError`."""
     if meta_properties is not None:
-        props = parse_properties(meta_properties.decode("utf-8", errors="replace"))
-        for key in ("broker.id", "node.id"):
-            if key in props:
-                return int(props[key])
+        node_id = parse_meta_properties(meta_properties, path).node_id
+        if node_id is not None:
+            return node_id
     name = os.path.basename(log_dir.rstrip("/\\"))
     match = TRAILING_ID.search(name)
     if match is None:
@@ -160,78 +173,53 @@ def broker_id(log_dir: str, meta_properties: bytes | None) -> int:
     return int(match.group(1))
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    props: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if sep:
-            props[key.strip()] = value.strip()
-    return props
-
-
-def parse_offset_checkpoint(data: bytes) -> dict[tuple[str, int], int]:
-    """Kafka's per-log-dir offset checkpoints (log-start-offset, replication-offset): version 0, a
-    count, then ``<topic> <partition> <offset>`` lines. Unreadable files yield nothing (the audit then
-    falls back to what the segments hold)."""
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    if len(lines) < 2 or lines[0].strip() != "0":
-        return {}
-    out: dict[tuple[str, int], int] = {}
-    for line in lines[2:]:
-        parts = line.split()
-        if len(parts) == 3 and parts[1].isdigit():
-            try:
-                out[(parts[0], int(parts[1]))] = int(parts[2])
-            except ValueError:
-                continue
-    return out
-
-
-def parse_topic_id(data: bytes | None) -> str | None:
-    """The topic id in partition.metadata (``version: 0`` / ``topic_id: <base64 uuid>``)."""
-    if data is None:
-        return None
-    for line in data.decode("utf-8", errors="replace").splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip() == "topic_id":
-            return value.strip() or None
-    return None
-
-
-def read_epochs(fs: FileSystem, path: str) -> list[tuple[int, int]] | None:
-    """The epoch history in a leader-epoch-checkpoint, parsed by the core (one parser for the format)."""
-    if isinstance(fs, LocalFileSystem):
-        if not os.path.exists(path):
-            return None
-        return _core.LeaderEpochCache.read_checkpoint(path).entries()
-    data = fs.read(path)
-    if data is None:
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        local = os.path.join(tmp, "leader-epoch-checkpoint")
-        with open(local, "wb") as f:
-            f.write(data)
-        return _core.LeaderEpochCache.read_checkpoint(local).entries()
+def _parsed(
+    fs: FileSystem,
+    path: str,
+    parse: Callable[[bytes, str], T],
+    default: T,
+    errors: list[ListingError],
+    where: tuple[int, str | None, int | None],
+) -> T:
+    """`parse` of the file at `path`; `default` when it is missing or, reported in `errors`, malformed."""
+    try:
+        data = fs.read(path)
+        return default if data is None else parse(data, path)
+    except (MalformedFileError, OSError) as exc:
+        errors.append(ListingError(*where, path, str(exc)))
+        return default
 
 
 def list_log_dirs(paths: Sequence[str], spark: SparkSession | None = None) -> Listing:
-    """Walk every broker log dir in `paths`. Problems that leave a replica unreadable (a broken
-    checkpoint, an unlistable folder) become `ListingError`s, not exceptions: the audit goes on."""
+    """Walk every broker log dir in `paths`. A malformed or unreadable file becomes a `ListingError`
+    naming the file and line (the audit writes it to errors.parquet) and the audit goes on with what
+    the segments hold; only a log dir whose broker cannot be told at all raises."""
     listing = Listing()
     brokers: dict[int, str] = {}
     for root in paths:
         fs = filesystem_for(root, spark)
-        sep = "/" if not is_local(root) else os.sep
-        join = (lambda a, b: a.rstrip("/") + "/" + b) if sep == "/" else os.path.join
-        broker = broker_id(root, fs.read(join(root, "meta.properties")))
+        join = (lambda a, b: a.rstrip("/") + "/" + b) if not is_local(root) else os.path.join
+        meta_path = join(root, META_PROPERTIES)
+        try:
+            broker = broker_id(root, fs.read(meta_path), meta_path)
+        except MalformedFileError as exc:
+            try:
+                broker = broker_id(root, None)
+            except ValueError:
+                raise exc from None
+            listing.errors.append(ListingError(broker, None, None, exc.path, f"{exc}; broker id from the folder name"))
         if broker in brokers:
             raise ValueError(f"log dirs {brokers[broker]!r} and {root!r} both belong to broker {broker}")
         brokers[broker] = root
-        log_starts = parse_offset_checkpoint(fs.read(join(root, "log-start-offset-checkpoint")) or b"")
-        high_watermarks = parse_offset_checkpoint(fs.read(join(root, "replication-offset-checkpoint")) or b"")
+
+        at_root = (broker, None, None)
+        no_offsets: dict[TopicPartition, int] = {}
+        log_starts = _parsed(
+            fs, join(root, LOG_START_OFFSET_CHECKPOINT), parse_offset_checkpoint, no_offsets, listing.errors, at_root
+        )
+        high_watermarks = _parsed(
+            fs, join(root, REPLICATION_OFFSET_CHECKPOINT), parse_offset_checkpoint, no_offsets, listing.errors, at_root
+        )
         for name, path, is_dir, _ in sorted(fs.list(root)):
             if not is_dir:
                 continue
@@ -239,38 +227,38 @@ def list_log_dirs(paths: Sequence[str], spark: SparkSession | None = None) -> Li
                 tp = parse_partition_dir_name(name)
             except ValueError:
                 continue  # not a partition, or one Kafka is deleting or moving (`-delete`, `-future`)
-            topic, partition = tp.topic, tp.partition
+            where = (broker, tp.topic, tp.partition)
             try:
                 entries = fs.list(path)
             except OSError as exc:
-                listing.errors.append(ListingError(broker, topic, partition, path, f"cannot list partition dir: {exc}"))
+                listing.errors.append(ListingError(*where, path, f"cannot list partition dir: {exc}"))
                 continue
-            segments = sorted(
-                (
-                    Segment(p, int(m.group("base")), size)
-                    for n, p, d, size in entries
-                    if not d and (m := SEGMENT_FILE.match(n))
-                ),
-                key=lambda s: s.base_offset,
+            segments = []
+            for n, p, d, size in entries:
+                if d or not n.endswith(".log"):
+                    continue
+                base = segment_base_offset(n)
+                if base is None:
+                    reason = "a .log file whose name is not a 20-digit base offset: not a segment, not read"
+                    listing.errors.append(ListingError(*where, p, reason))
+                    continue
+                segments.append(Segment(p, base, size))
+            segments.sort(key=lambda s: s.base_offset)
+            epochs = _parsed(
+                fs, join(path, LEADER_EPOCH_CHECKPOINT), parse_leader_epoch_checkpoint, None, listing.errors, where
             )
-            epochs: list[tuple[int, int]] | None = None
-            try:
-                epochs = read_epochs(fs, join(path, "leader-epoch-checkpoint"))
-            except CheckpointError as exc:
-                where = join(path, "leader-epoch-checkpoint")
-                reason = f"leader-epoch-checkpoint line {exc.line}: {exc.reason}; epochs rebuilt from the records"
-                listing.errors.append(ListingError(broker, topic, partition, where, reason))
+            topic_id = _parsed(fs, join(path, PARTITION_METADATA), parse_partition_metadata, None, listing.errors, where)
             listing.replicas.append(
                 PartitionReplica(
                     broker=broker,
-                    topic=topic,
-                    partition=partition,
+                    topic=tp.topic,
+                    partition=tp.partition,
                     path=path,
                     segments=segments,
                     epochs=epochs,
-                    topic_id=parse_topic_id(fs.read(join(path, "partition.metadata"))),
-                    log_start_offset=log_starts.get((topic, partition)),
-                    high_watermark=high_watermarks.get((topic, partition)),
+                    topic_id=topic_id,
+                    log_start_offset=log_starts.get(tp),
+                    high_watermark=high_watermarks.get(tp),
                 )
             )
     return listing

@@ -2,7 +2,7 @@
 
 The driver lists the log dirs and cuts large segments into batch-aligned byte ranges (from the
 core's `batch_index`), so one segment is never one task. Executors decode each range inside
-``mapInArrow``: the core maps the file and streams Arrow batches with the GIL released; no segment
+``mapInArrow``: the core reads the file and streams Arrow batches with the GIL released; no segment
 ever becomes a Python object. Paths with a scheme (HDFS, S3, ...) are read whole through Spark's
 ``binaryFile`` source and decoded from those bytes instead.
 """
@@ -228,7 +228,7 @@ def decode_task_groups(
     batches: Iterator[pa.RecordBatch], *, groups: list[list[Chunk]], **options: Any
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` body for local files: each input row is a task id naming the chunks to
-    decode; the core maps each file and reads only the chunk's byte range."""
+    decode; the core reads only the chunk's byte range of each file."""
     for batch in batches:
         for task in batch.column("id").to_pylist():
             for c in groups[task]:
@@ -268,6 +268,32 @@ def decode_arrow_batches(
             if cell.is_valid:
                 data = memoryview(cell.as_buffer())
                 yield from _decode_one(data, 0, len(data), carried, path, **options)
+
+
+def decode_ranges(
+    batches: Iterator[pa.RecordBatch], *, schema: pa.Schema, columns: Sequence[str], verify_crc: bool
+) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` body that decodes named byte ranges: each input row gives a ``path``, a
+    ``batch_position`` and ``batch_size`` and, for a file not readable locally, its ``content``;
+    the other input columns named in `schema` are carried onto every record of the range."""
+    for batch in batches:
+        rows = batch.select([n for n in batch.schema.names if n != "content"]).to_pylist()
+        contents = batch.column("content")
+        for row, content in zip(rows, contents, strict=True):
+            carried = {name: row[name] for name in schema.names if name in row}
+            source = row["path"] if not content.is_valid else memoryview(content.as_buffer())
+            yield from _decode_one(
+                source,
+                row["batch_position"],
+                row["batch_size"],
+                carried,
+                row["path"],
+                schema=schema,
+                columns=columns,
+                with_errors=False,
+                verify_crc=verify_crc,
+                max_decompressed_size=DEFAULT_MAX_DECOMPRESSED,
+            )
 
 
 def _decode_one(

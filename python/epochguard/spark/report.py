@@ -16,7 +16,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from epochguard.spark.audit import AuditResult, ReplicaSummary
+    from epochguard.spark.result import AuditResult, ReplicaSummary
 
 KIND_STYLE = {
     "reference": "bold cyan",
@@ -25,6 +25,7 @@ KIND_STYLE = {
     "retention": "blue",
     "recreated": "magenta",
     "diverged": "bold red",
+    "mismatched": "bold red",
 }
 
 
@@ -110,8 +111,8 @@ def print_summary(result: AuditResult, console: Console | None = None, *, rows: 
                 r.reason,
             )
         console.print(table)
-    if result.lost_records:
-        shown = result.lost_records[:rows]
+    if result.lost_sample:
+        shown = result.lost_sample[:rows]
         console.print(
             _sample_table(
                 f"Lost records ({result.lost_count}; first {len(shown)})",
@@ -125,8 +126,8 @@ def print_summary(result: AuditResult, console: Console | None = None, *, rows: 
         )
     if result.phantom_counts is not None:
         console.print(f"[bold]Phantom reads[/] (consumed, not in the reference log): {_counts(result.phantom_counts)}")
-        if result.phantom_reads:
-            phantoms = result.phantom_reads[:rows]
+        if result.phantom_sample:
+            phantoms = result.phantom_sample[:rows]
             console.print(
                 _sample_table(
                     f"Phantom reads (first {len(phantoms)})",
@@ -142,7 +143,8 @@ def print_summary(result: AuditResult, console: Console | None = None, *, rows: 
     verdict = {0: "[bold green]clean[/]", 1: "[bold red]data loss or unreadable input found[/]"}[result.exit_code]
     console.print(
         f"{verdict}: {len(result.diverged)} diverged replicas, {result.lost_count} lost records, "
-        f"{result.phantom_loss_count} phantom reads of lost records, {result.error_count} errors. Results: {result.out}"
+        f"{result.mismatch_count} mismatched records, {result.phantom_loss_count} phantom reads of lost records, "
+        f"{result.error_count} errors. Results: {result.out}"
     )
 
 
@@ -238,7 +240,9 @@ def write_html(result: AuditResult, path: str) -> None:
         "td,th{border:1px solid #ccc;padding:3px 6px;text-align:left}"
         "</style></head><body><h1>epochguard audit</h1>",
         f"<p>{len(partitions)} partitions, {len(result.diverged)} diverged replicas, {result.lost_count} lost records, "
+        f"{result.mismatch_count} mismatched records, "
         f"{result.error_count} errors; phantom reads: {html.escape(_counts(result.phantom_counts))}.</p>",
+        _provenance_html(result.provenance),
     ]
     for index, ((topic, partition), replicas) in enumerate(partitions.items()):
         parts.append(f"<h2>{html.escape(topic)}-{partition}</h2>")
@@ -261,8 +265,8 @@ def write_html(result: AuditResult, path: str) -> None:
                 ],
             )
         )
-    if result.lost_records:
-        parts.append(f"<h2>Lost records (first {len(result.lost_records)} of {result.lost_count})</h2>")
+    if result.lost_sample:
+        parts.append(f"<h2>Lost records (first {len(result.lost_sample)} of {result.lost_count})</h2>")
         parts.append(
             _html_table(
                 ["topic", "partition", "broker", "offset", "epoch", "key", "value"],
@@ -276,12 +280,12 @@ def write_html(result: AuditResult, path: str) -> None:
                         _show(r["key"]),
                         _show(r["value"]),
                     ]
-                    for r in result.lost_records
+                    for r in result.lost_sample
                 ],
             )
         )
-    if result.phantom_reads:
-        parts.append(f"<h2>Phantom reads (first {len(result.phantom_reads)})</h2>")
+    if result.phantom_sample:
+        parts.append(f"<h2>Phantom reads (first {len(result.phantom_sample)})</h2>")
         parts.append(
             _html_table(
                 ["topic", "partition", "offset", "epoch", "kind", "lost on", "why"],
@@ -295,13 +299,28 @@ def write_html(result: AuditResult, path: str) -> None:
                         r["lost_on_broker"],
                         r["reason"],
                     ]
-                    for r in result.phantom_reads
+                    for r in result.phantom_sample
                 ],
             )
         )
     parts.append("</body></html>")
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(parts))
+
+
+def _provenance_html(provenance: dict[str, Any]) -> str:
+    """Where the inputs came from: log dirs, epochguard version, time and Spark master."""
+    dirs = "".join(f"<li><code>{html.escape(str(d))}</code></li>" for d in provenance.get("log_dirs", []))
+    facts = ", ".join(
+        f"{label} <code>{html.escape(str(provenance.get(key)))}</code>"
+        for label, key in (
+            ("epochguard", "epochguard_version"),
+            ("started", "started_at"),
+            ("Spark master", "spark_master"),
+            ("Spark", "spark_version"),
+        )
+    )
+    return f"<p>Audited: {facts}. Log dirs:</p><ul>{dirs}</ul>"
 
 
 def _html_table(header: list[str], rows: list[list[Any]]) -> str:

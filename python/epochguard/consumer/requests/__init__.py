@@ -3,7 +3,12 @@
 (ListOffsets resets and lookups), `ValidationManager` (OffsetsForLeaderEpoch), `FetchManager`."""
 
 from epochguard.consumer.requests.api_versions import ApiVersionsManager
-from epochguard.consumer.requests.base import ClientRequest, ClientResponse, ConsumerContext, RequestManager
+from epochguard.consumer.requests.base import (
+    ClientRequest,
+    ClientResponse,
+    ConsumerContext,
+    RequestManager,
+)
 from epochguard.consumer.requests.commits import CommitManager
 from epochguard.consumer.requests.fetch import FetchManager
 from epochguard.consumer.requests.metadata import MetadataManager

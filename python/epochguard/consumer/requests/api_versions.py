@@ -9,7 +9,12 @@ ApiVersions range; the request is retried at once at the newest version it lists
 from __future__ import annotations
 
 from epochguard.api_versions import ApiKey, ApiVersionsRequest, ApiVersionsResponse
-from epochguard.consumer.requests.base import ClientRequest, ClientResponse, ConsumerContext, RequestManager
+from epochguard.consumer.requests.base import (
+    ClientRequest,
+    ClientResponse,
+    ConsumerContext,
+    RequestManager,
+)
 from epochguard.consumer.subscription import FetchState
 from epochguard.errors import Errors
 

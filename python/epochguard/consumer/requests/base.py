@@ -11,7 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from epochguard.api_versions import ApiVersionsRequest, ApiVersionsResponse, NodeApiVersions
+from epochguard.api_versions import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    NodeApiVersions,
+)
 from epochguard.consumer.fetch_collector import FetchCollector
 from epochguard.consumer.subscription import SubscriptionState
 from epochguard.errors import EpochGuardError, Errors
@@ -26,7 +30,7 @@ from epochguard.types import (
     TruncationEvent,
 )
 
-__all__ = ["ClientRequest", "ClientResponse", "ConsumerContext", "RequestManager", "REFRESH_METADATA", "leaders_of"]
+__all__ = ["REFRESH_METADATA", "ClientRequest", "ClientResponse", "ConsumerContext", "RequestManager", "leaders_of"]
 
 ClientRequest = Request | ApiVersionsRequest
 ClientResponse = Response | ApiVersionsResponse

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from epochguard.consumer.requests.base import ClientRequest, ClientResponse, ConsumerContext, RequestManager
+from epochguard.consumer.requests.base import (
+    ClientRequest,
+    ClientResponse,
+    ConsumerContext,
+    RequestManager,
+)
 from epochguard.consumer.subscription import FetchState
 from epochguard.errors import Errors
 from epochguard.messages import (

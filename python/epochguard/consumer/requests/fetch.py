@@ -23,7 +23,12 @@ from epochguard.consumer.requests.base import (
 )
 from epochguard.consumer.subscription import FetchState
 from epochguard.errors import CorruptRecordError, Errors, TopicAuthorizationFailedError
-from epochguard.messages import FetchPartition, FetchPartitionData, FetchRequest, FetchResponse
+from epochguard.messages import (
+    FetchPartition,
+    FetchPartitionData,
+    FetchRequest,
+    FetchResponse,
+)
 from epochguard.types import NO_EPOCH, FetchPosition, TopicPartition, epoch_or_sentinel
 
 __all__ = ["FetchManager"]
@@ -93,7 +98,9 @@ class FetchManager(RequestManager[_Positions]):
             if data.preferred_read_replica >= 0:
                 s.preferred_read_replica = data.preferred_read_replica
             try:
-                completed = CompletedFetch.decode(tp, s.position, data.records)
+                completed = CompletedFetch.decode(
+                    tp, s.position, data.records, self.ctx.isolation_level, data.aborted_transactions
+                )
             except CorruptRecordError as e:
                 self.ctx.errors.append(e)  # raised by poll(), as Kafka's consumer does
                 s.next_retry_ms = self.ctx.backoff(now_ms)

@@ -6,7 +6,12 @@ brokers in turn (the bootstrap nodes until brokers are known), so one dead node 
 
 from __future__ import annotations
 
-from epochguard.consumer.requests.base import ClientRequest, ClientResponse, ConsumerContext, RequestManager
+from epochguard.consumer.requests.base import (
+    ClientRequest,
+    ClientResponse,
+    ConsumerContext,
+    RequestManager,
+)
 from epochguard.messages import MetadataResponse
 
 __all__ = ["MetadataManager"]

@@ -21,7 +21,12 @@ from epochguard.consumer.requests.base import (
     leaders_of,
 )
 from epochguard.consumer.subscription import FetchState
-from epochguard.errors import EpochGuardError, Errors, NoOffsetForPartitionError, RequestTimedOutError
+from epochguard.errors import (
+    EpochGuardError,
+    Errors,
+    NoOffsetForPartitionError,
+    RequestTimedOutError,
+)
 from epochguard.messages import (
     ListOffsetsPartition,
     ListOffsetsPartitionResponse,

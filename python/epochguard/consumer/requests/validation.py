@@ -13,9 +13,20 @@ divergent offset only where one is known.
 from __future__ import annotations
 
 from epochguard.api_versions import ApiKey, has_usable_offset_for_leader_epoch_version
-from epochguard.consumer.requests.base import ClientRequest, ClientResponse, ConsumerContext, RequestManager
+from epochguard.consumer.requests.base import (
+    ClientRequest,
+    ClientResponse,
+    ConsumerContext,
+    RequestManager,
+)
 from epochguard.consumer.subscription import FetchState, PartitionState
-from epochguard.consumer.validator import Reset, Resume, Rewind, Truncated, validate_position
+from epochguard.consumer.validator import (
+    Reset,
+    Resume,
+    Rewind,
+    Truncated,
+    validate_position,
+)
 from epochguard.errors import Errors, LogTruncationError, TopicAuthorizationFailedError
 from epochguard.messages import (
     OFFSET_FOR_LEADER_EPOCH_VERSION,

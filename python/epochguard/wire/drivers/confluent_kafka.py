@@ -44,8 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "auto.offset.reset": "error" if config.reset == "none" else config.reset,
     })
     producer = ck.Producer({**common, "acks": "all", "linger.ms": 5})
-    log.write("start", client=CLIENT, software="librdkafka", version=ck.libversion()[0],
-              binding=ck.version()[0], client_id=config.client_id, reset=config.reset)
+    log.write("start", client=CLIENT, software="confluent-kafka",
+              version=f"{ck.version()[0]} (librdkafka {ck.libversion()[0]})", client_id=config.client_id,
+              reset=config.reset)
 
     def delivered(err: ck.KafkaError | None, msg: ck.Message) -> None:
         value = msg.value() or b""

@@ -31,7 +31,7 @@ PRODUCE_TOPIC = "input"
 # What a client's free-text log or error says it did. Truncation first: librdkafka's truncation lines
 # also mention the reset they lead to.
 _TRUNCATION = re.compile(r"truncat|diverg|LOG_TRUNCATION", re.IGNORECASE)
-_RESET = re.compile(r"reset|OffsetOutOfRange|OFFSET_OUT_OF_RANGE", re.IGNORECASE)
+_RESET = re.compile(r"offset\b[^.]*\breset|\breset[^.]*\boffset|reset using|OffsetOutOfRange|OFFSET_OUT_OF_RANGE", re.IGNORECASE)
 
 
 def digest(value: bytes | None) -> str:

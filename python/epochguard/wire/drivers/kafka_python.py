@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,8 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return lambda exc: log.produced(topic, None, None, value, error=repr(exc))
 
     partitions: set[int] | None = None
-    while partitions is None and not stop:
-        partitions = consumer.partitions_for_topic(config.consume_topic)
+    while not partitions and not stop:
+        try:
+            partitions = consumer.partitions_for_topic(config.consume_topic)
+        except Exception as exc:  # a broker down at start-up: ask again
+            log.surfaced(f"metadata: {exc!r}", source="consumer", kind="error")
+            time.sleep(0.1)
     tps = [TopicPartition(config.consume_topic, p) for p in sorted(partitions or ())]
     consumer.assign(tps)
     consumer.seek_to_beginning(*tps)

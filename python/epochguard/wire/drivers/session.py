@@ -124,6 +124,7 @@ def run_clients(
             cluster.kill()
             cluster.wait()
         stderr.close()
+    (workdir / "cluster.stdout").write_text("\n".join(out.lines) + "\n", encoding="utf-8")
     report = None
     for line in reversed(out.lines):
         if line.startswith("{"):

@@ -127,7 +127,8 @@ def judge_client(
     entries: list[Mapping[str, Any]] = list(read_log(log)) if isinstance(log, (str, Path)) else list(log)
     start = next((e for e in entries if e["kind"] == "start"), {})
     end_t = max((e["t"] for e in entries), default=0.0)
-    truth = ClientTruth(client_id=start.get("client_id", "?"), software=str(start.get("software", "?")))
+    software = " ".join(str(start[k]) for k in ("software", "version") if start.get(k))
+    truth = ClientTruth(client_id=start.get("client_id", "?"), software=software or "?")
     surfaced = [e for e in entries if e["kind"] in ("truncation", "reset", "error")]
     by_tp: dict[TopicPartition, list[Mapping[str, Any]]] = defaultdict(list)
     for e in entries:

@@ -1,0 +1,158 @@
+"""What an audit found, as data: the per-replica summaries, the result tables as Spark DataFrames,
+the counts and where the inputs came from. `epochguard.spark.audit` builds it; `save` writes the
+tables as Parquet and renders report.html through `epochguard.spark.report` (which reads only this
+result: the audit and the report do not import each other)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from epochguard.spark.listing import is_local
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+LOSS_KINDS = ("truncated", "rewritten")
+REPLICA_KINDS = ("reference", "in_sync", "behind", "retention", "recreated", "diverged", "mismatched")
+PHANTOM_KINDS = ("truncated", "rewritten", "retention", "beyond_log_end", "compacted", "recreated", "unknown_partition")
+
+
+@dataclass
+class ReplicaSummary:
+    """One row of partitions.parquet."""
+
+    topic: str
+    partition: int
+    reference_broker: int
+    reference_latest_epoch: int | None
+    reference_log_end_offset: int
+    broker: int
+    latest_epoch: int | None
+    log_end_offset: int
+    divergence_offset: int | None
+    lost_count: int
+    lost_first_offset: int | None
+    lost_last_offset: int | None
+    kind: str
+    reason: str
+    log_start_offset: int
+    reference_log_start_offset: int
+    record_count: int
+    retained_count: int  # records below the reference's log start (retention, not loss)
+    error_count: int  # unreadable ranges in this replica's segments (rows of errors.parquet)
+    epochs_confirmed: bool  # the epoch histories' divergence point agrees with the records
+    epoch_source: str  # "checkpoint" or "records" (no usable leader-epoch-checkpoint)
+    high_watermark: int | None  # from the log dir's replication-offset-checkpoint
+    lost_visible_count: int | None  # lost records below the replica's high watermark: consumers could read them
+    # records at the reference's (offset, epoch) whose digest or lengths differ: a corrupt or forged copy
+    mismatch_count: int = 0
+    epochs: list[tuple[int, int]] = field(default_factory=list)
+
+
+PARTITIONS_SCHEMA = (
+    "topic string, partition int, reference_broker int, reference_latest_epoch int, reference_log_end_offset long, "
+    "broker int, latest_epoch int, log_end_offset long, divergence_offset long, lost_count long, "
+    "lost_first_offset long, lost_last_offset long, kind string, reason string, log_start_offset long, "
+    "reference_log_start_offset long, record_count long, retained_count long, error_count long, "
+    "epochs_confirmed boolean, "
+    "epoch_source string, high_watermark long, lost_visible_count long, mismatch_count long"
+)
+
+
+def partition_row(r: ReplicaSummary) -> tuple:
+    return tuple(getattr(r, name.split()[0]) for name in PARTITIONS_SCHEMA.split(", "))
+
+
+@dataclass
+class AuditResult:
+    """The audit's findings. The DataFrames are lazy over cached data: ``lost_records`` (with keys,
+    values and headers, re-decoded from just the batches that hold them), ``mismatched_records``,
+    ``errors`` and ``phantom_reads`` (None without a consumed table). Samples of the first two are
+    collected for the report; `provenance` names the inputs (log dirs, version, time, Spark master)."""
+
+    replicas: list[ReplicaSummary]
+    partitions: DataFrame
+    lost_records: DataFrame
+    mismatched_records: DataFrame
+    errors: DataFrame
+    phantom_reads: DataFrame | None
+    error_count: int
+    phantom_counts: dict[str, int] | None  # by kind; None without a consumed table
+    lost_sample: list[dict[str, Any]]  # the first lost records, for the report (all are in Parquet)
+    phantom_sample: list[dict[str, Any]]  # likewise
+    provenance: dict[str, Any]
+    out: str | None = None  # where `save` last wrote
+
+    @property
+    def diverged(self) -> list[ReplicaSummary]:
+        return [r for r in self.replicas if r.kind == "diverged"]
+
+    @property
+    def lost_count(self) -> int:
+        return sum(r.lost_count for r in self.replicas)
+
+    @property
+    def mismatch_count(self) -> int:
+        return sum(r.mismatch_count for r in self.replicas)
+
+    @property
+    def phantom_loss_count(self) -> int:
+        return sum(n for kind, n in (self.phantom_counts or {}).items() if kind in LOSS_KINDS)
+
+    @property
+    def exit_code(self) -> int:
+        """0: clean; 1: a divergence, a mismatched copy, a phantom read of a lost record, or an
+        unreadable input."""
+        found = self.diverged or self.mismatch_count or self.phantom_loss_count or self.error_count
+        return 1 if found else 0
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready summary (what ``--json`` prints)."""
+        return {
+            "out": self.out,
+            "exit_code": self.exit_code,
+            "partitions": len({(r.topic, r.partition) for r in self.replicas}),
+            "diverged_replicas": len(self.diverged),
+            "lost_records": self.lost_count,
+            "mismatched_records": self.mismatch_count,
+            "errors": self.error_count,
+            "phantom_reads": self.phantom_counts,
+            "provenance": self.provenance,
+            "replicas": [
+                {k: v for k, v in vars(r).items() if k != "epochs"} | {"epochs": r.epochs} for r in self.replicas
+            ],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.summary(), indent=2, default=str)
+
+    def save(self, out: str, *, html: bool = True) -> AuditResult:
+        """Write partitions, lost_records, mismatched_records, errors and (with a consumed table)
+        phantom_reads as Parquet under `out` (a local path or a Hadoop URI), and report.html when
+        `out` is local. Returns self, with `out` set."""
+        local = is_local(out)
+        if local:
+            os.makedirs(out, exist_ok=True)
+            stale = os.path.join(out, "phantom_reads.parquet")
+            if os.path.isdir(stale):  # from an earlier run with a consumed table: it would no longer match
+                shutil.rmtree(stale)
+        self.partitions.coalesce(1).write.mode("overwrite").parquet(_join(out, "partitions.parquet"))
+        self.lost_records.write.mode("overwrite").parquet(_join(out, "lost_records.parquet"))
+        self.mismatched_records.write.mode("overwrite").parquet(_join(out, "mismatched_records.parquet"))
+        self.errors.coalesce(1).write.mode("overwrite").parquet(_join(out, "errors.parquet"))
+        if self.phantom_reads is not None:
+            self.phantom_reads.write.mode("overwrite").parquet(_join(out, "phantom_reads.parquet"))
+        self.out = out
+        if html and local:
+            from epochguard.spark.report import write_html
+
+            write_html(self, os.path.join(out, "report.html"))
+        return self
+
+
+def _join(out: str, name: str) -> str:
+    return os.path.join(out, name) if is_local(out) else out.rstrip("/") + "/" + name

@@ -1,0 +1,131 @@
+"""`epochguard compat`: every real client x scenario x trigger against `epochguard serve`, as one table.
+
+Each scenario x trigger is one `epochguard serve` run shared by all the clients installed here. A cell
+holds the server's verdicts for that client (`-`: the fault never reached it: it was not served records
+that were later replaced); where the client's own delivery log says otherwise (`truth.judge_client`),
+the cell shows both, `server != truth`, so a disagreement is never hidden.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from epochguard.wire.drivers.registry import CLIENTS, Client
+from epochguard.wire.drivers.session import SCENARIOS, TRIGGERS, RunError, RunResult, run_clients, serve_command
+
+__all__ = ["configure", "run_matrix", "format_table", "cell"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run every installed real Kafka client (confluent-kafka, kafka-python, aiokafka, kcat) through every "
+        "`epochguard serve` scenario and trigger, and print the compatibility table (markdown): what each "
+        "client did when records it had read were replaced, by the server's verdict, checked against the "
+        "client's own delivery log.")
+    parser.add_argument("--json", action="store_true", help="the last stdout line is every run's result as JSON")
+    parser.add_argument("--out", type=Path, metavar="PATH", help="also write the markdown table here")
+    parser.add_argument("--scenario", action="append", choices=SCENARIOS, metavar="NAME",
+                        help=f"only this scenario (repeatable; default all: {', '.join(SCENARIOS)})")
+    parser.add_argument("--trigger", action="append", choices=TRIGGERS, help="only this trigger (repeatable)")
+    parser.add_argument("--client", action="append", choices=[c.name for c in CLIENTS], help="only this client")
+    parser.add_argument("--seed", type=int, default=1, metavar="N", help="seed of every serve run")
+    parser.add_argument("--keep", type=Path, metavar="DIR", help="keep delivery logs and traces under DIR")
+    parser.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    clients = [c for c in CLIENTS if not args.client or c.name in args.client]
+    missing = {c.name: m for c in clients if (m := c.missing()) is not None}
+    for name, why in missing.items():
+        print(f"compat: skipping {name}: {why}", file=sys.stderr)
+    clients = [c for c in clients if c.name not in missing]
+    if not clients:
+        print("compat: no real client installed (pip install 'epochguard[dev]')", file=sys.stderr)
+        return 2
+    runs = [(s, t) for s in (args.scenario or SCENARIOS) for t in (args.trigger or TRIGGERS)]
+    with tempfile.TemporaryDirectory(prefix="epochguard-compat-") as tmp:
+        results = run_matrix(runs, clients, Path(args.keep or tmp), seed=args.seed, progress=sys.stderr)
+    table = format_table(results, clients)
+    print(table)
+    if args.out:
+        args.out.write_text(table + "\n", encoding="utf-8")
+    if args.json:
+        print(json.dumps(_as_json(results, clients), separators=(",", ":")))
+    return 0
+
+
+def run_matrix(
+    runs: Sequence[tuple[str, str]], clients: Sequence[Client], workdir: Path, *, seed: int = 1,
+    progress: Any = None,
+) -> dict[tuple[str, str], RunResult | str]:
+    """One serve run per (scenario, trigger); a run that broke is kept as its error text."""
+    results: dict[tuple[str, str], RunResult | str] = {}
+    for scenario, trigger in runs:
+        run_dir = workdir / f"{scenario}-{trigger}"
+        if progress is not None:
+            print(f"compat: {scenario} --trigger {trigger} ...", file=progress, flush=True)
+        try:
+            results[(scenario, trigger)] = run_clients(
+                serve_command(scenario, trigger, seed, trace=run_dir / "trace.jsonl"), clients, run_dir)
+        except (RunError, OSError, TimeoutError) as exc:
+            results[(scenario, trigger)] = f"run failed: {exc}"
+    return results
+
+
+def cell(result: RunResult, client: Client) -> str:
+    """`detected`, `silent x3`, `-`; `server != truth` where the delivery log disagrees."""
+    server = result.server_client(client.client_id)
+    if server is None:
+        return "not seen"
+    verdicts = Counter(d["verdict"] for d in server.get("divergences", []))
+    truth = Counter(d.verdict for d in result.truths[client.name].divergences)
+    # The same verdicts agree even when the server split one divergence into several events.
+    return _summary(verdicts) if set(verdicts) == set(truth) else f"{_summary(verdicts)} != {_summary(truth)}"
+
+
+def _summary(verdicts: Counter[str]) -> str:
+    if not verdicts:
+        return "-"
+    return ", ".join(v if n == 1 else f"{v} x{n}" for v, n in sorted(verdicts.items()))
+
+
+def format_table(results: dict[tuple[str, str], RunResult | str], clients: Sequence[Client]) -> str:
+    header = "| scenario | trigger | " + " | ".join(_client_label(results, c) for c in clients) + " |"
+    rows = [header, "|" + "---|" * (2 + len(clients))]
+    for (scenario, trigger), result in results.items():
+        cells = [result] * len(clients) if isinstance(result, str) else [cell(result, c) for c in clients]
+        rows.append(f"| {scenario} | {trigger} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def _client_label(results: dict[tuple[str, str], RunResult | str], client: Client) -> str:
+    """The client and the version its driver reported."""
+    for result in results.values():
+        if not isinstance(result, str) and client.name in result.truths:
+            return f"{client.name} ({result.truths[client.name].software})"
+    return client.name
+
+
+def _as_json(results: dict[tuple[str, str], RunResult | str], clients: Sequence[Client]) -> dict[str, Any]:
+    runs = []
+    for (scenario, trigger), result in results.items():
+        entry: dict[str, Any] = {"scenario": scenario, "trigger": trigger}
+        if isinstance(result, str):
+            entry["error"] = result
+        else:
+            entry["clients"] = [{
+                "client": c.name,
+                "cell": cell(result, c),
+                "server": result.server_client(c.client_id),
+                "truth": [d.__dict__ for d in result.truths[c.name].divergences],
+                "lost_acked": len(result.truths[c.name].lost_acked),
+            } for c in clients]
+        runs.append(entry)
+    return {"runs": runs}

@@ -54,8 +54,11 @@ def test_clean_acks_all_produce_and_assign_consume_lose_and_duplicate_nothing(tm
 
 
 @pytest.mark.parametrize("trigger", ["served", "caught-up"])
-def test_unclean_election_verdict_agrees_with_the_consumers_own_log(trigger: str) -> None:
-    served = Served("unclean-election", "--trigger", trigger, "--timeout-s", "10")
+def test_unclean_election_verdict_agrees_with_the_consumers_own_log(trigger: str, tmp_path: Path) -> None:
+    from epochguard.wire.trace import replay
+
+    trace = tmp_path / "run.jsonl"
+    served = Served("unclean-election", "--trigger", trigger, "--timeout-s", "10", trace=trace)
     try:
         log = _consume(served.bootstrap, "events", 9, f"kp-{trigger}")
     finally:
@@ -78,3 +81,6 @@ def test_unclean_election_verdict_agrees_with_the_consumers_own_log(trigger: str
             assert went_back_to == event["offset"], event
     else:
         assert event["verdict"] == "silent", event
+    # Offline: the trace replays with byte-identical answers (faults at their recorded steps) and
+    # `epochguard judge` reaches the same verdicts.
+    assert replay(trace).report() == result["clients"]

@@ -175,6 +175,25 @@ def unclean_election() -> WireScenario:
                         "elected uncleanly: the records a consumer was served are replaced")
 
 
+def unclean_empty_leader() -> WireScenario:
+    """As `unclean-election`, but broker 1 is cut off from the start: the replica elected uncleanly has
+    no record at all, so it knows no epoch at or below the consumers' (OffsetsForLeaderEpoch: -1/-1)."""
+    cfg = replace(BASE, unclean_leader_election=True, min_insync_replicas=1)
+    stages = (
+        Stage(lambda cluster: True, ((0, Isolate(1)),)),
+        Stage(isr_is(_tp(), (1,)), ((20, PauseProducers()),)),
+        Stage(TRIGGER, (
+            (0, Crash(1)),
+            (2, Heal(broker_node(1))),
+            (3, ResumeProducers()),
+            (300, Restart(1)),
+        ), min_steps=30),
+    )
+    return WireScenario("unclean-empty-leader", cfg, stages,
+                        "broker 1 alone ever has the records; it dies and an empty replica is elected uncleanly: "
+                        "the new leader answers OffsetsForLeaderEpoch with -1/-1")
+
+
 def zombie_leader() -> WireScenario:
     cfg = replace(BASE, unclean_leader_election=True, min_insync_replicas=1)
     stages = (
@@ -236,6 +255,7 @@ def leader_bounce() -> WireScenario:
 SCENARIOS: dict[str, Callable[[], WireScenario]] = {
     "clean": clean,
     "unclean-election": unclean_election,
+    "unclean-empty-leader": unclean_empty_leader,
     "zombie-leader": zombie_leader,
     "stale-metadata": stale_metadata,
     "lagging-leader": lagging_leader,

@@ -83,6 +83,7 @@ __all__ = [
     "InitProducerIdRequest",
     "InitProducerIdResponse",
     "FindCoordinatorRequest",
+    "Coordinator",
     "FindCoordinatorResponse",
     "JoinGroupProtocol",
     "JoinGroupRequest",
@@ -528,32 +529,40 @@ class InitProducerIdRequest:
 
 @dataclass(frozen=True, slots=True)
 class InitProducerIdResponse:
-    producer_id: int
-    producer_epoch: int
     error_code: Errors = Errors.NONE
+    producer_id: int = -1
+    producer_epoch: int = -1
     throttle_time_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class FindCoordinatorRequest:
-    """`FindCoordinatorRequest`: the single `key` of v0-3 and the v4 batch (`coordinator_keys`,
-    KIP-699) are both `keys`."""
+    """`FindCoordinatorRequest`. Up to v3 one `key`; v4 (KIP-699) a batch in `coordinator_keys`. The
+    codec fills both ways: decoding v0-3 gives `coordinator_keys == (key,)`, v4 gives `key == ""`."""
 
-    keys: tuple[str, ...]
+    key: str = ""
     key_type: int = 0  # 0 group, 1 transaction
+    coordinator_keys: tuple[str, ...] = ()
     version: int = 4
 
 
 @dataclass(frozen=True, slots=True)
-class FindCoordinatorResponse:
-    """One coordinator for every key asked (v0-3 answer one key; v4 repeats the node per key)."""
+class Coordinator:
+    """One coordinator answer (`FindCoordinatorResponseData.Coordinator`)."""
 
+    key: str
     node_id: int
     host: str
     port: int
-    keys: tuple[str, ...] = ()
     error_code: Errors = Errors.NONE
-    version: int = 4
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinatorResponse:
+    """Up to v3 the first coordinator is encoded as the top-level fields; v4 encodes them all."""
+
+    coordinators: tuple[Coordinator, ...]
     throttle_time_ms: int = 0
 
 

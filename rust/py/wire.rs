@@ -344,7 +344,6 @@ fn request_object<'py>(
             version = version
         ),
         RequestKind::FindCoordinator(r) => {
-            // v0-3 ask for one key, v4 (KIP-699) for a batch: both are `keys`.
             let keys: Vec<&str> = if version >= 4 {
                 r.coordinator_keys.iter().map(|k| k.as_str()).collect()
             } else {
@@ -353,8 +352,9 @@ fn request_object<'py>(
             obj!(
                 py,
                 "FindCoordinatorRequest",
-                keys = PyTuple::new(py, keys)?,
+                key = r.key.as_str(),
                 key_type = r.key_type,
+                coordinator_keys = PyTuple::new(py, keys)?,
                 version = version
             )
         }
@@ -678,26 +678,28 @@ fn response_kind(r: &Bound<'_, PyAny>, api_key: i16, version: i16) -> PyResult<R
         km::ApiKey::FindCoordinator => {
             let mut m = km::FindCoordinatorResponse::default();
             m.throttle_time_ms = throttle;
-            let node_id = km::BrokerId(get(r, "node_id")?);
-            let host = get_str(r, "host")?;
-            let port: i32 = get(r, "port")?;
-            let error_code: i16 = get(r, "error_code")?;
+            let coordinators = items(r, "coordinators")?;
             if version >= 4 {
-                // One coordinator per key asked, all the same node.
-                for key in get::<Vec<PyBackedStr>>(r, "keys")? {
-                    let mut c = km::find_coordinator_response::Coordinator::default();
-                    c.key = str_bytes(key);
-                    c.node_id = node_id;
-                    c.host = host.clone();
-                    c.port = port;
-                    c.error_code = error_code;
-                    m.coordinators.push(c);
+                for c in &coordinators {
+                    let mut out = km::find_coordinator_response::Coordinator::default();
+                    out.key = get_str(c, "key")?;
+                    out.node_id = km::BrokerId(get(c, "node_id")?);
+                    out.host = get_str(c, "host")?;
+                    out.port = get(c, "port")?;
+                    out.error_code = get(c, "error_code")?;
+                    out.error_message = get_opt_str(c, "error_message")?;
+                    m.coordinators.push(out);
                 }
+            } else if let Some(c) = coordinators.first() {
+                m.node_id = km::BrokerId(get(c, "node_id")?);
+                m.host = get_str(c, "host")?;
+                m.port = get(c, "port")?;
+                m.error_code = get(c, "error_code")?;
+                m.error_message = get_opt_str(c, "error_message")?;
             } else {
-                m.node_id = node_id;
-                m.host = host;
-                m.port = port;
-                m.error_code = error_code;
+                return Err(PyValueError::new_err(format!(
+                    "FindCoordinator v{version} answers one coordinator, got none"
+                )));
             }
             ResponseKind::FindCoordinator(m)
         }

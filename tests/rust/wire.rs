@@ -14,11 +14,13 @@ use kafka_protocol::protocol::{Encodable, StrBytes};
 
 /// Records the largest single allocation made on this thread while `TRACK` is set. (With the
 /// `python` feature the library brings its own global allocator; the bound is then not measured.)
+#[cfg_attr(feature = "python", allow(dead_code))]
 struct Tracking;
 thread_local! {
     static TRACK: Cell<bool> = const { Cell::new(false) };
     static LARGEST: Cell<usize> = const { Cell::new(0) };
 }
+#[cfg_attr(feature = "python", allow(dead_code))]
 unsafe impl GlobalAlloc for Tracking {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let _ = TRACK.try_with(|t| {

@@ -98,3 +98,10 @@ def test_metadata_going_back_to_epoch_zero(cluster: Cluster) -> None:
     checker.on_metadata_accepted("c", TP, 1, 0)
     [v] = checker.violations
     assert v.invariant == inv.METADATA_EPOCH_MONOTONIC and "epoch 0 after having epoch 2" in v.message
+
+
+def test_a_violation_reads_as_one_line_per_trace_entry() -> None:
+    with_partition = inv.Violation(inv.ISR_AGREEMENT, 3, 150, "broker-2", "events-0", "differs", ("a", "b"))
+    assert str(with_partition) == "VIOLATION isr-agreement at step 3 (150 ms) on broker-2 events-0: differs\n    a\n    b"
+    without = inv.Violation(inv.CONSUMER_PROGRESS, 4, 200, "consumer-0", None, "stuck")
+    assert str(without) == "VIOLATION consumer-progress at step 4 (200 ms) on consumer-0: stuck"

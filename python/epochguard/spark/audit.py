@@ -28,7 +28,11 @@ What is not an election loss is named, not counted (DESIGN.md 4.4):
     the reference's epoch at that offset, past its end: the logs were copied before the read, or a
     KIP-207 dip, not a loss), ``compacted`` (inside the log, the epoch matches, the offset was
     cleaned away), ``recreated`` (an epoch the reference never had: a re-created topic) and
-    ``unknown_partition`` (no replica of it was given) explain the rest.
+    ``unknown_partition`` (no replica of it was given) explain the rest; ``aborted`` (a record of a
+    transaction its replica aborted) is not a loss either: a read_committed consumer never returns it.
+``kind`` of a lost record (lost_records.parquet)
+    ``lost``, or ``aborted``: a record of a transaction the replica's own log aborted (or its ABORT
+    marker). It disappears with the election but was never data; it is listed, not counted.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -45,7 +49,7 @@ from pyspark.sql.types import StructType
 
 from epochguard import _core
 from epochguard.spark.listing import Listing, PartitionReplica, is_local, list_log_dirs
-from epochguard.spark.logs import LOCATION, DEFAULT_CHUNK_BYTES, decode_listing, decode_ranges, output_schema
+from epochguard.spark.logs import DEFAULT_CHUNK_BYTES, LOCATION, decode_listing, decode_ranges, output_schema
 from epochguard.spark.result import (
     LOSS_KINDS,
     PARTITIONS_SCHEMA,
@@ -75,6 +79,8 @@ COMPARED_COLUMNS = [
     "timestamp",
     "timestamp_type",
     "is_control",
+    "is_transactional",
+    "producer_id",
     "key_length",
     "value_length",
     "headers_count",
@@ -112,7 +118,7 @@ def audit(
     provenance = {
         "log_dirs": [str(d) for d in log_dirs],
         "epochguard_version": _core.__version__,
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "spark_master": spark.conf.get("spark.master", None),
         "spark_version": spark.version,
     }
@@ -174,7 +180,9 @@ def audit(
         compared = held.where(F.col("offset") >= F.col("reference_log_start_offset")).join(
             reference, ["topic", "partition", "offset", "leader_epoch"], "left"
         )
-        lost = compared.where(F.col("reference_digest").isNull()).persist(StorageLevel.MEMORY_AND_DISK)
+        lost = _with_transaction_kind(
+            spark, listing, held, compared.where(F.col("reference_digest").isNull()), verify_crc
+        ).persist(StorageLevel.MEMORY_AND_DISK)
         differs = F.col("record_digest") != F.col("reference_digest")
         for c in LENGTHS:
             differs = differs | ~F.col(c).eqNullSafe(F.col(f"reference_{c}"))
@@ -188,7 +196,8 @@ def audit(
         )
         losses = {
             (row.topic, row.partition, row.broker): row
-            for row in lost.groupBy("topic", "partition", "broker")
+            for row in lost.where(F.col("kind") == "lost")
+            .groupBy("topic", "partition", "broker")
             .agg(
                 F.count("*").alias("n"),
                 F.min("offset").alias("lo"),
@@ -242,6 +251,35 @@ def audit(
         with step("writing results"):
             result.save(out, html=html)
     return result
+
+
+def _with_transaction_kind(
+    spark: SparkSession, listing: Listing, held: DataFrame, lost: DataFrame, verify_crc: bool
+) -> DataFrame:
+    """`lost` with `kind`: "aborted" for a record whose transaction ends in an ABORT marker in the same
+    replica's log (and for that marker), else "lost" (an open transaction's records included). Only
+    the markers (one record per control batch, rare) are decoded again, for their type."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    keys = ["broker", "topic", "partition", "offset"]
+    transactional = held.where(F.col("is_transactional") & (F.col("producer_id") >= 0))
+    markers = transactional.where(F.col("is_control"))
+    # A control record's key is (version int16, type int16): type 0 = ABORT, 1 = COMMIT.
+    types = _lost_content(spark, listing, markers, verify_crc).select(
+        *keys, F.conv(F.hex(F.substring("key", 3, 2)), 16, 10).cast("int").alias("marker")
+    )
+    following = Window.partitionBy("broker", "topic", "partition", "producer_id").orderBy("offset").rowsBetween(
+        Window.currentRow, Window.unboundedFollowing
+    )
+    status = (
+        transactional.select(*keys, "producer_id")
+        .join(types, keys, "left")
+        .withColumn("ends_with", F.first("marker", ignorenulls=True).over(following))
+        .select(*keys, (F.col("ends_with") == 0).alias("aborted"))
+    )
+    kind = F.when(F.coalesce(F.col("aborted"), F.lit(False)), "aborted").otherwise("lost")
+    return lost.join(status, keys, "left").withColumn("kind", kind).drop("aborted")
 
 
 def _lost_content(spark: SparkSession, listing: Listing, lost: DataFrame, verify_crc: bool) -> DataFrame:
@@ -482,7 +520,9 @@ def _phantom_reads(
     at_offset = reference_keys.select(
         "topic", "partition", "offset", F.col("leader_epoch").alias("reference_epoch_at_offset")
     )
-    lost_on = lost.groupBy("topic", "partition", "offset", "leader_epoch").agg(F.min("broker").alias("lost_on_broker"))
+    lost_on = lost.groupBy("topic", "partition", "offset", "leader_epoch").agg(
+        F.min("broker").alias("lost_on_broker"), F.min(F.col("kind") == "aborted").alias("aborted")
+    )
     # A read without an epoch (an old client, a legacy batch) can only be matched by its offset.
     t, ref = table.alias("t"), reference_keys.alias("ref")
     held = (
@@ -503,6 +543,7 @@ def _phantom_reads(
         F.when(c("ref_log_end").isNull(), "unknown_partition")
         .when(c("offset") < c("ref_log_start"), "retention")
         .when(epoch > c("ref_latest_epoch"), "recreated")
+        .when(c("aborted"), "aborted")
         .when(c("reference_epoch_at_offset").isNotNull(), "rewritten")
         .when((c("offset") >= c("ref_log_end")) & (epoch.isNull() | (epoch == c("reference_epoch"))), "beyond_log_end")
         .when(epoch.isNull() | (epoch == c("reference_epoch")), "compacted")
@@ -514,6 +555,7 @@ def _phantom_reads(
             c("kind") == "retention", F.format_string("below the reference's log start offset %d", c("ref_log_start"))
         )
         .when(c("kind") == "recreated", F.format_string("epoch above the reference's latest %d", c("ref_latest_epoch")))
+        .when(c("kind") == "aborted", F.lit("a record of an aborted transaction: read_committed never returns it"))
         .when(
             c("kind") == "rewritten",
             F.format_string(
@@ -568,6 +610,7 @@ LOST_COLUMNS = [
     "value",
     "headers",
     "is_control",  # a lost transaction marker is reported too, but is not for re-publishing
+    "kind",  # "lost", or "aborted" (a record of an aborted transaction: listed, not counted)
 ]
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import heapq
+import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -20,8 +22,8 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from epochguard import _core
-from epochguard.records import COMPUTED_COLUMNS, RECORD_COLUMNS
 from epochguard.errors import EpochGuardError
+from epochguard.records import COMPUTED_COLUMNS, RECORD_COLUMNS
 from epochguard.spark.listing import Listing, PartitionReplica, Segment, is_local, list_log_dirs
 
 if TYPE_CHECKING:
@@ -137,10 +139,8 @@ def decode_listing(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED,
 ) -> DataFrame:
-    carry, record_columns = split_columns(columns)
-    schema = output_schema(carry, with_errors, record_columns)
-    if columns is not None:  # in the order asked for; the error columns stay last
-        schema = StructType([schema[c] for c in columns] + [f for f in schema.fields if f.name not in columns])
+    schema = projection_schema(columns, with_errors)
+    record_columns = split_columns(columns)[1]
     options = {
         "schema": to_arrow_schema(schema),
         "columns": record_columns,
@@ -153,7 +153,7 @@ def decode_listing(
     frames = []
     if local or not remote:
         chunks = plan_chunks(local, chunk_bytes)
-        groups = pack_tasks(chunks, TASK_BYTES, spark.sparkContext.defaultParallelism)
+        groups = pack_tasks(chunks, TASK_BYTES, task_slots(spark))
         # One row per task, one task per partition, and the chunk list travels with the function:
         # no Python RDD and no shuffle before the decode.
         tasks = spark.range(0, len(groups), 1, max(1, len(groups)))
@@ -165,9 +165,41 @@ def decode_listing(
         located = files.select("path", "content").mapInArrow(
             locate, StructType(list(LOCATION.fields) + [StructField("path", StringType()), files.schema["content"]])
         )
-        decode = functools.partial(decode_arrow_batches, carry=carry.fieldNames(), source="content", **options)
+        carry = [c for c in LOCATION.fieldNames() if c in schema.fieldNames()]
+        decode = functools.partial(decode_arrow_batches, carry=carry, source="content", **options)
         frames.append(located.mapInArrow(decode, schema))
     return functools.reduce(lambda a, b: a.unionByName(b), frames)
+
+
+def projection_schema(columns: Sequence[str] | None, with_errors: bool) -> StructType:
+    """The Spark schema of a read projected to `columns` (None: location then all record columns),
+    in the order asked for; with `with_errors` the error columns come last."""
+    carry, record_columns = split_columns(columns)
+    schema = output_schema(carry, with_errors, record_columns)
+    if columns is None:
+        return schema
+    return StructType([schema[c] for c in columns] + [f for f in schema.fields if f.name not in columns])
+
+
+def task_slots(spark: SparkSession) -> int:
+    """How many tasks run at once: one decode task per slot (a second wave costs ~0.1 s a task on a
+    small machine). Read from the conf so a Spark Connect session (no sparkContext) answers too."""
+    try:
+        return max(1, spark.sparkContext.defaultParallelism)  # classic: the cluster's cores
+    except Exception:
+        pass
+    configured = spark.conf.get("spark.default.parallelism", None)
+    if configured:
+        return max(1, int(configured))
+    return local_cores(spark.conf.get("spark.master", None) or "")
+
+
+def local_cores(master: str) -> int:
+    """Cores of a ``local[N]`` / ``local[*]`` master (this machine's for anything else)."""
+    match = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\s*\d+)?\])?", master.strip())
+    if match and match.group(1) and match.group(1) != "*":
+        return max(1, int(match.group(1)))
+    return 1 if match and not match.group(1) else os.cpu_count() or 1
 
 
 def plan_chunks(segments: Sequence[tuple[PartitionReplica, Segment]], chunk_bytes: int) -> list[Chunk]:
@@ -231,10 +263,17 @@ def decode_task_groups(
     decode; the core reads only the chunk's byte range of each file."""
     for batch in batches:
         for task in batch.column("id").to_pylist():
-            for c in groups[task]:
-                carried = {"broker": c.broker, "topic": c.topic, "partition": c.partition, "segment": c.segment}
-                carried = {k: v for k, v in carried.items() if k in options["schema"].names}
-                yield from _decode_one(c.path, c.position, c.length, carried, c.path, **options)
+            yield from decode_chunks(groups[task], **options)
+
+
+def decode_chunks(chunks: Sequence[Chunk], **options: Any) -> Iterator[pa.RecordBatch]:
+    """Decode local chunks in order (the body of a `read_kafka_logs` task and of a ``kafka-log`` data
+    source partition): the core reads each chunk's byte range; location columns are constants."""
+    names = options["schema"].names
+    for c in chunks:
+        carried = {"broker": c.broker, "topic": c.topic, "partition": c.partition, "segment": c.segment}
+        carried = {k: v for k, v in carried.items() if k in names}
+        yield from _decode_one(c.path, c.position, c.length, carried, c.path, **options)
 
 
 def decode_arrow_batches(

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
 LOSS_KINDS = ("truncated", "rewritten")
 REPLICA_KINDS = ("reference", "in_sync", "behind", "retention", "recreated", "diverged", "mismatched")
-PHANTOM_KINDS = ("truncated", "rewritten", "retention", "beyond_log_end", "compacted", "recreated", "unknown_partition")
+PHANTOM_KINDS = (
+    "truncated", "rewritten", "retention", "beyond_log_end", "compacted", "recreated", "aborted", "unknown_partition"
+)
 
 
 @dataclass

@@ -131,6 +131,7 @@ class Judge:
         self._open: dict[tuple[str, TopicPartition], Divergence] = {}
         self._not_available: dict[tuple[str, TopicPartition], dict[str, Any]] = {}
         self._acked: list[_Acked] = []
+        self._decided: set[tuple[str, TopicPartition, int, int]] = set()
         self._conns: set[int] = set()
         self._wire: Any = None
         self.step = 0
@@ -157,7 +158,7 @@ class Judge:
         report.requests += 1
         name = report.client_id
         if isinstance(request, FetchRequest) and not request.is_from_follower:
-            self._on_fetch(name, request, response)
+            self._on_fetch(name, conn.broker_id, request, response)
         elif isinstance(request, OffsetsForLeaderEpochRequest):
             self._sent_epochs(report, "OffsetForLeaderEpoch", [(p.tp, p.current_leader_epoch) for p in request.partitions])
             for r in getattr(response, "partitions", ()):
@@ -189,6 +190,10 @@ class Judge:
                 end = log.log_start_offset  # the leader has no epoch at or below it: nothing is known to agree
             if end < served.end:
                 state = cluster.controller.state(tp)
+                key = (name, tp, end, state.leader_epoch)
+                if key in self._decided:  # the same divergence, still being served by a zombie
+                    continue
+                self._decided.add(key)
                 d = Divergence(name, tp, end, served.end, served.epoch, state.leader_epoch, self.step)
                 self._open[(name, tp)] = d
                 self.clients[name].divergences.append(d)
@@ -199,7 +204,7 @@ class Judge:
                              else "no fetch, validation or reset made progress")
 
     # --- rules -----------------------------------------------------------------------------------
-    def _on_fetch(self, name: str, request: FetchRequest, response: Any) -> None:
+    def _on_fetch(self, name: str, broker_id: int, request: FetchRequest, response: Any) -> None:
         report = self.clients[name]
         self._sent_epochs(report, "Fetch", [(p.tp, p.current_leader_epoch) for p in request.partitions])
         offsets = {p.tp: p.fetch_offset for p in request.partitions}
@@ -213,8 +218,9 @@ class Judge:
             d = self._open.get((name, p.tp))
             if d is not None and p.diverging_epoch is not None:
                 d.validated = p.diverging_epoch.end_offset
-            elif p.error_code == Errors.NONE and p.tp in offsets:
-                # A fetch answered with an error (out of range, fenced) moves nothing: wait for the next move.
+            elif p.error_code == Errors.NONE and p.tp in offsets and self._from_leader(broker_id, p.tp):
+                # A fetch answered with an error (out of range, fenced), or by a broker that is not the
+                # leader (a zombie still serving the old epoch), moves nothing: wait for the next move.
                 self._judge_fetch(name, p.tp, offsets[p.tp])
             if p.error_code != Errors.NONE or not p.records:
                 continue
@@ -224,6 +230,9 @@ class Judge:
             if spans:
                 base, last, epoch, _crc = spans[-1]
                 self._served[(name, p.tp)] = _Served(epoch, last + 1)
+
+    def _from_leader(self, broker_id: int, tp: TopicPartition) -> bool:
+        return self._wire is None or self._wire.cluster.acting_leader(tp) == broker_id
 
     def _judge_fetch(self, name: str, tp: TopicPartition, offset: int) -> None:
         d = self._open.get((name, tp))

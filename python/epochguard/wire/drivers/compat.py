@@ -108,8 +108,8 @@ def format_table(results: dict[tuple[str, str], RunResult | str], clients: Seque
 def _client_label(results: dict[tuple[str, str], RunResult | str], client: Client) -> str:
     """The client and the version its driver reported."""
     for result in results.values():
-        if not isinstance(result, str) and client.name in result.truths:
-            return f"{client.name} ({result.truths[client.name].software})"
+        if not isinstance(result, str) and client.name in result.truths and result.truths[client.name].consumed:
+            return result.truths[client.name].software
     return client.name
 
 

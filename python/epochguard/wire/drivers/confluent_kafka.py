@@ -44,8 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "auto.offset.reset": "error" if config.reset == "none" else config.reset,
     })
     producer = ck.Producer({**common, "acks": "all", "linger.ms": 5})
+    binding = ck.version()  # a (str, int) pair in most builds, a bare str in some
+    binding = binding[0] if isinstance(binding, tuple) else binding
     log.write("start", client=CLIENT, software="confluent-kafka",
-              version=f"{ck.version()[0]} (librdkafka {ck.libversion()[0]})", client_id=config.client_id,
+              version=f"{binding} (librdkafka {ck.libversion()[0]})", client_id=config.client_id,
               reset=config.reset)
 
     def delivered(err: ck.KafkaError | None, msg: ck.Message) -> None:

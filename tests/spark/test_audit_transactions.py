@@ -1,0 +1,49 @@
+"""The audit tells records of aborted transactions apart from lost ones: an aborted record that an
+unclean election removed is not data loss, and a read_committed consumer never read it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from epochguard.log import PartitionLog
+from epochguard.logdir import write_log_dir
+from epochguard.spark import audit
+from epochguard.types import TopicPartition
+
+TP = TopicPartition("payments", 0)
+
+
+def replicas(root: Path) -> list[Path]:
+    """Broker 1 led epoch 0 and, past what broker 2 replicated (offsets 0-3), wrote a transaction it
+    then aborted (4-5, marker 6) and one plain record (7); broker 2 was elected uncleanly at offset 4."""
+    shared = [(None, f"v{i}".encode()) for i in range(4)]
+    old = PartitionLog(TP)
+    old.append_as_leader(shared, 0, timestamp_ms=1000)
+    old.append_as_leader([(None, b"t1"), (None, b"t2")], 0, timestamp_ms=1001, producer_id=9, producer_epoch=0,
+                         transactional=True)
+    old.append_txn_marker(9, 0, commit=False, coordinator_epoch=0, leader_epoch=0, timestamp_ms=1002)
+    old.append_as_leader([(None, b"plain")], 0, timestamp_ms=1003)
+    old.update_high_watermark(8)
+    new = PartitionLog(TP)
+    new.append_as_leader(shared, 0, timestamp_ms=1000)
+    new.append_as_leader([(None, b"n1"), (None, b"n2")], 1, timestamp_ms=2000)
+    new.update_high_watermark(6)
+    return [write_log_dir(root / f"broker-{b}", b, [log]) for b, log in ((1, old), (2, new))]
+
+
+def test_records_of_aborted_transactions_are_not_counted_as_lost(spark, tmp_path) -> None:
+    consumed = tmp_path / "consumed.parquet"
+    pd.DataFrame([(TP.topic, 0, 4, 0), (TP.topic, 0, 7, 0)], columns=["topic", "partition", "offset", "leader_epoch"]).astype(
+        {"leader_epoch": "Int32"}
+    ).to_parquet(consumed)
+    result = audit(spark, [str(d) for d in replicas(tmp_path)], consumed=str(consumed), out=str(tmp_path / "out"))
+    lost = pd.read_parquet(Path(result.out) / "lost_records.parquet").sort_values("offset")
+    assert list(zip(lost.offset, lost.kind)) == [(4, "aborted"), (5, "aborted"), (6, "aborted"), (7, "lost")]
+    [diverged] = result.diverged
+    assert (diverged.broker, diverged.lost_count, diverged.lost_first_offset, diverged.lost_last_offset) == (1, 1, 7, 7)
+    assert diverged.divergence_offset == 4
+    phantoms = pd.read_parquet(Path(result.out) / "phantom_reads.parquet").set_index("offset")
+    assert phantoms.loc[4, "kind"] == "aborted" and phantoms.loc[7, "kind"] == "truncated"
+    assert result.phantom_loss_count == 1  # the aborted read is not a loss

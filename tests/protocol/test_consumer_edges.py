@@ -12,7 +12,7 @@ from protocol_support import CONTROLLER, TP, recs, state
 from epochguard import Consumer, PartitionLog, ReplicaManager
 from epochguard.consumer import FetchState
 from epochguard.coordinator import GroupCoordinator
-from epochguard.errors import Errors, LogTruncationError, NoOffsetForPartitionError
+from epochguard.errors import Errors, LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError
 from epochguard.messages import (
     FetchRequest,
     ListOffsetsPartitionResponse,
@@ -380,3 +380,28 @@ def test_unassigning_a_partition_that_is_not_assigned_is_a_no_op():
     c = consumer()
     c.unassign([TopicPartition("other", 0)])
     assert list(c.assignment) == [TP]
+
+
+def test_a_seek_forgets_an_out_of_range_answer_even_to_the_same_offset():
+    world, c = World(), consumer("none")
+    c.seek(TP, 50)  # past the leader's end (6)
+    world.run(c, 0)
+    with pytest.raises(OffsetOutOfRangeError):
+        c.poll(0)
+    c.seek(TP, 50)  # the application decides to try again from there
+    assert c.poll(0).count() == 0
+    [fetch] = [r for _, r in c.poll_requests(0) if isinstance(r, FetchRequest)]
+    assert fetch.partitions[0].fetch_offset == 50
+
+
+def test_seek_refuses_a_negative_offset_by_name():
+    with pytest.raises(ValueError, match=r"^seek offset must not be negative: -3$"):
+        consumer().seek(TP, -3)
+
+
+def test_seek_to_beginning_is_reported_as_a_reset_without_a_position():
+    world, c = World(), consumer("latest")
+    world.run(c, 0)
+    c.seek_to_beginning(TP)
+    world.run(c, 0)
+    assert [(r.policy, r.reason, r.to_offset) for r in c.resets] == [("latest", "no_position", 6), ("earliest", "no_position", 0)]

@@ -41,6 +41,7 @@ from epochguard.sim.cluster import Cluster
 from epochguard.sim.faults import Fault
 from epochguard.sim.scenarios import topic_id
 from epochguard.wire.messages import (
+    Coordinator,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     InitProducerIdRequest,
@@ -237,8 +238,9 @@ class WireCluster:
         elif isinstance(request, FindCoordinatorRequest):
             # Every broker hosts the (never failing) coordinator: a client is sent to the broker it asked.
             host, port = self.addresses[conn.broker_id]
+            keys = request.coordinator_keys or (request.key,)
             self._answer(waiting, FindCoordinatorResponse(
-                node_id=conn.broker_id, host=host, port=port, keys=request.keys, version=request.version))
+                tuple(Coordinator(k, conn.broker_id, host, port) for k in keys)))
         elif isinstance(request, InitProducerIdRequest):
             self._next_producer_id += 1
             self._answer(waiting, InitProducerIdResponse(producer_id=self._next_producer_id, producer_epoch=0))

@@ -13,8 +13,8 @@ opened are not read.
 
 from __future__ import annotations
 
-from os import PathLike
 from collections.abc import Sequence
+from os import PathLike
 from typing import TYPE_CHECKING, Any
 
 from epochguard._core import (

@@ -10,6 +10,7 @@ import pytest
 from protocol_support import CONTROLLER, TP, recs, state
 
 from epochguard import Consumer, PartitionLog, ReplicaManager
+from epochguard.api_versions import BROKER_API_VERSIONS, ApiKey, ApiVersionRange, ApiVersionsRequest, NodeApiVersions
 from epochguard.consumer import FetchState
 from epochguard.coordinator import GroupCoordinator
 from epochguard.errors import Errors, LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError
@@ -25,7 +26,6 @@ from epochguard.messages import (
     MetadataResponseTopic,
     OffsetFetchRequest,
 )
-from epochguard.api_versions import BROKER_API_VERSIONS, ApiKey, ApiVersionRange, ApiVersionsRequest, NodeApiVersions
 from epochguard.types import LATEST_TIMESTAMP, FetchPosition, LeaderAndEpoch, OffsetAndTimestamp, TopicPartition
 
 COORD = 500

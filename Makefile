@@ -31,18 +31,21 @@ demo: setup
 test: setup test-rust test-python
 
 test-rust:
-	cargo test --locked
+	cargo test --locked --features wire
 
 test-python:
 	$(PY) -m pytest
 
 bench: setup
 	cargo bench --locked
-	$(PY) -m pytest benches/python --benchmark-only --benchmark-group-by=group
+	@mkdir -p target
+	$(PY) -m pytest benches/python --benchmark-only --benchmark-group-by=group --benchmark-json=target/bench.json
+	$(PY) benches/ratios.py target/bench.json --out target/ratios.json
 
 lint: setup
+	$(PY) -m ruff check .
 	cargo fmt --check
-	cargo clippy --locked --all-targets --features python -- -D warnings
+	cargo clippy --locked --all-targets --features python,wire -- -D warnings
 	$(PY) -m mypy python/epochguard --ignore-missing-imports
 
 # Mutation testing (README "Mutation testing"; not part of `make test` or .ci/run). Python: mutmut over

@@ -148,7 +148,7 @@ class AppendInfo:
 class LogSegment:
     """The bytes of one segment and the index of its batches (Kafka's offset index, kept in memory)."""
 
-    __slots__ = ("base_offset", "data", "batches", "path")
+    __slots__ = ("base_offset", "batches", "data", "path")
 
     def __init__(self, base_offset: int, path: Path | None = None) -> None:
         self.base_offset = base_offset

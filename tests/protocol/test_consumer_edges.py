@@ -10,9 +10,10 @@ import pytest
 from protocol_support import CONTROLLER, TP, recs, state
 
 from epochguard import Consumer, PartitionLog, ReplicaManager
+from epochguard.api_versions import BROKER_API_VERSIONS, ApiKey, ApiVersionRange, ApiVersionsRequest, NodeApiVersions
 from epochguard.consumer import FetchState
 from epochguard.coordinator import GroupCoordinator
-from epochguard.errors import Errors, LogTruncationError, NoOffsetForPartitionError
+from epochguard.errors import Errors, LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError
 from epochguard.messages import (
     FetchRequest,
     ListOffsetsPartitionResponse,
@@ -25,7 +26,6 @@ from epochguard.messages import (
     MetadataResponseTopic,
     OffsetFetchRequest,
 )
-from epochguard.api_versions import BROKER_API_VERSIONS, ApiVersionsRequest
 from epochguard.types import LATEST_TIMESTAMP, FetchPosition, LeaderAndEpoch, OffsetAndTimestamp, TopicPartition
 
 COORD = 500
@@ -128,6 +128,7 @@ def test_log_truncation_error_is_raised_again_after_the_backoff_not_in_a_loop():
     with pytest.raises(LogTruncationError):
         c.poll(1_000 + BACKOFF)
     assert len(c.truncations) == 1  # the event itself is reported once
+    assert (c.truncations[0].detected_at_ms, c.truncations[0].resolution) == (1_000, "raised")
 
 
 # --- ListOffsets answers that no longer apply -------------------------------------------------------
@@ -284,7 +285,7 @@ def test_seek_to_end_resets_to_latest_and_discards_the_buffered_records():
     [(node, request)] = [(n, r) for n, r in c.poll_requests(0) if isinstance(r, ListOffsetsRequest)]
     assert request.partitions[0].timestamp == LATEST_TIMESTAMP
     c.on_response(node, request, world.answer(node, request), 0)
-    assert c.position(TP).offset == 6 and [r.policy for r in c.resets][-1] == "latest"
+    assert c.position(TP).offset == 6 and [(r.policy, r.reason) for r in c.resets][-1] == ("latest", "no_position")
     # Nothing of the old position is left to hand out, so it fetches from the new one at once.
     [fetch] = [r for _, r in c.poll_requests(0) if isinstance(r, FetchRequest)]
     assert fetch.partitions[0].fetch_offset == 6
@@ -380,3 +381,51 @@ def test_unassigning_a_partition_that_is_not_assigned_is_a_no_op():
     c = consumer()
     c.unassign([TopicPartition("other", 0)])
     assert list(c.assignment) == [TP]
+
+
+def test_a_seek_forgets_an_out_of_range_answer_even_to_the_same_offset():
+    world, c = World(), consumer("none")
+    c.seek(TP, 50)  # past the leader's end (6)
+    world.run(c, 0)
+    with pytest.raises(OffsetOutOfRangeError):
+        c.poll(0)
+    c.seek(TP, 50)  # the application decides to try again from there
+    assert c.poll(0).count() == 0
+    [fetch] = [r for _, r in c.poll_requests(0) if isinstance(r, FetchRequest)]
+    assert fetch.partitions[0].fetch_offset == 50
+
+
+def test_seek_refuses_a_negative_offset_by_name():
+    with pytest.raises(ValueError, match=r"^seek offset must not be negative: -3$"):
+        consumer().seek(TP, -3)
+
+
+def test_seek_to_beginning_is_reported_as_a_reset_without_a_position():
+    world, c = World(), consumer("latest")
+    world.run(c, 0)
+    c.seek_to_beginning(TP)
+    world.run(c, 0)
+    assert [(r.policy, r.reason, r.to_offset) for r in c.resets] == [("latest", "no_position", 6), ("earliest", "no_position", 0)]
+
+
+def test_validate_position_by_default_follows_a_new_leader_in_the_metadata():
+    world, c = World(), consumer("earliest")
+    world.run(c, 0)
+    c.poll(0)
+    world.leader, world.epoch = 2, 2
+    world.add_leader(2, [(0, 2), (1, 4)], 2)
+    c.metadata.update(world.metadata(), 10)  # the metadata moved on; the consumer was not told
+    assert c.validate_position(TP) is True
+    assert c.position(TP).current_leader == LeaderAndEpoch(2, 2) and c.awaiting_validation(TP)
+
+
+def test_validate_position_does_not_validate_against_a_leader_without_offset_for_leader_epoch_v3():
+    world, c = World(), consumer("earliest")
+    world.run(c, 0)
+    c.poll(0)
+    old = NodeApiVersions([ApiVersionRange(ApiKey.FETCH, 0, 12), ApiVersionRange(ApiKey.OFFSET_FOR_LEADER_EPOCH, 0, 2)])
+    c.update_api_versions(2, old)
+    assert c.validate_position(TP, LeaderAndEpoch(2, 2)) is False
+    assert c.state_of(TP) == FetchState.FETCHING and c.position(TP).current_leader == LeaderAndEpoch(2, 2)
+    c.update_api_versions(3, BROKER_API_VERSIONS)
+    assert c.validate_position(TP, LeaderAndEpoch(3, 3)) is True

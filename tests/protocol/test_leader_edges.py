@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from protocol_support import CONTROLLER, TP, recs, state
 
-from epochguard import Partition, PartitionLog, ReplicaManager
+from epochguard import Partition, ReplicaManager
 from epochguard.errors import Errors
 from epochguard.messages import (
     FetchPartition,

@@ -169,3 +169,74 @@ def test_an_unexpected_append_offset_says_where():
     with pytest.raises(UnexpectedAppendOffsetError, match=r"^t-0: first offset 1 is below the log end offset 6$") as raised:
         log.append_as_follower(kafka_python_batch(1, 5, [b"x"]))
     assert (raised.value.first_offset, raised.value.last_offset) == (1, 1)
+
+
+def segmented(tmp_path, *, checkpoint: bool = True):
+    """Three one-batch segments (epochs 0, 0, 2) written through to t-0/."""
+    d = tmp_path / "t-0"
+    log = PartitionLog(TP, directory=d, segment_bytes=100)
+    for epoch in (0, 0, 2):
+        log.append_as_leader(recs(2), epoch)
+    assert [s.base_offset for s in log.segments] == [0, 2, 4]
+    if not checkpoint:
+        (d / "leader-epoch-checkpoint").unlink()
+    return d, log
+
+
+def test_open_without_write_through_leaves_the_directory_alone(tmp_path):
+    d, _ = segmented(tmp_path)
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    log = PartitionLog.open(d, segment_bytes=100, write_through=False)
+    log.append_as_leader(recs(2), 3)
+    log.truncate_to(2)
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+
+
+def test_open_with_write_through_keeps_writing_to_the_directory(tmp_path):
+    d, _ = segmented(tmp_path)
+    log = PartitionLog.open(d, segment_bytes=1 << 20)
+    log.append_as_leader(recs(2), 3)
+    assert [b.base_offset for b in iter_batches(d / "00000000000000000004.log")] == [4, 6]
+    assert (d / "leader-epoch-checkpoint").read_text().endswith("3 6\n")
+
+
+def test_a_corrupt_tail_drops_every_later_segment(tmp_path):
+    d, _ = segmented(tmp_path)
+    first = d / "00000000000000000000.log"
+    first.write_bytes(first.read_bytes()[:-3])  # the only batch of the first segment is torn
+    log = PartitionLog.open(d, segment_bytes=100)
+    assert (log.log_start_offset, log.log_end_offset) == (0, 0)
+    assert sorted(p.name for p in d.glob("*.log")) == ["00000000000000000000.log"]
+    assert first.read_bytes() == b""
+
+
+def test_open_starts_the_log_at_its_first_segment(tmp_path):
+    d, log = segmented(tmp_path)
+    log.update_high_watermark(6)
+    log.increment_log_start_offset(4)  # the segments below 4 are deleted
+    reopened = PartitionLog.open(d, segment_bytes=100)
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (4, 6)
+
+
+def test_open_without_a_checkpoint_rebuilds_epochs_from_the_batches(tmp_path):
+    d, _ = segmented(tmp_path, checkpoint=False)
+    log = PartitionLog.open(d, segment_bytes=100)
+    assert log.leader_epoch_cache.entries() == [(0, 0), (2, 4)]
+    assert (d / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n2 4\n"
+
+
+def test_open_without_a_checkpoint_ignores_legacy_batches(tmp_path):
+    from protocol_support import kafka_python_legacy_batch
+
+    d = tmp_path / "t-0"
+    d.mkdir()
+    (d / "00000000000000000000.log").write_bytes(kafka_python_legacy_batch(0, [b"a", b"b"]))
+    log = PartitionLog.open(d)
+    assert (log.log_end_offset, log.leader_epoch_cache.entries()) == (2, [])
+
+
+def test_a_directory_name_that_is_not_topic_dash_partition_is_refused_by_name(tmp_path):
+    from epochguard.log import parse_partition_dir_name
+
+    with pytest.raises(ValueError, match=r"^not a partition directory name: 'segments'$"):
+        parse_partition_dir_name("segments")

@@ -9,12 +9,15 @@ from protocol_support import TP, Network, brokers, recs, state
 from epochguard import PartitionLog, ReplicaManager
 from epochguard.errors import Errors
 from epochguard.messages import (
+    EpochEndOffset,
     FetchPartitionData,
     FetchRequest,
     FetchResponse,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
 )
 from epochguard.replica import TruncationRecord
 from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -217,3 +220,16 @@ def test_a_list_offsets_answer_after_stop_replica_is_dropped():
     rm.stop_replica(TP)
     rm.on_response(1, lo, offset_answer(6), 70)
     assert rm.poll_requests(70) == [] and rm.fetcher.truncations == []
+
+
+def test_an_offsets_for_leader_epoch_truncation_is_recorded_when_it_happens():
+    log = PartitionLog(TP)
+    log.append_as_leader(recs(5), 0)
+    log.append_as_leader(recs(5), 1)
+    rm = ReplicaManager(2, controller_id=1000, truncate_on_fetch=False, logs={TP: log})
+    rm.apply_partition_state(state(1, 3, isr=(1,), replicas=(1, 2)), 0)
+    _, request = only(rm.poll_requests(0), OffsetsForLeaderEpochRequest)
+    assert request.partitions[0].leader_epoch == 1
+    answer = OffsetsForLeaderEpochResponse((EpochEndOffset(TP.topic, TP.partition, Errors.NONE, 0, 3),))
+    rm.on_response(1, request, answer, 70)
+    assert rm.fetcher.truncations == [TruncationRecord(TP, 3, 10, 3, "offsets_for_leader_epoch", 70)]

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from epochguard import _core
-from epochguard.api_versions import BROKER_API_VERSIONS, ApiKey, ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse
+from epochguard.api_versions import (
+    BROKER_API_VERSIONS,
+    ApiKey,
+    ApiVersionRange,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+)
 from epochguard.errors import EpochGuardError, Errors, UnsupportedVersionError
 from epochguard.messages import (
     DivergingEpoch,
@@ -48,19 +54,21 @@ from epochguard.wire.messages import (
 )
 
 __all__ = ["RequestHeader", "decode_request", "encode_response", "UnsupportedVersionError", "CorruptFrameError",
-           "MAX_FRAME_BYTES", "RUST_CODEC"]
+           "MAX_FRAME_BYTES", "RUST_CODEC", "WIRE_API_VERSIONS"]
 
 RUST_CODEC = hasattr(_core, "decode_request")
 MAX_FRAME_BYTES = getattr(_core, "MAX_FRAME_BYTES", 100 * 1024 * 1024)  # Kafka's socket.request.max.bytes
 
 if RUST_CODEC:  # pragma: no cover - exercised once the Rust codec lands
     from epochguard._core import (  # type: ignore[attr-defined]
+        WIRE_API_VERSIONS,
         CorruptFrameError,
         RequestHeader,
         decode_request,
         encode_response,
     )
 else:
+    WIRE_API_VERSIONS = [(r.api_key, r.min_version, r.max_version) for r in BROKER_API_VERSIONS]
 
     class CorruptFrameError(EpochGuardError):  # type: ignore[no-redef]
         """A request frame that does not decode (truncated, bad lengths, absurd counts)."""
@@ -84,28 +92,62 @@ def _classes() -> dict[int, tuple[Any, Any]]:
     try:
         from kafka.protocol.consumer import (
             FetchRequest as KFetchRequest,
+        )
+        from kafka.protocol.consumer import (
             FetchResponse as KFetchResponse,
+        )
+        from kafka.protocol.consumer import (
             ListOffsetsRequest as KListOffsetsRequest,
+        )
+        from kafka.protocol.consumer import (
             ListOffsetsResponse as KListOffsetsResponse,
+        )
+        from kafka.protocol.consumer import (
             OffsetCommitRequest as KOffsetCommitRequest,
+        )
+        from kafka.protocol.consumer import (
             OffsetCommitResponse as KOffsetCommitResponse,
+        )
+        from kafka.protocol.consumer import (
             OffsetFetchRequest as KOffsetFetchRequest,
+        )
+        from kafka.protocol.consumer import (
             OffsetFetchResponse as KOffsetFetchResponse,
+        )
+        from kafka.protocol.consumer import (
             OffsetForLeaderEpochRequest as KOffsetForLeaderEpochRequest,
+        )
+        from kafka.protocol.consumer import (
             OffsetForLeaderEpochResponse as KOffsetForLeaderEpochResponse,
         )
         from kafka.protocol.metadata import (
             ApiVersionsRequest as KApiVersionsRequest,
+        )
+        from kafka.protocol.metadata import (
             ApiVersionsResponse as KApiVersionsResponse,
+        )
+        from kafka.protocol.metadata import (
             FindCoordinatorRequest as KFindCoordinatorRequest,
+        )
+        from kafka.protocol.metadata import (
             FindCoordinatorResponse as KFindCoordinatorResponse,
+        )
+        from kafka.protocol.metadata import (
             MetadataRequest as KMetadataRequest,
+        )
+        from kafka.protocol.metadata import (
             MetadataResponse as KMetadataResponse,
         )
         from kafka.protocol.producer import (
             InitProducerIdRequest as KInitProducerIdRequest,
+        )
+        from kafka.protocol.producer import (
             InitProducerIdResponse as KInitProducerIdResponse,
+        )
+        from kafka.protocol.producer import (
             ProduceRequest as KProduceRequest,
+        )
+        from kafka.protocol.producer import (
             ProduceResponse as KProduceResponse,
         )
     except ImportError as exc:  # pragma: no cover
@@ -229,7 +271,7 @@ def _group(items: Any, key: Any) -> dict[Any, list[Any]]:
     return out
 
 
-def _to_kafka(K: Any, v: int, r: Any) -> Any:  # noqa: N803 - a class
+def _to_kafka(K: Any, v: int, r: Any) -> Any:
     if isinstance(r, ApiVersionsResponse):
         keys = [K.ApiVersion(api_key=a.api_key, min_version=a.min_version, max_version=a.max_version) for a in r.api_keys]
         return K(error_code=int(r.error_code), api_keys=keys, throttle_time_ms=0, version=r.version)

@@ -49,9 +49,9 @@ class Served:
             if self.proc.poll() is None:
                 self.proc.kill()
         self._reader.join(5)
-        errors = self.proc.stderr.read() if self.proc.stderr else ""
+        self.errors = self.proc.stderr.read() if self.proc.stderr else ""
         self._close_stderr()
-        assert self.proc.returncode == 0, errors
+        assert self.proc.returncode == 0, self.errors
         return json.loads(self.lines[-1])
 
     def kill(self) -> None:

@@ -63,24 +63,20 @@ def test_sigterm_with_connections_open_shuts_down_without_a_traceback(tmp_path: 
     handler ends (its disconnect traced) before the trace is closed, and nothing reaches stderr."""
     trace = tmp_path / "run.jsonl"
     served = Served("clean", trace=trace)
-    try:
-        host, port = served.bootstrap.split(",")[0].split(":")
-        flood = socket.create_connection((host, int(port)))
-        flood.setblocking(False)
-        frames, sent = _api_versions(1) * 5000, 0
+    host, port = served.bootstrap.split(",")[0].split(":")
+    with socket.create_connection((host, int(port))) as flood, socket.create_connection((host, int(port))):
         try:
-            while sent < len(frames):
-                sent += flood.send(frames[sent:sent + 65536])
-        except BlockingIOError:
-            pass  # the server stopped reading it: its handler waits for the queue to drain
-        idle = socket.create_connection((host, int(port)))
-        time.sleep(0.5)
-        served.stop()
-    finally:
-        served.kill()
-    assert served.proc.stderr is not None
-    assert served.proc.stderr.read() == ""
+            flood.setblocking(False)
+            frames, sent = _api_versions(1) * 5000, 0
+            try:
+                while sent < len(frames):
+                    sent += flood.send(frames[sent:sent + 65536])
+            except BlockingIOError:
+                pass  # the server stopped reading it: its handler waits for the queue to drain
+            time.sleep(0.5)
+            served.stop()
+        finally:
+            served.kill()
+    assert served.errors == ""
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     assert sum(r["type"] == "disconnect" for r in records) >= 2
-    flood.close()
-    idle.close()

@@ -53,9 +53,9 @@ class Endpoint:
         try:
             header, request = codec.decode_request(frame)
         except codec.UnsupportedVersionError as exc:
-            header = getattr(exc, "header", None)
-            if header is not None and header.api_key == ApiKey.API_VERSIONS:
-                self.wire.submit(conn, header, ApiVersionsRequest(version=header.api_version))
+            known = getattr(exc, "header", None)  # the header, when only the body's version is unknown
+            if known is not None and known.api_key == ApiKey.API_VERSIONS:
+                self.wire.submit(conn, known, ApiVersionsRequest(version=known.api_version))
             else:
                 self._drop(conn, str(exc))
             return

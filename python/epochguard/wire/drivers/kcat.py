@@ -18,7 +18,7 @@ import threading
 from collections.abc import Sequence
 from typing import IO
 
-from epochguard.wire.drivers.delivery_log import DeliveryLog, ProduceSchedule, Stop, parse_args, payload
+from epochguard.wire.drivers.delivery_log import DeliveryLog, DriverConfig, ProduceSchedule, Stop, parse_args, payload
 
 CLIENT = "kcat"
 _DELIVERED = re.compile(r"Message delivered to partition (\d+) \(offset (-?\d+)\)")
@@ -111,7 +111,7 @@ def _read_consumed(stream: IO[str] | None, log: DeliveryLog) -> None:
 
 def _read_stderr(
     stream: IO[str] | None, log: DeliveryLog, source: str,
-    producer: tuple[collections.deque[bytes], object] | None,
+    producer: tuple[collections.deque[bytes], DriverConfig] | None,
 ) -> None:
     assert stream is not None
     for line in stream:

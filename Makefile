@@ -38,9 +38,12 @@ test-python:
 
 bench: setup
 	cargo bench --locked
-	$(PY) -m pytest benches/python --benchmark-only --benchmark-group-by=group
+	@mkdir -p target
+	$(PY) -m pytest benches/python --benchmark-only --benchmark-group-by=group --benchmark-json=target/bench.json
+	$(PY) benches/ratios.py target/bench.json --out target/ratios.json
 
 lint: setup
+	$(PY) -m ruff check .
 	cargo fmt --check
 	cargo clippy --locked --all-targets --features python -- -D warnings
 	$(PY) -m mypy python/epochguard --ignore-missing-imports

@@ -29,9 +29,11 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "target" / "mutants"
@@ -148,13 +150,27 @@ def run_python(args: argparse.Namespace) -> int:
     (PY_WORK / "pyproject.toml").write_text(_mutmut_config(only))
     # mutmut skips a file whose copy in mutants/ is newer than the source, even if that copy was
     # left unmutated by an earlier run with another selection: drop such copies of the targets.
+    # mutmut also keeps its test-to-function map (mutmut-stats.json) and caches "no tests" verdicts
+    # from a run that did not trampoline these files: drop both, so coverage is collected anew.
     copies = PY_WORK / "mutants" / "src" / "epochguard"
+    fresh = False
     for pattern in only:
         for copy in copies.glob(pattern):
             if "_mutmut_mutated" not in copy.read_text():
                 copy.unlink()
+                Path(f"{copy}.meta").unlink(missing_ok=True)
+                fresh = True
+    if fresh:
+        (PY_WORK / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)]
+    if args.rerun_survivors:
+        # After new tests: test again only what survived (mutmut keeps every other verdict).
+        names = [n for s in python_scores(load_equivalent()).values() for n in s.survived]
+        if not names:
+            print("mutants: no survivors to test again")
+            return 0
+        cmd += names
     result = _run(cmd, cwd=PY_WORK, env=env)
     return result.returncode
 
@@ -198,7 +214,7 @@ def python_scores(equivalent: dict[str, str]) -> dict[str, FileScore]:
         if not _is_target(rel):
             continue
         score = scores.setdefault(f"python/epochguard/{rel}", FileScore())
-        for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+        for name, code in _read_json(meta)["exit_code_by_key"].items():
             name = name.removeprefix("src.")
             if name in equivalent:
                 score.equivalent += 1
@@ -211,6 +227,18 @@ def python_scores(equivalent: dict[str, str]) -> dict[str, FileScore]:
             else:
                 score.survived.append(name)  # suspicious: not a clean kill
     return scores
+
+
+def _read_json(path: Path) -> Any:
+    """mutmut rewrites its .meta files as it goes: retry a read that catches one half-written."""
+    for attempt in range(20):
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            if attempt == 19:
+                raise
+            time.sleep(0.1)
+    return {}
 
 
 def _python_diff(name: str) -> str:
@@ -269,21 +297,22 @@ def rust_scores(equivalent: dict[str, str]) -> dict[str, FileScore]:
         elif summary == "MissedMutant":
             score.survived.append(name)
         elif summary == "Unviable":
-            score.equivalent += 0  # does not build: neither killed nor survived
+            pass  # does not build: neither killed nor survived
         else:
             score.not_run += 1
     return scores
 
 
 def _rust_name(mutant: dict) -> str:
-    span = mutant.get("span", {}).get("start", {})
-    return f"{mutant.get('file')}:{span.get('line')}:{span.get('column')}: replace {mutant.get('function', {}).get('function_name', '?') if isinstance(mutant.get('function'), dict) else ''} {mutant.get('genre', '')} with {mutant.get('replacement', '')}".replace("  ", " ")
+    """cargo-mutants' own name: `file:line:column: replace X with Y in function`."""
+    return mutant.get("name") or f"{mutant.get('file')}:{mutant.get('span', {}).get('start', {}).get('line')}"
 
 
 # --- report ------------------------------------------------------------------------------------------
 def report(args: argparse.Namespace) -> int:
     equivalent = load_equivalent()
     scores = {**python_scores(equivalent), **rust_scores(equivalent)}
+    rust_diffs = {m.get("name"): m.get("diff", "") for p in RUST_OUT.glob("*/mutants.out/mutants.json") for m in _read_json(p)}
     rows = ["| file | killed | survived | equivalent | not run | score |", "|---|---:|---:|---:|---:|---:|"]
     for file, s in sorted(scores.items()):
         rows.append(f"| {file} | {s.killed} | {len(s.survived)} | {s.equivalent} | {s.not_run} | {s.percent()} |")
@@ -293,7 +322,7 @@ def report(args: argparse.Namespace) -> int:
     lines = ["# Surviving mutants", "", table, ""]
     for file, s in sorted(scores.items()):
         for name in s.survived:
-            diff = _python_diff(name) if file.startswith("python/") else ""
+            diff = _python_diff(name) if file.startswith("python/") and not args.names_only else rust_diffs.get(name, "")
             lines += [f"## {name}", "", "```diff", diff or name, "```", ""]
     (WORK / "survivors.md").write_text("\n".join(lines))
     print(f"survivors: {WORK / 'survivors.md'}")
@@ -311,6 +340,7 @@ def main() -> int:
     py.add_argument("--base", default="main")
     py.add_argument("--only", nargs="*", help="package-relative globs (default: every target)")
     py.add_argument("--max-children", type=int, default=2)
+    py.add_argument("--rerun-survivors", action="store_true", help="test only the last run's survivors again")
     rs = sub.add_parser("rust")
     rs.add_argument("--changed", action="store_true")
     rs.add_argument("--base", default="main")
@@ -320,6 +350,7 @@ def main() -> int:
     rs.add_argument("groups", nargs="*", help=f"of {sorted(RUST_GROUPS)} (default: all)")
     rp = sub.add_parser("report")
     rp.add_argument("--summary", help="append the table as Markdown (e.g. $GITHUB_STEP_SUMMARY)")
+    rp.add_argument("--names-only", action="store_true", help="survivors without their diffs (fast)")
     args = parser.parse_args()
     return {"python": run_python, "rust": run_rust, "report": report}[args.what](args)
 

@@ -34,7 +34,10 @@ def make_log(records: int, value_size: int, per_batch: int, compression: str = "
     parts, offset = [], 0
     while offset < records:
         n = min(per_batch, records - offset)
-        recs = [(b"key-%d" % (offset + i), make_value(rng, value_size), [], 1_700_000_000_000 + offset + i) for i in range(n)]
+        recs = [
+            (b"key-%d" % (offset + i), make_value(rng, value_size), [], 1_700_000_000_000 + offset + i)
+            for i in range(n)
+        ]
         parts.append(encode_batch(recs, base_offset=offset, partition_leader_epoch=5, compression=compression))
         offset += n
     return b"".join(parts)

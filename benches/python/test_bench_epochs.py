@@ -17,7 +17,7 @@ STRIDE = 1000  # offsets per epoch
 
 EPOCHS = np.arange(ENTRIES, dtype=np.int32) * 2
 STARTS = np.arange(ENTRIES, dtype=np.int64) * STRIDE
-CACHE = LeaderEpochCache(zip(EPOCHS.tolist(), STARTS.tolist()))
+CACHE = LeaderEpochCache(zip(EPOCHS.tolist(), STARTS.tolist(), strict=True))
 RANDOM = np.random.default_rng(7).integers(0, ENTRIES * STRIDE, LOOKUPS, dtype=np.int64)
 SORTED = np.sort(RANDOM)
 

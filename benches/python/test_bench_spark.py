@@ -17,9 +17,10 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "spark"))
-from epochguard.records import decode_to_arrow  # noqa: E402
-from epochguard.spark import local_session, read_kafka_logs  # noqa: E402
-from kafka_logs import Replica, write_log_dir  # noqa: E402
+from kafka_logs import Replica, write_log_dir
+
+from epochguard.records import decode_to_arrow
+from epochguard.spark import local_session, read_kafka_logs
 
 # 2M records of ~100 bytes (about 200 MB of segments): enough that Spark's fixed cost per job and
 # per task (tens of ms each) does not hide the decoding. EG_BENCH_BATCHES scales it.
@@ -46,7 +47,7 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def spark():  # noqa: ANN201
+def spark():
     session = local_session("local[2]", app_name="epochguard-bench", shuffle_partitions=2)
     yield session
     if RATES:
@@ -62,13 +63,13 @@ def spark():  # noqa: ANN201
 TOTAL = PARTITIONS * BATCHES * PER_BATCH
 
 
-def _rate(benchmark, name: str) -> None:  # noqa: ANN001
+def _rate(benchmark, name: str) -> None:
     RATES[name] = TOTAL / benchmark.stats.stats.mean
     benchmark.extra_info["records_per_second"] = round(RATES[name])
 
 
 @pytest.mark.benchmark(group="spark-decode")
-def test_read_kafka_logs(benchmark, spark, log_dir) -> None:  # noqa: ANN001
+def test_read_kafka_logs(benchmark, spark, log_dir) -> None:
     def run() -> None:
         read_kafka_logs(spark, [str(log_dir)], chunk_bytes=4 << 20).write.format("noop").mode("overwrite").save()
 
@@ -78,7 +79,7 @@ def test_read_kafka_logs(benchmark, spark, log_dir) -> None:  # noqa: ANN001
 
 
 @pytest.mark.benchmark(group="spark-decode")
-def test_kafka_python_pandas_udf(benchmark, spark, log_dir) -> None:  # noqa: ANN001
+def test_kafka_python_pandas_udf(benchmark, spark, log_dir) -> None:
     # The same record columns as read_kafka_logs produces, so both pay the same to hand rows to Spark.
     schema = (
         "offset long, timestamp long, timestamp_type byte, key binary, value binary, "
@@ -113,7 +114,7 @@ def test_kafka_python_pandas_udf(benchmark, spark, log_dir) -> None:  # noqa: AN
 
 
 @pytest.mark.benchmark(group="spark-decode")
-def test_bare_rust_decode(benchmark, log_dir) -> None:  # noqa: ANN001
+def test_bare_rust_decode(benchmark, log_dir) -> None:
     files = sorted(log_dir.glob("*/*.log"))
 
     def run() -> int:

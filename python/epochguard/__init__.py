@@ -31,11 +31,11 @@ from epochguard.errors import (
     UnknownLeaderEpochError,
 )
 from epochguard.leader import Partition
-from epochguard.replica_manager import ReplicaManager
 from epochguard.log import PartitionLog
 from epochguard.metadata import ClientMetadata
 from epochguard.records import decode_to_arrow
 from epochguard.replica import ReplicaFetcher
+from epochguard.replica_manager import ReplicaManager
 from epochguard.types import (
     ConsumerRecord,
     ConsumerRecords,

@@ -1,5 +1,6 @@
-"""Command line: `epochguard simulate | audit | demo | serve | judge`. Each subcommand's arguments live with its subsystem
-(`epochguard.sim.cli`, `epochguard.spark.cli`, `epochguard.wire.cli`), registered here by `build_parser`."""
+"""Command line: `epochguard simulate | audit | demo | serve | judge`. Each subcommand's arguments live
+with its subsystem (`epochguard.sim.cli`, `epochguard.spark.cli`, `epochguard.wire.cli`), registered here
+by `build_parser`."""
 
 from __future__ import annotations
 

@@ -220,7 +220,8 @@ def batch_index(
 # Records are (key, value[, headers[, timestamp]]); offsets are base_offset + index. A record without
 # a timestamp gets base_timestamp; base_timestamp None = the first explicit timestamp, else -1.
 def encode_batch(
-    records: Sequence[tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
+    records: Sequence[tuple[bytes | None, bytes | None]
+                      | tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
                       | tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int | None]],
     *,
     base_offset: int = 0,

@@ -196,7 +196,9 @@ class ApiVersionsResponse:
         return NodeApiVersions(self.api_keys)
 
 
-def answer_api_versions(request: ApiVersionsRequest, served: NodeApiVersions = BROKER_API_VERSIONS) -> ApiVersionsResponse:
+def answer_api_versions(
+    request: ApiVersionsRequest, served: NodeApiVersions = BROKER_API_VERSIONS
+) -> ApiVersionsResponse:
     """The broker's answer (`KafkaApis.handleApiVersionsRequest`).
 
     A request version the broker does not serve is answered at v0 with UNSUPPORTED_VERSION and only

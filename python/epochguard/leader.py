@@ -48,8 +48,8 @@ from epochguard.types import (
     MAX_TIMESTAMP,
     NO_EPOCH,
     NO_OFFSET,
-    IsolationLevel,
     EpochProtocol,
+    IsolationLevel,
     TopicPartition,
 )
 

@@ -148,7 +148,7 @@ class AppendInfo:
 class LogSegment:
     """The bytes of one segment and the index of its batches (Kafka's offset index, kept in memory)."""
 
-    __slots__ = ("base_offset", "data", "batches", "path")
+    __slots__ = ("base_offset", "batches", "data", "path")
 
     def __init__(self, base_offset: int, path: Path | None = None) -> None:
         self.base_offset = base_offset
@@ -339,9 +339,8 @@ class PartitionLog:
         `CorruptRecordError` for a batch that does not decode (bad length, CRC, magic)."""
         if leader_epoch < 0:
             raise ValueError(f"invalid leader epoch {leader_epoch}")
-        buf = bytearray(data)
-        stamp_batches(buf, self._log_end_offset, leader_epoch)
-        info = self._append(bytes(buf))
+        stamped, _last, _count, _max_timestamp = stamp_batches(bytes(data), self._log_end_offset, leader_epoch)
+        info = self._append(stamped)
         if info is None:
             raise CorruptRecordError("no record batch in produce data")
         return info

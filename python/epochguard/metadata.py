@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from epochguard.errors import Errors
 from epochguard.messages import MetadataRequest, MetadataResponse, MetadataResponseBroker, MetadataResponsePartition
-from epochguard.types import LeaderAndEpoch, EpochProtocol, TopicPartition
+from epochguard.types import EpochProtocol, LeaderAndEpoch, TopicPartition
 
 __all__ = ["PartitionMetadata", "MetadataUpdate", "ClientMetadata"]
 

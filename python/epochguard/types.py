@@ -203,7 +203,7 @@ class ConsumerRecord:
 class ConsumerRecords(Mapping[TopicPartition, Sequence[ConsumerRecord]]):
     """The records of one `poll()`, by partition, plus the position after each partition's last record."""
 
-    __slots__ = ("_records", "_next_offsets")
+    __slots__ = ("_next_offsets", "_records")
 
     def __init__(
         self,

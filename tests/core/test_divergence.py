@@ -105,11 +105,11 @@ def _csr(caches: list[LeaderEpochCache]) -> tuple[np.ndarray, np.ndarray, np.nda
 def test_divergence_points_equals_scalar(pairs: list[tuple[LeaderEpochCache, LeaderEpochCache, int, int]]) -> None:
     a = [p[0] for p in pairs]
     b = [p[1] for p in pairs]
-    leo_a = np.array([_leo(c, p[2]) for c, p in zip(a, pairs)], dtype=np.int64)
-    leo_b = np.array([_leo(c, p[3]) for c, p in zip(b, pairs)], dtype=np.int64)
+    leo_a = np.array([_leo(c, p[2]) for c, p in zip(a, pairs, strict=True)], dtype=np.int64)
+    leo_b = np.array([_leo(c, p[3]) for c, p in zip(b, pairs, strict=True)], dtype=np.int64)
     out = divergence_points(*_csr(a), leo_a, *_csr(b), leo_b)
     assert out.dtype == np.int64
-    expected = [divergence_point(x, int(la), y, int(lb)) for x, la, y, lb in zip(a, leo_a, b, leo_b)]
+    expected = [divergence_point(x, int(la), y, int(lb)) for x, la, y, lb in zip(a, leo_a, b, leo_b, strict=True)]
     assert out.tolist() == [-1 if d is None else d for d in expected]
 
 

@@ -189,7 +189,7 @@ def test_batched_equals_scalar(
         offsets.sort()
     out_epochs, out_offsets = cache.end_offsets_for(np.array(epochs, dtype=np.int32), 150)
     assert out_epochs.dtype == np.int32 and out_offsets.dtype == np.int64
-    assert list(zip(out_epochs.tolist(), out_offsets.tolist())) == [cache.end_offset_for(e, 150) for e in epochs]
+    assert list(zip(out_epochs.tolist(), out_offsets.tolist(), strict=True)) == [cache.end_offset_for(e, 150) for e in epochs]
     found = cache.epochs_for_offsets(np.array(offsets, dtype=np.int64))
     assert found.dtype == np.int32
     expected = [cache.epoch_for_offset(o) for o in offsets]

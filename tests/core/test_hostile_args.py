@@ -293,7 +293,7 @@ def test_decoding_while_another_process_truncates_and_deletes_the_file(tmp_path:
             seg.write_bytes(data)
     out, err = child.communicate(timeout=120)
     assert child.returncode == 0, (child.returncode, err)
-    outcomes = eval(out)  # noqa: S307 - our own child's dict literal
+    outcomes = eval(out)
     assert sum(outcomes.values()) == 300 and cuts > 10, (outcomes, cuts)
     assert set(outcomes) <= {"rows", "empty", "partial", "batches", "corrupt", "missing"}
 
@@ -387,7 +387,7 @@ def test_batched_lookups_at_the_extremes_match_the_scalar_ones() -> None:
     epochs = np.array(EXTREME_EPOCHS, dtype=np.int32)
     for leo in (I64_MIN, 0, I64_MAX):
         out_epochs, out_offsets = cache.end_offsets_for(epochs, leo)
-        assert list(zip(out_epochs.tolist(), out_offsets.tolist())) == [
+        assert list(zip(out_epochs.tolist(), out_offsets.tolist(), strict=True)) == [
             cache.end_offset_for(e, leo) for e in EXTREME_EPOCHS
         ]
     for offsets in (EXTREME_OFFSETS, EXTREME_OFFSETS[::-1]):  # the sorted walk and the search path

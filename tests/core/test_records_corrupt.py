@@ -6,11 +6,11 @@ from __future__ import annotations
 import gzip
 import struct
 
-import pytest
 import lz4.frame
+import pytest
 import snappy
 import zstandard
-from kafka_batches import Rec, fix_v2_crc, kafka_python_legacy, set_v2_field, v2_with_payload
+from kafka_batches import Rec, kafka_python_legacy, set_v2_field, v2_with_payload
 
 from epochguard.errors import CorruptRecordError
 from epochguard.records import batch_index, decode_to_arrow, encode_batch, iter_batches

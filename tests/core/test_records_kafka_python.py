@@ -6,10 +6,10 @@ from __future__ import annotations
 import struct
 
 import pytest
-from kafka_batches import Rec, fix_v2_crc, kafka_python_legacy, kafka_python_v2, xxh32
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.memory_records import MemoryRecords
+from kafka_batches import Rec, fix_v2_crc, kafka_python_legacy, kafka_python_v2, xxh32
 
 from epochguard.records import decode_to_arrow, encode_batch, iter_batches
 

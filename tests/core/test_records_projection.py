@@ -162,7 +162,7 @@ def test_digest_is_the_same_whatever_the_codec() -> None:
 
 @pytest.mark.parametrize("bad", [["nope"], ["offset", "offset"]])
 def test_unknown_or_repeated_column_is_a_value_error(bad: list[str]) -> None:
-    with pytest.raises(ValueError, match="nope|twice"):
+    with pytest.raises(ValueError, match=r"nope|twice"):
         decode_to_arrow(SEGMENT, columns=bad)
 
 

@@ -16,6 +16,7 @@ import pytest
 from epochguard.errors import CorruptRecordError
 from epochguard.records import PARTIAL_TAIL_METADATA_KEY, batch_index, decode_to_arrow, iter_batches
 
+
 def find_segments() -> Path:
     """shared/kafka-segments: $EPOCHGUARD_KAFKA_SEGMENTS, beside or inside the checkout, or /work/shared."""
     repo = Path(__file__).resolve().parents[2]

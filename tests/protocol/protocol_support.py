@@ -8,8 +8,8 @@ import struct
 from collections.abc import Callable, Sequence
 
 from epochguard.errors import Errors
-from epochguard.replica_manager import ReplicaManager
 from epochguard.messages import AlterPartitionRequest, AlterPartitionResponse, LeaderAndIsrPartitionState
+from epochguard.replica_manager import ReplicaManager
 from epochguard.types import TopicPartition
 
 TP = TopicPartition("t", 0)

@@ -5,6 +5,9 @@ OffsetsForLeaderEpoch truncates to its high watermark (AbstractFetcherThreadTest
 
 from __future__ import annotations
 
+from protocol_support import CONTROLLER, TP, Network, recs, state
+from test_consumer import Cluster, consumer, truncated_cluster
+
 from epochguard.api_versions import (
     BROKER_API_VERSIONS,
     ApiKey,
@@ -19,8 +22,6 @@ from epochguard.messages import FetchRequest, OffsetsForLeaderEpochRequest
 from epochguard.replica import FetchState
 from epochguard.replica_manager import ReplicaManager
 from epochguard.types import LeaderAndEpoch, OffsetAndMetadata
-from protocol_support import CONTROLLER, TP, Network, recs, state
-from test_consumer import Cluster, consumer, truncated_cluster
 
 OLD_BROKER = BROKER_API_VERSIONS.with_range(ApiKey.OFFSET_FOR_LEADER_EPOCH, 0, 2)
 

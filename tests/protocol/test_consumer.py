@@ -8,7 +8,7 @@ from protocol_support import CONTROLLER, TP, recs, state
 
 from epochguard.consumer import Consumer, FetchState
 from epochguard.coordinator import GroupCoordinator
-from epochguard.errors import Errors, LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError
+from epochguard.errors import LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError
 from epochguard.leader import ReplicaManager
 from epochguard.log import PartitionLog
 from epochguard.messages import (
@@ -19,10 +19,8 @@ from epochguard.messages import (
     MetadataResponseBroker,
     MetadataResponsePartition,
     MetadataResponseTopic,
-    OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetsForLeaderEpochRequest,
-    OffsetsForLeaderEpochResponse,
 )
 from epochguard.types import FetchPosition, LeaderAndEpoch, OffsetAndMetadata, OffsetAndTimestamp
 

@@ -5,6 +5,9 @@ behaviour it takes."""
 from __future__ import annotations
 
 import pytest
+from protocol_support import TP
+from test_consumer import Cluster, consumer, truncated_cluster
+
 from epochguard.api_versions import BROKER_API_VERSIONS
 from epochguard.consumer import Consumer
 from epochguard.errors import OffsetOutOfRangeError
@@ -19,8 +22,6 @@ from epochguard.messages import (
 )
 from epochguard.metadata import ClientMetadata
 from epochguard.types import LeaderAndEpoch, OffsetAndMetadata
-from protocol_support import TP
-from test_consumer import Cluster, consumer, truncated_cluster
 
 
 def test_first_validation_pass_repoints_positions_at_the_current_leader():

@@ -4,6 +4,9 @@ and `next_deadline_ms()` (a driver that calls `poll_requests` only when it says 
 from __future__ import annotations
 
 import pytest
+from protocol_support import TP
+from test_consumer import consumer, truncated_cluster
+
 from epochguard.consumer.validator import (
     Reset,
     Resume,
@@ -13,8 +16,6 @@ from epochguard.consumer.validator import (
 )
 from epochguard.messages import FetchRequest, OffsetsForLeaderEpochRequest
 from epochguard.types import FetchPosition, LeaderAndEpoch, OffsetAndMetadata
-from protocol_support import TP
-from test_consumer import consumer, truncated_cluster
 
 POS = FetchPosition(10, 3, LeaderAndEpoch(2, 4))
 

@@ -3,9 +3,9 @@ every follower ends byte-identical to the leader once it has fetched enough (KIP
 
 from __future__ import annotations
 
-from protocol_support import TP, Network, brokers, recs, state
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from protocol_support import TP, Network, brokers, recs, state
 
 steps = st.lists(
     st.tuples(st.integers(1, 3), st.integers(0, 3), st.integers(0, 3)),  # (new leader, records, fetch rounds)

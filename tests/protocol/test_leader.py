@@ -23,7 +23,7 @@ from epochguard.messages import (
     ProducePartition,
     ProduceRequest,
 )
-from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, TopicPartition
+from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 
 def leader(batches=((0, 4), (2, 6), (5, 2)), epoch=5, isr=(1,), replicas=(1, 2, 3), protocol="kip-320", hw=None, brokers=None):

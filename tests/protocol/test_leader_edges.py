@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from protocol_support import CONTROLLER, TP, recs, state
 
-from epochguard import Partition, PartitionLog, ReplicaManager
+from epochguard import Partition, ReplicaManager
 from epochguard.errors import Errors
 from epochguard.messages import (
     FetchPartition,
@@ -139,3 +139,39 @@ def test_a_non_retriable_error_carries_no_hint():
     [data] = rm.handle(-1, FetchRequest((FetchPartition(TP.topic, TP.partition, 99, 5),)), 0).partitions
     assert data.error_code == Errors.OFFSET_OUT_OF_RANGE
     assert data.current_leader == LeaderIdAndEpoch(-1, -1)
+
+
+# --- the broker's face: repr, restart, checkpoints ----------------------------------------------------
+def test_partition_repr_names_its_role():
+    p = leading(epoch=5, isr=(1, 2)).partitions[TP]
+    assert repr(p).startswith("Partition(t-0 on 1, leader, epoch=5, isr=(1, 2), PartitionLog(")
+    rm = ReplicaManager(2, controller_id=CONTROLLER)
+    rm.apply_partition_state(state(1, 3), 0)
+    assert repr(rm.partitions[TP]).startswith("Partition(t-0 on 2, follower of 1, epoch=3,")
+
+
+def test_recover_writes_through_to_the_same_log_dir_with_the_given_settings(tmp_path):
+    rm = ReplicaManager(1, controller_id=CONTROLLER, log_dir=tmp_path)
+    rm.apply_partition_state(state(1, 2, isr=(1,), replicas=(1,)), 0)
+    rm.partitions[TP].append_records_to_leader(recs(3), acks=1, min_insync_replicas=1, now_ms=0)
+    rm.checkpoint()
+    again = ReplicaManager.recover(tmp_path, controller_id=CONTROLLER, min_insync_replicas=2)
+    assert (again.broker_id, again.log_dir, again.min_insync_replicas) == (1, tmp_path, 2)
+    again.apply_partition_state(state(1, 3, isr=(1,), replicas=(1,)), 0)
+    log = again.partitions[TP].log
+    assert (log.log_end_offset, log.high_watermark) == (3, 3)
+    log.append_as_leader(recs(2), 3)  # written through to the directory...
+    again.checkpoint()
+    third = ReplicaManager.recover(tmp_path)  # ...so a second restart sees it
+    third.apply_partition_state(state(1, 4, isr=(1,), replicas=(1,)), 0)
+    assert third.partitions[TP].log.log_end_offset == 5
+    assert third.partitions[TP].log.leader_epoch_cache.entries()[:2] == [(2, 0), (3, 3)]
+
+
+def test_checkpoint_writes_the_root_checkpoints_and_is_a_no_op_in_memory(tmp_path):
+    rm = ReplicaManager(1, controller_id=CONTROLLER, log_dir=tmp_path)
+    rm.apply_partition_state(state(1, 2, isr=(1,), replicas=(1,)), 0)
+    rm.partitions[TP].append_records_to_leader(recs(3), acks=1, min_insync_replicas=1, now_ms=0)
+    rm.checkpoint()
+    assert (tmp_path / "replication-offset-checkpoint").read_text() == "0\n1\nt 0 3\n"
+    leading().checkpoint()  # no log dir: nothing to write, no error

@@ -1,11 +1,14 @@
 """PartitionLog behaviours pinned through the public API: `write_to` round trips, a partition directory
-without segments, and the rename of an empty active segment when offsets jump."""
+without segments, the rename of an empty active segment when offsets jump, timestamp lookups at their
+edges, and log start offsets."""
 
 from __future__ import annotations
 
+import pytest
 from protocol_support import TP, kafka_python_batch, recs
 
 from epochguard import PartitionLog, iter_batches
+from epochguard.log import UnexpectedAppendOffsetError
 
 
 def batches_of(log: PartitionLog) -> list[tuple[int, int, list[bytes]]]:
@@ -69,3 +72,171 @@ def test_a_segment_that_holds_batches_is_not_renamed(tmp_path):
     assert [s.base_offset for s in log.segments] == [0]
     assert sorted(p.name for p in d.glob("*.log")) == ["00000000000000000000.log"]
     assert [b.base_offset for b in iter_batches(d / "00000000000000000000.log")] == [0, 5]
+
+
+def timed_log() -> PartitionLog:
+    """Batches [0-1] ts 100,300 (epoch 1), [2-3] ts 200,250 (epoch 2), [4-5] ts 500,400 (epoch 4)."""
+    log = PartitionLog(TP)
+    for epoch, stamps in ((1, (100, 300)), (2, (200, 250)), (4, (500, 400))):
+        log.append_as_leader([(None, b"v%d" % ts, [], ts) for ts in stamps], epoch)
+    return log
+
+
+def test_offset_for_timestamp_finds_the_first_record_at_or_after_the_target():
+    log = timed_log()
+    assert log.offset_for_timestamp(300) == (1, 300, 1)  # the target is the batch's max timestamp
+    assert log.offset_for_timestamp(301) == (4, 500, 4)
+    assert log.offset_for_timestamp(0) == (0, 100, 1)
+    assert log.offset_for_timestamp(501) is None
+
+
+def test_offset_for_timestamp_stops_at_the_upper_bound():
+    log = timed_log()
+    assert log.offset_for_timestamp(301, upper_bound=4) is None  # the batch starting at the bound is out
+    assert log.offset_for_timestamp(301, upper_bound=5) == (4, 500, 4)
+
+
+def test_offset_for_timestamp_skips_records_below_the_log_start():
+    log = timed_log()
+    log.update_high_watermark(6)
+    log.increment_log_start_offset(1)  # inside the first batch: record 0 (ts 100) is gone
+    assert log.offset_for_timestamp(50) == (1, 300, 1)
+
+
+def test_offset_of_max_timestamp_respects_the_log_start_and_the_upper_bound():
+    log = timed_log()
+    assert log.offset_of_max_timestamp() == (4, 500, 4)
+    assert log.offset_of_max_timestamp(upper_bound=4) == (1, 300, 1)
+    assert log.offset_of_max_timestamp(upper_bound=1) == (0, 100, 1)  # record 1 sits at the bound
+    log.update_high_watermark(6)
+    log.increment_log_start_offset(1)
+    assert log.offset_of_max_timestamp(upper_bound=2) == (1, 300, 1)  # the record at the log start counts
+
+
+def test_epoch_for_offset():
+    log = timed_log()
+    assert [log.epoch_for_offset(o) for o in (0, 1, 2, 3, 4, 5)] == [1, 1, 2, 2, 4, 4]
+
+
+def test_truncate_fully_and_start_at_names_the_new_segment_after_its_offset(tmp_path):
+    d = tmp_path / "t-0"
+    log = PartitionLog(TP, directory=d)
+    log.append_as_leader(recs(3), 0)
+    log.truncate_fully_and_start_at(7)
+    assert [s.base_offset for s in log.segments] == [7]
+    assert sorted(p.name for p in d.glob("*.log")) == ["00000000000000000007.log"]
+    assert log.append_as_leader(recs(1), 1).first_offset == 7
+
+
+def test_write_to_creates_missing_parent_directories(tmp_path):
+    log = timed_log()
+    target = log.write_to(tmp_path / "backup" / "broker-1" / "t-0")
+    assert PartitionLog.open(target, write_through=False).read(0) == log.read(0)
+
+
+def test_increment_log_start_offset_to_the_current_start_changes_nothing():
+    log = timed_log()
+    log.update_high_watermark(6)
+    assert log.increment_log_start_offset(0) is False
+    assert log.increment_log_start_offset(2) is True and log.increment_log_start_offset(2) is False
+
+
+def test_increment_log_start_offset_drops_every_segment_wholly_below_it(tmp_path):
+    d = tmp_path / "t-0"
+    log = PartitionLog(TP, directory=d, segment_bytes=100)  # one 2-record batch per segment
+    for epoch in range(6):
+        log.append_as_leader(recs(2), epoch)
+    assert [s.base_offset for s in log.segments] == [0, 2, 4, 6, 8, 10]
+    log.update_high_watermark(12)
+    log.increment_log_start_offset(4)  # exactly a segment's base: the segments before it go
+    assert [s.base_offset for s in log.segments] == [4, 6, 8, 10]
+    log.increment_log_start_offset(12)
+    assert [s.base_offset for s in log.segments] == [10]
+    assert sorted(p.name for p in d.glob("*.log")) == ["00000000000000000010.log"]
+
+
+def test_a_segment_file_removed_behind_the_logs_back_does_not_break_truncation(tmp_path):
+    d = tmp_path / "t-0"
+    log = PartitionLog(TP, directory=d)
+    log.append_as_leader(recs(2), 0)
+    (d / "00000000000000000000.log").unlink()
+    log.truncate_fully_and_start_at(5)
+    assert sorted(p.name for p in d.glob("*.log")) == ["00000000000000000005.log"]
+
+
+def test_an_unexpected_append_offset_says_where():
+    log = timed_log()
+    with pytest.raises(UnexpectedAppendOffsetError, match=r"^t-0: first offset 1 is below the log end offset 6$") as raised:
+        log.append_as_follower(kafka_python_batch(1, 5, [b"x"]))
+    assert (raised.value.first_offset, raised.value.last_offset) == (1, 1)
+
+
+def segmented(tmp_path, *, checkpoint: bool = True):
+    """Three one-batch segments (epochs 0, 0, 2) written through to t-0/."""
+    d = tmp_path / "t-0"
+    log = PartitionLog(TP, directory=d, segment_bytes=100)
+    for epoch in (0, 0, 2):
+        log.append_as_leader(recs(2), epoch)
+    assert [s.base_offset for s in log.segments] == [0, 2, 4]
+    if not checkpoint:
+        (d / "leader-epoch-checkpoint").unlink()
+    return d, log
+
+
+def test_open_without_write_through_leaves_the_directory_alone(tmp_path):
+    d, _ = segmented(tmp_path)
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    log = PartitionLog.open(d, segment_bytes=100, write_through=False)
+    log.append_as_leader(recs(2), 3)
+    log.truncate_to(2)
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+
+
+def test_open_with_write_through_keeps_writing_to_the_directory(tmp_path):
+    d, _ = segmented(tmp_path)
+    log = PartitionLog.open(d, segment_bytes=1 << 20)
+    log.append_as_leader(recs(2), 3)
+    assert [b.base_offset for b in iter_batches(d / "00000000000000000004.log")] == [4, 6]
+    assert (d / "leader-epoch-checkpoint").read_text().endswith("3 6\n")
+
+
+def test_a_corrupt_tail_drops_every_later_segment(tmp_path):
+    d, _ = segmented(tmp_path)
+    first = d / "00000000000000000000.log"
+    first.write_bytes(first.read_bytes()[:-3])  # the only batch of the first segment is torn
+    log = PartitionLog.open(d, segment_bytes=100)
+    assert (log.log_start_offset, log.log_end_offset) == (0, 0)
+    assert sorted(p.name for p in d.glob("*.log")) == ["00000000000000000000.log"]
+    assert first.read_bytes() == b""
+
+
+def test_open_starts_the_log_at_its_first_segment(tmp_path):
+    d, log = segmented(tmp_path)
+    log.update_high_watermark(6)
+    log.increment_log_start_offset(4)  # the segments below 4 are deleted
+    reopened = PartitionLog.open(d, segment_bytes=100)
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (4, 6)
+
+
+def test_open_without_a_checkpoint_rebuilds_epochs_from_the_batches(tmp_path):
+    d, _ = segmented(tmp_path, checkpoint=False)
+    log = PartitionLog.open(d, segment_bytes=100)
+    assert log.leader_epoch_cache.entries() == [(0, 0), (2, 4)]
+    assert (d / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n2 4\n"
+
+
+def test_open_without_a_checkpoint_ignores_legacy_batches(tmp_path):
+    from protocol_support import kafka_python_legacy_batch
+
+    d = tmp_path / "t-0"
+    d.mkdir()
+    (d / "00000000000000000000.log").write_bytes(kafka_python_legacy_batch(0, [b"a", b"b"]))
+    log = PartitionLog.open(d)
+    assert (log.log_end_offset, log.leader_epoch_cache.entries()) == (2, [])
+
+
+def test_a_directory_name_that_is_not_topic_dash_partition_is_refused_by_name(tmp_path):
+    from epochguard.log import parse_partition_dir_name
+
+    with pytest.raises(ValueError, match=r"^not a partition directory name: 'segments'$"):
+        parse_partition_dir_name("segments")

@@ -3,7 +3,12 @@
 import pytest
 
 from epochguard.errors import Errors
-from epochguard.messages import MetadataResponse, MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic
+from epochguard.messages import (
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
 from epochguard.metadata import ClientMetadata
 from epochguard.types import LeaderAndEpoch, TopicPartition
 

@@ -4,7 +4,12 @@ public update counter."""
 from __future__ import annotations
 
 from epochguard import ClientMetadata, TopicPartition
-from epochguard.messages import MetadataResponse, MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic
+from epochguard.messages import (
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
 
 TP = TopicPartition("a", 0)
 

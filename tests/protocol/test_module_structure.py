@@ -37,9 +37,10 @@ def test_replica_manager_keeps_its_old_import_path():
 
 
 def test_follower_reads_the_broker_epoch_through_its_getter():
+    from protocol_support import TP, state
+
     from epochguard.messages import FetchRequest
     from epochguard.replica_manager import ReplicaManager
-    from protocol_support import TP, state
 
     rm = ReplicaManager(2, broker_epoch=7)
     rm.apply_partition_state(state(1, 1, isr=(1, 2), replicas=(1, 2), tp=TP), 0)

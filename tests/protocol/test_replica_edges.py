@@ -6,9 +6,21 @@ from __future__ import annotations
 
 from protocol_support import TP, Network, brokers, recs, state
 
-from epochguard import ReplicaManager
+from epochguard import PartitionLog, ReplicaManager
 from epochguard.errors import Errors
-from epochguard.messages import FetchRequest, ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse
+from epochguard.messages import (
+    EpochEndOffset,
+    FetchPartitionData,
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
+)
+from epochguard.replica import TruncationRecord
+from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 BACKOFF = 1_000
 
@@ -120,3 +132,104 @@ def test_an_unanswered_fetch_is_resent_after_the_request_timeout():
     only(bs[2].poll_requests(0), FetchRequest)
     assert bs[2].poll_requests(4_999) == []  # one in flight per leader
     only(bs[2].poll_requests(5_000), FetchRequest)
+
+
+def test_out_of_range_list_offsets_carries_the_current_leader_epoch_only_under_kip_320():
+    bs = out_of_range_follower()
+    _, lo = only(bs[2].poll_requests(0), ListOffsetsRequest)
+    assert (lo.partitions[0].current_leader_epoch, lo.replica_id) == (3, 2)
+    old = brokers(2, protocol="pre-kip-320", fetch_backoff_ms=BACKOFF)
+    for b in old.values():
+        b.apply_partition_state(state(1, 3, isr=(1,), replicas=(1, 2)), 0)
+    produce(old[1], 12)
+    assert old[1].partitions[TP].log.increment_log_start_offset(10)
+    _, fetch = only(old[2].poll_requests(0), FetchRequest)
+    old[2].on_response(1, fetch, old[1].handle(2, fetch, 0), 0)
+    _, lo = only(old[2].poll_requests(0), ListOffsetsRequest)
+    assert lo.partitions[0].current_leader_epoch == -1
+
+
+# --- out-of-range recovery, answer by answer (Kafka's fetchOffsetAndTruncate) ---------------------
+def ahead_follower(records: int = 10):
+    """Broker 2 holds `records` offsets of epoch 0 and follows broker 1 at epoch 3; its first fetch (at
+    its log end) was answered OFFSET_OUT_OF_RANGE, so it asks the leader for its log end offset."""
+    log = PartitionLog(TP)
+    log.append_as_leader(recs(records), 0)
+    rm = ReplicaManager(2, controller_id=1000, fetch_backoff_ms=BACKOFF, logs={TP: log})
+    rm.apply_partition_state(state(1, 3, isr=(1,), replicas=(1, 2)), 0)
+    _, fetch = only(rm.poll_requests(0), FetchRequest)
+    assert fetch.partitions[0].fetch_offset == records
+    rm.on_response(1, fetch, FetchResponse((FetchPartitionData(TP.topic, TP.partition, Errors.OFFSET_OUT_OF_RANGE),)), 0)
+    _, lo = only(rm.poll_requests(0), ListOffsetsRequest)
+    assert lo.partitions[0].timestamp == LATEST_TIMESTAMP
+    return rm, lo
+
+
+def offset_answer(offset: int, error: Errors = Errors.NONE) -> ListOffsetsResponse:
+    return ListOffsetsResponse((ListOffsetsPartitionResponse(TP.topic, TP.partition, error, -1, offset),))
+
+
+def test_a_leader_end_below_ours_truncates_there_and_fetches():
+    rm, lo = ahead_follower()
+    rm.on_response(1, lo, offset_answer(6), 70)
+    assert rm.fetcher.truncations[-1] == TruncationRecord(TP, 3, 10, 6, "out_of_range", 70)
+    _, fetch = only(rm.poll_requests(70), FetchRequest)
+    assert (fetch.partitions[0].fetch_offset, fetch.partitions[0].last_fetched_epoch) == (6, 0)
+
+
+def leader_end_at_ours():
+    rm, lo = ahead_follower()
+    rm.on_response(1, lo, offset_answer(10), 70)
+    assert rm.fetcher.truncations == []
+    _, earliest = only(rm.poll_requests(70), ListOffsetsRequest)
+    assert earliest.partitions[0].timestamp == EARLIEST_TIMESTAMP
+    return rm, earliest
+
+
+def test_a_leader_end_at_ours_asks_for_the_leader_start_next():
+    leader_end_at_ours()
+
+
+def test_a_leader_start_at_our_end_keeps_our_log():
+    rm, earliest = leader_end_at_ours()
+    rm.on_response(1, earliest, offset_answer(10), 80)
+    log = rm.partitions[TP].log
+    assert (log.log_start_offset, log.log_end_offset, rm.fetcher.truncations) == (0, 10, [])
+    _, fetch = only(rm.poll_requests(80), FetchRequest)
+    assert (fetch.partitions[0].fetch_offset, fetch.partitions[0].last_fetched_epoch) == (10, 0)
+
+
+def test_a_leader_start_beyond_our_end_restarts_our_log_there():
+    rm, earliest = leader_end_at_ours()
+    rm.on_response(1, earliest, offset_answer(25), 80)
+    log = rm.partitions[TP].log
+    assert (log.log_start_offset, log.log_end_offset, log.latest_epoch) == (25, 25, None)
+    assert rm.fetcher.truncations == [TruncationRecord(TP, 3, 10, 25, "out_of_range", 80)]
+    _, fetch = only(rm.poll_requests(80), FetchRequest)
+    assert (fetch.partitions[0].fetch_offset, fetch.partitions[0].last_fetched_epoch) == (25, -1)
+
+
+def test_a_fenced_list_offsets_parks_the_partition():
+    rm, lo = ahead_follower()
+    rm.on_response(1, lo, offset_answer(-1, Errors.FENCED_LEADER_EPOCH), 70)
+    assert rm.poll_requests(70 + 10 * BACKOFF) == []  # until new leadership arrives
+
+
+def test_a_list_offsets_answer_after_stop_replica_is_dropped():
+    rm, lo = ahead_follower()
+    rm.stop_replica(TP)
+    rm.on_response(1, lo, offset_answer(6), 70)
+    assert rm.poll_requests(70) == [] and rm.fetcher.truncations == []
+
+
+def test_an_offsets_for_leader_epoch_truncation_is_recorded_when_it_happens():
+    log = PartitionLog(TP)
+    log.append_as_leader(recs(5), 0)
+    log.append_as_leader(recs(5), 1)
+    rm = ReplicaManager(2, controller_id=1000, truncate_on_fetch=False, logs={TP: log})
+    rm.apply_partition_state(state(1, 3, isr=(1,), replicas=(1, 2)), 0)
+    _, request = only(rm.poll_requests(0), OffsetsForLeaderEpochRequest)
+    assert request.partitions[0].leader_epoch == 1
+    answer = OffsetsForLeaderEpochResponse((EpochEndOffset(TP.topic, TP.partition, Errors.NONE, 0, 3),))
+    rm.on_response(1, request, answer, 70)
+    assert rm.fetcher.truncations == [TruncationRecord(TP, 3, 10, 3, "offsets_for_leader_epoch", 70)]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import struct
 
+from protocol_support import TP, recs, state
+
 from epochguard._core import encode_batch, iter_batches
 from epochguard.consumer import Consumer
 from epochguard.consumer.fetch_collector import CompletedFetch
@@ -31,7 +33,6 @@ from epochguard.types import (
     IsolationLevel,
     LeaderAndEpoch,
 )
-from protocol_support import TP, recs, state
 
 RC, RU = IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED
 

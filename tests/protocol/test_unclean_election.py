@@ -6,7 +6,13 @@ from __future__ import annotations
 from protocol_support import TP, Network, brokers, recs, state
 
 from epochguard.consumer import Consumer
-from epochguard.messages import MetadataRequest, MetadataResponse, MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic
+from epochguard.messages import (
+    MetadataRequest,
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
 
 
 def metadata(leader: int, epoch: int) -> MetadataResponse:

@@ -295,6 +295,57 @@ fn checkpoint_read_rejects_oversized_file_without_parsing() {
 }
 
 #[test]
+fn checkpoint_read_accepts_large_files_up_to_64_mib() {
+    // The cap only guards against garbage: a checkpoint of 120,000 leader changes (~1.6 MB) is real.
+    assert_eq!(checkpoint::MAX_FILE_SIZE, 64 << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leader-epoch-checkpoint");
+    let entries: Vec<EpochEntry> = (0..120_000)
+        .map(|i| EpochEntry {
+            epoch: i,
+            start_offset: i64::from(i) * 10,
+        })
+        .collect();
+    checkpoint::write(&path, &entries).unwrap();
+    assert!(std::fs::metadata(&path).unwrap().len() > 1_500_000);
+    assert_eq!(checkpoint::read(&path).unwrap().entries(), &entries[..]);
+}
+
+#[test]
+fn checkpoint_read_parses_a_file_of_exactly_the_cap() {
+    // 64 MiB exactly is still read (and parsed: this one has an unsupported version on line 1).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("leader-epoch-checkpoint");
+    std::fs::write(&path, "1\n").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(checkpoint::MAX_FILE_SIZE) // sparse
+        .unwrap();
+    assert!(matches!(
+        checkpoint::read(&path),
+        Err(Error::Checkpoint { line: 1, .. })
+    ));
+}
+
+#[test]
+fn checkpoint_write_to_a_bare_file_name_syncs_the_current_directory() {
+    // A path without a directory part has the empty path as parent: the directory synced is ".".
+    // (The only test in this binary that uses a relative path or the working directory.)
+    let dir = tempfile::tempdir().unwrap();
+    let before = std::env::current_dir().unwrap();
+    std::env::set_current_dir(dir.path()).unwrap();
+    let written = checkpoint::write(std::path::Path::new("leader-epoch-checkpoint"), &[]);
+    std::env::set_current_dir(before).unwrap();
+    written.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("leader-epoch-checkpoint")).unwrap(),
+        "0\n0\n"
+    );
+}
+
+#[test]
 fn checkpoint_write_is_atomic_and_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("leader-epoch-checkpoint");

@@ -98,3 +98,42 @@ def test_metadata_going_back_to_epoch_zero(cluster: Cluster) -> None:
     checker.on_metadata_accepted("c", TP, 1, 0)
     [v] = checker.violations
     assert v.invariant == inv.METADATA_EPOCH_MONOTONIC and "epoch 0 after having epoch 2" in v.message
+
+
+def test_a_violation_reads_as_one_line_per_trace_entry() -> None:
+    with_partition = inv.Violation(inv.ISR_AGREEMENT, 3, 150, "broker-2", "events-0", "differs", ("a", "b"))
+    assert str(with_partition) == "VIOLATION isr-agreement at step 3 (150 ms) on broker-2 events-0: differs\n    a\n    b"
+    without = inv.Violation(inv.CONSUMER_PROGRESS, 4, 200, "consumer-0", None, "stuck")
+    assert str(without) == "VIOLATION consumer-progress at step 4 (200 ms) on consumer-0: stuck"
+
+
+def test_a_violation_as_json() -> None:
+    v = inv.Violation(inv.ISR_AGREEMENT, 3, 150, "broker-2", "events-0", "differs", ("a",))
+    assert v.to_json() == {
+        "invariant": "isr-agreement",
+        "step": 3,
+        "time_ms": 150,
+        "node": "broker-2",
+        "partition": "events-0",
+        "message": "differs",
+        "trace": ["a"],
+    }
+
+
+def test_an_isr_disagreement_shows_both_records(cluster: Cluster) -> None:
+    leader_record = cluster.log(1, TP).records_between(2, 3)[2]
+    follower = cluster.log(2, TP)
+    follower.truncate_to(2)
+    follower.append_as_leader([(b"k", b"forged")], 0)
+    cluster.checker.check_step()
+    [v] = cluster.checker.violations
+    assert f"leader has {leader_record[2].decode()!r} (epoch {leader_record[0]})" in v.message
+    assert "replica has 'forged' (epoch 0)" in v.message
+
+
+def test_a_lost_acknowledged_record_says_the_leader_has_nothing_there(cluster: Cluster) -> None:
+    acked = cluster.checker.acked[TP][0]
+    cluster.log(1, TP).truncate_to(acked.offset)
+    cluster.checker.check_step()
+    [v] = [v for v in cluster.checker.violations if v.invariant == inv.ACKED_DURABLE][:1]
+    assert f"at offset {acked.offset}" in v.message and "has nothing there" in v.message

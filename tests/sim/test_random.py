@@ -11,11 +11,10 @@ import collections
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from epochguard.sim.clock import SeededRandom
 from epochguard.sim.cluster import ClusterConfig
 from epochguard.sim.faults import Schedule, random_schedule
-from epochguard.sim.clock import SeededRandom
 from epochguard.sim.scenarios import Scenario, run, run_scenario
-
 from epochguard.types import TopicPartition
 
 from .strategies import schedules

@@ -9,8 +9,9 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from epochguard.spark import local_session  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import SparkSession
+
+from epochguard.spark import local_session
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

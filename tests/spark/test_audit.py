@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+
 from epochguard.__main__ import main
 from epochguard.spark import audit
 
@@ -81,7 +82,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 @pytest.fixture(scope="module")
-def result(spark, scenario):  # noqa: ANN001, ANN201
+def result(spark, scenario):
     return audit(
         spark,
         [str(d) for d in scenario["dirs"].values()],
@@ -90,12 +91,12 @@ def result(spark, scenario):  # noqa: ANN001, ANN201
     )
 
 
-def _partitions(result) -> pd.DataFrame:  # noqa: ANN001
+def _partitions(result) -> pd.DataFrame:
     df = pd.read_parquet(Path(result.out) / "partitions.parquet")
     return df.set_index(["topic", "broker"]).sort_index()
 
 
-def test_reference_is_the_highest_epoch_then_the_longest_log(result) -> None:  # noqa: ANN001
+def test_reference_is_the_highest_epoch_then_the_longest_log(result) -> None:
     parts = _partitions(result)
     assert set(parts.loc["orders"]["reference_broker"]) == {2}
     assert parts.loc[("orders", 2), "reference_latest_epoch"] == 2
@@ -104,7 +105,7 @@ def test_reference_is_the_highest_epoch_then_the_longest_log(result) -> None:  #
     assert parts.loc[("orders", 2), "kind"] == "reference"
 
 
-def test_unclean_election_divergence_and_lost_records_exactly(result, scenario) -> None:  # noqa: ANN001
+def test_unclean_election_divergence_and_lost_records_exactly(result, scenario) -> None:
     parts = _partitions(result)
     row = parts.loc[("orders", 1)]
     assert row["kind"] == "diverged"
@@ -122,7 +123,7 @@ def test_unclean_election_divergence_and_lost_records_exactly(result, scenario) 
     assert orders.timestamp.iloc[0] == 1_700_000_000_010
 
 
-def test_lagging_and_in_sync_replicas_lose_nothing(result) -> None:  # noqa: ANN001
+def test_lagging_and_in_sync_replicas_lose_nothing(result) -> None:
     parts = _partitions(result)
     behind = parts.loc[("orders", 3)]
     assert behind["kind"] == "behind"
@@ -131,14 +132,14 @@ def test_lagging_and_in_sync_replicas_lose_nothing(result) -> None:  # noqa: ANN
     assert parts.loc["clean"]["lost_count"].sum() == 0
 
 
-def test_retention_is_not_loss(result) -> None:  # noqa: ANN001
+def test_retention_is_not_loss(result) -> None:
     row = _partitions(result).loc[("retained", 1)]
     assert row["kind"] == "retention"
     assert row["retained_count"] == 5 and row["lost_count"] == 0
     assert row["reference_log_start_offset"] == 5
 
 
-def test_recreated_topic_is_not_compared(result) -> None:  # noqa: ANN001
+def test_recreated_topic_is_not_compared(result) -> None:
     parts = _partitions(result)
     # broker 1 holds the older incarnation with the higher epoch, so it is the reference
     assert parts.loc[("recreated", 1), "kind"] == "reference"
@@ -146,7 +147,7 @@ def test_recreated_topic_is_not_compared(result) -> None:  # noqa: ANN001
     assert parts.loc[("recreated", 2), "lost_count"] == 0
 
 
-def test_missing_checkpoint_rebuilds_epochs_from_records(result) -> None:  # noqa: ANN001
+def test_missing_checkpoint_rebuilds_epochs_from_records(result) -> None:
     parts = _partitions(result)
     row = parts.loc[("nockpt", 1)]
     assert row["epoch_source"] == "records"
@@ -154,7 +155,7 @@ def test_missing_checkpoint_rebuilds_epochs_from_records(result) -> None:  # noq
     assert row["epochs_confirmed"]
 
 
-def test_phantom_reads_are_classified(result) -> None:  # noqa: ANN001
+def test_phantom_reads_are_classified(result) -> None:
     phantom = pq.read_table(Path(result.out) / "phantom_reads.parquet").to_pylist()
     kinds = {(r["topic"], r["offset"], r["leader_epoch"]): r["kind"] for r in phantom}
     # offsets 10..15 are now other records of epochs 1 and 2; 16..19 of epoch 0 never existed there
@@ -171,7 +172,7 @@ def test_phantom_reads_are_classified(result) -> None:  # noqa: ANN001
     assert result.phantom_counts["rewritten"] == 6 and result.phantom_counts["truncated"] == 4
 
 
-def test_exit_code_and_summary(result) -> None:  # noqa: ANN001
+def test_exit_code_and_summary(result) -> None:
     assert result.exit_code == 1
     summary = json.loads(result.to_json())
     assert summary["lost_records"] == 10 + 3
@@ -180,7 +181,7 @@ def test_exit_code_and_summary(result) -> None:  # noqa: ANN001
     assert html.count("<svg") == 5 and "diverges at 10" in html
 
 
-def test_corrupt_segment_is_reported_and_the_audit_goes_on(spark, tmp_path) -> None:  # noqa: ANN001
+def test_corrupt_segment_is_reported_and_the_audit_goes_on(spark, tmp_path) -> None:
     replicas = {b: [Replica("t", 0, [*PREFIX, (0, records("a", 10, 5))]), Replica("u", 0, [*PREFIX])] for b in (1, 2)}
     dirs = [write_log_dir(tmp_path, b, rs) for b, rs in replicas.items()]
     segment = dirs[0] / "t-0" / f"{0:020d}.log"
@@ -208,7 +209,7 @@ def test_corrupt_segment_is_reported_and_the_audit_goes_on(spark, tmp_path) -> N
     assert result.exit_code == 1
 
 
-def test_cli_json_and_exit_codes(scenario, capsys, tmp_path) -> None:  # noqa: ANN001
+def test_cli_json_and_exit_codes(scenario, capsys, tmp_path) -> None:
     dirs = [str(d) for d in scenario["dirs"].values()]
     csv = tmp_path / "consumed.csv"
     pd.read_parquet(scenario["consumed"]).to_csv(csv, index=False)
@@ -225,14 +226,14 @@ def test_cli_json_and_exit_codes(scenario, capsys, tmp_path) -> None:  # noqa: A
     assert main(["audit", str(tmp_path / "missing"), "--out", str(tmp_path / "o3")]) == 2
 
 
-def test_hadoop_uris_audit_the_same(spark, scenario, result, tmp_path) -> None:  # noqa: ANN001
+def test_hadoop_uris_audit_the_same(spark, scenario, result, tmp_path) -> None:
     uris = [Path(d).as_uri() for d in scenario["dirs"].values()]
     remote = audit(spark, uris, consumed=str(scenario["consumed"]), out=str(tmp_path / "out"))
     neutral = {"out": None, "provenance": None}  # where and when differ; what was found must not
     assert remote.summary() | neutral == result.summary() | neutral
 
 
-def test_digest_mismatch_at_the_same_offset_and_epoch_is_reported(spark, tmp_path) -> None:  # noqa: ANN001
+def test_digest_mismatch_at_the_same_offset_and_epoch_is_reported(spark, tmp_path) -> None:
     """Same offsets, same epochs, other bytes: not 'in sync' (the old (offset, epoch) comparison
     would have said so) but a mismatched copy, record by record."""
     forged = [(0, records("a", 0, 4)), (0, records("b", 4, 6))]  # offsets 4..9: other values, same lengths
@@ -250,7 +251,7 @@ def test_digest_mismatch_at_the_same_offset_and_epoch_is_reported(spark, tmp_pat
     assert result.exit_code == 1 and result.summary()["mismatched_records"] == 6
 
 
-def test_result_is_data_first_and_names_its_inputs(spark, scenario, tmp_path) -> None:  # noqa: ANN001
+def test_result_is_data_first_and_names_its_inputs(spark, scenario, tmp_path) -> None:
     dirs = [str(d) for d in scenario["dirs"].values()]
     result = audit(spark, dirs, out=None)
     assert result.out is None and not (tmp_path / "saved").exists()
@@ -262,11 +263,13 @@ def test_result_is_data_first_and_names_its_inputs(spark, scenario, tmp_path) ->
     assert pd.read_parquet(tmp_path / "saved" / "lost_records.parquet").shape[0] == 13
 
 
-def test_lost_records_are_re_decoded_from_their_batch_alone(tmp_path) -> None:  # noqa: ANN001
+def test_lost_records_are_re_decoded_from_their_batch_alone(tmp_path) -> None:
     """The byte range of one batch is all the re-decode reads: the rest of the segment may be garbage."""
     import pyarrow as pa
+
     from epochguard import _core
     from epochguard.spark.logs import decode_ranges
+
     from .kafka_logs import kafka_python_batch
 
     batch = kafka_python_batch(records("x", 40, 3), 40, 7)

@@ -33,7 +33,7 @@ def replicas(root: Path) -> list[Path]:
     return [write_log_dir(root / f"broker-{b}", b, [log]) for b, log in ((1, old), (2, new))]
 
 
-def test_records_of_aborted_transactions_are_not_counted_as_lost(spark, tmp_path) -> None:  # noqa: ANN001
+def test_records_of_aborted_transactions_are_not_counted_as_lost(spark, tmp_path) -> None:
     consumed = tmp_path / "consumed.parquet"
     pd.DataFrame([(TP.topic, 0, 4, 0), (TP.topic, 0, 7, 0)], columns=["topic", "partition", "offset", "leader_epoch"]).astype(
         {"leader_epoch": "Int32"}

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 import pytest
+
 from epochguard.spark import read_kafka_logs
 from epochguard.spark.datasource import DataSource
 
@@ -41,7 +40,7 @@ def log_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return [str(one), str(two)]
 
 
-def test_format_reads_what_read_kafka_logs_reads(spark, log_dirs) -> None:  # noqa: ANN001
+def test_format_reads_what_read_kafka_logs_reads(spark, log_dirs) -> None:
     good = log_dirs[1:]  # broker 2 alone is readable whole
     via_source = spark.read.format("kafka-log").load(good[0])
     assert via_source.columns == read_kafka_logs(spark, good).columns
@@ -49,7 +48,7 @@ def test_format_reads_what_read_kafka_logs_reads(spark, log_dirs) -> None:  # no
     assert via_source.count() == 5
 
 
-def test_narrow_schema_and_columns_option_are_projections(spark, log_dirs) -> None:  # noqa: ANN001
+def test_narrow_schema_and_columns_option_are_projections(spark, log_dirs) -> None:
     good = log_dirs[1]
     narrow = spark.read.format("kafka-log").schema("topic string, offset long, value_length int").load(good)
     assert narrow.columns == ["topic", "offset", "value_length"]
@@ -61,7 +60,7 @@ def test_narrow_schema_and_columns_option_are_projections(spark, log_dirs) -> No
         spark.read.format("kafka-log").schema("offset long, nope int").load(good).collect()
 
 
-def test_filters_prune_replicas_and_segments_before_reading(spark, log_dirs) -> None:  # noqa: ANN001
+def test_filters_prune_replicas_and_segments_before_reading(spark, log_dirs) -> None:
     from epochguard.spark import register
 
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")  # local_session's default
@@ -101,7 +100,7 @@ spark.stop()
 """
 
 
-def test_spark_connect_reads_both_fronts(log_dirs, tmp_path) -> None:  # noqa: ANN001
+def test_spark_connect_reads_both_fronts(log_dirs, tmp_path) -> None:
     pytest.importorskip("grpc", reason="Spark Connect needs pyspark's connect extra (grpcio)")
     result = subprocess.run(
         [sys.executable, "-c", CONNECT, log_dirs[1]], capture_output=True, text=True, timeout=600, cwd=tmp_path

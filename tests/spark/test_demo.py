@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+
 from epochguard.__main__ import main
 
 
-def test_demo_shows_the_records_the_election_lost(spark, tmp_path, capsys) -> None:  # noqa: ANN001
+def test_demo_shows_the_records_the_election_lost(spark, tmp_path, capsys) -> None:
     out = tmp_path / "demo-out"
     assert main(["demo", "--out", str(out), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from epochguard import _core
 from epochguard.spark import decode_batches, read_kafka_logs
 from epochguard.spark.listing import list_log_dirs
@@ -44,7 +45,7 @@ def _sha(value: bytes | None) -> str | None:
     return None if value is None else hashlib.sha256(value).hexdigest()
 
 
-def test_real_segments_match_the_independent_decode(spark, ldi_dir) -> None:  # noqa: ANN001
+def test_real_segments_match_the_independent_decode(spark, ldi_dir) -> None:
     df = read_kafka_logs(spark, [str(ldi_dir)])
     assert df.columns[:4] == ["broker", "topic", "partition", "segment"]
     rows = df.orderBy("topic", "offset").collect()
@@ -79,7 +80,7 @@ def test_real_segments_match_the_independent_decode(spark, ldi_dir) -> None:  # 
     }
 
 
-def test_large_segments_split_into_batch_aligned_chunks_decode_the_same(spark, ldi_dir) -> None:  # noqa: ANN001
+def test_large_segments_split_into_batch_aligned_chunks_decode_the_same(spark, ldi_dir) -> None:
     whole = read_kafka_logs(spark, [str(ldi_dir)]).orderBy(*KEYS).collect()
     # __cluster_metadata's segment is ~360 KB: with 16 KB chunks it is cut at batch boundaries
     segment = ldi_dir / "__cluster_metadata-0" / f"{0:020d}.log"
@@ -95,7 +96,7 @@ def test_large_segments_split_into_batch_aligned_chunks_decode_the_same(spark, l
     assert split.orderBy(*KEYS).collect() == whole
 
 
-def test_hadoop_paths_read_through_binary_files(spark, ldi_dir) -> None:  # noqa: ANN001
+def test_hadoop_paths_read_through_binary_files(spark, ldi_dir) -> None:
     local = read_kafka_logs(spark, [str(ldi_dir)]).orderBy(*KEYS).collect()
     remote = read_kafka_logs(spark, [ldi_dir.as_uri()]).orderBy(*KEYS).collect()
     assert remote == local
@@ -106,7 +107,7 @@ def test_hadoop_paths_read_through_binary_files(spark, ldi_dir) -> None:  # noqa
     assert listed["TestTopicPatient"][1] == "B3_HiNPgSQ6oxG9ZZ6ED5A"
 
 
-def test_kafka_python_written_log_dirs_with_segments_and_compression(spark, tmp_path) -> None:  # noqa: ANN001
+def test_kafka_python_written_log_dirs_with_segments_and_compression(spark, tmp_path) -> None:
     replicas = [
         Replica(
             "plain",
@@ -127,7 +128,7 @@ def test_kafka_python_written_log_dirs_with_segments_and_compression(spark, tmp_
 
 
 @pytest.mark.parametrize("compression", [1, 3, 4], ids=["gzip", "lz4", "zstd"])
-def test_compressed_batches_from_kafka_python(spark, tmp_path, compression) -> None:  # noqa: ANN001
+def test_compressed_batches_from_kafka_python(spark, tmp_path, compression) -> None:
     from .kafka_logs import kafka_python_batch
 
     part = tmp_path / "broker-2" / "z-0"
@@ -142,7 +143,7 @@ def test_compressed_batches_from_kafka_python(spark, tmp_path, compression) -> N
     ]
 
 
-def test_core_encoded_log_dirs_round_trip(spark, tmp_path) -> None:  # noqa: ANN001
+def test_core_encoded_log_dirs_round_trip(spark, tmp_path) -> None:
     if not hasattr(_core, "encode_batch"):
         pytest.skip("core encoder not built")
     replicas = [Replica("enc", 0, [(0, records("e", 0, 10)), (2, records("e", 10, 5))], segment_records=10)]
@@ -153,7 +154,7 @@ def test_core_encoded_log_dirs_round_trip(spark, tmp_path) -> None:  # noqa: ANN
     ]
 
 
-def test_broker_id_sources(tmp_path) -> None:  # noqa: ANN001
+def test_broker_id_sources(tmp_path) -> None:
     a = write_log_dir(tmp_path / "a", 11, [Replica("t", 0, [(0, records("x", 0, 1))])], meta="node.id")
     b = write_log_dir(tmp_path / "b", 12, [Replica("t", 0, [(0, records("x", 0, 1))])], meta="broker.id")
     c = write_log_dir(tmp_path / "c", 13, [Replica("t", 0, [(0, records("x", 0, 1))])], meta=None)
@@ -170,7 +171,7 @@ def test_broker_id_sources(tmp_path) -> None:  # noqa: ANN001
         list_log_dirs([str(plain)])
 
 
-def test_listing_skips_folders_kafka_is_deleting(tmp_path) -> None:  # noqa: ANN001
+def test_listing_skips_folders_kafka_is_deleting(tmp_path) -> None:
     log_dir = write_log_dir(tmp_path, 1, [Replica("t", 0, [(0, records("x", 0, 1))])])
     (log_dir / "t-1.0123abcd-delete").mkdir()
     (log_dir / "t-2.0123abcd-future").mkdir()
@@ -179,7 +180,7 @@ def test_listing_skips_folders_kafka_is_deleting(tmp_path) -> None:  # noqa: ANN
     assert [(r.topic, r.partition, [s.base_offset for s in r.segments]) for r in listing.replicas] == [("t", 0, [0])]
 
 
-def test_corrupt_batch_is_reported_and_decoding_resumes_after_it(spark, tmp_path) -> None:  # noqa: ANN001
+def test_corrupt_batch_is_reported_and_decoding_resumes_after_it(spark, tmp_path) -> None:
     replica = Replica("c", 0, [(0, records("a", 0, 3)), (0, records("a", 3, 3)), (0, records("a", 6, 3))])
     log_dir = write_log_dir(tmp_path, 1, [replica])
     segment = log_dir / "c-0" / f"{0:020d}.log"
@@ -198,7 +199,7 @@ def test_corrupt_batch_is_reported_and_decoding_resumes_after_it(spark, tmp_path
         read_kafka_logs(spark, [str(log_dir)]).collect()
 
 
-def test_partial_tail_is_reported_not_dropped(spark, tmp_path) -> None:  # noqa: ANN001
+def test_partial_tail_is_reported_not_dropped(spark, tmp_path) -> None:
     log_dir = write_log_dir(tmp_path, 1, [Replica("p", 0, [(0, records("a", 0, 2)), (0, records("a", 2, 2))])])
     segment = log_dir / "p-0" / f"{0:020d}.log"
     data = segment.read_bytes()
@@ -210,7 +211,7 @@ def test_partial_tail_is_reported_not_dropped(spark, tmp_path) -> None:  # noqa:
     assert error.error_position == first_batch and "incomplete" in error.error_reason
 
 
-def test_decode_batches_on_a_binary_column(spark) -> None:  # noqa: ANN001
+def test_decode_batches_on_a_binary_column(spark) -> None:
     from .kafka_logs import kafka_python_batch
 
     cells = [
@@ -227,7 +228,7 @@ def test_decode_batches_on_a_binary_column(spark) -> None:  # noqa: ANN001
     assert decode_batches(df, "bytes").columns[0] == "name"
 
 
-def test_projected_read_matches_the_full_read(spark, ldi_dir, tmp_path) -> None:  # noqa: ANN001
+def test_projected_read_matches_the_full_read(spark, ldi_dir, tmp_path) -> None:
     """A projection (location, record and computed columns, in any order) holds the same values as
     the full read, on real segments and on a corrupt one read with errors."""
     from pyspark.sql import functions as F
@@ -250,7 +251,7 @@ def test_projected_read_matches_the_full_read(spark, ldi_dir, tmp_path) -> None:
         read_kafka_logs(spark, [str(ldi_dir)], columns=["offset", "nope"])
 
 
-def test_projected_read_with_errors_keeps_the_error_columns(spark, tmp_path) -> None:  # noqa: ANN001
+def test_projected_read_with_errors_keeps_the_error_columns(spark, tmp_path) -> None:
     replica = Replica("c", 0, [(0, records("a", 0, 3)), (0, records("a", 3, 3))])
     log_dir = write_log_dir(tmp_path, 1, [replica])
     segment = log_dir / "c-0" / f"{0:020d}.log"
@@ -261,7 +262,7 @@ def test_projected_read_with_errors_keeps_the_error_columns(spark, tmp_path) -> 
     assert [r.path for r in rows if r.error_reason is not None] == [str(segment)]
 
 
-def test_malformed_files_are_listing_errors_naming_file_and_line(tmp_path) -> None:  # noqa: ANN001
+def test_malformed_files_are_listing_errors_naming_file_and_line(tmp_path) -> None:
     log_dir = write_log_dir(tmp_path, 3, [Replica("t", 0, [(0, records("x", 0, 2))])])
     (log_dir / "t-0" / "foo.log").write_bytes(b"not a segment")
     (log_dir / "t-0" / "partition.metadata").write_text("version: 0\n")
@@ -279,7 +280,7 @@ def test_malformed_files_are_listing_errors_naming_file_and_line(tmp_path) -> No
     assert "not a segment" in errors["foo.log"].reason and errors["foo.log"].broker == 3
 
 
-def test_meta_properties_version_decides_the_broker_id(tmp_path) -> None:  # noqa: ANN001
+def test_meta_properties_version_decides_the_broker_id(tmp_path) -> None:
     log_dir = write_log_dir(tmp_path, 5, [Replica("t", 0, [(0, records("x", 0, 1))])])
     (log_dir / "meta.properties").write_text("version=1\ncluster.id=c\nnode.id=8\nbroker.id=9\n")
     assert list_log_dirs([str(log_dir)]).replicas[0].broker == 8

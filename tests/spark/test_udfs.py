@@ -12,7 +12,7 @@ HISTORIES = {
 }
 
 
-def test_epoch_for_offset_matches_the_cache(spark) -> None:  # noqa: ANN001
+def test_epoch_for_offset_matches_the_cache(spark) -> None:
     histories = EpochHistories(HISTORIES).broadcast(spark)
     probes = [(t, p, o) for (t, p) in [*HISTORIES, ("missing", 9)] for o in (0, 39, 40, 99, 100, 101, 249, 250, 10_000)]
     df = spark.createDataFrame(probes, "topic string, partition int, offset long").repartition(2)
@@ -26,7 +26,7 @@ def test_epoch_for_offset_matches_the_cache(spark) -> None:  # noqa: ANN001
         assert got[(t, p, o)] == want, (t, p, o)
 
 
-def test_end_offset_for_matches_the_cache(spark) -> None:  # noqa: ANN001
+def test_end_offset_for_matches_the_cache(spark) -> None:
     histories = EpochHistories(HISTORIES).broadcast(spark)
     probes = [(t, p, e) for (t, p) in HISTORIES for e in (-1, 0, 1, 2, 3, 4, 5, 6)]
     df = spark.createDataFrame(probes, "topic string, partition int, epoch int")

@@ -35,10 +35,11 @@ class Served:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-            if line.strip() == "settled":
-                self.settled.set()
+        with self.proc.stdout as stream:  # closed at the child's EOF, on this thread
+            for line in stream:
+                self.lines.append(line.rstrip("\n"))
+                if line.strip() == "settled":
+                    self.settled.set()
 
     def stop(self, timeout: float = 30) -> dict[str, Any]:
         self.proc.send_signal(signal.SIGTERM)
@@ -48,13 +49,21 @@ class Served:
             if self.proc.poll() is None:
                 self.proc.kill()
         self._reader.join(5)
-        assert self.proc.returncode == 0, self.proc.stderr.read() if self.proc.stderr else ""
+        errors = self.proc.stderr.read() if self.proc.stderr else ""
+        self._close_stderr()
+        assert self.proc.returncode == 0, errors
         return json.loads(self.lines[-1])
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._reader.join(5)
+        self._close_stderr()
+
+    def _close_stderr(self) -> None:
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
 
 
 def wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> bool:

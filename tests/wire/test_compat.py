@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from epochguard.wire.drivers.compat import cell, format_table
 from epochguard.wire.drivers.registry import client
 from epochguard.wire.drivers.session import RunResult

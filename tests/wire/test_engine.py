@@ -137,3 +137,16 @@ def test_a_frame_that_does_not_decode_closes_only_its_connection(wire: WireClust
     endpoint.receive(good, struct.pack(">hhih", 18, 0, 6, 2) + b"ok")
     ((conn, out),) = endpoint.outgoing()
     assert conn is good and struct.unpack_from(">ih", out, 4) == (6, 0)
+
+
+def test_produces_pipeline_behind_waiting_acks_but_answers_stay_in_order(wire: WireCluster) -> None:
+    conn = wire.connect(1)
+    produce(wire, conn, [b"a"], acks=-1, correlation_id=1)
+    produce(wire, conn, [b"b"], acks=-1, correlation_id=2)
+    wire.submit(conn, header(3, 12, 3), MetadataRequest(version=12))
+    leader_log = wire.cluster.log(1, wire.all_partitions[-1])
+    assert leader_log.tp.topic == "input" and leader_log.log_end_offset == 2  # both appended at once
+    assert wire.drain() == []  # neither is in the ISR yet; the metadata request waits behind them
+    answers = steps(wire, 20)
+    assert [h.correlation_id for _, h, _ in answers] == [1, 2, 3]
+    assert [r.partitions[0].base_offset for _, _, r in answers[:2]] == [0, 1]

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if result.violations else 0
 
 
-def print_timeline(result: SimulationResult, out=None) -> None:  # noqa: ANN001
+def print_timeline(result: SimulationResult, out=None) -> None:
     out = out or sys.stdout
     print(f"scenario {result.scenario}  seed {result.seed}  protocol {result.protocol}  steps {result.steps}", file=out)
     for event in result.events:

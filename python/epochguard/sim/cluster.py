@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from epochguard.sim.broker import Broker
 from epochguard.sim.clock import SeededRandom, VirtualClock
 from epochguard.sim.config import ClusterConfig
-from epochguard.sim.context import ActorContext
 from epochguard.sim.consumer import Consumer
+from epochguard.sim.context import ActorContext
 from epochguard.sim.controller import CONTROLLER, Controller
 from epochguard.sim.coordinator import COORDINATOR, CoordinatorNode
 from epochguard.sim.events import EventSink, StepEnded

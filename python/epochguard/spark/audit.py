@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -49,7 +49,7 @@ from pyspark.sql.types import StructType
 
 from epochguard import _core
 from epochguard.spark.listing import Listing, PartitionReplica, is_local, list_log_dirs
-from epochguard.spark.logs import LOCATION, DEFAULT_CHUNK_BYTES, decode_listing, decode_ranges, output_schema
+from epochguard.spark.logs import DEFAULT_CHUNK_BYTES, LOCATION, decode_listing, decode_ranges, output_schema
 from epochguard.spark.result import (
     LOSS_KINDS,
     PARTITIONS_SCHEMA,
@@ -118,7 +118,7 @@ def audit(
     provenance = {
         "log_dirs": [str(d) for d in log_dirs],
         "epochguard_version": _core.__version__,
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "spark_master": spark.conf.get("spark.master", None),
         "spark_version": spark.version,
     }

@@ -187,7 +187,7 @@ if DataSource is not None:
             yield from decode_chunks(getattr(partition, "chunks", []), **options)
 
     class FilteringKafkaLogReader(KafkaLogReader):
-        def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 - Spark's name
+        def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
             """Comparisons of broker, topic and partition prune whole replicas and are not evaluated
             again; those of offset prune whole segments and are returned for Spark to apply per row."""
             for f in filters:

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from epochguard.errors import MalformedFileError
 from epochguard.log import parse_partition_dir_name
-from epochguard.types import TopicPartition
 from epochguard.logdir_format import (
     LEADER_EPOCH_CHECKPOINT,
     META_PROPERTIES,
@@ -32,6 +31,7 @@ from epochguard.logdir_format import (
     parse_partition_metadata,
     segment_base_offset,
 )
+from epochguard.types import TopicPartition
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -123,7 +123,7 @@ class HadoopFileSystem:
         self._jvm = jvm
         self._conf = spark.sparkContext._jsc.hadoopConfiguration()
 
-    def _fs(self, path: str):  # noqa: ANN202 - a py4j JavaObject
+    def _fs(self, path: str):
         jpath = self._jvm.org.apache.hadoop.fs.Path(path)
         return jpath, jpath.getFileSystem(self._conf)
 
@@ -147,7 +147,7 @@ class HadoopFileSystem:
 
 def is_local(path: str) -> bool:
     """Plain filesystem paths are read by the Rust core directly; others go through Hadoop."""
-    return not SCHEME.match(path) or len(path) > 1 and path[1] == ":"  # a Windows drive letter is local
+    return not SCHEME.match(path) or (len(path) > 1 and path[1] == ":")  # a Windows drive letter is local
 
 
 def filesystem_for(path: str, spark: SparkSession | None) -> FileSystem:

@@ -22,8 +22,8 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from epochguard import _core
-from epochguard.records import COMPUTED_COLUMNS, RECORD_COLUMNS
 from epochguard.errors import EpochGuardError
+from epochguard.records import COMPUTED_COLUMNS, RECORD_COLUMNS
 from epochguard.spark.listing import Listing, PartitionReplica, Segment, is_local, list_log_dirs
 
 if TYPE_CHECKING:
@@ -186,7 +186,7 @@ def task_slots(spark: SparkSession) -> int:
     small machine). Read from the conf so a Spark Connect session (no sparkContext) answers too."""
     try:
         return max(1, spark.sparkContext.defaultParallelism)  # classic: the cluster's cores
-    except Exception:  # noqa: BLE001 - Spark Connect has no sparkContext (PySparkNotImplementedError)
+    except Exception:
         pass
     configured = spark.conf.get("spark.default.parallelism", None)
     if configured:

@@ -14,8 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from epochguard import _core
-from epochguard.api_versions import BROKER_API_VERSIONS, ApiKey, ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse
-from epochguard.errors import EpochGuardError, Errors
+from epochguard.api_versions import (
+    BROKER_API_VERSIONS,
+    ApiKey,
+    ApiVersionRange,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+)
+from epochguard.errors import EpochGuardError, Errors, UnsupportedVersionError
 from epochguard.messages import (
     DivergingEpoch,
     EpochEndOffset,
@@ -57,7 +63,6 @@ if RUST_CODEC:  # pragma: no cover - exercised once the Rust codec lands
     from epochguard._core import (  # type: ignore[attr-defined]
         CorruptFrameError,
         RequestHeader,
-        UnsupportedVersionError,
         decode_request,
         encode_response,
     )
@@ -65,13 +70,6 @@ else:
 
     class CorruptFrameError(EpochGuardError):  # type: ignore[no-redef]
         """A request frame that does not decode (truncated, bad lengths, absurd counts)."""
-
-    class UnsupportedVersionError(EpochGuardError):  # type: ignore[no-redef]
-        """A request API key or version the broker does not serve; `header` is what could be read."""
-
-        def __init__(self, message: str, header: Any = None) -> None:
-            super().__init__(message)
-            self.header = header
 
     @dataclass(frozen=True, slots=True)
     class RequestHeader:  # type: ignore[no-redef]
@@ -92,28 +90,62 @@ def _classes() -> dict[int, tuple[Any, Any]]:
     try:
         from kafka.protocol.consumer import (
             FetchRequest as KFetchRequest,
+        )
+        from kafka.protocol.consumer import (
             FetchResponse as KFetchResponse,
+        )
+        from kafka.protocol.consumer import (
             ListOffsetsRequest as KListOffsetsRequest,
+        )
+        from kafka.protocol.consumer import (
             ListOffsetsResponse as KListOffsetsResponse,
+        )
+        from kafka.protocol.consumer import (
             OffsetCommitRequest as KOffsetCommitRequest,
+        )
+        from kafka.protocol.consumer import (
             OffsetCommitResponse as KOffsetCommitResponse,
+        )
+        from kafka.protocol.consumer import (
             OffsetFetchRequest as KOffsetFetchRequest,
+        )
+        from kafka.protocol.consumer import (
             OffsetFetchResponse as KOffsetFetchResponse,
+        )
+        from kafka.protocol.consumer import (
             OffsetForLeaderEpochRequest as KOffsetForLeaderEpochRequest,
+        )
+        from kafka.protocol.consumer import (
             OffsetForLeaderEpochResponse as KOffsetForLeaderEpochResponse,
         )
         from kafka.protocol.metadata import (
             ApiVersionsRequest as KApiVersionsRequest,
+        )
+        from kafka.protocol.metadata import (
             ApiVersionsResponse as KApiVersionsResponse,
+        )
+        from kafka.protocol.metadata import (
             FindCoordinatorRequest as KFindCoordinatorRequest,
+        )
+        from kafka.protocol.metadata import (
             FindCoordinatorResponse as KFindCoordinatorResponse,
+        )
+        from kafka.protocol.metadata import (
             MetadataRequest as KMetadataRequest,
+        )
+        from kafka.protocol.metadata import (
             MetadataResponse as KMetadataResponse,
         )
         from kafka.protocol.producer import (
             InitProducerIdRequest as KInitProducerIdRequest,
+        )
+        from kafka.protocol.producer import (
             InitProducerIdResponse as KInitProducerIdResponse,
+        )
+        from kafka.protocol.producer import (
             ProduceRequest as KProduceRequest,
+        )
+        from kafka.protocol.producer import (
             ProduceResponse as KProduceResponse,
         )
     except ImportError as exc:  # pragma: no cover
@@ -156,13 +188,19 @@ def _header(frame: bytes) -> RequestHeader:
 def _decode(frame: bytes) -> tuple[RequestHeader, Any]:
     header = _header(frame)
     if not BROKER_API_VERSIONS.supports(header.api_key, header.api_version) or header.api_key not in _kp():
-        raise UnsupportedVersionError(f"api key {header.api_key} version {header.api_version} is not served", header)
+        raise _unsupported(f"api key {header.api_key} version {header.api_version} is not served", header)
     kreq = _kp()[header.api_key][0]
     try:
         obj = kreq.decode(frame, version=header.api_version, header=True)
     except Exception as exc:  # kafka-python raises assorted errors on bad bytes
         raise CorruptFrameError(f"cannot decode {ApiKey(header.api_key).name} v{header.api_version}: {exc}") from exc
     return header, _to_message(header, obj)
+
+
+def _unsupported(message: str, header: RequestHeader) -> UnsupportedVersionError:
+    exc = UnsupportedVersionError(message)
+    exc.header = header  # type: ignore[attr-defined]
+    return exc
 
 
 def _to_message(h: RequestHeader, o: Any) -> Any:
@@ -209,11 +247,11 @@ def _to_message(h: RequestHeader, o: Any) -> Any:
         return OffsetFetchRequest(o.group_id, wanted, bool(getattr(o, "require_stable", False)), version=v)
     if key == ApiKey.FIND_COORDINATOR:
         keys = tuple(getattr(o, "coordinator_keys", None) or ()) if v >= 4 else (o.key,)
-        return FindCoordinatorRequest(keys, getattr(o, "key_type", 0), version=v)
+        return FindCoordinatorRequest("" if v >= 4 else o.key, getattr(o, "key_type", 0), keys, version=v)
     if key == ApiKey.INIT_PRODUCER_ID:
         return InitProducerIdRequest(o.transactional_id, o.transaction_timeout_ms,
-                                     getattr(o, "producer_id", -1), getattr(o, "producer_epoch", -1))
-    raise UnsupportedVersionError(f"api key {key} is not served", h)
+                                     getattr(o, "producer_id", -1), getattr(o, "producer_epoch", -1), version=v)
+    raise _unsupported(f"api key {key} is not served", h)
 
 
 def _encode(h: RequestHeader, r: Any) -> bytes:
@@ -231,7 +269,7 @@ def _group(items: Any, key: Any) -> dict[Any, list[Any]]:
     return out
 
 
-def _to_kafka(K: Any, v: int, r: Any) -> Any:  # noqa: N803 - a class
+def _to_kafka(K: Any, v: int, r: Any) -> Any:
     if isinstance(r, ApiVersionsResponse):
         keys = [K.ApiVersion(api_key=a.api_key, min_version=a.min_version, max_version=a.max_version) for a in r.api_keys]
         return K(error_code=int(r.error_code), api_keys=keys, throttle_time_ms=0, version=r.version)
@@ -304,11 +342,12 @@ def _to_kafka(K: Any, v: int, r: Any) -> Any:  # noqa: N803 - a class
         return K(throttle_time_ms=0, topics=topics, error_code=int(r.error_code), groups=[], version=v)
     if isinstance(r, FindCoordinatorResponse):
         if v >= 4:
-            coords = [K.Coordinator(key=k, node_id=r.node_id, host=r.host, port=r.port, error_code=int(r.error_code),
-                                    error_message=None) for k in r.keys]
+            coords = [K.Coordinator(key=c.key, node_id=c.node_id, host=c.host, port=c.port, error_code=int(c.error_code),
+                                    error_message=c.error_message) for c in r.coordinators]
             return K(throttle_time_ms=0, coordinators=coords, version=v)
-        return K(throttle_time_ms=0, error_code=int(r.error_code), error_message=None, node_id=r.node_id, host=r.host,
-                 port=r.port, version=v)
+        c = r.coordinators[0]
+        return K(throttle_time_ms=0, error_code=int(c.error_code), error_message=c.error_message, node_id=c.node_id,
+                 host=c.host, port=c.port, version=v)
     if isinstance(r, InitProducerIdResponse):
         return K(throttle_time_ms=0, error_code=int(r.error_code), producer_id=r.producer_id,
                  producer_epoch=r.producer_epoch, version=v)

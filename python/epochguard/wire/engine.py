@@ -41,6 +41,7 @@ from epochguard.sim.cluster import Cluster
 from epochguard.sim.faults import Fault
 from epochguard.sim.scenarios import topic_id
 from epochguard.wire.messages import (
+    Coordinator,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     InitProducerIdRequest,
@@ -81,7 +82,7 @@ class Connection:
     software_name: str = ""
     software_version: str = ""
     queue: deque[tuple[Any, Any]] = field(default_factory=deque)  # (header, request) not yet applied
-    busy: Any = None  # the request being answered (its header), None = idle
+    inflight: deque[_Waiting] = field(default_factory=deque)  # applied, answered in this order
     closed: bool = False
 
     @property
@@ -89,13 +90,18 @@ class Connection:
         return f"{self.software_name} {self.software_version}".strip() or "unknown"
 
 
-@dataclass
+@dataclass(eq=False)
 class _Waiting:
     conn: Connection
     header: Any
     request: Any
     applied_step: int
     deadline_ms: int = 0
+    done: bool = False
+    response: Any = None
+
+
+_NO_ANSWER = object()  # acks=0: Kafka sends nothing back
 
 
 class WireCluster:
@@ -163,7 +169,7 @@ class WireCluster:
             return
         conn.closed = True
         conn.queue.clear()
-        conn.busy = None
+        conn.inflight.clear()
         self.connections.pop(conn.id, None)
         self._fetches = [w for w in self._fetches if w.conn is not conn]
         for key in [k for k, w in self._produces.items() if w.conn is conn]:
@@ -184,17 +190,24 @@ class WireCluster:
         self._run_queue(conn)
 
     def _run_queue(self, conn: Connection) -> None:
-        while conn.busy is None and conn.queue and not conn.closed:
+        """One request at a time per connection, as Kafka's muted channel; except that produces may
+        follow produces still waiting for their acks=all (appended in order, answered in order), so
+        a pipelining producer is not held to one ISR round trip per request."""
+        while conn.queue and not conn.closed:
+            if conn.inflight and not (isinstance(conn.queue[0][1], ProduceRequest)
+                                      and all(isinstance(w.request, ProduceRequest) for w in conn.inflight)):
+                return
             header, request = conn.queue.popleft()
-            conn.busy = header
-            self._apply(conn, header, request)
+            waiting = _Waiting(conn, header, request, self.step_no)
+            conn.inflight.append(waiting)
+            self._apply(conn, waiting)
 
-    def _apply(self, conn: Connection, header: Any, request: Any) -> None:
+    def _apply(self, conn: Connection, waiting: _Waiting) -> None:
+        header, request = waiting.header, waiting.request
         if header.client_id is not None:
             conn.client_id = header.client_id
         broker = self.cluster.brokers[conn.broker_id]
         now = self.now_ms
-        waiting = _Waiting(conn, header, request, self.step_no)
         if isinstance(request, ApiVersionsRequest):
             if request.client_software_name:
                 conn.software_name = request.client_software_name
@@ -214,8 +227,7 @@ class WireCluster:
             if response is None:  # acks=all: the ISR has not got it yet
                 self._produces[id(request)] = waiting
             elif request.acks == 0:
-                self._finish(conn)  # Kafka sends no answer to acks=0
-                self._poll_fetches()
+                self._answer(waiting, _NO_ANSWER)
             else:
                 self._answer(waiting, response)
             self._poll_fetches()  # new records may complete long polls (once the HW moves)
@@ -226,8 +238,9 @@ class WireCluster:
         elif isinstance(request, FindCoordinatorRequest):
             # Every broker hosts the (never failing) coordinator: a client is sent to the broker it asked.
             host, port = self.addresses[conn.broker_id]
+            keys = request.coordinator_keys or (request.key,)
             self._answer(waiting, FindCoordinatorResponse(
-                node_id=conn.broker_id, host=host, port=port, keys=request.keys, version=request.version))
+                tuple(Coordinator(k, conn.broker_id, host, port) for k in keys)))
         elif isinstance(request, InitProducerIdRequest):
             self._next_producer_id += 1
             self._answer(waiting, InitProducerIdResponse(producer_id=self._next_producer_id, producer_epoch=0))
@@ -238,13 +251,14 @@ class WireCluster:
         conn = waiting.conn
         if conn.closed:
             return
-        self.outbox.append((conn, waiting.header, response))
-        for obs in self.observers:
-            obs.on_exchange(conn, waiting.header, waiting.request, response, waiting.applied_step, self.step_no)
-        self._finish(conn)
-
-    def _finish(self, conn: Connection) -> None:
-        conn.busy = None
+        waiting.done, waiting.response = True, response
+        while conn.inflight and conn.inflight[0].done:
+            w = conn.inflight.popleft()
+            if w.response is _NO_ANSWER:
+                continue
+            self.outbox.append((conn, w.header, w.response))
+            for obs in self.observers:
+                obs.on_exchange(conn, w.header, w.request, w.response, w.applied_step, self.step_no)
         self._run_queue(conn)
 
     # --- delayed operations ----------------------------------------------------------------------

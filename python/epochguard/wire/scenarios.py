@@ -150,6 +150,15 @@ def isr_is(tp: TopicPartition, isr: tuple[int, ...]) -> Condition:
     return check
 
 
+def hw_behind(broker: int, tp: TopicPartition) -> Condition:
+    def check(cluster: Cluster) -> bool:
+        log = cluster.log(broker, tp)
+        return log.high_watermark < log.log_end_offset
+
+    check.__name__ = f"broker {broker}'s high watermark of {tp} is behind its log end"
+    return check
+
+
 def _tp() -> TopicPartition:
     return TopicPartition(EVENTS, 0)
 
@@ -173,6 +182,25 @@ def unclean_election() -> WireScenario:
     return WireScenario("unclean-election", cfg, stages,
                         "acks=1 records only the leader has are read, then the leader dies and a lagging replica is "
                         "elected uncleanly: the records a consumer was served are replaced")
+
+
+def unclean_empty_leader() -> WireScenario:
+    """As `unclean-election`, but broker 1 is cut off from the start: the replica elected uncleanly has
+    no record at all, so it knows no epoch at or below the consumers' (OffsetsForLeaderEpoch: -1/-1)."""
+    cfg = replace(BASE, unclean_leader_election=True, min_insync_replicas=1)
+    stages = (
+        Stage(lambda cluster: True, ((0, Isolate(1)),)),
+        Stage(isr_is(_tp(), (1,)), ((20, PauseProducers()),)),
+        Stage(TRIGGER, (
+            (0, Crash(1)),
+            (2, Heal(broker_node(1))),
+            (3, ResumeProducers()),
+            (300, Restart(1)),
+        ), min_steps=30),
+    )
+    return WireScenario("unclean-empty-leader", cfg, stages,
+                        "broker 1 alone ever has the records; it dies and an empty replica is elected uncleanly: "
+                        "the new leader answers OffsetsForLeaderEpoch with -1/-1")
 
 
 def zombie_leader() -> WireScenario:
@@ -207,11 +235,10 @@ def lagging_leader() -> WireScenario:
     cfg = replace(BASE, replica_lag_time_max_ms=3000, producers=(-1,))
     b2, b3 = broker_node(2), broker_node(3)
     stages = (
-        Stage(TRIGGER, (
-            (0, LinkDelay(b3, b2, drop_rate=1.0, duration_ms=4000)),  # broker 3 cannot fetch from 2
-            (5, Crash(1)),  # broker 2 leads with a high watermark that waits for broker 3 (KIP-207)
-            (200, Restart(1)),
-        ), min_steps=50),
+        Stage(TRIGGER, ((0, LinkDelay(b3, b2, drop_rate=1.0, duration_ms=4000)),), min_steps=50),  # 3 cannot fetch from 2
+        # Broker 1 dies just after broker 2 appended records whose commit it has not heard of yet: broker 2
+        # leads with a high watermark below its epoch's start, waiting for broker 3 (KIP-207).
+        Stage(hw_behind(2, _tp()), ((0, Crash(1)), (200, Restart(1)))),
     )
     return WireScenario("lagging-leader", cfg, stages,
                         "a new leader whose high watermark is behind the old one's until a follower leaves the ISR "
@@ -236,6 +263,7 @@ def leader_bounce() -> WireScenario:
 SCENARIOS: dict[str, Callable[[], WireScenario]] = {
     "clean": clean,
     "unclean-election": unclean_election,
+    "unclean-empty-leader": unclean_empty_leader,
     "zombie-leader": zombie_leader,
     "stale-metadata": stale_metadata,
     "lagging-leader": lagging_leader,

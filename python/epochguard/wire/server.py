@@ -165,8 +165,8 @@ class WireServer:
                 frame = await reader.readexactly(size)
                 endpoint.receive(conn, frame)
                 self._flush()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # the client went away, or the server is shutting down
         finally:
             endpoint.disconnect(conn)
             self._flush()

@@ -58,7 +58,7 @@ class DeliveryLog:
     """Append-only JSON-lines writer, safe to call from client callback threads."""
 
     def __init__(self, path: str | Path) -> None:
-        self._file: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self._file: IO[str] = open(path, "w", encoding="utf-8")
         self._lock = threading.Lock()
         self.counts: dict[str, int] = {}
 

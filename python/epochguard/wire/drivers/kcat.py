@@ -118,7 +118,7 @@ def _read_stderr(
         text = line.rstrip("\n")
         if producer is not None:
             sent, config = producer
-            topic = getattr(config, "produce_topic")
+            topic = config.produce_topic
             if m := _DELIVERED.search(text):
                 if sent:
                     log.produced(topic, int(m.group(1)), int(m.group(2)), sent.popleft())

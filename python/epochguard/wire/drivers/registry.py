@@ -33,12 +33,13 @@ class Client:
 
     def start(self, bootstrap: str, log: Path, *extra: str) -> subprocess.Popen[bytes]:
         """The driver as a child process writing its delivery log to `log`; stop it with SIGTERM."""
-        return subprocess.Popen(
-            [sys.executable, "-m", self.module, "--bootstrap", bootstrap, "--log", str(log), *extra],
-            stdout=subprocess.DEVNULL,
-            stderr=open(log.with_suffix(".stderr"), "wb"),  # noqa: SIM115 (the child owns it)
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+        with open(log.with_suffix(".stderr"), "wb") as stderr:  # the child keeps its own descriptor
+            return subprocess.Popen(
+                [sys.executable, "-m", self.module, "--bootstrap", bootstrap, "--log", str(log), *extra],
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
 
 
 CLIENTS: tuple[Client, ...] = (

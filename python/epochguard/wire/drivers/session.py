@@ -63,8 +63,9 @@ class _Lines:
         threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
 
     def _pump(self, stream: IO[str]) -> None:
-        for line in stream:
-            self._queue.put(line.rstrip("\n"))
+        with stream:  # closed at the child's EOF, on this thread (no race with a reader)
+            for line in stream:
+                self._queue.put(line.rstrip("\n"))
         self._queue.put(None)
 
     def wait_for(self, predicate: Any, timeout_s: float) -> str | None:
@@ -96,7 +97,7 @@ def run_clients(
     driver_args: dict[str, Sequence[str]] | None = None,
 ) -> RunResult:
     workdir.mkdir(parents=True, exist_ok=True)
-    stderr = open(workdir / "cluster.stderr", "w")  # noqa: SIM115 (closed below)
+    stderr = open(workdir / "cluster.stderr", "w")
     cluster = subprocess.Popen(list(cluster_cmd), stdout=subprocess.PIPE, stderr=stderr, text=True)
     assert cluster.stdout is not None
     out = _Lines(cluster.stdout)

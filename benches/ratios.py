@@ -1,0 +1,85 @@
+"""The headline ratios of the README's performance table, from one pytest-benchmark JSON run.
+
+Each ratio divides a baseline's time by epochguard's, both measured in the same run (minimum of the
+rounds), so it is bigger-is-better and largely independent of how fast or loaded the machine is: the
+thing CI can compare across runs on shared runners. Output: github-action-benchmark's
+`customBiggerIsBetter` JSON on stdout (or `--out FILE`), a table on stderr.
+
+Run: python benches/ratios.py target/bench.json [--out target/ratios.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Ratio:
+    name: str
+    ours: str  # pytest-benchmark `fullname` suffix of epochguard's benchmark
+    baseline: str  # ... and of the baseline measured in the same run
+
+
+RATIOS = (
+    Ratio("decode 1 KiB values: epochguard vs kafka-python", "test_epochguard_1k", "test_kafka_python_1k"),
+    Ratio("decode 100-byte values: epochguard vs kafka-python", "test_epochguard_100b", "test_kafka_python_100b"),
+    Ratio("lz4 batches to Arrow vs raw lz4.frame decompression",
+          "test_compressed_decode[lz4]", "test_raw_decompression[lz4]"),
+    Ratio("zstd batches to Arrow vs raw zstandard decompression",
+          "test_compressed_decode[zstd]", "test_raw_decompression[zstd]"),
+    Ratio("epochs_for_offsets 1e6 random vs numpy.searchsorted",
+          "test_epochguard_epochs_for_offsets[random]", "test_numpy_searchsorted[random]"),
+    Ratio("epochs_for_offsets 1e6 sorted vs numpy.searchsorted",
+          "test_epochguard_epochs_for_offsets[sorted]", "test_numpy_searchsorted[sorted]"),
+    Ratio("read_kafka_logs vs kafka-python pandas UDF", "test_read_kafka_logs", "test_kafka_python_pandas_udf"),
+)
+
+
+def _min_seconds(benchmarks: list[dict], suffix: str) -> float | None:
+    found = [b for b in benchmarks if b["fullname"].endswith("::" + suffix)]
+    if len(found) > 1:
+        raise ValueError(f"{suffix!r} names {len(found)} benchmarks")
+    return float(found[0]["stats"]["min"]) if found else None
+
+
+def ratios(report: dict) -> list[dict]:
+    """The ratios whose two benchmarks are both in `report` (a `--benchmark-json` document)."""
+    out = []
+    for r in RATIOS:
+        ours, base = _min_seconds(report["benchmarks"], r.ours), _min_seconds(report["benchmarks"], r.baseline)
+        if ours is None or base is None:
+            continue
+        out.append({
+            "name": r.name,
+            "unit": "x (baseline time / epochguard time, same run)",
+            "value": round(base / ours, 3),
+            "extra": f"epochguard {ours * 1e3:.3f} ms, baseline {base * 1e3:.3f} ms (min of rounds)",
+        })
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("report", type=Path, metavar="PATH", help="pytest-benchmark JSON (--benchmark-json)")
+    parser.add_argument("--out", type=Path, metavar="PATH", help="write the JSON here instead of stdout")
+    args = parser.parse_args(argv)
+    found = ratios(json.loads(args.report.read_text()))
+    if not found:
+        print(f"{args.report}: no headline benchmark pair found", file=sys.stderr)
+        return 2
+    for entry in found:
+        print(f"{entry['value']:8.2f}x  {entry['name']}  ({entry['extra']})", file=sys.stderr)
+    text = json.dumps(found, indent=1) + "\n"
+    if args.out:
+        args.out.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""The judge's verdicts from scripted clients at the message level: an unclean election replaces
+records a client was served; what the client does next decides detected / reset / silent."""
+
+from __future__ import annotations
+
+import pytest
+
+from epochguard.errors import Errors
+from epochguard.messages import (
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetForLeaderPartition,
+    OffsetsForLeaderEpochRequest,
+)
+from epochguard.sim.faults import Crash, Heal, Isolate
+from epochguard.sim.network import broker_node
+from epochguard.types import EARLIEST_TIMESTAMP, TopicPartition
+from epochguard.wire import codec
+from epochguard.wire.engine import WireCluster
+from epochguard.wire.judge import Judge
+from epochguard.wire.scenarios import PauseProducers, ResumeProducers, build
+
+ADDRESSES = {1: ("127.0.0.1", 9001), 2: ("127.0.0.1", 9002), 3: ("127.0.0.1", 9003)}
+TP = TopicPartition("events", 0)
+
+
+def run_until(w: WireCluster, predicate, limit: int = 2000) -> None:
+    for _ in range(limit):
+        if predicate():
+            return
+        w.step()
+        w.drain()
+    raise AssertionError("condition never held")
+
+
+def ask(w: WireCluster, conn, api_key: int, version: int, request):
+    w.submit(conn, codec.RequestHeader(api_key, version, 1, "scripted"), request)
+    for _ in range(100):
+        answers = [r for c, _, r in w.drain() if c is conn]
+        if answers:
+            return answers[0]
+        w.step()
+    raise AssertionError("no answer")
+
+
+def fetch(w: WireCluster, conn, offset: int, epoch: int = -1) -> FetchResponse:
+    return ask(w, conn, 1, 12, FetchRequest((FetchPartition("events", 0, offset, epoch),), max_wait_ms=0, version=12))
+
+
+@pytest.fixture
+def diverged() -> tuple[WireCluster, Judge, int]:
+    """The unclean-election scenario's faults by hand; returns the cluster, its judge, and how far
+    the scripted client had been served (epoch 0) when broker 1 died."""
+    w = WireCluster(build("unclean-election"), 0, ADDRESSES)
+    judge = Judge()
+    w.observers.append(judge)
+    run_until(w, w.ready)
+    for _ in range(50):
+        w.step()
+    w.fire(Isolate(1))
+    run_until(w, lambda: w.cluster.controller.state(TP).isr == (1,))
+    for _ in range(20):
+        w.step()
+    w.fire(PauseProducers())
+    for _ in range(10):
+        w.step()
+    conn = w.connect(1)
+    response = fetch(w, conn, 0)
+    part = response.partitions[0]
+    served_to = part.high_watermark
+    assert part.records and served_to > w.cluster.log(2, TP).log_end_offset  # broker 2 lacks some of it
+    w.fire(Crash(1))
+    w.fire(Heal(broker_node(1)))
+    w.fire(ResumeProducers())
+    run_until(w, lambda: w.cluster.acting_leader(TP) == 2)
+    # The new leader takes new records at the offsets of the lost ones, and past them.
+    run_until(w, lambda: w.cluster.log(2, TP).high_watermark > served_to)
+    return w, judge, served_to
+
+
+def verdict(judge: Judge) -> dict:
+    (client,) = judge.report()
+    (event,) = client["divergences"]
+    return event
+
+
+def test_fetching_on_from_the_old_position_is_silent(diverged) -> None:
+    w, judge, served_to = diverged
+    point = w.cluster.log(2, TP).leader_epoch_cache.end_offset_for(0, w.cluster.log(2, TP).log_end_offset)[1]
+    conn = w.connect(2)
+    part = fetch(w, conn, served_to).partitions[0]
+    assert part.error_code == Errors.NONE  # the new leader's log has grown past it: nothing stops the client
+    event = verdict(judge)
+    assert (event["offset"], event["served_end"], event["verdict"]) == (point, served_to, "silent")
+
+
+def test_validating_then_fetching_from_the_divergence_point_is_detected(diverged) -> None:
+    w, judge, _ = diverged
+    conn = w.connect(2)
+    answer = ask(w, conn, 23, 4, OffsetsForLeaderEpochRequest((OffsetForLeaderPartition("events", 0, 0, 1),)))
+    end = answer.partitions[0].end_offset
+    fetch(w, conn, end, epoch=1)
+    event = verdict(judge)
+    assert (event["offset"], event["verdict"]) == (end, "detected")
+
+
+def test_a_listoffsets_reset_then_a_fetch_there_is_reset(diverged) -> None:
+    w, judge, _ = diverged
+    conn = w.connect(2)
+    answer = ask(w, conn, 2, 7, ListOffsetsRequest((ListOffsetsPartition("events", 0, EARLIEST_TIMESTAMP, 1),)))
+    fetch(w, conn, answer.partitions[0].offset, epoch=1)
+    assert verdict(judge)["verdict"] == "reset"
+
+
+def test_a_commit_past_the_divergence_point_or_without_an_epoch_is_reported(diverged) -> None:
+    w, judge, served_to = diverged
+    conn = w.connect(2)
+    ask(w, conn, 8, 8, OffsetCommitRequest("g", (OffsetCommitPartition("events", 0, served_to, -1),), version=8))
+    (client,) = judge.report()
+    problems = sorted(c["problem"] for c in client["commits"])
+    assert problems[0].startswith("committed beyond the divergence point") and problems[1] == "committed without a leader epoch"
+
+
+def test_offset_not_available_from_a_lagging_new_leader_and_what_the_client_did_next() -> None:
+    from epochguard.sim.faults import LinkDelay
+    from epochguard.types import LATEST_TIMESTAMP
+
+    w = WireCluster(build("lagging-leader"), 0, ADDRESSES)
+    judge = Judge()
+    w.observers.append(judge)
+    run_until(w, w.ready)
+    for _ in range(50):
+        w.step()
+    w.fire(LinkDelay(broker_node(3), broker_node(2), drop_rate=1.0, duration_ms=4000))
+    log2 = w.cluster.log(2, TP)
+    run_until(w, lambda: log2.high_watermark < log2.log_end_offset)  # as the scenario's stage waits for
+    w.fire(Crash(1))
+    run_until(w, lambda: w.cluster.acting_leader(TP) == 2)
+    epoch = w.cluster.controller.state(TP).leader_epoch
+    conn = w.connect(2)
+    latest = ListOffsetsRequest((ListOffsetsPartition("events", 0, LATEST_TIMESTAMP, epoch),), version=7)
+    first = ask(w, conn, 2, 7, latest).partitions[0]
+    assert first.error_code == Errors.OFFSET_NOT_AVAILABLE  # KIP-207: its HW is behind the old leader's
+    answer = first
+    for _ in range(100):  # the client retries every 100 ms until broker 3 leaves the ISR and the HW moves
+        for _ in range(10):
+            w.step()
+        answer = ask(w, conn, 2, 7, latest).partitions[0]
+        if answer.error_code == Errors.NONE:
+            break
+    assert answer.error_code == Errors.NONE and answer.offset > 0
+    assert w.cluster.controller.state(TP).isr == (2,)
+    (client,) = judge.report()
+    entries = client["offset_not_available"]
+    assert all(e["then"].startswith("asked again") for e in entries)
+    assert entries[-1]["then"] == f"asked again and got {answer.offset}"

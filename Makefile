@@ -31,7 +31,7 @@ demo: setup
 test: setup test-rust test-python
 
 test-rust:
-	cargo test --locked
+	cargo test --locked --features wire
 
 test-python:
 	$(PY) -m pytest
@@ -45,7 +45,7 @@ bench: setup
 lint: setup
 	$(PY) -m ruff check .
 	cargo fmt --check
-	cargo clippy --locked --all-targets --features python -- -D warnings
+	cargo clippy --locked --all-targets --features python,wire -- -D warnings
 	$(PY) -m mypy python/epochguard --ignore-missing-imports
 
 # Mutation testing (README "Mutation testing"; not part of `make test` or .ci/run). Python: mutmut over

@@ -10,6 +10,18 @@ pub enum Error {
     /// Malformed `leader-epoch-checkpoint` file: `line` is 1-based (0 when the problem is the file as a whole).
     #[error("malformed leader-epoch checkpoint at line {line}: {reason}")]
     Checkpoint { line: usize, reason: String },
+    /// A malformed Kafka request frame: `position` is the byte offset in the frame (after its size
+    /// prefix) where decoding stopped.
+    #[error("corrupt request frame at byte {position}: {reason}")]
+    CorruptFrame { position: u64, reason: String },
+    /// A request whose API key or version the wire codec does not serve, with its parsed header.
+    #[error("unsupported request: api key {api_key} version {api_version}")]
+    UnsupportedVersion {
+        api_key: i16,
+        api_version: i16,
+        correlation_id: i32,
+        client_id: Option<String>,
+    },
     /// A caller passed an argument outside its domain (negative epoch, bad codec id, ...).
     #[error("{0}")]
     InvalidArgument(String),
@@ -27,6 +39,12 @@ impl Error {
     pub fn checkpoint(line: usize, reason: impl Into<String>) -> Self {
         Error::Checkpoint {
             line,
+            reason: reason.into(),
+        }
+    }
+    pub fn corrupt_frame(position: u64, reason: impl Into<String>) -> Self {
+        Error::CorruptFrame {
+            position,
             reason: reason.into(),
         }
     }

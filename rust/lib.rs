@@ -8,6 +8,8 @@ pub mod epoch_cache;
 pub mod error;
 pub mod file;
 pub mod records;
+#[cfg(feature = "wire")]
+pub mod wire;
 
 #[cfg(feature = "python")]
 mod py;

@@ -22,7 +22,8 @@ def test_every_core_symbol_is_reachable_from_the_package() -> None:
 
     from epochguard import _core
 
-    public_modules = [importlib.import_module(m) for m in ("epochguard", "epochguard.errors", "epochguard.records", "epochguard.logdir_format")]
+    public_modules = [importlib.import_module(m) for m in ("epochguard", "epochguard.errors", "epochguard.records", "epochguard.logdir_format",
+                                                             "epochguard.wire.codec")]
     unreachable = [n for n in _core.__all__ if not any(hasattr(m, n) for m in public_modules)]
     assert unreachable == []
 

@@ -3,7 +3,7 @@
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from os import PathLike
-from typing import Protocol, SupportsIndex, TypeAlias, final
+from typing import Any, Protocol, SupportsIndex, TypeAlias, final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -32,21 +32,28 @@ __all__ = [
     "ArrowRecords",
     "BatchIterator",
     "CheckpointError",
+    "CorruptFrameError",
     "CorruptRecordError",
     "EpochGuardError",
     "LeaderEpochCache",
+    "MAX_FRAME_BYTES",
     "Record",
     "RecordBatch",
+    "RequestHeader",
+    "WIRE_API_VERSIONS",
     "__version__",
     "batch_index",
     "decode_arrow",
+    "decode_request",
     "divergence_point",
     "divergence_points",
     "encode_batch",
+    "encode_response",
     "find_diverging_epoch",
     "iter_batches",
     "parse_leader_epoch_checkpoint",
     "record_columns",
+    "stamp_batches",
     "truncation_offset",
 ]
 
@@ -55,6 +62,10 @@ class EpochGuardError(Exception): ...
 
 class CorruptRecordError(EpochGuardError):
     position: int  # absolute byte offset in the input where decoding failed
+    reason: str
+
+class CorruptFrameError(EpochGuardError):
+    position: int  # byte offset in the request frame (after its size prefix)
     reason: str
 
 class CheckpointError(EpochGuardError):
@@ -235,3 +246,32 @@ def encode_batch(
     is_transactional: bool = False,
     is_control: bool = False,
 ) -> bytes: ...
+
+# --- Kafka wire codec (cargo feature "wire") -----------------------------------------------------
+MAX_FRAME_BYTES: int  # the largest request frame the server reads (checked on the size prefix)
+WIRE_API_VERSIONS: list[tuple[int, int, int]]  # (api_key, min_version, max_version) the codec serves
+
+@final
+class RequestHeader:
+    def __new__(cls, api_key: int, api_version: int, correlation_id: int, client_id: str | None = None) -> RequestHeader: ...
+    @property
+    def api_key(self) -> int: ...
+    @property
+    def api_version(self) -> int: ...
+    @property
+    def correlation_id(self) -> int: ...
+    @property
+    def client_id(self) -> str | None: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+# `frame`: the bytes after the 4-byte size prefix. The request is an `epochguard.messages` dataclass
+# whose `version` is the header's api_version. Raises epochguard.errors.UnsupportedVersionError (with
+# `.header`) for an API key or version outside WIRE_API_VERSIONS, CorruptFrameError for the rest.
+def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, Any]: ...
+# The whole response frame, size prefix included, at header.api_version (ApiVersions for a version
+# outside the table: v0, Kafka's error answer).
+def encode_response(header: RequestHeader, response: Any) -> bytes: ...
+# Produced v2 batches with base offsets (consecutive from base_offset) and the partition leader epoch
+# written in place: (stamped bytes, last offset, record count, max timestamp).
+def stamp_batches(data: bytes, base_offset: int, partition_leader_epoch: int) -> tuple[bytes, int, int, int]: ...

@@ -11,13 +11,14 @@ import enum
 from collections.abc import Mapping
 from typing import ClassVar
 
-from epochguard._core import CheckpointError, CorruptRecordError, EpochGuardError
+from epochguard._core import CheckpointError, CorruptFrameError, CorruptRecordError, EpochGuardError, RequestHeader
 from epochguard.types import OffsetAndMetadata, TopicPartition
 
 __all__ = [
     "EpochGuardError",
     "CorruptRecordError",
     "CheckpointError",
+    "CorruptFrameError",
     "MalformedFileError",
     "Errors",
     "ApiError",
@@ -177,9 +178,14 @@ class IneligibleReplicaError(ApiError):
 
 class UnsupportedVersionError(ApiError):
     """No API version both sides support (Kafka's `UnsupportedVersionException`): a broker answers a
-    request version it does not serve with this code, and a client finds no usable version."""
+    request version it does not serve with this code, and a client finds no usable version.
+
+    `header`: raised by the wire codec for a request frame it does not decode (an unknown API key or
+    version), the frame's parsed `RequestHeader`, so the server can answer (ApiVersions) or close.
+    """
 
     retriable = False
+    header: RequestHeader | None = None
 
 
 class Errors(enum.IntEnum):

@@ -4,7 +4,10 @@ Mirrors the generated message classes of `clients/src/main/resources/common/mess
 `FetchRequest/Response`, `OffsetForLeaderEpochRequest/Response`, `ListOffsetsRequest/Response`,
 `MetadataRequest/Response`, `OffsetCommitRequest/Response`, `OffsetFetchRequest/Response`,
 `AlterPartitionRequest/Response`, `WriteTxnMarkersRequest/Response`, plus the controller's `LeaderAndIsrRequest` partition state and
-KRaft `BrokerRegistration`. Field names are the snake_case of the wire names. Two deliberate
+KRaft `BrokerRegistration`; and for the wire server, `InitProducerIdRequest/Response`,
+`FindCoordinatorRequest/Response` and the classic group protocol (`JoinGroup`, `SyncGroup`,
+`Heartbeat`, `LeaveGroup`). `epochguard._core.decode_request` / `encode_response` convert these
+to and from Kafka frames. Field names are the snake_case of the wire names. Two deliberate
 simplifications keep the sans-IO layer readable: per-partition entries are flattened (each carries
 `topic` next to its partition field instead of nesting partitions under topics, except Metadata whose
 topic level holds errors and topic ids), and a tagged/absent field is `None` where the wire uses a
@@ -77,6 +80,24 @@ __all__ = [
     "WriteTxnMarkersRequest",
     "WriteTxnMarkerResult",
     "WriteTxnMarkersResponse",
+    "InitProducerIdRequest",
+    "InitProducerIdResponse",
+    "FindCoordinatorRequest",
+    "Coordinator",
+    "FindCoordinatorResponse",
+    "JoinGroupProtocol",
+    "JoinGroupRequest",
+    "JoinGroupMember",
+    "JoinGroupResponse",
+    "SyncGroupAssignment",
+    "SyncGroupRequest",
+    "SyncGroupResponse",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "LeaveGroupMember",
+    "LeaveGroupRequest",
+    "LeaveGroupMemberResponse",
+    "LeaveGroupResponse",
     "Request",
     "Response",
 ]
@@ -106,8 +127,9 @@ ProduceRecord = tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | 
 
 @dataclass(frozen=True, slots=True)
 class ProducePartition:
-    """One partition's records. Kafka sends encoded batches and the leader rewrites base offset and
-    partition leader epoch in place; here the leader encodes them (`encode_batch`), same result."""
+    """One partition's records: on the wire the encoded v2 batches (`bytes`, as the client sent them;
+    the leader stamps base offset and partition leader epoch in place, `stamp_batches`), in the
+    simulator a tuple of records the leader encodes (`encode_batch`), same result."""
 
     topic: str
     partition_index: int
@@ -129,6 +151,7 @@ class ProduceRequest:
     acks: int = -1  # -1 all ISR, 1 leader only, 0 none
     timeout_ms: int = 30_000
     version: int = PRODUCE_VERSION
+    transactional_id: str | None = None  # v3
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +202,9 @@ class FetchRequest:
     max_bytes: int = 50 << 20
     rack_id: str = ""
     version: int = FETCH_VERSION
+    session_id: int = 0  # v7 (KIP-227); 0 = no session
+    session_epoch: int = -1  # v7; -1 = FINAL_EPOCH: a full, sessionless fetch
+    forgotten_topics: tuple[TopicPartition, ...] = ()  # v7: partitions an incremental fetch drops
 
     @property
     def is_from_follower(self) -> bool:
@@ -225,6 +251,7 @@ class FetchResponse:
     partitions: tuple[FetchPartitionData, ...]
     error_code: Errors = Errors.NONE
     throttle_time_ms: int = 0
+    session_id: int = 0  # v7; 0 = no session
 
 
 # --- OffsetForLeaderEpoch ------------------------------------------------------------------------
@@ -376,6 +403,7 @@ class OffsetCommitRequest:
     generation_id_or_member_epoch: int = -1
     member_id: str = ""
     version: int = OFFSET_COMMIT_VERSION
+    group_instance_id: str | None = None  # v7 (KIP-345 static membership)
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,6 +451,7 @@ class OffsetFetchResponse:
     error_code: Errors = Errors.NONE
     version: int = OFFSET_FETCH_VERSION
     throttle_time_ms: int = 0
+    group_id: str = ""  # v8 answers per group (KIP-709): the request's group
 
 
 # --- Controller <-> partition leader -------------------------------------------------------------
@@ -485,6 +514,170 @@ class BrokerRegistration:
     fenced: bool = False
     in_controlled_shutdown: bool = False
 
+# --- Producer id, coordinator and the classic group protocol (the wire server's own requests) -----
+@dataclass(frozen=True, slots=True)
+class InitProducerIdRequest:
+    """`InitProducerIdRequest`: an idempotent (transactional_id None) or transactional producer asks
+    for its producer id and epoch; producer_id/epoch (v3) are an existing producer's, to bump."""
+
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = -1
+    producer_id: int = -1
+    producer_epoch: int = -1
+    version: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdResponse:
+    error_code: Errors = Errors.NONE
+    producer_id: int = -1
+    producer_epoch: int = -1
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinatorRequest:
+    """`FindCoordinatorRequest`. Up to v3 one `key`; v4 (KIP-699) a batch in `coordinator_keys`. The
+    codec fills both ways: decoding v0-3 gives `coordinator_keys == (key,)`, v4 gives `key == ""`."""
+
+    key: str = ""
+    key_type: int = 0  # 0 group, 1 transaction
+    coordinator_keys: tuple[str, ...] = ()
+    version: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Coordinator:
+    """One coordinator answer (`FindCoordinatorResponseData.Coordinator`)."""
+
+    key: str
+    node_id: int
+    host: str
+    port: int
+    error_code: Errors = Errors.NONE
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinatorResponse:
+    """Up to v3 the first coordinator is encoded as the top-level fields; v4 encodes them all."""
+
+    coordinators: tuple[Coordinator, ...]
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupProtocol:
+    name: str
+    metadata: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupRequest:
+    """`JoinGroupRequest` of the classic group protocol."""
+
+    group_id: str
+    session_timeout_ms: int
+    member_id: str = ""
+    protocol_type: str = "consumer"
+    protocols: tuple[JoinGroupProtocol, ...] = ()
+    rebalance_timeout_ms: int = -1  # v1; v0 uses the session timeout
+    group_instance_id: str | None = None  # v5
+    reason: str | None = None  # v8
+    version: int = 7
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupMember:
+    member_id: str
+    metadata: bytes = b""
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupResponse:
+    error_code: Errors = Errors.NONE
+    generation_id: int = -1
+    protocol_type: str | None = None  # v7
+    protocol_name: str | None = None
+    leader: str = ""
+    member_id: str = ""
+    members: tuple[JoinGroupMember, ...] = ()
+    skip_assignment: bool = False  # v9
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupAssignment:
+    member_id: str
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    assignments: tuple[SyncGroupAssignment, ...] = ()
+    group_instance_id: str | None = None  # v3
+    protocol_type: str | None = None  # v5
+    protocol_name: str | None = None  # v5
+    version: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupResponse:
+    error_code: Errors = Errors.NONE
+    assignment: bytes = b""
+    protocol_type: str | None = None  # v5
+    protocol_name: str | None = None  # v5
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None  # v3
+    version: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    error_code: Errors = Errors.NONE
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupMember:
+    member_id: str
+    group_instance_id: str | None = None
+    reason: str | None = None  # v5
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupRequest:
+    """Up to v2 one member leaves (`member_id`); v3 (KIP-345) a batch. Decoding v0-2 gives one member."""
+
+    group_id: str
+    members: tuple[LeaveGroupMember, ...]
+    version: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupMemberResponse:
+    member_id: str
+    group_instance_id: str | None = None
+    error_code: Errors = Errors.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupResponse:
+    error_code: Errors = Errors.NONE
+    members: tuple[LeaveGroupMemberResponse, ...] = ()  # v3
+    throttle_time_ms: int = 0
+
 
 # --- WriteTxnMarkers (transaction coordinator -> partition leaders) ---------------------------------
 @dataclass(frozen=True, slots=True)
@@ -537,6 +730,12 @@ Request = (
     | OffsetFetchRequest
     | AlterPartitionRequest
     | WriteTxnMarkersRequest
+    | InitProducerIdRequest
+    | FindCoordinatorRequest
+    | JoinGroupRequest
+    | SyncGroupRequest
+    | HeartbeatRequest
+    | LeaveGroupRequest
 )
 Response = (
     ApiVersionsResponse
@@ -549,4 +748,10 @@ Response = (
     | OffsetFetchResponse
     | AlterPartitionResponse
     | WriteTxnMarkersResponse
+    | InitProducerIdResponse
+    | FindCoordinatorResponse
+    | JoinGroupResponse
+    | SyncGroupResponse
+    | HeartbeatResponse
+    | LeaveGroupResponse
 )

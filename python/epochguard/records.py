@@ -27,31 +27,8 @@ from epochguard._core import (
     encode_batch,
     iter_batches,
     record_columns,
+    stamp_batches,
 )
-
-try:
-    from epochguard._core import stamp_batches  # type: ignore[attr-defined]
-except ImportError:  # the Rust in-place stamping (wire codec) has not landed: per-batch Python, same result
-
-    def stamp_batches(data: bytes, base_offset: int, partition_leader_epoch: int) -> tuple[bytes, int, int, int]:
-        """Produced v2 batches with base offsets (consecutive from `base_offset`) and the partition
-        leader epoch set: (stamped bytes, last offset, record count, max timestamp). Raises
-        `CorruptRecordError` for a malformed or partial batch, or one that is not magic 2."""
-        import struct
-
-        from epochguard.errors import CorruptRecordError
-
-        buf = bytearray(data)
-        offset, count, max_ts = base_offset, 0, -1
-        for position, _size, base, last in batch_index(buf):
-            if buf[position + 16] != 2:
-                raise CorruptRecordError(f"produce batch at byte {position} has magic {buf[position + 16]}, not 2")
-            struct.pack_into(">q", buf, position, offset)
-            struct.pack_into(">i", buf, position + 12, partition_leader_epoch)
-            offset += last - base + 1
-            max_ts = max(max_ts, struct.unpack_from(">q", buf, position + 35)[0])
-            count += struct.unpack_from(">i", buf, position + 57)[0]
-        return bytes(buf), offset - 1, count, max_ts
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -25,11 +25,19 @@ create_exception!(
     "A malformed leader-epoch-checkpoint file. `line` is 1-based (0: the file as a whole)."
 );
 
+create_exception!(
+    epochguard._core,
+    CorruptFrameError,
+    EpochGuardError,
+    "A malformed Kafka request frame (truncated, bad string, array count above the bytes left). `position` is the byte offset in the frame, `reason` says what is wrong."
+);
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("EpochGuardError", py.get_type::<EpochGuardError>())?;
     m.add("CorruptRecordError", py.get_type::<CorruptRecordError>())?;
     m.add("CheckpointError", py.get_type::<CheckpointError>())?;
+    m.add("CorruptFrameError", py.get_type::<CorruptFrameError>())?;
     Ok(())
 }
 
@@ -57,6 +65,32 @@ impl From<Error> for PyErr {
             Error::Checkpoint { line, reason } => {
                 with_fields(CheckpointError::new_err(msg), "line", line as u64, &reason)
             }
+            Error::CorruptFrame { position, reason } => with_fields(
+                CorruptFrameError::new_err(msg),
+                "position",
+                position,
+                &reason,
+            ),
+            // `epochguard.errors.UnsupportedVersionError` (a Python ApiError) with the header.
+            #[cfg(feature = "wire")]
+            Error::UnsupportedVersion {
+                api_key,
+                api_version,
+                correlation_id,
+                client_id,
+            } => Python::attach(|py| {
+                super::wire::unsupported_version(
+                    py,
+                    crate::wire::RequestHeader {
+                        api_key,
+                        api_version,
+                        correlation_id,
+                        client_id,
+                    },
+                )
+            }),
+            #[cfg(not(feature = "wire"))]
+            Error::UnsupportedVersion { .. } => EpochGuardError::new_err(msg),
             Error::InvalidArgument(_) => PyValueError::new_err(msg),
             // pyo3 maps io::ErrorKind to the matching OSError subclass (FileNotFoundError, ...).
             Error::Io(io) => io.into(),

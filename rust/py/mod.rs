@@ -6,6 +6,8 @@ mod checkpoint;
 mod epoch;
 mod errors;
 mod records;
+#[cfg(feature = "wire")]
+mod wire;
 
 /// The extension's allocator, here because a global allocator is a crate-wide choice. Decoded
 /// columns are large, short-lived buffers handed to Arrow; glibc maps every one above its mmap
@@ -21,5 +23,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     epoch::register(m)?;
     checkpoint::register(m)?;
     records::register(m)?;
+    #[cfg(feature = "wire")]
+    wire::register(m)?;
     Ok(())
 }

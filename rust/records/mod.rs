@@ -13,6 +13,7 @@ pub mod encode;
 mod legacy;
 pub mod reader;
 pub mod record;
+pub mod stamp;
 pub mod varint;
 
 pub use arrow::Column;

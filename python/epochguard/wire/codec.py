@@ -54,19 +54,21 @@ from epochguard.wire.messages import (
 )
 
 __all__ = ["RequestHeader", "decode_request", "encode_response", "UnsupportedVersionError", "CorruptFrameError",
-           "MAX_FRAME_BYTES", "RUST_CODEC"]
+           "MAX_FRAME_BYTES", "RUST_CODEC", "WIRE_API_VERSIONS"]
 
 RUST_CODEC = hasattr(_core, "decode_request")
 MAX_FRAME_BYTES = getattr(_core, "MAX_FRAME_BYTES", 100 * 1024 * 1024)  # Kafka's socket.request.max.bytes
 
 if RUST_CODEC:  # pragma: no cover - exercised once the Rust codec lands
     from epochguard._core import (  # type: ignore[attr-defined]
+        WIRE_API_VERSIONS,
         CorruptFrameError,
         RequestHeader,
         decode_request,
         encode_response,
     )
 else:
+    WIRE_API_VERSIONS = [(r.api_key, r.min_version, r.max_version) for r in BROKER_API_VERSIONS]
 
     class CorruptFrameError(EpochGuardError):  # type: ignore[no-redef]
         """A request frame that does not decode (truncated, bad lengths, absurd counts)."""

@@ -3,7 +3,7 @@
 //! positioned inside the input; never panic, hang or allocate without bound.
 #![no_main]
 
-use _core::records::arrow::decode_arrow;
+use _core::records::arrow::{decode_arrow, decode_projected, Column};
 use _core::records::{batch_index, decode_batches, DecodeOptions};
 use _core::Error;
 use libfuzzer_sys::fuzz_target;
@@ -31,6 +31,11 @@ fuzz_target!(|data: &[u8]| {
             };
             check(decode_batches(data, BASE, opts), data.len());
             check(decode_arrow(data, BASE, opts), data.len());
+            // The computed columns (digest, lengths, batch ranges) see the same records.
+            check(
+                decode_projected(data, BASE, opts, &Column::COMPUTED),
+                data.len(),
+            );
         }
     }
     check(batch_index(data, BASE, false), data.len());

@@ -159,3 +159,28 @@ def test_offset_not_available_from_a_lagging_new_leader_and_what_the_client_did_
     entries = client["offset_not_available"]
     assert all(e["then"].startswith("asked again") for e in entries)
     assert entries[-1]["then"] == f"asked again and got {answer.offset}"
+
+
+def test_the_served_trigger_waits_for_every_expected_consumer() -> None:
+    """`serve --consumers N`: one consumer served at the log end does not fire the faults while the
+    run expects more (a slow starter would first meet the cluster after them)."""
+    from epochguard.wire.triggers import ClientTrigger
+
+    w = WireCluster(build("unclean-election"), 0, ADDRESSES)
+    run_until(w, w.ready)
+    for _ in range(50):
+        w.step()
+    w.fire(PauseProducers())
+    for _ in range(10):
+        w.step()
+    leader = w.cluster.acting_leader(TP)
+    trigger = ClientTrigger("served", TP, min_consumers=2)
+    request = FetchRequest((FetchPartition("events", 0, 0),), max_wait_ms=0, version=12)
+    conn = w.connect(leader)
+    response = fetch(w, conn, 0)
+    assert response.partitions[0].records
+    trigger.observe("first", request, response)
+    assert not trigger.met()
+    trigger.observe("second", request, fetch(w, w.connect(leader), 0))
+    assert trigger.met()
+    assert ClientTrigger("served", TP).met() is False  # nobody fetching yet: never met

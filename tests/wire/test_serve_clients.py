@@ -40,7 +40,7 @@ class Runs:
             workdir = self._root / f"{scenario}-{trigger}"
             try:
                 self._runs[key] = run_clients(
-                    serve_command(scenario, trigger, trace=workdir / "trace.jsonl"), clients, workdir,
+                    serve_command(scenario, trigger, trace=workdir / "trace.jsonl", consumers=len(clients)), clients, workdir,
                     after_settle_s=AFTER_SETTLE_S, stuck_after_s=STUCK_AFTER_S,
                 )
             except Exception as exc:  # every client's test fails on it; a second run would overwrite its logs

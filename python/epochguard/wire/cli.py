@@ -38,6 +38,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                        help="first broker's port (the others follow); 0 = ephemeral")
     serve.add_argument("--timeout-s", type=float, default=30.0, metavar="S",
                        help="fire the faults anyway after waiting this long for the trigger")
+    serve.add_argument("--consumers", type=int, default=1, metavar="N",
+                       help="served/caught-up triggers wait until at least N consumers fetch the trigger partition")
     serve.set_defaults(run=_serve)
     judge = sub.add_parser(
         "judge", help="re-judge a recorded `serve --trace` run offline (replays it)",
@@ -56,7 +58,8 @@ def _serve(args: argparse.Namespace) -> int:
             print("settled", flush=True)
 
     server = WireServer(build(args.scenario), seed=args.seed, trigger=args.trigger, trace_path=args.trace,
-                        host=args.host, port=args.port, timeout_s=args.timeout_s, on_event=event)
+                        host=args.host, port=args.port, timeout_s=args.timeout_s,
+                        min_consumers=args.consumers, on_event=event)
     result = asyncio.run(serve_until_signalled(server, lambda b: print(f"bootstrap {b}", flush=True)))
     print(format_table(result["clients"]))
     if args.json:

@@ -43,6 +43,7 @@ class WireServer:
         host: str = "127.0.0.1",
         port: int = 0,
         timeout_s: float = 30.0,
+        min_consumers: int = 1,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.scenario = scenario
@@ -52,6 +53,7 @@ class WireServer:
         self.host = host
         self.port = port
         self.timeout_s = timeout_s
+        self.min_consumers = min_consumers
         self.on_event = on_event or (lambda kind, detail: None)
         self.tick_s = scenario.config.tick_ms / 1000
         self.servers: list[asyncio.base_events.Server] = []
@@ -84,7 +86,7 @@ class WireServer:
                          "tick_ms": self.scenario.config.tick_ms, "codec": "rust" if codec.RUST_CODEC else "kafka-python",
                          "addresses": {str(b): list(a) for b, a in self.addresses.items()}, "step": 0})
         self.runner = StageRunner(self.scenario, self.trigger, self.endpoint.fire, timeout_s=self.timeout_s,
-                                  on_event=self._event)
+                                  min_consumers=self.min_consumers, on_event=self._event)
         wire.observers.extend([self.judge, self.runner])  # the runner last: the judge sees each step before faults
         return ",".join(f"{h}:{p}" for h, p in self.addresses.values())
 

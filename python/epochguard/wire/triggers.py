@@ -39,11 +39,14 @@ class _Progress:
 class ClientTrigger:
     """Watches exchanges for the trigger condition on one partition."""
 
-    def __init__(self, mode: str, partition: Any) -> None:
+    def __init__(self, mode: str, partition: Any, min_consumers: int = 1) -> None:
         if mode not in TRIGGERS:
             raise ValueError(f"unknown trigger {mode!r}; choose from {', '.join(TRIGGERS)}")
         self.mode = mode
         self.tp = partition
+        # Consumers not yet fetching are not counted by `served`/`caught-up`: a run that expects N of
+        # them waits for N, or a slow starter would first see the cluster after the faults.
+        self.min_consumers = min_consumers
         self.progress: dict[str, _Progress] = {}
         self.committed = False
         self.acked = False
@@ -72,7 +75,7 @@ class ClientTrigger:
             return self.committed
         if self.mode == "ack":
             return self.acked
-        if not self.progress:
+        if len(self.progress) < max(self.min_consumers, 1):
             return False
         if self.mode == "served":
             return all(p.served_at_end for p in self.progress.values())
@@ -89,11 +92,12 @@ class StageRunner:
         fire: Callable[[Fault], None],
         *,
         timeout_s: float = 30.0,
+        min_consumers: int = 1,
         clock: Callable[[], float] = time.monotonic,
         on_event: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.scenario = scenario
-        self.trigger = ClientTrigger(trigger, scenario.trigger_partition)
+        self.trigger = ClientTrigger(trigger, scenario.trigger_partition, min_consumers)
         self.fire = fire
         self.timeout_s = timeout_s
         self.clock = clock

@@ -73,7 +73,7 @@ def run_matrix(
             print(f"compat: {scenario} --trigger {trigger} ...", file=progress, flush=True)
         try:
             results[(scenario, trigger)] = run_clients(
-                serve_command(scenario, trigger, seed, trace=run_dir / "trace.jsonl"), clients, run_dir)
+                serve_command(scenario, trigger, seed, trace=run_dir / "trace.jsonl", consumers=len(clients)), clients, run_dir)
         except (RunError, OSError, TimeoutError) as exc:
             results[(scenario, trigger)] = f"run failed: {exc}"
     return results

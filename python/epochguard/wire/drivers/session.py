@@ -32,8 +32,12 @@ class RunError(RuntimeError):
     """The cluster process broke its stdout contract (no bootstrap, never settled, died)."""
 
 
-def serve_command(scenario: str, trigger: str, seed: int = 1, trace: Path | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "epochguard", "serve", scenario, "--trigger", trigger, "--seed", str(seed), "--json"]
+def serve_command(
+    scenario: str, trigger: str, seed: int = 1, trace: Path | None = None, consumers: int = 1
+) -> list[str]:
+    """`epochguard serve` for a run of `consumers` drivers: its trigger waits for every one of them."""
+    cmd = [sys.executable, "-m", "epochguard", "serve", scenario, "--trigger", trigger, "--seed", str(seed),
+           "--consumers", str(consumers), "--json"]
     return [*cmd, "--trace", str(trace)] if trace is not None else cmd
 
 

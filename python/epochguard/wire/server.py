@@ -83,7 +83,7 @@ class WireServer:
         if trace is not None:
             trace.write({"type": "config", "trace_version": TRACE_VERSION, "scenario": self.scenario.name,
                          "seed": self.seed, "trigger": self.trigger, "timeout_s": self.timeout_s,
-                         "tick_ms": self.scenario.config.tick_ms, "codec": "rust" if codec.RUST_CODEC else "kafka-python",
+                         "tick_ms": self.scenario.config.tick_ms, "codec": "kafka-protocol",
                          "addresses": {str(b): list(a) for b, a in self.addresses.items()}, "step": 0})
         self.runner = StageRunner(self.scenario, self.trigger, self.endpoint.fire, timeout_s=self.timeout_s,
                                   min_consumers=self.min_consumers, on_event=self._event)
@@ -145,7 +145,7 @@ class WireServer:
             "elections": [{"step": e.step, "partition": str(e.tp), "leader": e.leader, "leader_epoch": e.leader_epoch,
                            "clean": e.clean} for e in wire.cluster.controller.elections],
             "violations": [v.to_json() for v in wire.cluster.checker.violations],
-            "codec": "rust" if codec.RUST_CODEC else "kafka-python",
+            "codec": "kafka-protocol",
             "bootstrap": ",".join(f"{h}:{p}" for h, p in self.addresses.values()),
         }
         self.endpoint.close_trace({"settled_step": self.runner.settled_step})

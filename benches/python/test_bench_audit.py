@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "spark"))
-from kafka_logs import Replica, write_log_dir  # noqa: E402
+from kafka_logs import Replica, write_log_dir
 
 SIZES = [int(n) for n in os.environ.get("EG_AUDIT_RECORDS", "250000,1000000").split(",")]
 PARTITIONS, PER_BATCH, VALUE = 4, 500, b"v" * 100

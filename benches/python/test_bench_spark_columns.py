@@ -25,9 +25,10 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "spark"))
-from epochguard.records import decode_to_arrow  # noqa: E402
-from epochguard.spark import local_session, read_kafka_logs  # noqa: E402
-from kafka_logs import Replica, write_log_dir  # noqa: E402
+from kafka_logs import Replica, write_log_dir
+
+from epochguard.records import decode_to_arrow
+from epochguard.spark import local_session, read_kafka_logs
 
 PARTITIONS, PER_PARTITION, PER_BATCH = 4, int(os.environ.get("EG_BENCH_RECORDS", 240_000)), 200
 TOTAL = PARTITIONS * PER_PARTITION
@@ -55,7 +56,7 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 @pytest.fixture(scope="module")
-def spark(log_dir: Path):  # noqa: ANN201
+def spark(log_dir: Path):
     session = local_session(
         "local[2]", app_name="epochguard-bench", shuffle_partitions=2, conf={"spark.driver.memory": "3g"}
     )
@@ -83,7 +84,7 @@ def _report() -> None:
             print(f"{label}: {TIMES[a] / TIMES[b]:.2f}x {goal}")
 
 
-def _time(benchmark, name: str, run, rounds: int = 3) -> None:  # noqa: ANN001
+def _time(benchmark, name: str, run, rounds: int = 3) -> None:
     result = benchmark.pedantic(run, rounds=rounds, warmup_rounds=1 if rounds > 1 else 0, iterations=1)
     TIMES[name] = benchmark.stats.stats.mean
     benchmark.extra_info["records_per_second"] = round(TOTAL / TIMES[name])
@@ -91,7 +92,7 @@ def _time(benchmark, name: str, run, rounds: int = 3) -> None:  # noqa: ANN001
 
 
 @pytest.mark.benchmark(group="spark-1k")
-def test_a_full_read(benchmark, spark, log_dir) -> None:  # noqa: ANN001
+def test_a_full_read(benchmark, spark, log_dir) -> None:
     def run() -> tuple:
         return tuple(read_kafka_logs(spark, [str(log_dir)]).selectExpr("count(*)", "sum(length(value))").first())
 
@@ -99,7 +100,7 @@ def test_a_full_read(benchmark, spark, log_dir) -> None:  # noqa: ANN001
 
 
 @pytest.mark.benchmark(group="spark-1k")
-def test_a_spark_parquet_same_rows(benchmark, spark, log_dir, tmp_path) -> None:  # noqa: ANN001
+def test_a_spark_parquet_same_rows(benchmark, spark, log_dir, tmp_path) -> None:
     path = str(tmp_path / "same-rows.parquet")
     read_kafka_logs(spark, [str(log_dir)]).write.mode("overwrite").parquet(path)
 
@@ -110,7 +111,7 @@ def test_a_spark_parquet_same_rows(benchmark, spark, log_dir, tmp_path) -> None:
 
 
 @pytest.mark.benchmark(group="spark-1k")
-def test_b_columns_read(benchmark, spark, log_dir) -> None:  # noqa: ANN001
+def test_b_columns_read(benchmark, spark, log_dir) -> None:
     def run() -> tuple:
         df = read_kafka_logs(spark, [str(log_dir)], columns=NARROW)
         return tuple(df.selectExpr("count(*)", "sum(value_length)").first())
@@ -119,7 +120,7 @@ def test_b_columns_read(benchmark, spark, log_dir) -> None:  # noqa: ANN001
 
 
 @pytest.mark.benchmark(group="spark-1k")
-def test_c_datasource_columns(benchmark, spark, log_dir) -> None:  # noqa: ANN001
+def test_c_datasource_columns(benchmark, spark, log_dir) -> None:
     def run() -> tuple:
         df = spark.read.format("kafka-log").schema("offset long, leader_epoch int, value_length int").load(str(log_dir))
         return tuple(df.selectExpr("count(*)", "sum(value_length)").first())
@@ -128,7 +129,7 @@ def test_c_datasource_columns(benchmark, spark, log_dir) -> None:  # noqa: ANN00
 
 
 @pytest.mark.benchmark(group="spark-1k")
-def test_b_kafka_python_udf(benchmark, spark, log_dir) -> None:  # noqa: ANN001
+def test_b_kafka_python_udf(benchmark, spark, log_dir) -> None:
     files = [str(p) for p in sorted(log_dir.glob("*/*.log"))]
 
     def lengths(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:  # pickled by value: a closure
@@ -151,7 +152,7 @@ def test_b_kafka_python_udf(benchmark, spark, log_dir) -> None:  # noqa: ANN001
 
 
 @pytest.mark.benchmark(group="spark-1k")
-def test_b_bare_rust(benchmark, log_dir) -> None:  # noqa: ANN001
+def test_b_bare_rust(benchmark, log_dir) -> None:
     files = [os.fspath(f) for f in sorted(log_dir.glob("*/*.log"))]
 
     def run() -> int:

@@ -253,7 +253,9 @@ WIRE_API_VERSIONS: list[tuple[int, int, int]]  # (api_key, min_version, max_vers
 
 @final
 class RequestHeader:
-    def __new__(cls, api_key: int, api_version: int, correlation_id: int, client_id: str | None = None) -> RequestHeader: ...
+    def __new__(
+        cls, api_key: int, api_version: int, correlation_id: int, client_id: str | None = None
+    ) -> RequestHeader: ...
     @property
     def api_key(self) -> int: ...
     @property

@@ -49,10 +49,10 @@ from epochguard.messages import (
 from epochguard.types import IsolationLevel, TopicPartition
 
 pytest.importorskip("kafka.protocol.api_message", reason="kafka-python (the dev extra) is missing")
-from kafka.protocol.consumer import group as kg  # noqa: E402
-from kafka.protocol.consumer import offsets as ko  # noqa: E402
-from kafka.protocol.metadata import find_coordinator as kf  # noqa: E402
-from kafka.protocol.producer import transaction as kt  # noqa: E402
+from kafka.protocol.consumer import group as kg
+from kafka.protocol.consumer import offsets as ko
+from kafka.protocol.metadata import find_coordinator as kf
+from kafka.protocol.producer import transaction as kt
 
 CORRELATION = 77
 

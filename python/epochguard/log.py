@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from epochguard._core import LeaderEpochCache, RecordBatch, encode_batch, iter_batches
-from epochguard.errors import CorruptRecordError, EpochGuardError
+from epochguard.errors import CorruptRecordError, EpochGuardError, MalformedFileError
+from epochguard.logdir_format import segment_base_offset
 from epochguard.records import stamp_batches
 from epochguard.types import TopicPartition
 
@@ -73,6 +74,15 @@ class UnexpectedAppendOffsetError(EpochGuardError, ValueError):
 
 def segment_file_name(base_offset: int) -> str:
     return f"{base_offset:020d}{_LOG_SUFFIX}"
+
+
+def _segment_base_offset(file: Path) -> int:
+    """A segment's base offset from its name; like Kafka's LogLoader, a `.log` file named otherwise
+    fails the partition (before recovery touches any segment) rather than being skipped."""
+    base = segment_base_offset(file.name)
+    if base is None:
+        raise MalformedFileError(str(file), 0, "a .log file whose name is not a 20-digit base offset")
+    return base
 
 
 def parse_partition_dir_name(name: str) -> TopicPartition:
@@ -584,10 +594,9 @@ class PartitionLog:
         log.dir = path if write_through else None
         log.segment_bytes = segment_bytes
         log.segments = []
-        files = sorted(path.glob("*" + _LOG_SUFFIX), key=lambda p: int(p.stem))
+        files = sorted((_segment_base_offset(file), file) for file in path.glob("*" + _LOG_SUFFIX))
         cut = False
-        for file in files:
-            base = int(file.stem)
+        for base, file in files:
             if cut:
                 if write_through:
                     file.unlink()

@@ -8,6 +8,7 @@ import pytest
 from protocol_support import TP, kafka_python_batch, recs
 
 from epochguard import PartitionLog, iter_batches
+from epochguard.errors import MalformedFileError
 from epochguard.log import UnexpectedAppendOffsetError
 
 
@@ -43,6 +44,24 @@ def test_opening_a_partition_directory_without_a_log_file(tmp_path):
     log.append_as_leader(recs(2), 3)
     assert log.log_end_offset == 2 and log.leader_epoch_cache.entries() == [(3, 0)]
     assert [b.base_offset for b in iter_batches(d / "00000000000000000000.log")] == [0]
+
+
+def test_opening_a_partition_directory_with_a_stray_log_file_is_a_typed_error_and_changes_nothing(tmp_path):
+    # Kafka's LogLoader parses every `*.log` name as a base offset and fails the log dir on one that
+    # is not; epochguard says which file, before it touches any segment (no recovery truncation).
+    d = tmp_path / "t-0"
+    log = PartitionLog(TP, directory=d)
+    log.append_as_leader(recs(3), 1)
+    segment = d / "00000000000000000000.log"
+    with segment.open("ab") as f:
+        f.write(b"partial tail")  # open() would cut this off if it got that far
+    before = segment.read_bytes()
+    (d / "foo.log").write_bytes(b"")
+    with pytest.raises(MalformedFileError) as info:
+        PartitionLog.open(d)
+    assert info.value.path == str(d / "foo.log")
+    assert "base offset" in info.value.reason
+    assert segment.read_bytes() == before
 
 
 def test_opening_an_empty_partition_directory_at_a_known_log_start(tmp_path):

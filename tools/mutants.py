@@ -57,6 +57,10 @@ PY_TARGETS = [
     "sim/invariants.py",
 ]
 PY_TESTS = ["tests/protocol", "tests/sim"]
+# The oracle: the protocol and simulator tests minus the long randomized and cross-process ones (marked
+# `no_mutants`; `make test` still runs them), which cost seconds per mutant and kill nothing the fast
+# tests do not (measured in the README's "Mutation testing").
+ORACLE_MARKERS = "not slow and not spark and not no_mutants"
 # Each group of Rust files with the cargo tests that are its oracle (building fewer test binaries per
 # mutant is most of the speed): the epoch core with tests/rust/epoch.rs, the record-batch decoder with
 # the unit tests and tests/rust/records.rs.
@@ -75,7 +79,8 @@ _SURVIVED = {0, 5, 33}
 
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
-    print("+", " ".join(cmd), flush=True)
+    shown = cmd if len(cmd) <= 12 else [*cmd[:10], f"... ({len(cmd) - 10} more)"]
+    print("+", " ".join(shown), flush=True)
     return subprocess.run(cmd, **kw)
 
 
@@ -116,7 +121,7 @@ def _sync_tree(src: Path, dst: Path, *, skip: tuple[str, ...] = ("__pycache__",)
             shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
-def _mutmut_config(only: list[str]) -> str:
+def _mutmut_config() -> str:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     pytest_ini = pyproject["tool"]["pytest"]["ini_options"]
     lines = ["[tool.pytest.ini_options]"]
@@ -125,13 +130,54 @@ def _mutmut_config(only: list[str]) -> str:
         "",
         "[tool.mutmut]",
         'source_paths = ["src/epochguard"]',
-        f"only_mutate = {json.dumps(['src/epochguard/' + p for p in only])}",
-        f"pytest_add_cli_args = {json.dumps(['-p', 'no:cacheprovider', '-m', 'not slow and not spark'])}",
+        # Every target stays mutated in every run (a file mutmut copies unmutated loses its trampolines,
+        # and with them its test map); `--only` narrows which mutants run, not which files are mutated.
+        f"only_mutate = {json.dumps(['src/epochguard/' + p for p in PY_TARGETS])}",
+        f"pytest_add_cli_args = {json.dumps(['-p', 'no:cacheprovider', '-m', ORACLE_MARKERS])}",
         f"pytest_add_cli_args_test_selection = {json.dumps(PY_TESTS)}",
         "use_git_change_detection = false",
         "timeout_multiplier = 10.0",
     ]
     return "\n".join(lines) + "\n"
+
+
+# mutmut's own first step (copy the tree, mutate the files that changed, forget the verdicts of the
+# functions that changed), run alone so that the selection can be read from the fresh .meta files.
+_GENERATE = """
+import mutmut.__main__ as m
+from mutmut.utils.file_utils import copy_also_copy_files, copy_src_dir, setup_source_paths
+copy_src_dir(); copy_also_copy_files(); setup_source_paths(); m.create_mutants(2)
+"""
+
+
+def _mirror_support_files() -> None:
+    """mutmut copies a non-Python file (the compiled `_core`, stubs) into mutants/ only once, and never
+    deletes a test file: keep both in step with the source, or the tests run against a stale `_core`."""
+    src, copy = PY_WORK / "src" / "epochguard", PY_WORK / "mutants" / "src" / "epochguard"
+    for path in src.rglob("*"):
+        target = copy / path.relative_to(src)
+        if path.is_file() and path.suffix != ".py" and (not target.exists() or target.read_bytes() != path.read_bytes()):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, target)
+    for folder in PY_TESTS:
+        _sync_tree(PY_WORK / folder, PY_WORK / "mutants" / folder)
+
+
+def _selected(only: list[str], equivalent: dict[str, str], *, survivors: bool) -> list[str]:
+    """The mutants of the files matching `only` that have no verdict yet (and, with `survivors`, the
+    ones that survived last time): named one by one, since mutmut re-tests every mutant it is given."""
+    names = []
+    root = PY_WORK / "mutants" / "src" / "epochguard"
+    for meta in sorted(root.rglob("*.py.meta")):
+        rel = meta.relative_to(root).as_posix().removesuffix(".meta")
+        if not any(fnmatch.fnmatch(rel, pattern) for pattern in only):
+            continue
+        for name, code in _read_json(meta)["exit_code_by_key"].items():
+            if name.removeprefix("src.") in equivalent:
+                continue
+            if code is None or (survivors and code not in _KILLED):
+                names.append(name)
+    return names
 
 
 def run_python(args: argparse.Namespace) -> int:
@@ -148,29 +194,23 @@ def run_python(args: argparse.Namespace) -> int:
     _sync_tree(package, PY_WORK / "src" / "epochguard")
     for folder in PY_TESTS:
         _sync_tree(ROOT / folder, PY_WORK / folder)
-    (PY_WORK / "pyproject.toml").write_text(_mutmut_config(only))
-    # mutmut skips a file whose copy in mutants/ is newer than the source, even if that copy was
-    # left unmutated by an earlier run with another selection: drop such copies of the targets.
-    # mutmut also keeps its test-to-function map (mutmut-stats.json) and caches "no tests" verdicts
-    # from a run that did not trampoline these files: drop both, so coverage is collected anew.
-    copies = PY_WORK / "mutants" / "src" / "epochguard"
-    fresh = False
-    for pattern in only:
-        for copy in copies.glob(pattern):
-            if "_mutmut_mutated" not in copy.read_text():
-                copy.unlink()
-                Path(f"{copy}.meta").unlink(missing_ok=True)
-                fresh = True
-    if fresh:
-        (PY_WORK / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
+    (PY_WORK / "pyproject.toml").write_text(_mutmut_config())
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    # A target left unmutated by an older version of this script: mutate it again (its verdicts stay).
+    copies = PY_WORK / "mutants" / "src" / "epochguard"
+    for pattern in PY_TARGETS:
+        for copy in copies.glob(pattern):
+            if "_mutmut_mutated" not in copy.read_text() and "def " in copy.read_text():
+                copy.unlink()
+    _run([sys.executable, "-c", _GENERATE], cwd=PY_WORK, env=env, check=True, stdout=subprocess.DEVNULL)
+    _mirror_support_files()
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)]
-    if args.rerun_survivors:
-        # After new tests: test again only what survived (mutmut keeps every other verdict).
-        names = [n for s in python_scores(load_equivalent()).values() for n in s.survived]
+    if args.only or args.changed or args.rerun_survivors:
+        names = _selected(only, load_equivalent(), survivors=args.rerun_survivors)
         if not names:
-            print("mutants: no survivors to test again")
+            print("mutants: nothing left to test in", " ".join(only))
             return 0
+        print(f"mutants: {len(names)} mutants to test in", " ".join(only), flush=True)
         cmd += names
     result = _run(cmd, cwd=PY_WORK, env=env)
     return result.returncode
@@ -341,7 +381,7 @@ def main() -> int:
     py.add_argument("--base", default="main")
     py.add_argument("--only", nargs="*", help="package-relative globs (default: every target)")
     py.add_argument("--max-children", type=int, default=2)
-    py.add_argument("--rerun-survivors", action="store_true", help="test only the last run's survivors again")
+    py.add_argument("--rerun-survivors", action="store_true", help="with the untested mutants, test again what survived last time")
     rs = sub.add_parser("rust")
     rs.add_argument("--changed", action="store_true")
     rs.add_argument("--base", default="main")

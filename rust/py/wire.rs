@@ -830,8 +830,21 @@ fn fetch_response(
         out.high_watermark = get(p, "high_watermark")?;
         out.last_stable_offset = get(p, "last_stable_offset")?;
         out.log_start_offset = get(p, "log_start_offset")?;
-        // No aborted transactions are tracked: null, as Kafka answers a read_uncommitted fetch.
+        // read_committed: the aborted transactions within the data returned; None is null, as
+        // Kafka answers a read_uncommitted fetch.
+        let aborted = p.getattr(intern!(p.py(), "aborted_transactions"))?;
         out.aborted_transactions = None;
+        if !aborted.is_none() {
+            let mut list = Vec::new();
+            for a in aborted.try_iter()? {
+                let a = a?;
+                let mut t = km::fetch_response::AbortedTransaction::default();
+                t.producer_id = km::ProducerId(get(&a, "producer_id")?);
+                t.first_offset = get(&a, "first_offset")?;
+                list.push(t);
+            }
+            out.aborted_transactions = Some(list);
+        }
         if version >= 11 {
             out.preferred_read_replica = km::BrokerId(get(p, "preferred_read_replica")?);
         }

@@ -9,6 +9,7 @@ from protocol_support import CONTROLLER, TP, recs, state
 from epochguard import Partition, ReplicaManager
 from epochguard.errors import Errors
 from epochguard.messages import (
+    EpochEndOffset,
     FetchPartition,
     FetchRequest,
     LeaderIdAndEpoch,
@@ -175,3 +176,13 @@ def test_checkpoint_writes_the_root_checkpoints_and_is_a_no_op_in_memory(tmp_pat
     rm.checkpoint()
     assert (tmp_path / "replication-offset-checkpoint").read_text() == "0\n1\nt 0 3\n"
     leading().checkpoint()  # no log dir: nothing to write, no error
+
+
+def test_offsets_for_leader_epoch_hosting_errors_name_their_partition():
+    rm = ReplicaManager(1)
+    rm.apply_partition_state(state(1, 2, isr=(1,), replicas=(1,)), 0)
+    request = OffsetsForLeaderEpochRequest((OffsetForLeaderPartition(TP.topic, 3, 1), OffsetForLeaderPartition("other", 5, 1)))
+    assert rm.handle(9, request, 0).partitions == (
+        EpochEndOffset(TP.topic, 3, Errors.NOT_LEADER_OR_FOLLOWER, -1, -1),
+        EpochEndOffset("other", 5, Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1),
+    )

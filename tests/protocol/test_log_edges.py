@@ -5,9 +5,9 @@ edges, and log start offsets."""
 from __future__ import annotations
 
 import pytest
-from protocol_support import TP, kafka_python_batch, recs
+from protocol_support import TP, kafka_python_batch, kafka_python_legacy_batch, recs
 
-from epochguard import PartitionLog, iter_batches
+from epochguard import CorruptRecordError, PartitionLog, iter_batches
 from epochguard.errors import MalformedFileError
 from epochguard.log import UnexpectedAppendOffsetError
 
@@ -44,6 +44,18 @@ def test_opening_a_partition_directory_without_a_log_file(tmp_path):
     log.append_as_leader(recs(2), 3)
     assert log.log_end_offset == 2 and log.leader_epoch_cache.entries() == [(3, 0)]
     assert [b.base_offset for b in iter_batches(d / "00000000000000000000.log")] == [0]
+
+
+def test_opening_without_a_checkpoint_rebuilds_the_epochs_from_batches_that_carry_one(tmp_path):
+    """A v2 batch with partition leader epoch -1 (written before KIP-101) and legacy message sets add
+    no epoch entry: the cache is rebuilt from the batches that have one (`LeaderEpochFileCache` is
+    only ever assigned epochs >= 0)."""
+    d = tmp_path / "t-0"
+    d.mkdir()
+    data = kafka_python_legacy_batch(0, [b"old"]) + kafka_python_batch(1, -1, [b"a", b"b"]) + kafka_python_batch(3, 2, [b"c"])
+    (d / "00000000000000000000.log").write_bytes(data)
+    log = PartitionLog.open(d)
+    assert log.log_end_offset == 4 and log.leader_epoch_cache.entries() == [(2, 3)]
 
 
 def test_opening_a_partition_directory_with_a_stray_log_file_is_a_typed_error_and_changes_nothing(tmp_path):
@@ -259,3 +271,31 @@ def test_a_directory_name_that_is_not_topic_dash_partition_is_refused_by_name(tm
 
     with pytest.raises(ValueError, match=r"^not a partition directory name: 'segments'$"):
         parse_partition_dir_name("segments")
+
+
+# --- a producer's raw batches ------------------------------------------------------------------------
+def test_append_raw_as_leader_stamps_offset_and_epoch_and_keeps_the_rest():
+    """The wire path (`Partition.append_records_to_leader` with bytes): kafka-python's batch keeps its
+    records and CRC; only the base offset (the log end) and the partition leader epoch are set."""
+    log = PartitionLog(TP)
+    log.append_as_leader(recs(2), 0)
+    produced = kafka_python_batch(0, -1, [b"a", b"b", b"c"])  # as a producer sends it: offset 0, no epoch
+    info = log.append_raw_as_leader(bytearray(produced), 3)
+    assert (info.first_offset, info.last_offset, info.batches) == (2, 4, 1)
+    assert batches_of(log)[-1] == (2, 3, [b"a", b"b", b"c"])
+    assert log.leader_epoch_cache.entries() == [(0, 0), (3, 2)]
+    assert log.log_end_offset == 5
+    fresh = PartitionLog(TP)
+    fresh.append_raw_as_leader(produced, 0)  # epoch 0 is a real epoch
+    assert batches_of(fresh) == [(0, 0, [b"a", b"b", b"c"])]
+
+
+def test_append_raw_as_leader_refuses_a_negative_epoch_and_data_without_a_batch():
+    log = PartitionLog(TP)
+    with pytest.raises(ValueError, match="invalid leader epoch -1"):
+        log.append_raw_as_leader(kafka_python_batch(0, -1, [b"a"]), -1)
+    with pytest.raises(CorruptRecordError, match="no record batch"):
+        log.append_raw_as_leader(b"", 1)
+    with pytest.raises(CorruptRecordError):
+        log.append_raw_as_leader(kafka_python_batch(0, -1, [b"a"])[:-1], 1)  # one byte short
+    assert log.log_end_offset == 0 and log.leader_epoch_cache.entries() == []

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import epochguard
 
 PACKAGE = Path(epochguard.__file__).parent
@@ -47,3 +49,10 @@ def test_follower_reads_the_broker_epoch_through_its_getter():
     rm.broker_epoch = 9  # re-registered: the next fetch carries the new epoch
     [fetch] = [r for _, r in rm.poll_requests(0) if isinstance(r, FetchRequest)]
     assert fetch.replica_id == 2 and fetch.replica_epoch == 9
+
+
+def test_any_other_missing_name_of_the_leader_module_is_an_attribute_error():
+    import epochguard.leader
+
+    with pytest.raises(AttributeError, match="module 'epochguard.leader' has no attribute 'ReplicaFetcher'"):
+        epochguard.leader.ReplicaFetcher  # noqa: B018

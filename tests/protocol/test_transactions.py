@@ -12,6 +12,7 @@ from protocol_support import TP, recs, state
 from epochguard._core import encode_batch, iter_batches
 from epochguard.consumer import Consumer
 from epochguard.consumer.fetch_collector import CompletedFetch
+from epochguard.errors import Errors
 from epochguard.leader import Partition
 from epochguard.log import AbortedTxn, PartitionLog
 from epochguard.messages import (
@@ -22,6 +23,7 @@ from epochguard.messages import (
     FetchResponse,
     ListOffsetsPartition,
     TxnMarker,
+    WriteTxnMarkerResult,
     WriteTxnMarkersRequest,
 )
 from epochguard.replica_manager import ReplicaManager
@@ -234,3 +236,74 @@ def test_fetch_response_carries_aborted_transactions_into_the_consumer():
     c.on_response(node, fetch, FetchResponse((data,)), 0)
     assert [r.key for r in c.poll().records()] == [b"commit1-1", b"commit1-2", b"commit2-1"]
     assert c.position(TP).offset == 11
+
+
+def test_collect_aborted_transactions_takes_what_overlaps_the_half_open_range():
+    """`LogSegment.collectAbortedTxns`: a transaction whose ABORT marker is at `start` overlaps it; one
+    that begins at `upper` does not."""
+    log = PartitionLog(TP)
+    for raw in (txn_batch(8, 0, "a", "b"), marker(8, 2, commit=False), txn_batch(9, 3, "c"), marker(9, 4, commit=False)):
+        log.append_as_follower(raw)
+    first, second = AbortedTxn(8, 0, 2), AbortedTxn(9, 3, 4)
+    assert log.aborted_transactions == [first, second]
+    assert log.collect_aborted_transactions(2, 3) == [first]  # its marker is at the start
+    assert log.collect_aborted_transactions(3, 4) == [second]
+    assert log.collect_aborted_transactions(0, 3) == [first]  # the second begins at the upper bound
+    assert log.collect_aborted_transactions(5, 9) == []
+
+
+def test_a_marker_written_by_the_leader_is_a_kafka_control_record():
+    """`EndTransactionMarker`: key (version 0, type COMMIT 1 / ABORT 0), value (version 0, coordinator
+    epoch), in a transactional control batch of the producer."""
+    log = PartitionLog(TP)
+    log.append_as_leader(recs(1), 3, producer_id=4, producer_epoch=2, transactional=True)
+    log.append_txn_marker(4, 2, commit=False, coordinator_epoch=7, leader_epoch=3)
+    log.append_txn_marker(4, 2, commit=True, coordinator_epoch=300, leader_epoch=3)
+    _, abort, commit = iter_batches(log.read(0))
+    for batch, kind, coordinator_epoch in ((abort, 0, 7), (commit, 1, 300)):
+        assert batch.is_control and batch.is_transactional and batch.producer_id == 4
+        [record] = batch.records()
+        assert record.key == struct.pack(">hh", 0, kind)
+        assert record.value == struct.pack(">hi", 0, coordinator_epoch)
+
+
+def test_write_txn_markers_answers_each_marker_with_its_partition_and_error():
+    """`KafkaApis.handleWriteTxnMarkersRequest`: one result per marker, with the hosting error of a
+    partition this broker does not lead; the marker batch carries the time it was written."""
+    rm = ReplicaManager(1)
+    rm.apply_partition_state(state(1, 3, isr=(1,), replicas=(1,)), 0)
+    rm.partitions[TP].append_records_to_leader(recs(1), acks=1, min_insync_replicas=1, now_ms=0, producer_id=4,
+                                               producer_epoch=1, transactional=True)
+    markers = (TxnMarker(4, 1, True, 0, TP.topic, 0), TxnMarker(4, 1, True, 0, TP.topic, 7), TxnMarker(4, 1, True, 0, "other", 0))
+    response = rm.handle(-1, WriteTxnMarkersRequest(markers), 5_000)
+    assert response.partitions == (
+        WriteTxnMarkerResult(4, TP.topic, 0, Errors.NONE),
+        WriteTxnMarkerResult(4, TP.topic, 7, Errors.NOT_LEADER_OR_FOLLOWER),  # a known topic, not hosted here
+        WriteTxnMarkerResult(4, "other", 0, Errors.UNKNOWN_TOPIC_OR_PARTITION),
+    )
+    _, written = iter_batches(rm.partitions[TP].log.read(0))
+    assert written.is_control and written.max_timestamp == 5_000
+    rm.set_log_dir_offline()
+    offline = rm.handle(-1, WriteTxnMarkersRequest(markers[:1]), 6_000)
+    assert offline.partitions == (WriteTxnMarkerResult(4, TP.topic, 0, Errors.KAFKA_STORAGE_ERROR),)
+
+
+def test_a_marker_waits_for_the_follower_to_fetch_past_it_and_is_answered_to_its_sender():
+    """acks=all for the marker itself: a follower that has every record before the marker but not the
+    marker keeps the answer waiting; the answer goes to the coordinator that sent the request."""
+    from protocol_support import Network, brokers
+
+    net = Network(brokers(2))
+    for rm in net.brokers.values():
+        rm.apply_partition_state(state(1, 1, isr=(1, 2), replicas=(1, 2)), 0)
+    leader = net.brokers[1]
+    leader.partitions[TP].append_records_to_leader(recs(2), acks=1, min_insync_replicas=1, now_ms=0, producer_id=4,
+                                                   producer_epoch=1, transactional=True)
+    net.pump(0)
+    assert leader.partitions[TP].log.high_watermark == 2  # the follower has both records
+    request = WriteTxnMarkersRequest((TxnMarker(4, 1, False, 0, TP.topic, 0),))
+    assert leader.handle(42, request, 0) is None  # the marker is at offset 2: waiting for the follower
+    net.pump(0)
+    [(node, sent, response)] = leader.poll_responses(0)
+    assert node == 42 and sent is request
+    assert response.partitions == (WriteTxnMarkerResult(4, TP.topic, 0, Errors.NONE),)

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from epochguard.__main__ import main
 from epochguard.logdir import read_log_dir
 from epochguard.types import TopicPartition
@@ -49,6 +51,7 @@ def test_simulate_refuses_a_used_log_dir(tmp_path, capsys) -> None:
     assert "not empty" in capsys.readouterr().err
 
 
+@pytest.mark.no_mutants  # two runs of the same mutant compared, as in test_determinism
 def test_run_scenario_can_overwrite_its_own_log_dirs(tmp_path) -> None:
     from epochguard.sim import run_scenario
 

@@ -4,8 +4,11 @@ metadata going back to epoch 0."""
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
+from epochguard._core import encode_batch
 from epochguard.sim import invariants as inv
 from epochguard.sim.cluster import Cluster, ClusterConfig
 from epochguard.sim.controller import Election
@@ -137,3 +140,99 @@ def test_a_lost_acknowledged_record_says_the_leader_has_nothing_there(cluster: C
     cluster.checker.check_step()
     [v] = [v for v in cluster.checker.violations if v.invariant == inv.ACKED_DURABLE][:1]
     assert f"at offset {acked.offset}" in v.message and "has nothing there" in v.message
+
+
+# --- skips the checker excuses, and the ones it must not -------------------------------------------
+def _txn(pid: int, base: int, value: bytes) -> bytes:
+    return encode_batch([(b"k", value)], base_offset=base, partition_leader_epoch=0, producer_id=pid, producer_epoch=0,
+                        base_sequence=0, is_transactional=True)
+
+
+def _marker(pid: int, base: int, commit: bool) -> bytes:
+    return encode_batch([(struct.pack(">hh", 0, 1 if commit else 0), struct.pack(">hi", 0, 0))], base_offset=base,
+                        partition_leader_epoch=0, producer_id=pid, producer_epoch=0, is_transactional=True, is_control=True)
+
+
+def _at(cluster: Cluster, broker: int, offset: int) -> ConsumerRecord:
+    epoch, key, value = cluster.log(broker, TP).records_between(offset, offset + 1)[offset]
+    return ConsumerRecord(TP.topic, TP.partition, offset, 0, 0, key, value, (), epoch)
+
+
+@pytest.fixture
+def interleaved(cluster: Cluster) -> Cluster:
+    """Broker 2's log from offset 2: producer 8's transaction (aborted) and producer 9's (committed)
+    interleaved, their markers, then a plain record: 2 txn-8, 3 txn-9, 4 ABORT(8), 5 COMMIT(9), 6 plain."""
+    log = cluster.log(2, TP)
+    log.truncate_to(2)
+    for raw in (_txn(8, 2, b"aborted"), _txn(9, 3, b"committed"), _marker(8, 4, False), _marker(9, 5, True)):
+        log.append_as_follower(raw)
+    log.append_as_follower(encode_batch([(b"k", b"plain")], base_offset=6, partition_leader_epoch=0))
+    return cluster
+
+
+def test_read_committed_skips_over_aborted_records_and_markers_are_excused(interleaved: Cluster) -> None:
+    checker = interleaved.checker
+    for offset in (0, 1, 3, 6):  # 2 (aborted) and the markers at 4, 5 are not returned
+        checker.on_consumed("rc", _at(interleaved, 2, offset), 2, read_committed=True)
+    assert checker.violations == []
+
+
+def test_read_committed_skipping_a_committed_transaction_is_flagged(interleaved: Cluster) -> None:
+    checker = interleaved.checker
+    for offset in (0, 1, 6):  # producer 9's committed record at 3 lies inside producer 8's aborted range
+        checker.on_consumed("rc", _at(interleaved, 2, offset), 2, read_committed=True)
+    [v] = checker.violations
+    assert v.invariant == inv.CONSUMER_CONTINUITY and "skipped offsets 2..5" in v.message
+
+
+def test_read_uncommitted_skipping_an_aborted_record_is_flagged(interleaved: Cluster) -> None:
+    checker = interleaved.checker
+    for offset in (0, 1, 3):
+        checker.on_consumed("ru", _at(interleaved, 2, offset), 2)
+    [v] = checker.violations
+    assert "skipped offsets 2..2" in v.message
+
+
+def test_a_skip_over_offsets_missing_from_the_log_is_flagged(cluster: Cluster) -> None:
+    log = cluster.log(2, TP)
+    log.truncate_to(2)
+    log.append_as_follower(_marker(8, 5, False))  # offsets 2..4 are not in broker 2's log at all
+    log.append_as_follower(encode_batch([(b"k", b"later")], base_offset=6, partition_leader_epoch=0))
+    checker = cluster.checker
+    for offset in (0, 1, 6):
+        checker.on_consumed("c", _at(cluster, 2, offset), 2)
+    [v] = checker.violations
+    assert "skipped offsets 2..5" in v.message
+
+
+def test_a_skip_served_by_a_broker_the_cluster_does_not_have_is_flagged(cluster: Cluster) -> None:
+    checker = cluster.checker
+    checker.on_consumed("c", _real(cluster, 0), 1)
+    checker.on_consumed("c", _real(cluster, 2), 99)
+    [v] = checker.violations
+    assert "skipped offsets 1..1" in v.message
+
+
+def test_an_abort_known_before_the_delivery_is_flagged_at_the_delivery() -> None:
+    cluster = Cluster(ClusterConfig(consumers=0, monitor=False), seed=1)
+    checker = cluster.checker
+    checker.on_txn_aborted(TP, (b"gone",))
+    checker.on_consumed("u", ConsumerRecord(TP.topic, 0, 4, 0, 0, b"k", b"gone", (), 0), 1)  # read_uncommitted may
+    assert checker.violations == []
+    checker.on_consumed("c", ConsumerRecord(TP.topic, 0, 4, 0, 0, b"k", b"gone", (), 0), 1, read_committed=True)
+    [v] = checker.violations
+    assert (v.invariant, v.node, v.partition) == (inv.READ_COMMITTED, "c", "events-0")
+    assert "delivered 'gone' at offset 4, a record of an aborted transaction" in v.message
+
+
+def test_an_abort_learned_after_the_delivery_names_the_consumer_partition_and_offset() -> None:
+    cluster = Cluster(ClusterConfig(consumers=0, monitor=False), seed=1)
+    checker = cluster.checker
+    checker.on_consumed("c", ConsumerRecord(TP.topic, 0, 4, 0, 0, b"k", b"gone", (), 0), 1, read_committed=True)
+    checker.on_consumed("c", ConsumerRecord(TP.topic, 0, 5, 0, 0, b"k", b"kept", (), 0), 1, read_committed=True)
+    checker.on_txn_aborted(TP, (b"gone",))
+    [v] = checker.violations
+    assert (v.invariant, v.node, v.partition) == (inv.READ_COMMITTED, "c", "events-0")
+    assert "delivered 'gone' at offset 4, a record of an aborted transaction" in v.message
+    checker.on_txn_aborted(TP, (b"other",))  # the same delivery is not reported twice
+    assert len(checker.violations) == 1

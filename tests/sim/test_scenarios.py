@@ -33,6 +33,7 @@ def test_pre_kip320_breaks_the_targeted_invariant(name: str) -> None:
     assert violation.trace, "a violation carries the events leading to it"
 
 
+@pytest.mark.no_mutants  # the seed-0 tests above assert the same; three more seeds per mutant are a third of the oracle
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("name", sorted(TARGETED))
 def test_scenarios_hold_across_seeds(name: str, seed: int) -> None:

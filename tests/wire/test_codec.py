@@ -17,6 +17,7 @@ from epochguard import _core
 from epochguard.api_versions import BROKER_API_VERSIONS, ApiKey, ApiVersionsRequest, ApiVersionsResponse
 from epochguard.errors import CorruptFrameError, EpochGuardError, Errors, UnsupportedVersionError
 from epochguard.messages import (
+    AbortedTransaction,
     DivergingEpoch,
     FetchPartition,
     FetchPartitionData,
@@ -285,10 +286,11 @@ def test_fetch_request(version: int) -> None:
 def fetch_response_message(records: bytes) -> FetchResponse:
     return FetchResponse(
         (
-            FetchPartitionData("events", 0, high_watermark=120, last_stable_offset=120, log_start_offset=0,
+            FetchPartitionData("events", 0, high_watermark=120, last_stable_offset=110, log_start_offset=0,
                                diverging_epoch=DivergingEpoch(3, 90), current_leader=LeaderIdAndEpoch(2, 5),
-                               preferred_read_replica=-1, records=records),
-            FetchPartitionData("events", 2, Errors.FENCED_LEADER_EPOCH),
+                               preferred_read_replica=-1, records=records,
+                               aborted_transactions=(AbortedTransaction(1001, 40), AbortedTransaction(1002, 97))),
+            FetchPartitionData("events", 2, Errors.FENCED_LEADER_EPOCH, aborted_transactions=()),
             FetchPartitionData("input", 1, high_watermark=0, last_stable_offset=0, log_start_offset=0),
         ),
         throttle_time_ms=1,
@@ -305,7 +307,10 @@ def test_fetch_response(version: int) -> None:
     got = {(t.topic, p.partition_index): p for t in parsed.responses for p in t.partitions}
     assert list(got) == [("events", 0), ("events", 2), ("input", 1)]
     p0 = got["events", 0]
-    assert (p0.error_code, p0.high_watermark, p0.last_stable_offset) == (0, 120, 120)
+    assert (p0.error_code, p0.high_watermark, p0.last_stable_offset) == (0, 120, 110)
+    # read_committed: the aborted transactions in the range; read_uncommitted: null, as Kafka sends.
+    assert [(a.producer_id, a.first_offset) for a in p0.aborted_transactions] == [(1001, 40), (1002, 97)]
+    assert got["events", 2].aborted_transactions == [] and got["input", 1].aborted_transactions is None
     assert p0.log_start_offset == (0 if version >= 5 else -1)
     assert bytes(p0.records) == records
     if version >= 12:

@@ -13,12 +13,15 @@ from epochguard.messages import (
     FetchResponse,
     MetadataRequest,
     MetadataResponse,
+    MetadataResponseBroker,
     ProducePartition,
     ProduceRequest,
     ProduceResponse,
 )
 from epochguard.records import encode_batch, iter_batches
-from epochguard.sim.faults import Crash
+from epochguard.sim.faults import Crash, StaleMetadata
+from epochguard.sim.network import Envelope, broker_node
+from epochguard.sim.scenarios import topic_id
 from epochguard.wire import codec
 from epochguard.wire.endpoint import Endpoint
 from epochguard.wire.engine import WireCluster
@@ -150,3 +153,42 @@ def test_produces_pipeline_behind_waiting_acks_but_answers_stay_in_order(wire: W
     answers = steps(wire, 20)
     assert [h.correlation_id for _, h, _ in answers] == [1, 2, 3]
     assert [r.partitions[0].base_offset for _, _, r in answers[:2]] == [0, 1]
+
+
+def _sim_metadata(wire: WireCluster, broker: int, request: MetadataRequest) -> MetadataResponse:
+    """What `broker` answers a simulated client that asks over the simulated network."""
+    wire.cluster.brokers[broker].receive(Envelope("probe", broker_node(broker), request, -1, wire.now_ms))
+    wire.cluster.clock.advance(1000)  # past any network delay
+    (answer,) = [e.payload for e in wire.cluster.network.due() if e.dst == "probe"]
+    return answer
+
+
+@pytest.mark.parametrize("topics", [("input", "absent", "events"), None])
+def test_a_broker_tells_a_real_client_what_it_tells_a_simulated_one_but_for_the_listeners(
+        wire: WireCluster, topics: tuple[str, ...] | None) -> None:
+    wire.fire(StaleMetadata(2, lag_ms=10_000))  # broker 2's cache stops here: both answers must say the same
+    wire.fire(Crash(3))
+    steps(wire, 100)
+    request = MetadataRequest(topics, version=12)
+    conn = wire.connect(2)
+    wire.submit(conn, header(3, 12), request)
+    ((_, _, on_wire),) = wire.drain()
+    assert isinstance(on_wire, MetadataResponse) and on_wire.version == 12
+    names = [t.name for t in on_wire.topics]
+    assert names == (["events", "input"] if topics is None else list(topics))
+    by_name = {t.name: t for t in on_wire.topics}
+    if topics is not None:
+        assert by_name["absent"].error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+    events = by_name["events"]
+    assert events.topic_id == topic_id("events") and events.error_code == Errors.NONE
+    (p,) = events.partitions
+    assert (p.leader_id, p.leader_epoch) == (1, 0)
+    # broker 2 has not heard that broker 3 died: it still lists it, and nothing offline
+    assert [b.node_id for b in on_wire.brokers] == [1, 2, 3] and p.offline_replicas == ()
+    assert [(b.host, b.port) for b in on_wire.brokers] == [ADDRESSES[b] for b in (1, 2, 3)]
+    assert on_wire.controller_id == 1 and on_wire.cluster_id
+
+    on_sim = _sim_metadata(wire, 2, request)
+    assert on_sim == MetadataResponse(on_wire.topics, tuple(MetadataResponseBroker(b.node_id) for b in on_wire.brokers),
+                                      on_wire.cluster_id, on_wire.controller_id, version=12)
+    assert _sim_metadata(wire, 1, request).brokers == (MetadataResponseBroker(1), MetadataResponseBroker(2))

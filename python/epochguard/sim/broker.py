@@ -10,7 +10,7 @@ checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -34,6 +34,7 @@ from epochguard.sim.controller import (
     BrokerHeartbeatResponse,
     LeaderAndIsr,
     UpdateMetadata,
+    topic_id,
 )
 from epochguard.sim.events import FetchServed
 from epochguard.sim.network import Disconnected, Envelope, broker_node
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from epochguard.sim.context import ActorContext
 
 CONTROLLER_ID = 0  # how the ReplicaManager addresses the controller (brokers are 1..n)
+CLUSTER_ID = "epochguard-sim"  # what Metadata answers name the cluster
 
 
 class Broker:
@@ -58,6 +60,7 @@ class Broker:
         self.metadata_lag_ms = 0
         self.alive = True
         self.on_delayed_response: Callable[[Any, Any], None] | None = None
+        self._cluster_topics = sorted({tp.topic for tp in ctx.config.assignment()})
         self._boot()
 
     def _boot(self) -> None:
@@ -142,7 +145,7 @@ class Broker:
         elif isinstance(msg, UpdateMetadata):
             self._metadata_queue.append((now + self.metadata_lag_ms, msg))
         elif isinstance(msg, MetadataRequest):
-            self.ctx.network.reply(env, self._metadata_response())
+            self.ctx.network.reply(env, self.metadata_response(msg))
         else:
             client = -1 if not env.src.startswith("broker-") else int(env.src.rsplit("-", 1)[1])
             response = self.manager.handle(client, msg, now)
@@ -250,23 +253,34 @@ class Broker:
                 for b in self.ctx.broker_ids
             )
 
-    def _metadata_response(self) -> MetadataResponse:
-        topic = self.ctx.config.topic
+    def metadata_response(self, request: MetadataRequest,
+                          listeners: Mapping[int, tuple[str, int]] | None = None) -> MetadataResponse:
+        """Kafka's `KafkaApis.handleTopicMetadataRequest` over this broker's metadata cache, which lags
+        the controller by `metadata_lag_ms` (the stale-metadata fault). The one Metadata answer, for
+        simulated clients and for real ones on the wire (`epochguard.wire.engine`), which pass the
+        brokers' `listeners` (host, port); without them every broker is Kafka's default localhost:9092.
+        """
         md = self.metadata
-        if md is None:
-            return MetadataResponse((MetadataResponseTopic(topic, error_code=Errors.LEADER_NOT_AVAILABLE),))
-        partitions = tuple(
-            MetadataResponsePartition(
-                st.partition_index,
-                st.leader,
-                st.leader_epoch,
-                st.replicas,
-                st.isr,
-                tuple(b for b in st.replicas if b not in md.alive_brokers),
-                Errors.NONE if st.leader >= 0 else Errors.LEADER_NOT_AVAILABLE,
-            )
-            for st in md.partitions
-            if st.topic == topic
-        )
-        brokers = tuple(MetadataResponseBroker(b) for b in md.alive_brokers)
-        return MetadataResponse((MetadataResponseTopic(topic, partitions),), brokers, controller_id=CONTROLLER_ID)
+        alive = sorted(md.alive_brokers) if md is not None else []
+        brokers = tuple(MetadataResponseBroker(b) if listeners is None else MetadataResponseBroker(b, *listeners[b])
+                        for b in alive)
+        names = self._cluster_topics if request.topics is None else list(request.topics)
+        topics = []
+        for name in names:
+            if name not in self._cluster_topics:
+                topics.append(MetadataResponseTopic(name, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION))
+            elif md is None:  # registered, but no UpdateMetadata yet
+                topics.append(MetadataResponseTopic(name, topic_id=topic_id(name), error_code=Errors.LEADER_NOT_AVAILABLE))
+            else:
+                partitions = tuple(
+                    MetadataResponsePartition(
+                        st.partition_index, st.leader, st.leader_epoch, st.replicas, st.isr,
+                        tuple(b for b in st.replicas if b not in alive),
+                        Errors.NONE if st.leader >= 0 else Errors.LEADER_NOT_AVAILABLE,
+                    )
+                    for st in md.partitions if st.topic == name
+                )
+                topics.append(MetadataResponseTopic(name, partitions, topic_id=topic_id(name)))
+        # KRaft brokers name a random alive broker as the controller (clients only use it for admin calls).
+        controller = alive[0] if alive else -1
+        return MetadataResponse(tuple(topics), brokers, CLUSTER_ID, controller, version=request.version)

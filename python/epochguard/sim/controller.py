@@ -18,16 +18,24 @@ protocol (the leader's epoch fencing) to decide, and that is what the simulator 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from epochguard.errors import Errors
+from epochguard.logdir import kafka_uuid
 from epochguard.messages import AlterPartitionRequest, AlterPartitionResponse, LeaderAndIsrPartitionState
 from epochguard.sim.network import Envelope, Network, broker_node
 from epochguard.sim.timeline import Timeline
 from epochguard.types import TopicPartition
 
 CONTROLLER = "controller"
+
+
+def topic_id(topic: str) -> str:
+    """The id the controller gives a simulated topic: the same in every run, as Metadata answers and
+    `partition.metadata` files show."""
+    return kafka_uuid(uuid.uuid5(uuid.NAMESPACE_URL, f"https://epochguard/sim/{topic}"))
 
 
 # --- controller <-> broker messages (sim-only envelopes around the shared message types) ---------

@@ -22,16 +22,16 @@ protocol exists to prevent. Under "kip-320" the checker must find nothing; under
 from __future__ import annotations
 
 import shutil
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from epochguard.logdir import kafka_uuid, write_log_dir
+from epochguard.logdir import write_log_dir
 from epochguard.sim.clock import SeededRandom
 from epochguard.sim.cluster import Cluster, ClusterConfig
 from epochguard.sim.consumer import ConsumedRecord
+from epochguard.sim.controller import topic_id
 from epochguard.sim.faults import (
     Crash,
     Heal,
@@ -213,11 +213,6 @@ def run_scenario(
     existing `broker-<id>/` dirs are an error unless `overwrite` (then they are deleted first)."""
     scenario = build_scenario(name, seed=seed, partitions=partitions, steps=steps)
     return run(scenario, seed=seed, protocol=protocol, log_dir=log_dir, overwrite=overwrite)
-
-
-def topic_id(topic: str) -> str:
-    """A stable topic id for the simulated topic (the same in every run, as `partition.metadata` shows)."""
-    return kafka_uuid(uuid.uuid5(uuid.NAMESPACE_URL, f"https://epochguard/sim/{topic}"))
 
 
 def run(

@@ -32,10 +32,6 @@ from epochguard.messages import (
     LeaveGroupRequest,
     ListOffsetsRequest,
     MetadataRequest,
-    MetadataResponse,
-    MetadataResponseBroker,
-    MetadataResponsePartition,
-    MetadataResponseTopic,
     OffsetCommitRequest,
     OffsetFetchRequest,
     OffsetsForLeaderEpochRequest,
@@ -44,7 +40,6 @@ from epochguard.messages import (
 )
 from epochguard.sim.cluster import Cluster
 from epochguard.sim.faults import Fault
-from epochguard.sim.scenarios import topic_id
 from epochguard.wire.messages import (
     Coordinator,
     FindCoordinatorRequest,
@@ -54,10 +49,9 @@ from epochguard.wire.messages import (
 )
 from epochguard.wire.scenarios import WireScenario
 
-__all__ = ["WireCluster", "Connection", "Observer", "MAX_QUEUED_REQUESTS", "CLUSTER_ID"]
+__all__ = ["WireCluster", "Connection", "Observer", "MAX_QUEUED_REQUESTS"]
 
 MAX_QUEUED_REQUESTS = 64  # per connection; the socket layer stops reading beyond it
-CLUSTER_ID = "epochguard-sim"
 _BROKER_REPLICA_CONSUMER = -1
 
 
@@ -222,7 +216,7 @@ class WireCluster:
                 conn.software_version = request.client_software_version
             self._answer(waiting, broker.manager.handle(_BROKER_REPLICA_CONSUMER, request, now))
         elif isinstance(request, MetadataRequest):
-            self._answer(waiting, self._metadata(conn.broker_id, request))
+            self._answer(waiting, broker.metadata_response(request, self.addresses))
         elif isinstance(request, FetchRequest):
             waiting.deadline_ms = now + max(0, request.max_wait_ms)
             response = broker.manager.handle(_BROKER_REPLICA_CONSUMER, request, now)
@@ -306,34 +300,6 @@ class WireCluster:
         waiting = self._delayed.pop(id(request), None)
         if waiting is not None:
             self._answer(waiting, response)
-
-    # --- metadata --------------------------------------------------------------------------------
-    def _metadata(self, broker_id: int, request: MetadataRequest) -> MetadataResponse:
-        """What this broker's metadata cache says (stale if the scenario delays its updates)."""
-        md = self.cluster.brokers[broker_id].metadata
-        alive = md.alive_brokers if md is not None else ()
-        brokers = tuple(MetadataResponseBroker(b, *self.addresses[b]) for b in sorted(alive))
-        hosted = sorted({tp.topic for tp in self.all_partitions})
-        names = hosted if request.topics is None else list(request.topics)
-        topics = []
-        for name in names:
-            if name not in hosted:
-                topics.append(MetadataResponseTopic(name, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION))
-                continue
-            if md is None:
-                topics.append(MetadataResponseTopic(name, topic_id=topic_id(name), error_code=Errors.LEADER_NOT_AVAILABLE))
-                continue
-            partitions = tuple(
-                MetadataResponsePartition(
-                    st.partition_index, st.leader, st.leader_epoch, st.replicas, st.isr,
-                    tuple(b for b in st.replicas if b not in alive),
-                    Errors.NONE if st.leader >= 0 else Errors.LEADER_NOT_AVAILABLE,
-                )
-                for st in md.partitions if st.topic == name
-            )
-            topics.append(MetadataResponseTopic(name, partitions, topic_id=topic_id(name)))
-        controller = min(alive) if alive else -1
-        return MetadataResponse(tuple(topics), brokers, CLUSTER_ID, controller, version=request.version)
 
     # --- queries ---------------------------------------------------------------------------------
     def leader_log(self, tp: Any) -> Any:

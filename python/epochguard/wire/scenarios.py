@@ -260,8 +260,17 @@ def leader_bounce() -> WireScenario:
                         "leaders crash and restart one after another, clean elections only, under acks=all traffic")
 
 
+def transactions() -> WireScenario:
+    cfg = replace(BASE, producers=(-1,), transactional_producers=1, abort_every=3)
+    return WireScenario("transactions", cfg, (),
+                        "no faults; the simulated producer writes `events` in transactions of two batches and aborts "
+                        "every third: read_committed clients must skip the aborted records, read_uncommitted ones get "
+                        "them all")
+
+
 SCENARIOS: dict[str, Callable[[], WireScenario]] = {
     "clean": clean,
+    "transactions": transactions,
     "unclean-election": unclean_election,
     "unclean-empty-leader": unclean_empty_leader,
     "zombie-leader": zombie_leader,

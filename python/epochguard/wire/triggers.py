@@ -6,6 +6,11 @@ and it has since received an empty fetch at the log end. The two differ for clie
 position's epoch on an empty fetch. `--trigger commit` waits for a commit on the partition, `--trigger
 ack` for an acknowledged acks=all produce to `input`.
 
+A consumer is only ever caught up when nothing new arrives for a whole long poll (real clients wait
+500 ms; the scenario's producer writes every 50 ms). So while `caught-up` waits, the runner pauses the
+scenario's simulated producers (unless the scenario paused them itself) and resumes them when the
+trigger stage ends, just before its faults; both are traced as faults like any other.
+
 `StageRunner` walks a scenario's stages: each waits for its condition (cluster ready, a predicate on
 the cluster, the client trigger) and at least `min_steps`, then its faults are scheduled at their step
 offsets and fired through the `fire` callback (which traces them). The wall clock is consulted only
@@ -23,7 +28,7 @@ from epochguard.errors import Errors
 from epochguard.messages import FetchRequest, FetchResponse, OffsetCommitRequest, ProduceRequest, ProduceResponse
 from epochguard.sim.faults import Fault
 from epochguard.wire.judge import batch_spans
-from epochguard.wire.scenarios import INPUT, READY, TRIGGER, WireScenario
+from epochguard.wire.scenarios import INPUT, READY, TRIGGER, PauseProducers, ResumeProducers, WireScenario
 
 __all__ = ["TRIGGERS", "ClientTrigger", "StageRunner"]
 
@@ -109,6 +114,7 @@ class StageRunner:
         self.last_fault_step = 0
         self.settled_step: int | None = None
         self.trigger_outcome: str | None = None  # "met" or "timed out"
+        self._paused_producers = False  # by this runner, for `caught-up`
 
     # --- observer --------------------------------------------------------------------------------
     def on_exchange(self, conn: Any, header: Any, request: Any, response: Any, applied_step: int, step: int) -> None:
@@ -152,6 +158,10 @@ class StageRunner:
             if self.trigger_wait_since is None:
                 self.trigger_wait_since = now
                 self.on_event("trigger-armed", {"step": step, "trigger": self.trigger.mode})
+                cluster = wire.cluster
+                if self.trigger.mode == "caught-up" and any(p in cluster.clients for p in cluster.producers):
+                    self.fire(PauseProducers())
+                    self._paused_producers = True
             if self.trigger.met():
                 self.trigger_outcome = "met"
             elif now - self.trigger_wait_since >= self.timeout_s:
@@ -159,6 +169,9 @@ class StageRunner:
             else:
                 return False
             self.on_event("trigger", {"step": step, "trigger": self.trigger.mode, "outcome": self.trigger_outcome})
+            if self._paused_producers:
+                self.fire(ResumeProducers())
+                self._paused_producers = False
             return True
         return bool(stage.wait(wire.cluster))
 

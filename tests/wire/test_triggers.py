@@ -9,11 +9,11 @@ from epochguard.errors import Errors
 from epochguard.messages import FetchPartition, FetchRequest, FetchResponse
 from epochguard.records import iter_batches
 from epochguard.sim.faults import Fault
-from epochguard.types import TopicPartition
+from epochguard.types import IsolationLevel, TopicPartition
 from epochguard.wire import codec
 from epochguard.wire.engine import Connection, WireCluster
 from epochguard.wire.scenarios import PauseProducers, ResumeProducers, build
-from epochguard.wire.triggers import StageRunner
+from epochguard.wire.triggers import ClientTrigger, StageRunner
 
 ADDRESSES = {1: ("127.0.0.1", 9001), 2: ("127.0.0.1", 9002), 3: ("127.0.0.1", 9003)}
 EVENTS = TopicPartition("events", 0)
@@ -23,8 +23,9 @@ FETCH_WAIT_MS = 500  # what librdkafka, kafka-python and aiokafka wait by defaul
 class Follower:
     """A consumer of events-0 from offset 0 on whichever broker leads it, long-polling as real clients do."""
 
-    def __init__(self, wire: WireCluster) -> None:
+    def __init__(self, wire: WireCluster, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED) -> None:
         self.wire = wire
+        self.isolation = isolation
         self.conn: Connection | None = None
         self.offset = 0
         self.waiting = False
@@ -46,7 +47,8 @@ class Follower:
                 return
         self.waiting = True
         self.wire.submit(self.conn, codec.RequestHeader(1, 12, 1, "follower"), FetchRequest(
-            (FetchPartition(EVENTS.topic, EVENTS.partition, self.offset),), max_wait_ms=FETCH_WAIT_MS, version=12))
+            (FetchPartition(EVENTS.topic, EVENTS.partition, self.offset),), max_wait_ms=FETCH_WAIT_MS,
+            isolation_level=self.isolation, version=12))
 
     def _on_fetch(self, response: FetchResponse) -> None:
         (p,) = response.partitions
@@ -56,7 +58,8 @@ class Follower:
         batches = list(iter_batches(p.records))
         if batches:
             self.offset = batches[-1].next_offset
-        elif self.offset >= p.high_watermark:
+        elif self.offset >= (p.last_stable_offset if self.isolation == IsolationLevel.READ_COMMITTED
+                             else p.high_watermark):
             self.empty_at_end += 1
 
 
@@ -102,3 +105,45 @@ def test_served_fires_under_the_producers_traffic(scenario: str) -> None:
     # Only a scenario that pauses its producers itself (before the trigger) pauses them.
     assert (PauseProducers in kinds) == (scenario in ("unclean-election", "zombie-leader"))
     assert runner.settled
+
+
+class _Watch:
+    """A `ClientTrigger` as a WireCluster observer."""
+
+    def __init__(self, trigger: ClientTrigger) -> None:
+        self.trigger = trigger
+
+    def on_exchange(self, conn: Connection, header: object, request: object, response: object, applied_step: int,
+                    step: int) -> None:
+        self.trigger.observe(conn.client_id, request, response)
+
+    def on_fault(self, fault: Fault, step: int) -> None:
+        pass
+
+    def on_step(self, wire: WireCluster) -> None:
+        pass
+
+
+@pytest.mark.parametrize("mode", ["served", "caught-up"])
+def test_a_read_committed_consumer_is_at_the_log_end_at_the_last_stable_offset(mode: str) -> None:
+    """It can read no further than the LSO: with a transaction left open there, it is caught up below the HW."""
+    wire = WireCluster(build("transactions"), 1, ADDRESSES)
+    trigger = ClientTrigger(mode, EVENTS)
+    wire.observers.append(_Watch(trigger))
+    for _ in range(3000):
+        wire.step()
+        log = wire.leader_log(EVENTS)
+        if log is not None and log.aborted_transactions and log.first_unstable_offset is not None:
+            break
+    wire.fire(PauseProducers())  # the open transaction stays open: the LSO stays below the HW
+    for _ in range(100):  # what was in flight is committed
+        wire.step()
+    log = wire.leader_log(EVENTS)
+    assert log is not None and log.last_stable_offset < log.high_watermark == log.log_end_offset
+    follower = Follower(wire, IsolationLevel.READ_COMMITTED)
+    for _ in range(300):
+        wire.step()
+        follower.tick()
+    log = wire.leader_log(EVENTS)
+    assert log is not None and follower.offset == log.last_stable_offset < log.high_watermark
+    assert follower.empty_at_end > 0 and trigger.met()

@@ -1,7 +1,8 @@
 """Faults that fire on what the server observes clients doing, with a wall-clock time-out.
 
 `--trigger served`: every consumer of the scenario's trigger partition has been served records up to
-the log end (the last record it got is the last one below the high watermark). `--trigger caught-up`:
+the log end (the last record it got is the last one below the high watermark, or under read_committed
+the last stable offset). `--trigger caught-up`:
 and it has since received an empty fetch at the log end. The two differ for clients that forget a
 position's epoch on an empty fetch. `--trigger commit` waits for a commit on the partition, `--trigger
 ack` for an acknowledged acks=all produce to `input`.
@@ -27,6 +28,7 @@ from typing import Any
 from epochguard.errors import Errors
 from epochguard.messages import FetchRequest, FetchResponse, OffsetCommitRequest, ProduceRequest, ProduceResponse
 from epochguard.sim.faults import Fault
+from epochguard.types import IsolationLevel
 from epochguard.wire.judge import batch_spans
 from epochguard.wire.scenarios import INPUT, READY, TRIGGER, PauseProducers, ResumeProducers, WireScenario
 
@@ -62,14 +64,16 @@ class ClientTrigger:
                 if p.tp != self.tp or p.error_code != Errors.NONE:
                     continue
                 prog = self.progress.setdefault(client, _Progress())
+                # The end this client can read to: the LSO under read_committed, else the HW.
+                end = (p.last_stable_offset if request.isolation_level == IsolationLevel.READ_COMMITTED
+                       else p.high_watermark)
                 spans = batch_spans(p.records)
                 if spans:
-                    at_end = spans[-1][1] + 1 >= p.high_watermark
-                    prog.served_at_end = at_end
+                    prog.served_at_end = spans[-1][1] + 1 >= end
                     prog.empty_at_end = False
                 elif prog.served_at_end:
                     fetched = next((q.fetch_offset for q in request.partitions if q.tp == self.tp), -1)
-                    prog.empty_at_end = fetched >= p.high_watermark
+                    prog.empty_at_end = fetched >= end
         elif isinstance(request, OffsetCommitRequest):
             self.committed |= any(p.tp == self.tp for p in request.partitions)
         elif isinstance(request, ProduceRequest) and isinstance(response, ProduceResponse) and request.acks == -1:

@@ -53,6 +53,7 @@ PY_TARGETS = [
     "metadata.py",
     "log.py",
     "coordinator.py",
+    "classic_group.py",
     "sim/invariants.py",
 ]
 PY_TESTS = ["tests/protocol", "tests/sim"]

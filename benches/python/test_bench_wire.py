@@ -99,6 +99,8 @@ def serve() -> Iterator[Cluster]:
             proc.wait(30)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
+        proc.stdout.close()
 
 
 def _produce(benchmark: Any, cluster: Cluster) -> None:

@@ -2,15 +2,23 @@
 
 Mirrors the offset-storage part of Kafka's `GroupCoordinator` / `GroupMetadataManager` (the
 `__consumer_offsets` topic without its log): a commit stores offset, metadata and committed leader epoch
-per group and partition, and OffsetFetch returns them (-1/-1 where nothing is committed). Group
-membership and generations are out of scope: every commit is accepted (except a negative offset, which
-`OffsetAndMetadata` cannot hold: refused with OFFSET_OUT_OF_RANGE).
+per group and partition, and OffsetFetch returns them (-1/-1 where nothing is committed). Membership of
+the classic group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) is `epochguard.classic_group`;
+a commit into a group with members must come from a member of its current generation, as in Kafka; a
+simple commit (generation -1, no member id) into an empty group is always taken. A negative offset,
+which `OffsetAndMetadata` cannot hold, is refused with OFFSET_OUT_OF_RANGE.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from epochguard.classic_group import ClassicGroups
 from epochguard.errors import Errors
 from epochguard.messages import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
     OffsetCommitPartitionResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -18,6 +26,7 @@ from epochguard.messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
     Request,
+    SyncGroupRequest,
 )
 from epochguard.types import NO_EPOCH, OffsetAndMetadata, TopicPartition, epoch_or_sentinel
 
@@ -27,18 +36,35 @@ _COMMITTED_EPOCH_FETCH_VERSION = 5
 _COMMITTED_EPOCH_COMMIT_VERSION = 6
 
 
-class GroupCoordinator:
-    def __init__(self) -> None:
-        self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+_MEMBERSHIP = (JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest)
 
-    def handle(self, node_id: int, request: Request, now_ms: int) -> OffsetCommitResponse | OffsetFetchResponse:
+
+class GroupCoordinator:
+    """Offsets and classic-group membership. A JoinGroup or SyncGroup may be answered later: `handle`
+    then returns None and the answer comes through `groups.on_delayed_response`; `poll` runs timers."""
+
+    def __init__(self, initial_rebalance_delay_ms: int = 0) -> None:
+        self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        self.groups = ClassicGroups(initial_rebalance_delay_ms)
+
+    def handle(self, node_id: int, request: Request, now_ms: int, client_id: str = "") -> Any:
         if isinstance(request, OffsetCommitRequest):
             return self.commit(request)
         if isinstance(request, OffsetFetchRequest):
             return self.fetch(request)
+        if isinstance(request, _MEMBERSHIP):
+            return self.groups.handle(request, now_ms, client_id)
         raise TypeError(f"a group coordinator does not answer {type(request).__name__}")
 
+    def poll(self, now_ms: int) -> None:
+        self.groups.poll(now_ms)
+
     def commit(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
+        refused = self.groups.commit_error(request.group_id, request.generation_id_or_member_epoch, request.member_id)
+        if refused != Errors.NONE:
+            return OffsetCommitResponse(tuple(
+                OffsetCommitPartitionResponse(p.topic, p.partition_index, refused) for p in request.partitions
+            ))
         group = self.offsets.setdefault(request.group_id, {})
         out = []
         for p in request.partitions:

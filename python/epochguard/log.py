@@ -483,11 +483,21 @@ class PartitionLog:
         bound = self._log_end_offset if upper_bound is None else min(upper_bound, self._log_end_offset)
         if fetch_offset >= bound:
             return b""
-        out = bytearray()
+        # A segment's batches are contiguous: copy each segment's run of batches in one slice.
+        out, size = bytearray(), 0
+        run: LogSegment | None = None
+        start = end = 0
         for segment, info in self._batches_from(fetch_offset):
-            if info.base_offset >= bound or (out and len(out) + info.size > max_bytes):
+            if info.base_offset >= bound or (size and size + info.size > max_bytes):
                 break
-            out += segment.data[info.position : info.position + info.size]
+            if segment is not run:
+                if run is not None:
+                    out += run.data[start:end]
+                run, start = segment, info.position
+            end = info.position + info.size
+            size += info.size
+        if run is not None:
+            out += run.data[start:end]
         return bytes(out)
 
     def batches(self, start: int | None = None, end: int | None = None) -> Iterator[RecordBatch]:

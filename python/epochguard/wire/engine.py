@@ -3,7 +3,8 @@
 `WireCluster` owns an `epochguard.sim.Cluster` (brokers with divergent logs, controller, the
 scenario's simulated producer) and answers the requests real clients send to each broker with the
 same state machines the simulator drives: Produce, Fetch, ListOffsets and OffsetsForLeaderEpoch go to
-that broker's `ReplicaManager`, OffsetCommit/OffsetFetch to the `GroupCoordinator`. What it adds is what Kafka's request layer (`KafkaApis`, `DelayedFetch`,
+that broker's `ReplicaManager`; OffsetCommit/OffsetFetch and the classic group protocol (JoinGroup,
+SyncGroup, Heartbeat, LeaveGroup) to the `GroupCoordinator`. What it adds is what Kafka's request layer (`KafkaApis`, `DelayedFetch`,
 `DelayedProduce`, the per-connection mute in `SocketServer`) does around them:
 
 - one request at a time per connection, answered in order; later ones wait in a bounded queue;
@@ -26,12 +27,16 @@ from epochguard.errors import Errors
 from epochguard.messages import (
     FetchRequest,
     FetchResponse,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
     ListOffsetsRequest,
     MetadataRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
     OffsetsForLeaderEpochRequest,
     ProduceRequest,
+    SyncGroupRequest,
 )
 from epochguard.sim.cluster import Cluster
 from epochguard.sim.faults import Fault
@@ -113,11 +118,13 @@ class WireCluster:
         self.outbox: deque[tuple[Connection, Any, Any]] = deque()
         self.closing: deque[Connection] = deque()
         self._fetches: list[_Waiting] = []
-        self._produces: dict[int, _Waiting] = {}  # id(ProduceRequest) -> waiting
+        self._delayed: dict[int, _Waiting] = {}  # id(request) -> an acks=all Produce, a JoinGroup, a SyncGroup
         self._next_conn = 0
         self._next_producer_id = 1000
         for broker in self.cluster.brokers.values():
-            broker.on_delayed_response = self._on_produce_done
+            broker.on_delayed_response = self._on_delayed_response
+        self.groups = self.cluster.coordinator.coordinator
+        self.groups.groups.on_delayed_response = self._on_delayed_response
 
     # --- time ------------------------------------------------------------------------------------
     @property
@@ -130,6 +137,7 @@ class WireCluster:
 
     def step(self) -> None:
         self.cluster.step()
+        self.groups.poll(self.now_ms)
         for conn in list(self.connections.values()):
             if not self.cluster.brokers[conn.broker_id].alive:
                 self.close(conn)
@@ -166,8 +174,8 @@ class WireCluster:
         conn.inflight.clear()
         self.connections.pop(conn.id, None)
         self._fetches = [w for w in self._fetches if w.conn is not conn]
-        for key in [k for k, w in self._produces.items() if w.conn is conn]:
-            del self._produces[key]
+        for key in [k for k, w in self._delayed.items() if w.conn is conn]:
+            del self._delayed[key]
         self.closing.append(conn)
 
     def drain(self) -> list[tuple[Connection, Any, Any]]:
@@ -219,7 +227,7 @@ class WireCluster:
         elif isinstance(request, ProduceRequest):
             response = broker.manager.handle(_BROKER_REPLICA_CONSUMER, request, now)
             if response is None:  # acks=all: the ISR has not got it yet
-                self._produces[id(request)] = waiting
+                self._delayed[id(request)] = waiting
             elif request.acks == 0:
                 self._answer(waiting, _NO_ANSWER)
             else:
@@ -228,7 +236,13 @@ class WireCluster:
         elif isinstance(request, (ListOffsetsRequest, OffsetsForLeaderEpochRequest)):
             self._answer(waiting, broker.manager.handle(_BROKER_REPLICA_CONSUMER, request, now))
         elif isinstance(request, (OffsetCommitRequest, OffsetFetchRequest)):
-            self._answer(waiting, self.cluster.coordinator.coordinator.handle(_BROKER_REPLICA_CONSUMER, request, now))
+            self._answer(waiting, self.groups.handle(_BROKER_REPLICA_CONSUMER, request, now))
+        elif isinstance(request, (JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest)):
+            response = self.groups.handle(_BROKER_REPLICA_CONSUMER, request, now, conn.client_id)
+            if response is None:  # waits for the other members (JoinGroup) or the leader (SyncGroup)
+                self._delayed[id(request)] = waiting
+            else:
+                self._answer(waiting, response)
         elif isinstance(request, FindCoordinatorRequest):
             # Every broker hosts the (never failing) coordinator: a client is sent to the broker it asked.
             host, port = self.addresses[conn.broker_id]
@@ -282,8 +296,8 @@ class WireCluster:
             else:
                 self._fetches.append(w)
 
-    def _on_produce_done(self, request: Any, response: Any) -> None:
-        waiting = self._produces.pop(id(request), None)
+    def _on_delayed_response(self, request: Any, response: Any) -> None:
+        waiting = self._delayed.pop(id(request), None)
         if waiting is not None:
             self._answer(waiting, response)
 
@@ -311,5 +325,9 @@ _API_KEYS: dict[type, int] = {
     ApiVersionsRequest: ApiKey.API_VERSIONS,
     InitProducerIdRequest: ApiKey.INIT_PRODUCER_ID,
     OffsetsForLeaderEpochRequest: ApiKey.OFFSET_FOR_LEADER_EPOCH,
+    JoinGroupRequest: ApiKey.JOIN_GROUP,
+    SyncGroupRequest: ApiKey.SYNC_GROUP,
+    HeartbeatRequest: ApiKey.HEARTBEAT,
+    LeaveGroupRequest: ApiKey.LEAVE_GROUP,
 }
 

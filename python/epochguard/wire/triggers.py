@@ -1,10 +1,16 @@
 """Faults that fire on what the server observes clients doing, with a wall-clock time-out.
 
 `--trigger served`: every consumer of the scenario's trigger partition has been served records up to
-the log end (the last record it got is the last one below the high watermark). `--trigger caught-up`:
+the log end (the last record it got is the last one below the high watermark, or under read_committed
+the last stable offset). `--trigger caught-up`:
 and it has since received an empty fetch at the log end. The two differ for clients that forget a
 position's epoch on an empty fetch. `--trigger commit` waits for a commit on the partition, `--trigger
 ack` for an acknowledged acks=all produce to `input`.
+
+A consumer is only ever caught up when nothing new arrives for a whole long poll (real clients wait
+500 ms; the scenario's producer writes every 50 ms). So while `caught-up` waits, the runner pauses the
+scenario's simulated producers (unless the scenario paused them itself) and resumes them when the
+trigger stage ends, just before its faults; both are traced as faults like any other.
 
 `StageRunner` walks a scenario's stages: each waits for its condition (cluster ready, a predicate on
 the cluster, the client trigger) and at least `min_steps`, then its faults are scheduled at their step
@@ -22,8 +28,9 @@ from typing import Any
 from epochguard.errors import Errors
 from epochguard.messages import FetchRequest, FetchResponse, OffsetCommitRequest, ProduceRequest, ProduceResponse
 from epochguard.sim.faults import Fault
+from epochguard.types import IsolationLevel
 from epochguard.wire.judge import batch_spans
-from epochguard.wire.scenarios import INPUT, READY, TRIGGER, WireScenario
+from epochguard.wire.scenarios import INPUT, READY, TRIGGER, PauseProducers, ResumeProducers, WireScenario
 
 __all__ = ["TRIGGERS", "ClientTrigger", "StageRunner"]
 
@@ -57,14 +64,16 @@ class ClientTrigger:
                 if p.tp != self.tp or p.error_code != Errors.NONE:
                     continue
                 prog = self.progress.setdefault(client, _Progress())
+                # The end this client can read to: the LSO under read_committed, else the HW.
+                end = (p.last_stable_offset if request.isolation_level == IsolationLevel.READ_COMMITTED
+                       else p.high_watermark)
                 spans = batch_spans(p.records)
                 if spans:
-                    at_end = spans[-1][1] + 1 >= p.high_watermark
-                    prog.served_at_end = at_end
+                    prog.served_at_end = spans[-1][1] + 1 >= end
                     prog.empty_at_end = False
                 elif prog.served_at_end:
                     fetched = next((q.fetch_offset for q in request.partitions if q.tp == self.tp), -1)
-                    prog.empty_at_end = fetched >= p.high_watermark
+                    prog.empty_at_end = fetched >= end
         elif isinstance(request, OffsetCommitRequest):
             self.committed |= any(p.tp == self.tp for p in request.partitions)
         elif isinstance(request, ProduceRequest) and isinstance(response, ProduceResponse) and request.acks == -1:
@@ -109,6 +118,7 @@ class StageRunner:
         self.last_fault_step = 0
         self.settled_step: int | None = None
         self.trigger_outcome: str | None = None  # "met" or "timed out"
+        self._paused_producers = False  # by this runner, for `caught-up`
 
     # --- observer --------------------------------------------------------------------------------
     def on_exchange(self, conn: Any, header: Any, request: Any, response: Any, applied_step: int, step: int) -> None:
@@ -152,6 +162,10 @@ class StageRunner:
             if self.trigger_wait_since is None:
                 self.trigger_wait_since = now
                 self.on_event("trigger-armed", {"step": step, "trigger": self.trigger.mode})
+                cluster = wire.cluster
+                if self.trigger.mode == "caught-up" and any(p in cluster.clients for p in cluster.producers):
+                    self.fire(PauseProducers())
+                    self._paused_producers = True
             if self.trigger.met():
                 self.trigger_outcome = "met"
             elif now - self.trigger_wait_since >= self.timeout_s:
@@ -159,6 +173,9 @@ class StageRunner:
             else:
                 return False
             self.on_event("trigger", {"step": step, "trigger": self.trigger.mode, "outcome": self.trigger_outcome})
+            if self._paused_producers:
+                self.fire(ResumeProducers())
+                self._paused_producers = False
             return True
         return bool(stage.wait(wire.cluster))
 

@@ -1,0 +1,149 @@
+"""The client triggers at the message level: a consumer that follows the log end on the acting leader
+makes `served` and `caught-up` fire in every scenario, never the wall-clock time-out."""
+
+from __future__ import annotations
+
+import pytest
+
+from epochguard.errors import Errors
+from epochguard.messages import FetchPartition, FetchRequest, FetchResponse
+from epochguard.records import iter_batches
+from epochguard.sim.faults import Fault
+from epochguard.types import IsolationLevel, TopicPartition
+from epochguard.wire import codec
+from epochguard.wire.engine import Connection, WireCluster
+from epochguard.wire.scenarios import PauseProducers, ResumeProducers, build
+from epochguard.wire.triggers import ClientTrigger, StageRunner
+
+ADDRESSES = {1: ("127.0.0.1", 9001), 2: ("127.0.0.1", 9002), 3: ("127.0.0.1", 9003)}
+EVENTS = TopicPartition("events", 0)
+FETCH_WAIT_MS = 500  # what librdkafka, kafka-python and aiokafka wait by default
+
+
+class Follower:
+    """A consumer of events-0 from offset 0 on whichever broker leads it, long-polling as real clients do."""
+
+    def __init__(self, wire: WireCluster, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED) -> None:
+        self.wire = wire
+        self.isolation = isolation
+        self.conn: Connection | None = None
+        self.offset = 0
+        self.waiting = False
+        self.empty_at_end = 0
+
+    def tick(self) -> None:
+        for conn, _, response in self.wire.drain():
+            if conn is self.conn and isinstance(response, FetchResponse):
+                self.waiting = False
+                self._on_fetch(response)
+        if self.conn is not None and self.conn.closed:
+            self.conn, self.waiting = None, False
+        leader = self.wire.cluster.acting_leader(EVENTS)
+        if self.waiting or leader is None:
+            return
+        if self.conn is None or self.conn.broker_id != leader:
+            self.conn = self.wire.connect(leader)
+            if self.conn is None:
+                return
+        self.waiting = True
+        self.wire.submit(self.conn, codec.RequestHeader(1, 12, 1, "follower"), FetchRequest(
+            (FetchPartition(EVENTS.topic, EVENTS.partition, self.offset),), max_wait_ms=FETCH_WAIT_MS,
+            isolation_level=self.isolation, version=12))
+
+    def _on_fetch(self, response: FetchResponse) -> None:
+        (p,) = response.partitions
+        if p.error_code != Errors.NONE:
+            self.conn = None  # go to the current leader
+            return
+        batches = list(iter_batches(p.records))
+        if batches:
+            self.offset = batches[-1].next_offset
+        elif self.offset >= (p.last_stable_offset if self.isolation == IsolationLevel.READ_COMMITTED
+                             else p.high_watermark):
+            self.empty_at_end += 1
+
+
+def run(scenario: str, trigger: str, steps: int = 1500) -> tuple[StageRunner, list[tuple[int, Fault]], Follower]:
+    wire = WireCluster(build(scenario), 1, ADDRESSES)
+    fired: list[tuple[int, Fault]] = []
+
+    def fire(fault: Fault) -> None:
+        fired.append((wire.step_no, fault))
+        wire.fire(fault)
+
+    runner = StageRunner(wire.scenario, trigger, fire, clock=lambda: 0.0)  # the wall clock never times out
+    wire.observers.append(runner)
+    follower = Follower(wire)
+    for _ in range(steps):
+        wire.step()
+        follower.tick()
+        if runner.trigger_outcome is not None and runner.settled:
+            break
+    return runner, fired, follower
+
+
+SCENARIOS = ["unclean-election", "zombie-leader", "stale-metadata", "lagging-leader", "leader-bounce"]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_caught_up_fires_on_a_consumer_idle_at_the_log_end(scenario: str) -> None:
+    runner, fired, follower = run(scenario, "caught-up")
+    assert runner.trigger_outcome == "met", f"{scenario}: the trigger never fired ({fired})"
+    assert follower.empty_at_end > 0
+    kinds = [type(f) for _, f in fired]
+    # The scenario's producers were quiet while the trigger waited, and write again once it fired.
+    assert ResumeProducers in kinds and PauseProducers in kinds
+    assert kinds.index(PauseProducers) < kinds.index(ResumeProducers)
+    assert runner.settled
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_served_fires_under_the_producers_traffic(scenario: str) -> None:
+    runner, fired, _ = run(scenario, "served")
+    assert runner.trigger_outcome == "met", f"{scenario}: the trigger never fired ({fired})"
+    kinds = [type(f) for _, f in fired]
+    # Only a scenario that pauses its producers itself (before the trigger) pauses them.
+    assert (PauseProducers in kinds) == (scenario in ("unclean-election", "zombie-leader"))
+    assert runner.settled
+
+
+class _Watch:
+    """A `ClientTrigger` as a WireCluster observer."""
+
+    def __init__(self, trigger: ClientTrigger) -> None:
+        self.trigger = trigger
+
+    def on_exchange(self, conn: Connection, header: object, request: object, response: object, applied_step: int,
+                    step: int) -> None:
+        self.trigger.observe(conn.client_id, request, response)
+
+    def on_fault(self, fault: Fault, step: int) -> None:
+        pass
+
+    def on_step(self, wire: WireCluster) -> None:
+        pass
+
+
+@pytest.mark.parametrize("mode", ["served", "caught-up"])
+def test_a_read_committed_consumer_is_at_the_log_end_at_the_last_stable_offset(mode: str) -> None:
+    """It can read no further than the LSO: with a transaction left open there, it is caught up below the HW."""
+    wire = WireCluster(build("transactions"), 1, ADDRESSES)
+    trigger = ClientTrigger(mode, EVENTS)
+    wire.observers.append(_Watch(trigger))
+    for _ in range(3000):
+        wire.step()
+        log = wire.leader_log(EVENTS)
+        if log is not None and log.aborted_transactions and log.first_unstable_offset is not None:
+            break
+    wire.fire(PauseProducers())  # the open transaction stays open: the LSO stays below the HW
+    for _ in range(100):  # what was in flight is committed
+        wire.step()
+    log = wire.leader_log(EVENTS)
+    assert log is not None and log.last_stable_offset < log.high_watermark == log.log_end_offset
+    follower = Follower(wire, IsolationLevel.READ_COMMITTED)
+    for _ in range(300):
+        wire.step()
+        follower.tick()
+    log = wire.leader_log(EVENTS)
+    assert log is not None and follower.offset == log.last_stable_offset < log.high_watermark
+    assert follower.empty_at_end > 0 and trigger.met()

@@ -6,10 +6,12 @@
 
 Python: mutmut needs the package importable as `epochguard` from its `mutants/` copy, and only knows
 the `src/` layout, so the package is mirrored into `target/mutants/py/src/epochguard` (the compiled
-`_core` with it) and mutmut runs there, with the protocol and simulator tests (no Spark) as the
-oracle; mutmut runs only the tests that reach the mutated function. The mirror is kept between runs:
-mutmut re-tests only functions whose code changed, so a second run is incremental by itself.
-`--changed` mutates only the target files changed since the merge base with `--base` (default main).
+`_core` with it) and mutmut runs there, with the protocol and simulator tests (no Spark, nothing
+marked `slow` or `no_mutants`) as the oracle; mutmut runs only the tests that reach the mutated
+function. The mirror is kept between runs: mutmut forgets only the verdicts of functions whose code
+changed, so a second run is incremental by itself. Every target file stays mutated in every run;
+`--only GLOB` and `--changed` (the target files changed since the merge base with `--base`, default
+main) select which untested mutants run, `--rerun-survivors` adds the last survivors (after new tests).
 
 Rust: cargo-mutants over `RUST_FILES`, with the crate's own tests (lib + tests/rust) as the oracle;
 `--changed` passes `--in-diff` with the diff since the merge base.

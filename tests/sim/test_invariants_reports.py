@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from epochguard.sim import events as ev
 from epochguard.sim import invariants as inv
 from epochguard.sim.cluster import Cluster, ClusterConfig
 from epochguard.sim.controller import Election
@@ -301,3 +302,157 @@ def test_a_reset_of_the_old_process_after_its_commit_no_longer_excuses_a_skip(cl
     checker.on_consumed("c", _real(cluster, 1, 2), 1)
     [v] = checker.violations
     assert v.message.startswith("skipped offsets 1..1")
+
+
+def test_a_partition_without_a_leader_is_skipped_and_the_next_one_still_checked() -> None:
+    c = Cluster(ClusterConfig(monitor=False, partitions=2), seed=0)
+    c.run(300)
+    first, second = c.topic_partitions
+    assert c.acting_leader(first) == 1 and c.acting_leader(second) != 1
+    c.crash(1)  # the first partition has no acting leader now
+    c.consumers[0].machine.seek_to_end(second)
+    c.checker.check_progress()
+    assert [(v.invariant, v.partition) for v in c.checker.violations] == [(inv.CONSUMER_PROGRESS, str(second))]
+
+
+# --- published events reach the right check with their own fields -------------------------------------
+def test_each_published_fact_is_routed_with_its_fields(cluster: Cluster) -> None:
+    checker = cluster.checker
+    other = TopicPartition("other", 0)  # a partition no broker leads: the ack's epoch is unknown (-1)
+    checker.on_event(ev.Acked(other, 7, b"k", b"v", 2))
+    assert checker.acked[other][-1].leader_epoch == -1
+    checker.on_event(ev.Consumed("rc", _record(4, b"gone"), 1, read_committed=True))
+    checker.on_event(ev.TxnAborted(TP, (b"gone",)))
+    assert [(v.invariant, v.node, v.partition) for v in checker.violations] == [(inv.READ_COMMITTED, "rc", "events-0")]
+    checker.on_event(ev.ListOffsetsAnswered("lo", TP, 5, 0))
+    checker.on_event(ev.ListOffsetsAnswered("lo", TP, 3, 0))
+    assert checker.violations[-1].node == "lo"
+    checker.on_event(ev.MetadataAccepted("md", TP, 1, 4))
+    checker.on_event(ev.ClientRestarted("md"))
+    checker.on_event(ev.MetadataAccepted("md", TP, 1, 2))  # forgotten by the restart: not a violation
+    assert len(checker.violations) == 2
+
+
+def test_fetch_served_truncation_reset_and_resume_events_act_for_their_consumer(cluster: Cluster) -> None:
+    checker = cluster.checker
+    for o in range(4):
+        checker.on_event(ev.Consumed("c", _real(cluster, 2, o), 2))
+    forged = _forge(cluster, 2, 3)
+    checker.on_event(ev.FetchServed("c", TP, 2, 4))
+    [v] = checker.violations
+    assert (v.node, v.partition) == ("c", "events-0") and f"at offset {forged} where" in v.message
+    checker.on_event(ev.ResetReported("s", OffsetResetEvent(TP, "latest", "no_position", None, 0, None, 0)))
+    checker.on_event(ev.Consumed("s", _real(cluster, 1, 0), 1))
+    checker.on_event(ev.ResetReported("s", OffsetResetEvent(TP, "latest", "no_position", 0, 2, None, 0)))
+    checker.on_event(ev.Consumed("s", _real(cluster, 1, 2), 1))  # a skip the reset explains
+    assert len(checker.violations) == 1
+    cluster.timeline.step = 50
+    checker.on_event(ev.Consumed("r", _record(0, b"old-0"), 1))
+    cluster.timeline.step = 52
+    checker.on_event(ev.ClientRestarted("r"))
+    checker.on_event(ev.ConsumerResumed("r", TP, 0, 51))  # nothing committed below offset 0
+    checker.on_event(ev.Consumed("r", _record(0, b"new-0"), 1))
+    assert len(checker.violations) == 1
+
+
+def test_a_delivery_from_another_broker_makes_the_next_fetch_check_again(cluster: Cluster) -> None:
+    checker = cluster.checker
+    checker.on_consumed("c", _real(cluster, 1, 0), 1)
+    checker.on_fetch_served("c", TP, 1, 1)
+    checker.on_consumed("c", _record(1, b"only-on-broker-2"), 2)
+    checker.on_consumed("c", _real(cluster, 1, 2), 2)  # the same broker again: nothing to reset
+    checker.on_fetch_served("c", TP, 1, 3)
+    [v] = checker.violations
+    assert "at offset 1 where the consumer delivered 'only-on-broker-2'" in v.message
+
+
+def test_metadata_going_back_is_reported_once_per_high_point(cluster: Cluster) -> None:
+    checker = cluster.checker
+    for epoch in (5, 3, 4, 2):
+        checker.on_metadata_accepted("c", TP, 1, epoch)
+    [v] = checker.violations
+    assert "epoch 3 after having epoch 5" in v.message
+
+
+def test_a_skip_message_says_what_was_not_reported(cluster: Cluster) -> None:
+    checker = cluster.checker
+    checker.on_consumed("c", _real(cluster, 1, 0), 1)
+    checker.on_consumed("c", _real(cluster, 1, 3), 1)
+    [v] = checker.violations
+    assert v.message == "skipped offsets 1..2: delivered 0 then 3 with no truncation or reset reported"
+
+
+def test_the_trace_leaves_out_acks_and_other_reports(cluster: Cluster) -> None:
+    cluster.timeline.record("ack", "producer-0", "acked")
+    cluster.checker.on_metadata_accepted("c", TP, 1, 4)
+    cluster.checker.on_metadata_accepted("c", TP, 1, 2)
+    [v] = cluster.checker.violations
+    assert v.trace and not any(line.split()[2:3] == ["ack"] or "acked" in line for line in v.trace)
+
+
+# --- after every step: every follower in the ISR, every acknowledged record ---------------------------
+def test_every_isr_follower_is_compared_with_the_leader(cluster: Cluster) -> None:
+    cluster.log(2, TP).truncate_to(0)  # nothing to compare on broker 2
+    follower = cluster.log(3, TP)
+    follower.truncate_to(0)
+    follower.append_as_leader([(b"k", b"forged")], 0)  # broker 3 disagrees at offset 0
+    cluster.checker.check_step()
+    [v] = cluster.checker.violations
+    assert (v.invariant, v.node, v.partition) == (inv.ISR_AGREEMENT, "broker-3", "events-0")
+    assert "at offset 0 below the high watermark" in v.message
+
+
+def test_a_follower_that_agrees_does_not_stop_the_check_of_the_next(cluster: Cluster) -> None:
+    leader_log = cluster.log(1, TP)
+    hw = leader_log.high_watermark
+    same = cluster.log(2, TP)  # rewritten with the leader's own bytes: compared afresh, and agrees
+    same.truncate_to(hw - 1)
+    same.append_as_follower(leader_log.read(same.log_end_offset))
+    follower = cluster.log(3, TP)
+    follower.truncate_to(hw - 1)
+    follower.append_as_leader([(b"k", b"forged")], 0)
+    cluster.checker.check_step()
+    assert [v.node for v in cluster.checker.violations] == ["broker-3"]
+
+
+def test_logs_that_agree_beyond_a_default_fetch_size_are_not_reported(cluster: Cluster) -> None:
+    hw = cluster.log(1, TP).high_watermark
+    big = [(b"k", b"x" * (1 << 20), (), 1_000)]  # over one default max_bytes
+    for b in (1, 2, 3):
+        log = cluster.log(b, TP)
+        log.truncate_to(hw)
+        log.append_as_leader(big, 0, timestamp_ms=1_000)
+        log.append_as_leader(big, 0, timestamp_ms=1_000)
+    cluster.log(1, TP).update_high_watermark(hw + 2)
+    cluster.checker.check_step()
+    assert cluster.checker.violations == []
+
+
+def test_a_lost_acknowledged_record_after_ones_still_there_is_reported_in_full(cluster: Cluster) -> None:
+    acked = cluster.checker.acked[TP]
+    last = acked[-1]
+    log = cluster.log(1, TP)
+    log.truncate_to(last.offset)
+    log.append_as_leader([(b"k", b"forged-%d" % o) for o in range(log.log_end_offset, last.offset + 1)], 0)
+    end = log.log_end_offset
+    cluster.checker.check_step()
+    assert acked[0].offset < end  # the first ones are still there: the check goes past them
+    [v] = [v for v in cluster.checker.violations if f"at offset {last.offset} " in v.message]
+    assert (v.invariant, v.node, v.partition) == (inv.ACKED_DURABLE, "broker-1", "events-0")
+    assert v.message == (f"acknowledged acks=all record {last.value.decode()!r} at offset {last.offset} (acked at step "
+                         f"{last.step} in epoch {last.leader_epoch}) is gone: leader 1 (epoch 0) has 'forged-{last.offset}' (epoch 0) "
+                         "there, "
+                         f"log end {end}; no unclean election")
+
+
+def test_a_partition_without_a_leader_does_not_stop_the_step_check_of_the_next() -> None:
+    c = Cluster(ClusterConfig(consumers=0, monitor=False, partitions=2), seed=0)
+    c.run(60)
+    first, second = c.topic_partitions
+    leader = c.acting_leader(second)
+    assert c.acting_leader(first) == 1 and leader not in (None, 1)
+    c.crash(1)
+    lost = c.checker.acked[second][0]
+    c.log(leader, second).truncate_to(lost.offset)
+    c.checker.check_step()
+    assert [(v.invariant, v.partition) for v in c.checker.violations][:1] == [(inv.ACKED_DURABLE, str(second))]

@@ -23,6 +23,7 @@ from epochguard.wire.drivers.registry import client
 from epochguard.wire.endpoint import Endpoint
 from epochguard.wire.engine import WireCluster
 from epochguard.wire.scenarios import build
+from epochguard.wire.trace import replay
 from tests.wire.conftest import require
 from tests.wire.serving import Served
 
@@ -232,7 +233,8 @@ def deliveries(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str]
     installed = [name for name in CONSUMERS if client(name).missing() is None]
     if not installed:
         return {}
-    served = Served("transactions", trace=tmp_path_factory.mktemp("txn") / "trace.jsonl")
+    trace = tmp_path_factory.mktemp("txn") / "trace.jsonl"
+    served = Served("transactions", trace=trace)
     out: dict[tuple[str, str], list[int]] = {}
     try:
         def run(name: str, isolation: str) -> None:
@@ -248,6 +250,8 @@ def deliveries(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str]
     finally:
         result = served.stop()
     assert result["violations"] == [] and result["faults"] == []
+    # The read_committed answers replay byte-identical from the trace, and re-judge the same.
+    assert replay(trace).report() == result["clients"]
     return out
 
 

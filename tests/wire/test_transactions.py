@@ -201,25 +201,32 @@ def aiokafka_consume(bootstrap: str, isolation: str, done: Callable[[list[int]],
 
 
 def kcat_consume(bootstrap: str, isolation: str, done: Callable[[list[int]], bool], timeout_s: float) -> list[int]:
+    """kcat until `done`; a kcat that exits first (a fatal error) starts again as a fresh consumer."""
     import subprocess
 
-    proc = subprocess.Popen(["kcat", "-C", "-b", bootstrap, "-X", f"client.id=kcat-{isolation}", "-X",
-                             f"isolation.level={isolation}", "-t", "events", "-p", "0", "-o", "beginning", "-u",
-                             "-f", "%s\n"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
     seen: list[int] = []
-    timer = threading.Timer(timeout_s, proc.kill)  # a blocked read ends when kcat is killed
-    timer.start()
-    try:
-        for line in proc.stdout:
-            seen.append(_seq(line.rstrip(b"\n")))
-            if done(seen):
-                break
-    finally:
-        timer.cancel()
-        proc.kill()
-        proc.wait()
-        proc.stdout.close()
+    for _attempt in range(20):
+        if done(seen) or time.monotonic() >= deadline:
+            break
+        # -E: without it kcat exits on the first non-fatal error (a leader not elected yet, a reset connection).
+        proc = subprocess.Popen(["kcat", "-C", "-E", "-b", bootstrap, "-X", f"client.id=kcat-{isolation}", "-X",
+                                 f"isolation.level={isolation}", "-t", "events", "-p", "0", "-o", "beginning", "-u",
+                                 "-f", "%s\n"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert proc.stdout is not None
+        seen = []
+        timer = threading.Timer(max(0.0, deadline - time.monotonic()), proc.kill)  # ends a blocked read
+        timer.start()
+        try:
+            for line in proc.stdout:
+                seen.append(_seq(line.rstrip(b"\n")))
+                if done(seen):
+                    break
+        finally:
+            timer.cancel()
+            proc.kill()
+            proc.wait()
+            proc.stdout.close()
     return seen
 
 

@@ -4,7 +4,8 @@ the last stable offset (Kafka's Fetch v4+), so real clients filter the aborted r
 
 Ground truth is computed here, independently of the server: from the fetched bytes parsed by
 kafka-python's record classes (control batches name the aborted transactions), and for the real
-clients from what a read_uncommitted client delivers against what a read_committed one does.
+clients (confluent-kafka, kafka-python, aiokafka, kcat) from the producer's abort schedule and what a
+read_uncommitted client of the same software delivers against a read_committed one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from epochguard.wire.drivers.registry import client
 from epochguard.wire.endpoint import Endpoint
 from epochguard.wire.engine import WireCluster
 from epochguard.wire.scenarios import build
+from epochguard.wire.trace import replay
 from tests.wire.conftest import require
 from tests.wire.serving import Served
 
@@ -172,7 +174,57 @@ def kafka_python_consume(bootstrap: str, isolation: str, done: Callable[[list[in
     return seen
 
 
-CONSUMERS = {"confluent-kafka": confluent_consume, "kafka-python": kafka_python_consume}
+def aiokafka_consume(bootstrap: str, isolation: str, done: Callable[[list[int]], bool], timeout_s: float) -> list[int]:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as ATopicPartition
+
+    async def consume() -> list[int]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, client_id=f"aio-{isolation}", enable_auto_commit=False,
+                                    auto_offset_reset="earliest", isolation_level=isolation)
+        await consumer.start()
+        tp = ATopicPartition("events", 0)
+        seen: list[int] = []
+        try:
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            deadline = time.monotonic() + timeout_s
+            while not done(seen) and time.monotonic() < deadline:
+                for record in (await consumer.getmany(timeout_ms=200)).get(tp, []):
+                    seen.append(_seq(record.value))
+        finally:
+            await consumer.stop()
+        return seen
+
+    return asyncio.run(consume())
+
+
+def kcat_consume(bootstrap: str, isolation: str, done: Callable[[list[int]], bool], timeout_s: float) -> list[int]:
+    import subprocess
+
+    proc = subprocess.Popen(["kcat", "-C", "-b", bootstrap, "-X", f"client.id=kcat-{isolation}", "-X",
+                             f"isolation.level={isolation}", "-t", "events", "-p", "0", "-o", "beginning", "-u",
+                             "-f", "%s\n"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    seen: list[int] = []
+    timer = threading.Timer(timeout_s, proc.kill)  # a blocked read ends when kcat is killed
+    timer.start()
+    try:
+        for line in proc.stdout:
+            seen.append(_seq(line.rstrip(b"\n")))
+            if done(seen):
+                break
+    finally:
+        timer.cancel()
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    return seen
+
+
+CONSUMERS = {"confluent-kafka": confluent_consume, "kafka-python": kafka_python_consume, "aiokafka": aiokafka_consume,
+             "kcat": kcat_consume}
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +233,8 @@ def deliveries(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str]
     installed = [name for name in CONSUMERS if client(name).missing() is None]
     if not installed:
         return {}
-    served = Served("transactions", trace=tmp_path_factory.mktemp("txn") / "trace.jsonl")
+    trace = tmp_path_factory.mktemp("txn") / "trace.jsonl"
+    served = Served("transactions", trace=trace)
     out: dict[tuple[str, str], list[int]] = {}
     try:
         def run(name: str, isolation: str) -> None:
@@ -197,6 +250,8 @@ def deliveries(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str]
     finally:
         result = served.stop()
     assert result["violations"] == [] and result["faults"] == []
+    # The read_committed answers replay byte-identical from the trace, and re-judge the same.
+    assert replay(trace).report() == result["clients"]
     return out
 
 

@@ -85,6 +85,9 @@ class GroupCoordinator:
             if committed is None:
                 out.append(OffsetFetchPartitionResponse(tp.topic, tp.partition))
                 continue
-            epoch = epoch_or_sentinel(committed.leader_epoch) if request.version >= _COMMITTED_EPOCH_FETCH_VERSION else NO_EPOCH
-            out.append(OffsetFetchPartitionResponse(tp.topic, tp.partition, committed.offset, epoch, committed.metadata))
+            with_epoch = request.version >= _COMMITTED_EPOCH_FETCH_VERSION
+            epoch = epoch_or_sentinel(committed.leader_epoch) if with_epoch else NO_EPOCH
+            out.append(
+                OffsetFetchPartitionResponse(tp.topic, tp.partition, committed.offset, epoch, committed.metadata)
+            )
         return OffsetFetchResponse(tuple(out), version=request.version)

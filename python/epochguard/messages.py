@@ -3,17 +3,17 @@
 Mirrors the generated message classes of `clients/src/main/resources/common/message/*.json`:
 `FetchRequest/Response`, `OffsetForLeaderEpochRequest/Response`, `ListOffsetsRequest/Response`,
 `MetadataRequest/Response`, `OffsetCommitRequest/Response`, `OffsetFetchRequest/Response`,
-`AlterPartitionRequest/Response`, `WriteTxnMarkersRequest/Response`, plus the controller's `LeaderAndIsrRequest` partition state and
-KRaft `BrokerRegistration`; and for the wire server, `InitProducerIdRequest/Response`,
-`FindCoordinatorRequest/Response` and the classic group protocol (`JoinGroup`, `SyncGroup`,
-`Heartbeat`, `LeaveGroup`). `epochguard._core.decode_request` / `encode_response` convert these
-to and from Kafka frames. Field names are the snake_case of the wire names. Two deliberate
-simplifications keep the sans-IO layer readable: per-partition entries are flattened (each carries
-`topic` next to its partition field instead of nesting partitions under topics, except Metadata whose
-topic level holds errors and topic ids), and a tagged/absent field is `None` where the wire uses a
-default object (Fetch `diverging_epoch`). Sentinels (-1 epochs/offsets) stay as on the wire; the
-public types in `epochguard.types` use None instead. `version` is the API version the sender used,
-because behaviour depends on it (SPEC (i)).
+`AlterPartitionRequest/Response`, `WriteTxnMarkersRequest/Response`, plus the controller's
+`LeaderAndIsrRequest` partition state and KRaft `BrokerRegistration`; and for the wire server,
+`InitProducerIdRequest/Response`, `FindCoordinatorRequest/Response` and the classic group protocol
+(`JoinGroup`, `SyncGroup`, `Heartbeat`, `LeaveGroup`). `epochguard._core.decode_request` /
+`encode_response` convert these to and from Kafka frames. Field names are the snake_case of the wire
+names. Two deliberate simplifications keep the sans-IO layer readable: per-partition entries are
+flattened (each carries `topic` next to its partition field instead of nesting partitions under
+topics, except Metadata whose topic level holds errors and topic ids), and a tagged/absent field is
+`None` where the wire uses a default object (Fetch `diverging_epoch`). Sentinels (-1 epochs/offsets)
+stay as on the wire; the public types in `epochguard.types` use None instead. `version` is the API
+version the sender used, because behaviour depends on it (SPEC (i)).
 """
 
 from __future__ import annotations
@@ -121,7 +121,9 @@ class LeaderIdAndEpoch:
 
 
 # --- Produce -------------------------------------------------------------------------------------
-ProduceRecord = tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+ProduceRecord = (
+    tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+)
 """(key, value) or (key, value, headers); the leader stamps offsets, epoch and timestamp."""
 
 

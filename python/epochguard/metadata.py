@@ -33,7 +33,9 @@ class PartitionMetadata:
     error: Errors = Errors.NONE
 
     def without_leader_epoch(self) -> PartitionMetadata:
-        return PartitionMetadata(self.tp, self.leader_id, None, self.replica_ids, self.isr, self.offline_replicas, self.error)
+        return PartitionMetadata(
+            self.tp, self.leader_id, None, self.replica_ids, self.isr, self.offline_replicas, self.error
+        )
 
 
 @dataclass(frozen=True, slots=True)

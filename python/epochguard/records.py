@@ -81,8 +81,9 @@ def decode_to_arrow(
     ``record_digest`` (64-bit XXH3 of key, value and headers in the v2 record encoding, nulls
     distinguished from empty; as signed int64) and ``batch_position``/``batch_size`` (the byte range
     of the record's batch). A column not named is never built: ``columns=["offset", "value_length"]``
-    copies no value byte. Every projection validates the same bytes as the full decode. With `allow_partial_tail=True` an incomplete last batch is
-    skipped and its byte position stored in the schema metadata under `PARTIAL_TAIL_METADATA_KEY`.
+    copies no value byte. Every projection validates the same bytes as the full decode. With
+    `allow_partial_tail=True` an incomplete last batch is skipped and its byte position stored in the
+    schema metadata under `PARTIAL_TAIL_METADATA_KEY`.
 
     Raises `epochguard.errors.CorruptRecordError` for malformed input.
     """

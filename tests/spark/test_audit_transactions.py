@@ -40,7 +40,7 @@ def test_records_of_aborted_transactions_are_not_counted_as_lost(spark, tmp_path
     ).to_parquet(consumed)
     result = audit(spark, [str(d) for d in replicas(tmp_path)], consumed=str(consumed), out=str(tmp_path / "out"))
     lost = pd.read_parquet(Path(result.out) / "lost_records.parquet").sort_values("offset")
-    assert list(zip(lost.offset, lost.kind)) == [(4, "aborted"), (5, "aborted"), (6, "aborted"), (7, "lost")]
+    assert list(zip(lost.offset, lost.kind, strict=True)) == [(4, "aborted"), (5, "aborted"), (6, "aborted"), (7, "lost")]
     [diverged] = result.diverged
     assert (diverged.broker, diverged.lost_count, diverged.lost_first_offset, diverged.lost_last_offset) == (1, 1, 7, 7)
     assert diverged.divergence_offset == 4

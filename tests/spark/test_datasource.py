@@ -67,7 +67,7 @@ def test_filters_prune_replicas_and_segments_before_reading(spark, log_dirs) -> 
     register(spark)
     try:
         df = spark.read.format("kafka-log").load(log_dirs)
-        with pytest.raises(Exception, match="(?i)corrupt|crc"):
+        with pytest.raises(Exception, match=r"(?i)corrupt|crc"):
             df.count()  # the unreadable segments are read without filters
         rows = df.where("topic = 'good' AND broker = 1 AND offset >= 7").select("offset", "leader_epoch").collect()
         assert sorted((r.offset, r.leader_epoch) for r in rows) == [(o, 1 if o < 10 else 2) for o in range(7, 15)]
@@ -76,7 +76,7 @@ def test_filters_prune_replicas_and_segments_before_reading(spark, log_dirs) -> 
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
         register(spark)
     # without pushdown the same query reads every segment, so it meets the unreadable ones
-    with pytest.raises(Exception, match="(?i)corrupt|crc"):
+    with pytest.raises(Exception, match=r"(?i)corrupt|crc"):
         spark.read.format("kafka-log").load(log_dirs).where("topic = 'good' AND offset >= 7").count()
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     register(spark)

@@ -195,7 +195,7 @@ def test_corrupt_batch_is_reported_and_decoding_resumes_after_it(spark, tmp_path
     assert good == [0, 1, 2, 6, 7, 8]  # the third batch is still read
     assert [(p, pos) for p, pos, _ in errors] == [(str(segment), second), (str(segment), len(data))]
     assert "skipped the batch at" in errors[0][2] and "incomplete" in errors[1][2]
-    with pytest.raises(Exception, match="(?i)crc|corrupt"):
+    with pytest.raises(Exception, match=r"(?i)crc|corrupt"):
         read_kafka_logs(spark, [str(log_dir)]).collect()
 
 

@@ -7,6 +7,7 @@ import struct
 import pytest
 
 from epochguard.errors import Errors
+from epochguard.logdir import DEFAULT_CLUSTER_ID
 from epochguard.messages import (
     FetchPartition,
     FetchRequest,
@@ -186,7 +187,8 @@ def test_a_broker_tells_a_real_client_what_it_tells_a_simulated_one_but_for_the_
     # broker 2 has not heard that broker 3 died: it still lists it, and nothing offline
     assert [b.node_id for b in on_wire.brokers] == [1, 2, 3] and p.offline_replicas == ()
     assert [(b.host, b.port) for b in on_wire.brokers] == [ADDRESSES[b] for b in (1, 2, 3)]
-    assert on_wire.controller_id == 1 and on_wire.cluster_id
+    assert on_wire.controller_id == 1
+    assert on_wire.cluster_id == DEFAULT_CLUSTER_ID  # the cluster.id of the meta.properties the simulator writes
 
     on_sim = _sim_metadata(wire, 2, request)
     assert on_sim == MetadataResponse(on_wire.topics, tuple(MetadataResponseBroker(b.node_id) for b in on_wire.brokers),

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from epochguard.errors import Errors
+from epochguard.logdir import DEFAULT_CLUSTER_ID
 from epochguard.messages import (
     BrokerRegistration,
     FetchRequest,
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
     from epochguard.sim.context import ActorContext
 
 CONTROLLER_ID = 0  # how the ReplicaManager addresses the controller (brokers are 1..n)
-CLUSTER_ID = "epochguard-sim"  # what Metadata answers name the cluster
 
 
 class Broker:
@@ -283,4 +283,4 @@ class Broker:
                 topics.append(MetadataResponseTopic(name, partitions, topic_id=topic_id(name)))
         # KRaft brokers name a random alive broker as the controller (clients only use it for admin calls).
         controller = alive[0] if alive else -1
-        return MetadataResponse(tuple(topics), brokers, CLUSTER_ID, controller, version=request.version)
+        return MetadataResponse(tuple(topics), brokers, DEFAULT_CLUSTER_ID, controller, version=request.version)

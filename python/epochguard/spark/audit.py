@@ -216,8 +216,9 @@ def audit(
             if r.error_count:
                 r.reason += f"; {r.error_count} unreadable byte ranges (see errors.parquet)"
     with step("reading the lost records"):
+        content = _lost_content(spark, listing, lost, verify_crc)
         lost_records = (
-            lost.join(_lost_content(spark, listing, lost, verify_crc), ["broker", "topic", "partition", "offset"], "left")
+            lost.join(content, ["broker", "topic", "partition", "offset"], "left")
             .select(*LOST_COLUMNS)
             .orderBy("topic", "partition", "broker", "offset")
         )

@@ -247,7 +247,9 @@ def list_log_dirs(paths: Sequence[str], spark: SparkSession | None = None) -> Li
             epochs = _parsed(
                 fs, join(path, LEADER_EPOCH_CHECKPOINT), parse_leader_epoch_checkpoint, None, listing.errors, where
             )
-            topic_id = _parsed(fs, join(path, PARTITION_METADATA), parse_partition_metadata, None, listing.errors, where)
+            topic_id = _parsed(
+                fs, join(path, PARTITION_METADATA), parse_partition_metadata, None, listing.errors, where
+            )
             listing.replicas.append(
                 PartitionReplica(
                     broker=broker,

@@ -162,9 +162,8 @@ def decode_listing(
         where = {s.path: (r.broker, r.topic, r.partition, s.base_offset) for r, s in remote}
         files = spark.read.format("binaryFile").load([s.path for _, s in remote])
         locate = functools.partial(_locate_files, where=where)
-        located = files.select("path", "content").mapInArrow(
-            locate, StructType(list(LOCATION.fields) + [StructField("path", StringType()), files.schema["content"]])
-        )
+        located_schema = StructType([*LOCATION.fields, StructField("path", StringType()), files.schema["content"]])
+        located = files.select("path", "content").mapInArrow(locate, located_schema)
         carry = [c for c in LOCATION.fieldNames() if c in schema.fieldNames()]
         decode = functools.partial(decode_arrow_batches, carry=carry, source="content", **options)
         frames.append(located.mapInArrow(decode, schema))

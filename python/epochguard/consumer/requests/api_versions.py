@@ -36,8 +36,11 @@ class ApiVersionsManager(RequestManager[None]):
             return []  # nothing a pre-KIP-320 consumer sends depends on the broker's versions
         nodes = set(self.ctx.metadata.brokers)
         for s in self.ctx.subscriptions.assignment.values():
-            if s.state == FetchState.AWAIT_VALIDATION and s.position is not None and s.position.current_leader.leader is not None:
-                nodes.add(s.position.current_leader.leader)
+            if s.state != FetchState.AWAIT_VALIDATION or s.position is None:
+                continue
+            leader = s.position.current_leader.leader
+            if leader is not None:
+                nodes.add(leader)
         asked = {sent.node_id for sent in self._in_flight.values()}
         return sorted(n for n in nodes if n not in self.ctx.api_versions and n not in asked)
 
@@ -52,7 +55,9 @@ class ApiVersionsManager(RequestManager[None]):
     def due_ms(self) -> int | None:
         return min((self._retry.get(node, (0, _LATEST))[0] for node in self._wanted()), default=None)
 
-    def handle(self, node_id: int, request: ClientRequest, context: None, response: ClientResponse, now_ms: int) -> None:
+    def handle(
+        self, node_id: int, request: ClientRequest, context: None, response: ClientResponse, now_ms: int
+    ) -> None:
         if not isinstance(response, ApiVersionsResponse):
             return
         if response.error_code == Errors.NONE:

@@ -39,6 +39,11 @@ from epochguard.types import (
 __all__ = ["CommitManager"]
 
 
+def _committed(p: OffsetCommitPartition) -> OffsetAndMetadata:
+    """The offset a commit request carries, as the application handed it in."""
+    return OffsetAndMetadata(p.committed_offset, p.committed_metadata, p.committed_leader_epoch)
+
+
 class CommitManager(RequestManager[tuple[TopicPartition, ...]]):
     def __init__(
         self,
@@ -68,7 +73,9 @@ class CommitManager(RequestManager[tuple[TopicPartition, ...]]):
         fetching = self._fetching()
         return [
             tp for tp, s in self.ctx.subscriptions.items()
-            if s.state == FetchState.INITIALIZING and tp not in fetching and (now_ms is None or now_ms >= s.next_retry_ms)
+            if s.state == FetchState.INITIALIZING
+            and tp not in fetching
+            and (now_ms is None or now_ms >= s.next_retry_ms)
         ]
 
     def poll(self, now_ms: int) -> list[tuple[int, ClientRequest]]:
@@ -78,7 +85,8 @@ class CommitManager(RequestManager[tuple[TopicPartition, ...]]):
             for tp in waiting:
                 self._reset_or_raise(tp, "no_position", now_ms)
         elif waiting and self.group_id is not None and self.coordinator_id is not None:
-            out.append(self._send(self.coordinator_id, OffsetFetchRequest(self.group_id, tuple(sorted(waiting))), now_ms, tuple(waiting)))
+            request = OffsetFetchRequest(self.group_id, tuple(sorted(waiting)))
+            out.append(self._send(self.coordinator_id, request, now_ms, tuple(waiting)))
         if self._pending and self.group_id is not None and self.coordinator_id is not None:
             for offsets in self._pending:
                 parts = tuple(
@@ -101,14 +109,19 @@ class CommitManager(RequestManager[tuple[TopicPartition, ...]]):
 
     def failed(self, node_id: int, request: ClientRequest, context: tuple[TopicPartition, ...], now_ms: int) -> None:
         if isinstance(request, OffsetCommitRequest):
-            self._pending.append(
-                {p.tp: OffsetAndMetadata(p.committed_offset, p.committed_metadata, p.committed_leader_epoch) for p in request.partitions}
-            )
+            self._pending.append({p.tp: _committed(p) for p in request.partitions})
             return
         self.ctx.subscriptions.request_failed(context, self.ctx.backoff(now_ms))
         self.ctx.metadata.request_update()
 
-    def handle(self, node_id: int, request: ClientRequest, context: tuple[TopicPartition, ...], response: ClientResponse, now_ms: int) -> None:
+    def handle(
+        self,
+        node_id: int,
+        request: ClientRequest,
+        context: tuple[TopicPartition, ...],
+        response: ClientResponse,
+        now_ms: int,
+    ) -> None:
         if isinstance(response, OffsetFetchResponse):
             self._on_committed(response, now_ms)
         elif isinstance(response, OffsetCommitResponse) and isinstance(request, OffsetCommitRequest):
@@ -116,7 +129,7 @@ class CommitManager(RequestManager[tuple[TopicPartition, ...]]):
             for answer in response.partitions:
                 p = sent.get(answer.tp)
                 if p is not None and answer.error_code == Errors.NONE:
-                    self.ctx.committed[answer.tp] = OffsetAndMetadata(p.committed_offset, p.committed_metadata, p.committed_leader_epoch)
+                    self.ctx.committed[answer.tp] = _committed(p)
 
     def _on_committed(self, response: OffsetFetchResponse, now_ms: int) -> None:
         for answer in response.partitions:

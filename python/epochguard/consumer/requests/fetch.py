@@ -21,7 +21,7 @@ from epochguard.consumer.requests.base import (
     ConsumerContext,
     RequestManager,
 )
-from epochguard.consumer.subscription import FetchState
+from epochguard.consumer.subscription import FetchState, PartitionState
 from epochguard.errors import CorruptRecordError, Errors, TopicAuthorizationFailedError
 from epochguard.messages import (
     FetchPartition,
@@ -50,7 +50,9 @@ class FetchManager(RequestManager[_Positions]):
                 continue
             if now_ms is not None and now_ms < s.next_retry_ms:
                 continue
-            node = s.preferred_read_replica if s.preferred_read_replica is not None else s.position.current_leader.leader
+            node = s.preferred_read_replica
+            if node is None:
+                node = s.position.current_leader.leader
             if node is None:
                 self.ctx.metadata.request_update()
                 continue
@@ -73,14 +75,20 @@ class FetchManager(RequestManager[_Positions]):
         return out
 
     def due_ms(self) -> int | None:
-        times = [self.ctx.subscriptions.state(tp).next_retry_ms for entries in self._due(None).values() for tp, _ in entries]
+        times = [
+            self.ctx.subscriptions.state(tp).next_retry_ms
+            for entries in self._due(None).values()
+            for tp, _ in entries
+        ]
         return min(times, default=None)
 
     def failed(self, node_id: int, request: ClientRequest, context: _Positions, now_ms: int) -> None:
         self.ctx.subscriptions.request_failed(context, self.ctx.backoff(now_ms))
         self.ctx.metadata.request_update()
 
-    def handle(self, node_id: int, request: ClientRequest, context: _Positions, response: ClientResponse, now_ms: int) -> None:
+    def handle(
+        self, node_id: int, request: ClientRequest, context: _Positions, response: ClientResponse, now_ms: int
+    ) -> None:
         if not isinstance(response, FetchResponse) or not isinstance(request, FetchRequest):
             return
         sent = {p.tp: p for p in request.partitions}
@@ -88,47 +96,59 @@ class FetchManager(RequestManager[_Positions]):
             if data.tp in sent and data.tp in context:
                 self._on_partition(node_id, sent[data.tp], context[data.tp], data, now_ms)
 
-    def _on_partition(self, node_id: int, sent: FetchPartition, fetched: FetchPosition, data: FetchPartitionData, now_ms: int) -> None:
+    def _on_partition(
+        self, node_id: int, sent: FetchPartition, fetched: FetchPosition, data: FetchPartitionData, now_ms: int
+    ) -> None:
         tp = sent.tp
         s = self.ctx.subscriptions.get(tp)
         if s is None or s.position is None or s.position != fetched or s.state != FetchState.FETCHING:
             return  # stale: unassigned, or the position moved while the fetch was in flight
         code = data.error_code
         if code == Errors.NONE:
-            if data.preferred_read_replica >= 0:
-                s.preferred_read_replica = data.preferred_read_replica
-            try:
-                completed = CompletedFetch.decode(
-                    tp, s.position, data.records, self.ctx.isolation_level, data.aborted_transactions
-                )
-            except CorruptRecordError as e:
-                self.ctx.errors.append(e)  # raised by poll(), as Kafka's consumer does
-                s.next_retry_ms = self.ctx.backoff(now_ms)
-                return
-            if completed.records:
-                self.ctx.collector.add(completed)  # handed out (and the position moved) by poll()
-            elif completed.next_offset != sent.fetch_offset:
-                # Only control batches or records below the fetch offset: nothing to hand out, move on.
-                s.position = FetchPosition(completed.next_offset, completed.last_epoch, s.position.current_leader)
-                s.record_consumed(completed.epochs)
-            return
-        from_replica = s.preferred_read_replica is not None and node_id == s.preferred_read_replica
-        if code == Errors.OFFSET_OUT_OF_RANGE:
-            if from_replica:
-                s.preferred_read_replica = None  # the read replica is behind: go back to the leader
-            elif s.reset_policy == "none":
-                self.ctx.collector.add_out_of_range(tp, sent.fetch_offset)
-            else:
-                s.request_reset(s.reset_policy, "out_of_range")
-            return
-        if code == Errors.TOPIC_AUTHORIZATION_FAILED:
+            self._on_records(s, sent, data, now_ms)
+        elif code == Errors.OFFSET_OUT_OF_RANGE:
+            self._on_out_of_range(node_id, s, sent)
+        elif code == Errors.TOPIC_AUTHORIZATION_FAILED:
             self.ctx.errors.append(TopicAuthorizationFailedError(f"not authorized to read {tp.topic}"))
+        else:
+            if code in REFRESH_METADATA:
+                self._on_stale_leader(s, tp, data)
+            s.next_retry_ms = self.ctx.backoff(now_ms)  # UNKNOWN_LEADER_EPOCH and the rest: plain retry
+
+    def _on_records(self, s: PartitionState, sent: FetchPartition, data: FetchPartitionData, now_ms: int) -> None:
+        """A successful answer: buffer its records for `poll()`, or step over a run without any."""
+        assert s.position is not None  # checked by _on_partition
+        if data.preferred_read_replica >= 0:
+            s.preferred_read_replica = data.preferred_read_replica
+        try:
+            completed = CompletedFetch.decode(
+                sent.tp, s.position, data.records, self.ctx.isolation_level, data.aborted_transactions
+            )
+        except CorruptRecordError as e:
+            self.ctx.errors.append(e)  # raised by poll(), as Kafka's consumer does
+            s.next_retry_ms = self.ctx.backoff(now_ms)
             return
-        if code in REFRESH_METADATA:
-            s.preferred_read_replica = None
-            hint = data.current_leader
-            if self.ctx.metadata.update_partition_leadership(tp, hint.leader_id, hint.leader_epoch):
-                self._on_leader_hint(tp)
-            else:
-                self.ctx.metadata.request_update()
-        s.next_retry_ms = self.ctx.backoff(now_ms)  # UNKNOWN_LEADER_EPOCH and the rest: plain retry
+        if completed.records:
+            self.ctx.collector.add(completed)  # handed out (and the position moved) by poll()
+        elif completed.next_offset != sent.fetch_offset:
+            # Only control batches or records below the fetch offset: nothing to hand out, move on.
+            s.position = FetchPosition(completed.next_offset, completed.last_epoch, s.position.current_leader)
+            s.record_consumed(completed.epochs)
+
+    def _on_out_of_range(self, node_id: int, s: PartitionState, sent: FetchPartition) -> None:
+        """OFFSET_OUT_OF_RANGE: back to the leader if a read replica said it, else reset by policy."""
+        if s.preferred_read_replica is not None and node_id == s.preferred_read_replica:
+            s.preferred_read_replica = None  # the read replica is behind: go back to the leader
+        elif s.reset_policy == "none":
+            self.ctx.collector.add_out_of_range(sent.tp, sent.fetch_offset)
+        else:
+            s.request_reset(s.reset_policy, "out_of_range")
+
+    def _on_stale_leader(self, s: PartitionState, tp: TopicPartition, data: FetchPartitionData) -> None:
+        """FENCED_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER and the like: follow the KIP-951 hint or refresh."""
+        s.preferred_read_replica = None
+        hint = data.current_leader
+        if self.ctx.metadata.update_partition_leadership(tp, hint.leader_id, hint.leader_epoch):
+            self._on_leader_hint(tp)
+        else:
+            self.ctx.metadata.request_update()

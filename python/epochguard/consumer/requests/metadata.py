@@ -42,7 +42,9 @@ class MetadataManager(RequestManager[None]):
     def due_ms(self) -> int | None:
         return None if self._in_flight else self.ctx.metadata.next_update_ms()
 
-    def handle(self, node_id: int, request: ClientRequest, context: None, response: ClientResponse, now_ms: int) -> None:
+    def handle(
+        self, node_id: int, request: ClientRequest, context: None, response: ClientResponse, now_ms: int
+    ) -> None:
         if isinstance(response, MetadataResponse):
             self.ctx.metadata.update(response, now_ms)
 

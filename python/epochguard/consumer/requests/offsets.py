@@ -133,7 +133,10 @@ class OffsetsManager(RequestManager[_Resets | _Lookup]):
             out.append(self._send(node, request, now_ms, _Resets(strategies)))
         for lookup in self.lookups:
             for node, tps in sorted(leaders_of(self.ctx, lookup._due(now_ms)).items()):
-                parts = tuple(ListOffsetsPartition(tp.topic, tp.partition, lookup.timestamps[tp], self._leader_epoch(tp)) for tp in tps)
+                parts = tuple(
+                    ListOffsetsPartition(tp.topic, tp.partition, lookup.timestamps[tp], self._leader_epoch(tp))
+                    for tp in tps
+                )
                 lookup._in_flight.update(tps)
                 request = ListOffsetsRequest(parts, isolation_level=self.ctx.isolation_level)
                 out.append(self._send(node, request, now_ms, _Lookup(lookup, tuple(tps))))
@@ -166,7 +169,9 @@ class OffsetsManager(RequestManager[_Resets | _Lookup]):
             self.ctx.subscriptions.request_failed(context.strategies, retry)
         self.ctx.metadata.request_update()
 
-    def handle(self, node_id: int, request: ClientRequest, context: _Resets | _Lookup, response: ClientResponse, now_ms: int) -> None:
+    def handle(
+        self, node_id: int, request: ClientRequest, context: _Resets | _Lookup, response: ClientResponse, now_ms: int
+    ) -> None:
         if isinstance(context, _Lookup):
             context.lookup._in_flight.difference_update(context.partitions)
         if not isinstance(response, ListOffsetsResponse):
@@ -198,7 +203,9 @@ class OffsetsManager(RequestManager[_Resets | _Lookup]):
         s.seek_unvalidated(position)
         s.restart_history(self.ctx.track_consumed_epochs)
         self.ctx.resets.append(
-            OffsetResetEvent(tp, strategy, reason, from_offset, answer.offset, epoch_or_none(answer.leader_epoch), now_ms)
+            OffsetResetEvent(
+                tp, strategy, reason, from_offset, answer.offset, epoch_or_none(answer.leader_epoch), now_ms
+            )
         )
 
     def _on_lookup(self, lookup: OffsetsForTimesLookup, answer: ListOffsetsPartitionResponse, now_ms: int) -> None:

@@ -105,7 +105,10 @@ class ValidationManager(RequestManager[_Positions]):
                 continue
             parts = tuple(
                 OffsetForLeaderPartition(
-                    tp.topic, tp.partition, epoch_or_sentinel(pos.offset_epoch), epoch_or_sentinel(pos.current_leader.epoch)
+                    tp.topic,
+                    tp.partition,
+                    epoch_or_sentinel(pos.offset_epoch),
+                    epoch_or_sentinel(pos.current_leader.epoch),
                 )
                 for tp, pos in entries
             )
@@ -127,7 +130,9 @@ class ValidationManager(RequestManager[_Positions]):
         self.ctx.subscriptions.request_failed(context, self.ctx.backoff(now_ms))
         self.ctx.metadata.request_update()
 
-    def handle(self, node_id: int, request: ClientRequest, context: _Positions, response: ClientResponse, now_ms: int) -> None:
+    def handle(
+        self, node_id: int, request: ClientRequest, context: _Positions, response: ClientResponse, now_ms: int
+    ) -> None:
         if not isinstance(response, OffsetsForLeaderEpochResponse):
             return
         truncated: dict[TopicPartition, tuple[int, OffsetAndMetadata | None]] = {}
@@ -138,7 +143,8 @@ class ValidationManager(RequestManager[_Positions]):
                 continue
             if answer.error_code != Errors.NONE:
                 if answer.error_code == Errors.TOPIC_AUTHORIZATION_FAILED:
-                    self.ctx.errors.append(TopicAuthorizationFailedError(f"not authorized to describe {answer.tp.topic}"))
+                    error = TopicAuthorizationFailedError(f"not authorized to describe {answer.tp.topic}")
+                    self.ctx.errors.append(error)
                 elif answer.error_code != Errors.UNKNOWN_LEADER_EPOCH:
                     self.ctx.metadata.request_update()
                 s.next_retry_ms = self.ctx.backoff(now_ms)
@@ -181,7 +187,8 @@ class ValidationManager(RequestManager[_Positions]):
             s.request_reset(s.reset_policy, "truncation")
         elif isinstance(outcome, Truncated):
             div = outcome.divergent
-            self._report(tp, s, position, None if div is None else div.offset, None if div is None else div.leader_epoch, "raised", now_ms)
+            div_offset, div_epoch = (None, None) if div is None else (div.offset, div.leader_epoch)
+            self._report(tp, s, position, div_offset, div_epoch, "raised", now_ms)
             truncated[tp] = (position.offset, div)
             s.next_retry_ms = self.ctx.backoff(now_ms)
 
@@ -200,4 +207,5 @@ class ValidationManager(RequestManager[_Positions]):
             return  # the same truncation seen again (policy none retries): report it once
         s.reported_truncation = key
         affected = None if divergent_offset is None else position.offset - divergent_offset
-        self.ctx.truncations.append(TruncationEvent(tp, position, divergent_offset, divergent_epoch, affected, resolution, now_ms))
+        event = TruncationEvent(tp, position, divergent_offset, divergent_epoch, affected, resolution, now_ms)
+        self.ctx.truncations.append(event)

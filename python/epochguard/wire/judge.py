@@ -164,7 +164,8 @@ class Judge:
         if isinstance(request, FetchRequest) and not request.is_from_follower:
             self._on_fetch(name, conn.broker_id, request, response)
         elif isinstance(request, OffsetsForLeaderEpochRequest):
-            self._sent_epochs(report, "OffsetForLeaderEpoch", [(p.tp, p.current_leader_epoch) for p in request.partitions])
+            sent = [(p.tp, p.current_leader_epoch) for p in request.partitions]
+            self._sent_epochs(report, "OffsetForLeaderEpoch", sent)
             for r in getattr(response, "partitions", ()):
                 d = self._open.get((name, r.tp))
                 if d is not None and r.error_code == Errors.NONE:
@@ -189,7 +190,7 @@ class Judge:
             if leader is None:
                 continue
             log = cluster.log(leader, tp)
-            epoch, end = log.leader_epoch_cache.end_offset_for(served.epoch, log.log_end_offset)
+            _epoch, end = log.leader_epoch_cache.end_offset_for(served.epoch, log.log_end_offset)
             if end < 0:
                 end = log.log_start_offset  # the leader has no epoch at or below it: nothing is known to agree
             if end < served.end:
@@ -233,7 +234,7 @@ class Judge:
             fetched = offsets.get(p.tp, 0)
             spans = [s for s in spans if s[1] >= fetched]
             if spans:
-                base, last, epoch, _crc = spans[-1]
+                _base, last, epoch, _crc = spans[-1]
                 self._served[(name, p.tp)] = _Served(epoch, last + 1, fetched)
 
     def _from_leader(self, broker_id: int, tp: TopicPartition) -> bool:
@@ -290,8 +291,9 @@ class Judge:
                 report.commits.append({"topic": p.topic, "partition": p.partition_index, "offset": p.committed_offset,
                                        "step": self.step, "problem": "committed without a leader epoch"})
             if d is not None and p.committed_offset > d.offset:
+                problem = f"committed beyond the divergence point {d.offset}"
                 report.commits.append({"topic": p.topic, "partition": p.partition_index, "offset": p.committed_offset,
-                                       "step": self.step, "problem": f"committed beyond the divergence point {d.offset}"})
+                                       "step": self.step, "problem": problem})
 
     def _on_acked(self, name: str, request: ProduceRequest, response: ProduceResponse) -> None:
         wire = self._wire

@@ -207,20 +207,13 @@ class Partition:
         now_ms: int = 0,
     ) -> FetchPartitionData:
         def error(code: Errors) -> FetchPartitionData:
-            return FetchPartitionData(
-                p.topic, p.partition_index, code, current_leader=self._leader_hint() if code.retriable else LeaderIdAndEpoch()
-            )
+            hint = self._leader_hint() if code.retriable else LeaderIdAndEpoch()
+            return FetchPartitionData(p.topic, p.partition_index, code, current_leader=hint)
 
-        code = self._check_epoch(p.current_leader_epoch, absent=p.current_leader_epoch < 0)
+        code = self._fetch_refusal(p, replica_id, replica_epoch, version)
         if code != Errors.NONE:
             return error(code)
         from_follower = replica_id >= 0
-        if (from_follower or version < _CONSUMER_FETCH_FROM_FOLLOWER_VERSION) and not self.is_leader:
-            return error(Errors.NOT_LEADER_OR_FOLLOWER)
-        if from_follower and replica_id not in self.assignment:
-            return error(Errors.UNKNOWN_LEADER_EPOCH if p.current_leader_epoch >= 0 else Errors.NOT_LEADER_OR_FOLLOWER)
-        if from_follower and self._stale_broker_epoch(replica_id, replica_epoch):
-            return error(Errors.NOT_LEADER_OR_FOLLOWER)
         log = self.log
         leo = log.log_end_offset
         if self.protocol == "kip-320" and p.last_fetched_epoch >= 0:
@@ -244,13 +237,7 @@ class Partition:
         bound = leo if from_follower else log.last_stable_offset if read_committed else log.high_watermark
         high_watermark, last_stable_offset = log.high_watermark, log.last_stable_offset
         records = log.read(p.fetch_offset, max_bytes=p.partition_max_bytes, upper_bound=bound)
-        aborted = None
-        if read_committed:
-            # The aborted transactions within what is returned (`collectAbortedTransactions`).
-            upper = p.fetch_offset
-            for batch in iter_batches(records, verify_crc=False):  # headers only: where the data ends
-                upper = batch.next_offset
-            aborted = tuple(AbortedTransaction(t.producer_id, t.first_offset) for t in log.collect_aborted_transactions(p.fetch_offset, upper))
+        aborted = self._aborted_within(p.fetch_offset, records) if read_committed else None
         if from_follower:
             self._update_follower_fetch_state(replica_id, p, replica_epoch, leo, now_ms)
         return FetchPartitionData(
@@ -262,6 +249,32 @@ class Partition:
             log_start_offset=log.log_start_offset,
             records=records,
             aborted_transactions=aborted,
+        )
+
+    def _fetch_refusal(self, p: FetchPartition, replica_id: int, replica_epoch: int, version: int) -> Errors:
+        """The error a Fetch gets before any offset is looked at (NONE: go on): the current leader
+        epoch, leadership (a consumer may fetch from a follower from v11), and a follower's membership
+        and broker epoch."""
+        code = self._check_epoch(p.current_leader_epoch, absent=p.current_leader_epoch < 0)
+        if code != Errors.NONE:
+            return code
+        from_follower = replica_id >= 0
+        if (from_follower or version < _CONSUMER_FETCH_FROM_FOLLOWER_VERSION) and not self.is_leader:
+            return Errors.NOT_LEADER_OR_FOLLOWER
+        if from_follower and replica_id not in self.assignment:
+            return Errors.UNKNOWN_LEADER_EPOCH if p.current_leader_epoch >= 0 else Errors.NOT_LEADER_OR_FOLLOWER
+        if from_follower and self._stale_broker_epoch(replica_id, replica_epoch):
+            return Errors.NOT_LEADER_OR_FOLLOWER
+        return Errors.NONE
+
+    def _aborted_within(self, fetch_offset: int, records: bytes) -> tuple[AbortedTransaction, ...]:
+        """The aborted transactions within what is returned (`collectAbortedTransactions`)."""
+        upper = fetch_offset
+        for batch in iter_batches(records, verify_crc=False):  # headers only: where the data ends
+            upper = batch.next_offset
+        return tuple(
+            AbortedTransaction(t.producer_id, t.first_offset)
+            for t in self.log.collect_aborted_transactions(fetch_offset, upper)
         )
 
     def _stale_broker_epoch(self, replica_id: int, replica_epoch: int) -> bool:
@@ -292,7 +305,7 @@ class Partition:
         state = self.replicas.get(replica_id)
         if state is None or self.leader_epoch_start_offset is None:
             return False
-        return state.log_end_offset >= self.log.high_watermark and state.log_end_offset >= self.leader_epoch_start_offset
+        return state.log_end_offset >= max(self.log.high_watermark, self.leader_epoch_start_offset)
 
     def is_replica_isr_eligible(self, replica_id: int) -> bool:
         """KRaft: not fenced, not shutting down, fetching with the registered broker epoch (or -1)."""
@@ -485,19 +498,8 @@ class Partition:
             return error(code)
         log = self.log
         is_client = replica_id == CONSUMER_REPLICA_ID
-        # Replicas (and debug requests) read up to the LEO; clients up to the LSO (read_committed) or HW.
-        if not is_client:
-            last_fetchable = log.log_end_offset
-        elif isolation_level == IsolationLevel.READ_COMMITTED:
-            last_fetchable = log.last_stable_offset
-        else:
-            last_fetchable = log.high_watermark
-        lagging = (
-            self.protocol == "kip-320"
-            and is_client
-            and self.leader_epoch_start_offset is not None
-            and self.leader_epoch_start_offset > log.high_watermark
-        )
+        last_fetchable = self._last_fetchable(is_client, isolation_level)
+        lagging = is_client and self._high_watermark_lagging()
 
         def answer(offset: int, timestamp: int, epoch: int | None) -> ListOffsetsPartitionResponse:
             return ListOffsetsPartitionResponse(
@@ -523,9 +525,29 @@ class Partition:
             return error(Errors.OFFSET_NOT_AVAILABLE)
         return ListOffsetsPartitionResponse(p.topic, p.partition_index, Errors.NONE)
 
+    def _last_fetchable(self, is_client: bool, isolation_level: IsolationLevel) -> int:
+        """Replicas (and debug requests) read up to the LEO; clients up to the LSO (read_committed) or
+        the HW."""
+        if not is_client:
+            return self.log.log_end_offset
+        if isolation_level == IsolationLevel.READ_COMMITTED:
+            return self.log.last_stable_offset
+        return self.log.high_watermark
+
+    def _high_watermark_lagging(self) -> bool:
+        """KIP-207: a new leader whose HW has not reached the start of its own epoch yet."""
+        return (
+            self.protocol == "kip-320"
+            and self.leader_epoch_start_offset is not None
+            and self.leader_epoch_start_offset > self.log.high_watermark
+        )
+
     def __repr__(self) -> str:
         role = "leader" if self.is_leader else f"follower of {self.leader_id}"
-        return f"Partition({self.tp} on {self.broker_id}, {role}, epoch={self.leader_epoch}, isr={self.isr}, {self.log!r})"
+        return (
+            f"Partition({self.tp} on {self.broker_id}, {role}, epoch={self.leader_epoch}, isr={self.isr}, "
+            f"{self.log!r})"
+        )
 
 
 def __getattr__(name: str) -> object:

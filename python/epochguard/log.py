@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import os
 import struct
 from collections.abc import Iterator, Sequence
@@ -316,13 +317,16 @@ class PartitionLog:
             producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=transactional,
         )
 
-    def _append_new_batch(self, records: Sequence[tuple], leader_epoch: int, timestamp_ms: int | None, **header: Any) -> AppendInfo:
+    def _append_new_batch(
+        self, records: Sequence[tuple], leader_epoch: int, timestamp_ms: int | None, **header: Any
+    ) -> AppendInfo:
         """Encode one v2 batch at the LEO stamped with `leader_epoch` (`header`: encode_batch's other
         fields) and append it."""
         if leader_epoch < 0:
             raise ValueError(f"invalid leader epoch {leader_epoch}")
         raw = encode_batch(
-            records, base_offset=self._log_end_offset, partition_leader_epoch=leader_epoch, base_timestamp=timestamp_ms, **header
+            records, base_offset=self._log_end_offset, partition_leader_epoch=leader_epoch,
+            base_timestamp=timestamp_ms, **header
         )
         info = self._append(raw)
         if info is None:  # encode_batch always yields one whole batch
@@ -373,7 +377,7 @@ class PartitionLog:
                 infos[0].base_offset,
                 infos[0].last_offset,
             )
-        for prev, cur in zip(infos, infos[1:]):
+        for prev, cur in itertools.pairwise(infos):
             if cur.base_offset <= prev.last_offset:
                 raise UnexpectedAppendOffsetError(
                     f"{self.tp}: batch offsets not increasing at {cur.base_offset}", cur.base_offset, cur.last_offset
@@ -526,7 +530,9 @@ class PartitionLog:
             for batch in iter_batches(bytes(segment.data[info.position : info.position + info.size])):
                 for record in batch.records():
                     if record.offset >= self._log_start_offset and record.timestamp >= target:
-                        return (record.offset, record.timestamp, batch.partition_leader_epoch) if record.offset < bound else None
+                        if record.offset >= bound:
+                            return None
+                        return (record.offset, record.timestamp, batch.partition_leader_epoch)
         return None
 
     def offset_of_max_timestamp(self, upper_bound: int | None = None) -> tuple[int, int, int] | None:

@@ -134,7 +134,8 @@ class ReplicaFetcher:
         versions = self.leader_api_versions(partition.leader_id)
         epochs_supported = versions is None or versions.version_range(ApiKey.OFFSET_FOR_LEADER_EPOCH) is not None
         fetch_range = None if versions is None else versions.version_range(ApiKey.FETCH)
-        truncate_on_fetch = self.truncate_on_fetch and (versions is None or (fetch_range is not None and fetch_range.max_version >= 12))
+        fetch_v12 = fetch_range is not None and fetch_range.max_version >= 12
+        truncate_on_fetch = self.truncate_on_fetch and (versions is None or fetch_v12)
         state = PartitionFetchState(
             partition=partition,
             leader_id=partition.leader_id,
@@ -172,10 +173,13 @@ class ReplicaFetcher:
             by_leader.setdefault(s.leader_id, {}).setdefault(s.state, []).append(s)
         out: list[tuple[int, Request]] = []
         for leader, groups in sorted(by_leader.items()):
-            if groups.get(FetchState.TRUNCATING):
-                out.append((leader, self._track(self._offsets_for_leader_epoch_request(groups[FetchState.TRUNCATING]), groups[FetchState.TRUNCATING], now_ms)))
-            if groups.get(FetchState.FETCHING):
-                out.append((leader, self._track(self._fetch_request(groups[FetchState.FETCHING]), groups[FetchState.FETCHING], now_ms)))
+            truncating = groups.get(FetchState.TRUNCATING)
+            if truncating:
+                request = self._offsets_for_leader_epoch_request(truncating)
+                out.append((leader, self._track(request, truncating, now_ms)))
+            fetching = groups.get(FetchState.FETCHING)
+            if fetching:
+                out.append((leader, self._track(self._fetch_request(fetching), fetching, now_ms)))
             for s in groups.get(FetchState.OUT_OF_RANGE, []):
                 out.append((leader, self._track(self._list_offsets_request(s), [s], now_ms)))
         return out
@@ -227,7 +231,8 @@ class ReplicaFetcher:
         target = LATEST_TIMESTAMP if s.leader_end_offset is None else EARLIEST_TIMESTAMP
         epoch = s.current_leader_epoch if self.protocol == "kip-320" else NO_EPOCH
         tp = s.partition.tp
-        return ListOffsetsRequest((ListOffsetsPartition(tp.topic, tp.partition, target, epoch),), replica_id=self.broker_id)
+        partition = ListOffsetsPartition(tp.topic, tp.partition, target, epoch)
+        return ListOffsetsRequest((partition,), replica_id=self.broker_id)
 
     # --- responses in -------------------------------------------------------------------------
     def on_response(self, node_id: int, request: Request, response: Response, now_ms: int) -> None:
@@ -287,7 +292,8 @@ class ReplicaFetcher:
             return
         log = s.partition.log
         if self.protocol == "kip-320" and data.diverging_epoch is not None and data.diverging_epoch.epoch >= 0:
-            self._truncate_to_leader(s, data.diverging_epoch.epoch, data.diverging_epoch.end_offset, "diverging_epoch", now_ms)
+            diverging = data.diverging_epoch
+            self._truncate_to_leader(s, diverging.epoch, diverging.end_offset, "diverging_epoch", now_ms)
             return
         if data.records:
             try:
@@ -331,7 +337,9 @@ class ReplicaFetcher:
             return
         self._truncate_to_leader(s, answer.leader_epoch, answer.end_offset, "offsets_for_leader_epoch", now_ms)
 
-    def _truncate_to_leader(self, s: PartitionFetchState, epoch: int, end_offset: int, reason: str, now_ms: int) -> None:
+    def _truncate_to_leader(
+        self, s: PartitionFetchState, epoch: int, end_offset: int, reason: str, now_ms: int
+    ) -> None:
         """SPEC (d): the core picks the offset; not final -> ask again with the new latest epoch."""
         log = s.partition.log
         answer = truncation_offset(log.leader_epoch_cache, log.log_end_offset, epoch, end_offset)

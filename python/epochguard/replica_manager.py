@@ -215,7 +215,9 @@ class ReplicaManager:
         return None
 
     # --- requests in --------------------------------------------------------------------------
-    def handle(self, node_id: int, request: Request | ApiVersionsRequest, now_ms: int) -> Response | ApiVersionsResponse | None:
+    def handle(
+        self, node_id: int, request: Request | ApiVersionsRequest, now_ms: int
+    ) -> Response | ApiVersionsResponse | None:
         if isinstance(request, ApiVersionsRequest):
             return answer_api_versions(request, self.api_versions)
         if isinstance(request, FetchRequest):
@@ -275,7 +277,9 @@ class ReplicaManager:
             )
         return ListOffsetsResponse(tuple(out))
 
-    def _handle_write_txn_markers(self, node_id: int, request: WriteTxnMarkersRequest, now_ms: int) -> WriteTxnMarkersResponse | None:
+    def _handle_write_txn_markers(
+        self, node_id: int, request: WriteTxnMarkersRequest, now_ms: int
+    ) -> WriteTxnMarkersResponse | None:
         """Each marker is appended by the partition's leader with acks=all (`ReplicaManager.appendRecords`
         from `KafkaApis.handleWriteTxnMarkersRequest`): answered once the ISR has it (None until then:
         collect it from `poll_responses`)."""
@@ -285,7 +289,8 @@ class ReplicaManager:
             info = None
             if code is None:
                 code, info = self.partitions[m.tp].write_txn_marker(
-                    m.producer_id, m.producer_epoch, commit=m.committed, coordinator_epoch=m.coordinator_epoch, now_ms=now_ms
+                    m.producer_id, m.producer_epoch, commit=m.committed, coordinator_epoch=m.coordinator_epoch,
+                    now_ms=now_ms,
                 )
             delayed.results[m.tp] = WriteTxnMarkerResult(m.producer_id, m.topic, m.partition_index, code)
             if info is not None:
@@ -307,7 +312,9 @@ class ReplicaManager:
             return None
         return ProduceResponse(tuple(delayed.results[p.tp] for p in request.partitions))  # type: ignore[misc]
 
-    def _append(self, p: ProducePartition, acks: int, now_ms: int, delayed: _DelayedProduce) -> ProducePartitionResponse:
+    def _append(
+        self, p: ProducePartition, acks: int, now_ms: int, delayed: _DelayedProduce
+    ) -> ProducePartitionResponse:
         code = self._hosting_error(p.tp)
         if code is not None:
             return ProducePartitionResponse(p.topic, p.partition_index, code)
@@ -340,7 +347,9 @@ class ReplicaManager:
                     if code != Errors.NONE:
                         r = delayed.results[tp]
                         if isinstance(r, ProducePartitionResponse):
-                            delayed.results[tp] = ProducePartitionResponse(r.topic, r.partition_index, code, r.base_offset)
+                            delayed.results[tp] = ProducePartitionResponse(
+                                r.topic, r.partition_index, code, r.base_offset
+                            )
                         else:
                             delayed.results[tp] = WriteTxnMarkerResult(r.producer_id, r.topic, r.partition_index, code)
 
@@ -364,7 +373,7 @@ class ReplicaManager:
     # --- requests out -------------------------------------------------------------------------
     def poll_requests(self, now_ms: int) -> list[tuple[int, Request]]:
         out: list[tuple[int, Request]] = list(self.fetcher.poll_requests(now_ms))
-        for tp, partition in self.partitions.items():
+        for partition in self.partitions.values():
             request = partition.poll_isr_change(now_ms)
             if request is not None:
                 out.append((self.controller_id, request))

@@ -86,6 +86,9 @@ CONNECT = """
 import json, os, sys
 os.environ["PYSPARK_PYTHON"] = sys.executable  # the server's Python workers must import epochguard too
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# pyspark's own parallel-test switch (SPARK-42272): the local Connect server binds an ephemeral port
+# and the client asks the JVM for it, so two runs on one machine do not fight over 15002.
+os.environ["SPARK_TESTING"] = "1"
 from pyspark.sql import SparkSession
 spark = SparkSession.builder.remote("local[2]").getOrCreate()
 import epochguard.spark as es

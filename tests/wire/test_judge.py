@@ -117,6 +117,22 @@ def test_a_listoffsets_reset_then_a_fetch_there_is_reset(diverged) -> None:
     assert verdict(judge)["verdict"] == "reset"
 
 
+def test_the_same_fetch_again_means_the_replaced_records_never_reached_the_client(diverged) -> None:
+    # The fixture's client was answered the replaced records for its fetch at 0; asking for 0 again
+    # (its connection died with the old leader before it applied that answer) reads none of them.
+    w, judge, _ = diverged
+    fetch(w, w.connect(2), 0, epoch=1)
+    (client,) = judge.report()
+    assert client["divergences"] == []
+
+
+def test_a_refetch_from_below_the_divergence_point_without_asking_is_a_reset(diverged) -> None:
+    w, judge, _ = diverged
+    fetch(w, w.connect(2), 1, epoch=1)  # not the fetch it was answered: a restart from an older position
+    event = verdict(judge)
+    assert (event["verdict"], event["detail"]) == ("reset", "fetched again from 1 without asking")
+
+
 def test_a_commit_past_the_divergence_point_or_without_an_epoch_is_reported(diverged) -> None:
     w, judge, served_to = diverged
     conn = w.connect(2)

@@ -44,7 +44,7 @@ def test_a_driver_that_dies_before_starting_is_a_run_error(tmp_path: Path) -> No
 def test_a_driver_that_never_starts_times_out(tmp_path: Path) -> None:
     proc = _driver("import time; time.sleep(30)")
     try:
-        with pytest.raises(RunError, match="did not start within 0.5s"):
+        with pytest.raises(RunError, match=r"did not start within 0\.5s"):
             _wait_started({"mute": proc}, {"mute": tmp_path / "mute.jsonl"}, timeout_s=0.5)
     finally:
         proc.kill()

@@ -129,17 +129,8 @@ class Broker:
         msg = env.payload
         now = self.now_ms
         if env.reply_to is not None:
-            pending = self._pending.pop(env.reply_to, None)
-            if isinstance(msg, Disconnected):
-                if pending is not None and not isinstance(pending[1], BrokerHeartbeat):
-                    self.manager.on_request_failed(pending[0], pending[1], now)
-            elif isinstance(msg, BrokerHeartbeatResponse):
-                self._on_heartbeat_response(msg)
-            elif pending is not None:
-                node_id, request, _ = pending
-                self.manager.on_response(node_id, request, msg, now)
-            return
-        if isinstance(msg, LeaderAndIsr):
+            self._on_reply(env.reply_to, msg, now)
+        elif isinstance(msg, LeaderAndIsr):
             for state in msg.partitions:
                 self._apply(state)
         elif isinstance(msg, UpdateMetadata):
@@ -147,14 +138,30 @@ class Broker:
         elif isinstance(msg, MetadataRequest):
             self.ctx.network.reply(env, self.metadata_response(msg))
         else:
-            client = -1 if not env.src.startswith("broker-") else int(env.src.rsplit("-", 1)[1])
-            response = self.manager.handle(client, msg, now)
-            if response is not None:
-                if isinstance(response, FetchResponse) and client < 0:
-                    self._served(env.src, msg, response)
-                self.ctx.network.reply(env, response)
-            else:  # an acks=all produce waits for replication
-                self._waiting_produce[id(msg)] = env
+            self._on_request(env, msg, now)
+
+    def _on_reply(self, reply_to: int, msg: Any, now: int) -> None:
+        """The answer to a request this broker sent (or the network saying it was lost)."""
+        pending = self._pending.pop(reply_to, None)
+        if isinstance(msg, Disconnected):
+            if pending is not None and not isinstance(pending[1], BrokerHeartbeat):
+                self.manager.on_request_failed(pending[0], pending[1], now)
+        elif isinstance(msg, BrokerHeartbeatResponse):
+            self._on_heartbeat_response(msg)
+        elif pending is not None:
+            node_id, request, _ = pending
+            self.manager.on_response(node_id, request, msg, now)
+
+    def _on_request(self, env: Envelope, msg: Any, now: int) -> None:
+        """A request from a follower broker or a client, answered by the ReplicaManager."""
+        client = -1 if not env.src.startswith("broker-") else int(env.src.rsplit("-", 1)[1])
+        response = self.manager.handle(client, msg, now)
+        if response is not None:
+            if isinstance(response, FetchResponse) and client < 0:
+                self._served(env.src, msg, response)
+            self.ctx.network.reply(env, response)
+        else:  # an acks=all produce waits for replication
+            self._waiting_produce[id(msg)] = env
 
     def _served(self, consumer: str, request: FetchRequest, response: FetchResponse) -> None:
         offsets = {p.tp: p.fetch_offset for p in request.partitions}
@@ -173,7 +180,8 @@ class Broker:
             role = "leader" if after.is_leader else f"follower of {after.leader_id}"
             log = self.logs[state.tp]
             self.ctx.events.record(
-                "role", self.node, f"{state.tp}: {role}, epoch {after.leader_epoch} (leo {log.log_end_offset}, hw {log.high_watermark})",
+                "role", self.node,
+                f"{state.tp}: {role}, epoch {after.leader_epoch} (leo {log.log_end_offset}, hw {log.high_watermark})",
                 partition=str(state.tp), leader=after.leader_id, leader_epoch=after.leader_epoch,
             )
 
@@ -191,7 +199,7 @@ class Broker:
             env = self._waiting_produce.pop(id(request), None)
             if env is not None:
                 self.ctx.network.reply(env, response)
-            elif self.on_delayed_response is not None:  # a produce from outside the sim network (epochguard serve)
+            elif self.on_delayed_response is not None:  # a produce from outside the sim (epochguard serve)
                 self.on_delayed_response(request, response)
         self._report_fetcher(now)
         if now >= self._next_checkpoint_ms:
@@ -270,7 +278,8 @@ class Broker:
             if name not in self._cluster_topics:
                 topics.append(MetadataResponseTopic(name, error_code=Errors.UNKNOWN_TOPIC_OR_PARTITION))
             elif md is None:  # registered, but no UpdateMetadata yet
-                topics.append(MetadataResponseTopic(name, topic_id=topic_id(name), error_code=Errors.LEADER_NOT_AVAILABLE))
+                topics.append(
+                    MetadataResponseTopic(name, topic_id=topic_id(name), error_code=Errors.LEADER_NOT_AVAILABLE))
             else:
                 partitions = tuple(
                     MetadataResponsePartition(

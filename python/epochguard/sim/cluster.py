@@ -50,21 +50,24 @@ class Cluster:
         assignment = cfg.assignment()
         # The simulated clients and the checker work on the scenario's topic; other topics in the
         # assignment (`epochguard serve`'s `input`) are hosted for outside clients.
-        self.topic_partitions: tuple[TopicPartition, ...] = tuple(sorted(tp for tp in assignment if tp.topic == cfg.topic))
+        self.topic_partitions: tuple[TopicPartition, ...] = tuple(
+            sorted(tp for tp in assignment if tp.topic == cfg.topic))
         self.broker_ids: tuple[int, ...] = tuple(range(1, cfg.brokers + 1))
         self.controller = Controller(self.network, self.timeline, assignment,
                                      unclean_leader_election=cfg.unclean_leader_election,
                                      session_timeout_ms=cfg.session_timeout_ms)
         # Actors get a narrow context; the checker hears what they publish.
         self.events = EventSink(self.timeline)
-        ctx = ActorContext(self.clock, self.network, cfg, self.protocol, self.events, self.broker_ids, self.topic_partitions)
+        ctx = ActorContext(self.clock, self.network, cfg, self.protocol, self.events, self.broker_ids,
+                           self.topic_partitions)
         self.checker = InvariantChecker(self)
         self.checker.subscribe(self.events)
         self.brokers: dict[int, Broker] = {
             b: Broker(b, ctx, [tp for tp, replicas in assignment.items() if b in replicas]) for b in self.broker_ids
         }
         self.producers = [
-            Producer(f"producer-{i}", ctx, acks=acks, batch_size=cfg.producer_batch_size, interval_ms=cfg.producer_interval_ms,
+            Producer(f"producer-{i}", ctx, acks=acks, batch_size=cfg.producer_batch_size,
+                     interval_ms=cfg.producer_interval_ms,
                      producer_id=1000 + i if i < cfg.transactional_producers else None, abort_every=cfg.abort_every)
             for i, acks in enumerate(cfg.producers)
         ]

@@ -73,7 +73,8 @@ class Consumer:
     def _start(self) -> None:
         cfg = self.ctx.config
         metadata = ClientMetadata(protocol=self.ctx.protocol, topics=[cfg.topic],
-                                  refresh_backoff_ms=cfg.metadata_backoff_ms, metadata_max_age_ms=cfg.metadata_max_age_ms)
+                                  refresh_backoff_ms=cfg.metadata_backoff_ms,
+                                  metadata_max_age_ms=cfg.metadata_max_age_ms)
         self.machine = ConsumerMachine(
             bootstrap=self.ctx.broker_ids,
             group_id=GROUP_ID,
@@ -166,7 +167,8 @@ class Consumer:
                 self.ctx.events.publish(Consumed(self.name, record, broker, self.read_committed))
             self.ctx.events.record(
                 "consume", self.name,
-                f"{tp} offsets {batch[0].offset}..{batch[-1].offset} from broker {broker} (epoch {batch[-1].leader_epoch})",
+                f"{tp} offsets {batch[0].offset}..{batch[-1].offset} from broker {broker} "
+                f"(epoch {batch[-1].leader_epoch})",
                 partition=str(tp), first=batch[0].offset, last=batch[-1].offset, broker=broker,
             )
 
@@ -188,7 +190,8 @@ class Consumer:
         """Hand the truncations and resets the state machine recorded as events and on the timeline."""
         for event in self.machine.truncations[self._truncations_seen:]:
             self.ctx.events.publish(TruncationReported(self.name, event))
-            where = "unknown" if event.divergent_offset is None else f"{event.divergent_offset} (epoch {event.divergent_epoch})"
+            where = ("unknown" if event.divergent_offset is None
+                     else f"{event.divergent_offset} (epoch {event.divergent_epoch})")
             self.ctx.events.record(
                 "truncation", self.name,
                 f"{event.partition}: log truncated below position {event.position.offset}, divergent offset {where}, "
@@ -202,7 +205,9 @@ class Consumer:
             self.ctx.events.publish(ResetReported(self.name, reset))
             self.ctx.events.record(
                 "reset", self.name,
-                f"{reset.partition}: position reset ({reset.policy}, {reset.reason}) from {reset.from_offset} to {reset.to_offset}",
-                partition=str(reset.partition), reason=reset.reason, from_offset=reset.from_offset, to_offset=reset.to_offset,
+                f"{reset.partition}: position reset ({reset.policy}, {reset.reason}) "
+                f"from {reset.from_offset} to {reset.to_offset}",
+                partition=str(reset.partition), reason=reset.reason, from_offset=reset.from_offset,
+                to_offset=reset.to_offset,
             )
         self._resets_seen = len(self.machine.resets)

@@ -189,7 +189,8 @@ class Controller:
         if broker == st.leader or broker not in st.isr or broker not in self.broker_epochs:
             return False
         new = replace(st, leader=broker, leader_epoch=st.leader_epoch + 1, partition_epoch=st.partition_epoch + 1)
-        self._commit(new, f"leader {broker} epoch {new.leader_epoch}, clean election (preferred leader)", election="clean")
+        self._commit(new, f"leader {broker} epoch {new.leader_epoch}, clean election (preferred leader)",
+                     election="clean")
         self.elections.append(Election(self.timeline.step, tp, broker, new.leader_epoch, clean=True))
         self._push([new])
         return True
@@ -214,7 +215,8 @@ class Controller:
         new = replace(st, leader=leader, leader_epoch=st.leader_epoch + 1, isr=isr,
                       partition_epoch=st.partition_epoch + 1)
         kind = "clean" if is_clean else "UNCLEAN"
-        what = f"offline ({reason})" if leader < 0 else f"leader {leader} epoch {new.leader_epoch}, {kind} election ({reason})"
+        what = (f"offline ({reason})" if leader < 0
+                else f"leader {leader} epoch {new.leader_epoch}, {kind} election ({reason})")
         self._commit(new, what, election=kind.lower() if leader >= 0 else "offline")
         if leader >= 0:
             self.elections.append(Election(self.timeline.step, tp, leader, new.leader_epoch, is_clean))

@@ -87,7 +87,8 @@ class Violation:
 
     def __str__(self) -> str:
         where = f" {self.partition}" if self.partition else ""
-        lines = [f"VIOLATION {self.invariant} at step {self.step} ({self.time_ms} ms) on {self.node}{where}: {self.message}"]
+        lines = [f"VIOLATION {self.invariant} at step {self.step} ({self.time_ms} ms) on {self.node}{where}: "
+                 f"{self.message}"]
         lines += [f"    {line}" for line in self.trace]
         return "\n".join(lines)
 
@@ -183,7 +184,8 @@ class InvariantChecker:
         self._reported.add((invariant, *key))
         timeline = self.cluster.timeline
         trace = tuple(str(e) for e in timeline.tail(TRACE_LENGTH, exclude=_NOT_IN_TRACE))
-        violation = Violation(invariant, timeline.step, timeline.time_ms, node, None if tp is None else str(tp), message, trace)
+        partition = None if tp is None else str(tp)
+        violation = Violation(invariant, timeline.step, timeline.time_ms, node, partition, message, trace)
         self.violations.append(violation)
         timeline.record("violation", node, f"{invariant}: {message}", invariant=invariant,
                         partition=None if tp is None else str(tp))
@@ -213,7 +215,8 @@ class InvariantChecker:
                 start = agreed[2]
             if start >= bound:
                 continue
-            if leader_log.read(start, max_bytes=_NO_LIMIT, upper_bound=bound) == log.read(start, max_bytes=_NO_LIMIT, upper_bound=bound):
+            leader_bytes = leader_log.read(start, max_bytes=_NO_LIMIT, upper_bound=bound)
+            if leader_bytes == log.read(start, max_bytes=_NO_LIMIT, upper_bound=bound):
                 self._agreed[key] = (leader_log.generation, log.generation, bound)
                 continue
             offset, mine, theirs = _first_difference(leader_log, log, start, bound)
@@ -272,8 +275,11 @@ class InvariantChecker:
                     )
 
     # --- hooks called by the clients as things happen --------------------------------------------
-    def on_acked(self, tp: TopicPartition, offset: int, key: bytes | None, value: bytes | None, leader_epoch: int) -> None:
-        self.acked.setdefault(tp, []).append(AckedRecord(tp, offset, key, value, self.cluster.timeline.step, leader_epoch))
+    def on_acked(
+        self, tp: TopicPartition, offset: int, key: bytes | None, value: bytes | None, leader_epoch: int
+    ) -> None:
+        record = AckedRecord(tp, offset, key, value, self.cluster.timeline.step, leader_epoch)
+        self.acked.setdefault(tp, []).append(record)
 
     def on_truncation(self, consumer: str, event: TruncationEvent) -> None:
         view = self._view(consumer, event.partition)
@@ -297,7 +303,8 @@ class InvariantChecker:
     def _report_aborted_read(self, consumer: str, tp: TopicPartition, offset: int, value: bytes | None) -> None:
         self.report(
             READ_COMMITTED, consumer, tp,
-            f"read_committed consumer delivered {_show((None, None, value))} at offset {offset}, a record of an aborted transaction",
+            f"read_committed consumer delivered {_show((None, None, value))} at offset {offset}, "
+            "a record of an aborted transaction",
             key=(consumer, tp, offset),
         )
 
@@ -315,7 +322,9 @@ class InvariantChecker:
             if info.base_offset > covered:
                 return False
             hidden = info.control is not None or (
-                info.is_transactional and any(t.producer_id == info.producer_id and t.first_offset <= info.base_offset <= t.last_offset for t in aborted)
+                info.is_transactional
+                and any(t.producer_id == info.producer_id and t.first_offset <= info.base_offset <= t.last_offset
+                        for t in aborted)
             )
             if not hidden:
                 return False
@@ -462,8 +471,9 @@ class InvariantChecker:
             return step >= restart or (commit_step is not None and step < commit_step)
 
         keep_truncation = [covered(step) for step in view.truncation_steps]
-        view.truncations = [t for t, keep in zip(view.truncations, keep_truncation) if keep]
-        view.truncation_steps = [st for st, keep in zip(view.truncation_steps, keep_truncation) if keep]
+        # Strict: both lists are appended together (`on_truncation`), one step per truncation.
+        view.truncations = [t for t, keep in zip(view.truncations, keep_truncation, strict=True) if keep]
+        view.truncation_steps = [st for st, keep in zip(view.truncation_steps, keep_truncation, strict=True) if keep]
         if not covered(view.last_reset_step):
             view.last_reset_seq, view.last_reset_step = -1, -1
         view.checked_against = None
@@ -483,6 +493,6 @@ def _first_difference(a: SimLog, b: SimLog, start: int, end: int) -> tuple[int, 
 def _show(record: Any) -> str:
     if record is None:
         return "nothing"
-    epoch, key, value = record
+    epoch, _key, value = record
     text = (value or b"").decode("utf-8", "replace")
     return f"{text!r}" + ("" if epoch is None else f" (epoch {epoch})")

@@ -109,8 +109,8 @@ class Producer(Client):
             if batch is None:
                 batch = self._batch[tp] = self._new_batch(tp)
             pid = -1 if self.producer_id is None else self.producer_id
-            part = ProducePartition(tp.topic, tp.partition, batch, producer_id=pid, producer_epoch=0 if self.transactional else -1,
-                                    transactional=self.transactional)
+            part = ProducePartition(tp.topic, tp.partition, batch, producer_id=pid,
+                                    producer_epoch=0 if self.transactional else -1, transactional=self.transactional)
             request = ProduceRequest((part,), acks=self.acks, timeout_ms=self.ctx.config.request_timeout_ms)
             self.send(leader, request, "produce", tp)
 
@@ -125,7 +125,9 @@ class Producer(Client):
         key = f"{self.name}".encode()
         return tuple((key, f"{self.name}-p{tp.partition}-{n}".encode()) for n in range(start, start + self.batch_size))
 
-    def on_response(self, kind: str, context: Any, response: ProduceResponse | WriteTxnMarkersResponse, broker: int) -> None:
+    def on_response(
+        self, kind: str, context: Any, response: ProduceResponse | WriteTxnMarkersResponse, broker: int
+    ) -> None:
         tp: TopicPartition = context
         if isinstance(response, WriteTxnMarkersResponse):
             self._on_marker(tp, response)
@@ -151,7 +153,8 @@ class Producer(Client):
                 self._ending[tp] = (ended + 1) % self.abort_every != 0  # every abort_every-th aborts
         self.ctx.events.record(
             "ack", self.name,
-            f"{tp} offsets {part.base_offset}..{part.base_offset + len(batch) - 1} acked by broker {broker} (acks={self.acks})",
+            f"{tp} offsets {part.base_offset}..{part.base_offset + len(batch) - 1} acked by broker {broker} "
+            f"(acks={self.acks})",
             partition=str(tp), base_offset=part.base_offset, count=len(batch), acks=self.acks, broker=broker,
         )
         self._next_send[tp] = self.now_ms + self.interval_ms

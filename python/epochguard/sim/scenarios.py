@@ -216,14 +216,16 @@ def run_scenario(
 
 
 def run(
-    scenario: Scenario, *, seed: int, protocol: EpochProtocol, log_dir: str | Path | None = None, overwrite: bool = False
+    scenario: Scenario, *, seed: int, protocol: EpochProtocol, log_dir: str | Path | None = None,
+    overwrite: bool = False,
 ) -> SimulationResult:
     """Run `scenario`. With `log_dir`, brokers keep their logs on disk there (`broker-<id>/`, recovered
     from disk on restart) and the root files Kafka keeps (meta.properties, checkpoints) are written at the end."""
     config = scenario.config
     if log_dir is not None:
         root = Path(log_dir)
-        taken = [p for p in (root / f"broker-{b}" for b in range(1, config.brokers + 1)) if p.exists() and any(p.iterdir())]
+        dirs_wanted = (root / f"broker-{b}" for b in range(1, config.brokers + 1))
+        taken = [p for p in dirs_wanted if p.exists() and any(p.iterdir())]
         if taken and not overwrite:
             raise FileExistsError(f"log dir not empty: {taken[0]} (choose a new --log-dir)")
         for path in taken:
@@ -237,8 +239,8 @@ def run(
     if log_dir is not None:
         topic_ids = {config.topic: topic_id(config.topic)}
         for broker_id in cluster.broker_ids:
-            dirs[broker_id] = write_log_dir(Path(log_dir) / f"broker-{broker_id}", broker_id, cluster.logs_of(broker_id),
-                                            topic_ids=topic_ids)
+            dirs[broker_id] = write_log_dir(Path(log_dir) / f"broker-{broker_id}", broker_id,
+                                            cluster.logs_of(broker_id), topic_ids=topic_ids)
     return SimulationResult(
         scenario=scenario.name,
         seed=seed,

@@ -4,8 +4,9 @@
 scenario's simulated producer) and answers the requests real clients send to each broker with the
 same state machines the simulator drives: Produce, Fetch, ListOffsets and OffsetsForLeaderEpoch go to
 that broker's `ReplicaManager`; OffsetCommit/OffsetFetch and the classic group protocol (JoinGroup,
-SyncGroup, Heartbeat, LeaveGroup) to the `GroupCoordinator`. What it adds is what Kafka's request layer (`KafkaApis`, `DelayedFetch`,
-`DelayedProduce`, the per-connection mute in `SocketServer`) does around them:
+SyncGroup, Heartbeat, LeaveGroup) to the `GroupCoordinator`. What it adds is what Kafka's request
+layer (`KafkaApis`, `DelayedFetch`, `DelayedProduce`, the per-connection mute in `SocketServer`)
+does around them:
 
 - one request at a time per connection, answered in order; later ones wait in a bounded queue;
 - Fetch long-polls (up to `max_wait_ms`, virtual time) while no partition has records or an error;
@@ -19,8 +20,9 @@ Time is the cluster's step counter: nothing here reads a clock, so a recorded ru
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from epochguard.api_versions import ApiKey, ApiVersionsRequest
 from epochguard.errors import Errors
@@ -101,6 +103,7 @@ class _Waiting:
 
 
 _NO_ANSWER = object()  # acks=0: Kafka sends nothing back
+_Handler = Callable[["WireCluster", Connection, _Waiting], None]
 
 
 class WireCluster:
@@ -205,55 +208,89 @@ class WireCluster:
             self._apply(conn, waiting)
 
     def _apply(self, conn: Connection, waiting: _Waiting) -> None:
-        header, request = waiting.header, waiting.request
-        if header.client_id is not None:
-            conn.client_id = header.client_id
+        if waiting.header.client_id is not None:
+            conn.client_id = waiting.header.client_id
+        request = waiting.request
+        for types, handler in self._HANDLERS:
+            if isinstance(request, types):
+                handler(self, conn, waiting)
+                return
+        raise TypeError(f"no handler for {type(request).__name__}")
+
+    def _handle_by_manager(self, conn: Connection, waiting: _Waiting) -> Any:
+        """What the broker's ReplicaManager answers (None while an acks=all produce waits)."""
+        manager = self.cluster.brokers[conn.broker_id].manager
+        return manager.handle(_BROKER_REPLICA_CONSUMER, waiting.request, self.now_ms)
+
+    def _on_api_versions(self, conn: Connection, waiting: _Waiting) -> None:
+        request: ApiVersionsRequest = waiting.request
+        if request.client_software_name:
+            conn.software_name = request.client_software_name
+            conn.software_version = request.client_software_version
+        self._answer(waiting, self._handle_by_manager(conn, waiting))
+
+    def _on_metadata(self, conn: Connection, waiting: _Waiting) -> None:
         broker = self.cluster.brokers[conn.broker_id]
-        now = self.now_ms
-        if isinstance(request, ApiVersionsRequest):
-            if request.client_software_name:
-                conn.software_name = request.client_software_name
-                conn.software_version = request.client_software_version
-            self._answer(waiting, broker.manager.handle(_BROKER_REPLICA_CONSUMER, request, now))
-        elif isinstance(request, MetadataRequest):
-            self._answer(waiting, broker.metadata_response(request, self.addresses))
-        elif isinstance(request, FetchRequest):
-            waiting.deadline_ms = now + max(0, request.max_wait_ms)
-            response = broker.manager.handle(_BROKER_REPLICA_CONSUMER, request, now)
-            if self._fetch_ready(request, response) or request.max_wait_ms <= 0:
-                self._answer(waiting, response)
-            else:
-                self._fetches.append(waiting)
-        elif isinstance(request, ProduceRequest):
-            response = broker.manager.handle(_BROKER_REPLICA_CONSUMER, request, now)
-            if response is None:  # acks=all: the ISR has not got it yet
-                self._delayed[id(request)] = waiting
-            elif request.acks == 0:
-                self._answer(waiting, _NO_ANSWER)
-            else:
-                self._answer(waiting, response)
-            self._poll_fetches()  # new records may complete long polls (once the HW moves)
-        elif isinstance(request, (ListOffsetsRequest, OffsetsForLeaderEpochRequest)):
-            self._answer(waiting, broker.manager.handle(_BROKER_REPLICA_CONSUMER, request, now))
-        elif isinstance(request, (OffsetCommitRequest, OffsetFetchRequest)):
-            self._answer(waiting, self.groups.handle(_BROKER_REPLICA_CONSUMER, request, now))
-        elif isinstance(request, (JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest)):
-            response = self.groups.handle(_BROKER_REPLICA_CONSUMER, request, now, conn.client_id)
-            if response is None:  # waits for the other members (JoinGroup) or the leader (SyncGroup)
-                self._delayed[id(request)] = waiting
-            else:
-                self._answer(waiting, response)
-        elif isinstance(request, FindCoordinatorRequest):
-            # Every broker hosts the (never failing) coordinator: a client is sent to the broker it asked.
-            host, port = self.addresses[conn.broker_id]
-            keys = request.coordinator_keys or (request.key,)
-            self._answer(waiting, FindCoordinatorResponse(
-                tuple(Coordinator(k, conn.broker_id, host, port) for k in keys)))
-        elif isinstance(request, InitProducerIdRequest):
-            self._next_producer_id += 1
-            self._answer(waiting, InitProducerIdResponse(producer_id=self._next_producer_id, producer_epoch=0))
+        self._answer(waiting, broker.metadata_response(waiting.request, self.addresses))
+
+    def _on_fetch(self, conn: Connection, waiting: _Waiting) -> None:
+        request: FetchRequest = waiting.request
+        waiting.deadline_ms = self.now_ms + max(0, request.max_wait_ms)
+        response = self._handle_by_manager(conn, waiting)
+        if self._fetch_ready(request, response) or request.max_wait_ms <= 0:
+            self._answer(waiting, response)
         else:
-            raise TypeError(f"no handler for {type(request).__name__}")
+            self._fetches.append(waiting)
+
+    def _on_produce(self, conn: Connection, waiting: _Waiting) -> None:
+        request: ProduceRequest = waiting.request
+        response = self._handle_by_manager(conn, waiting)
+        if response is None:  # acks=all: the ISR has not got it yet
+            self._delayed[id(request)] = waiting
+        elif request.acks == 0:
+            self._answer(waiting, _NO_ANSWER)
+        else:
+            self._answer(waiting, response)
+        self._poll_fetches()  # new records may complete long polls (once the HW moves)
+
+    def _on_offsets(self, conn: Connection, waiting: _Waiting) -> None:
+        self._answer(waiting, self._handle_by_manager(conn, waiting))
+
+    def _on_offset_commit_or_fetch(self, conn: Connection, waiting: _Waiting) -> None:
+        self._answer(waiting, self.groups.handle(_BROKER_REPLICA_CONSUMER, waiting.request, self.now_ms))
+
+    def _on_group_membership(self, conn: Connection, waiting: _Waiting) -> None:
+        request = waiting.request
+        response = self.groups.handle(_BROKER_REPLICA_CONSUMER, request, self.now_ms, conn.client_id)
+        if response is None:  # waits for the other members (JoinGroup) or the leader (SyncGroup)
+            self._delayed[id(request)] = waiting
+        else:
+            self._answer(waiting, response)
+
+    def _on_find_coordinator(self, conn: Connection, waiting: _Waiting) -> None:
+        # Every broker hosts the (never failing) coordinator: a client is sent to the broker it asked.
+        request: FindCoordinatorRequest = waiting.request
+        host, port = self.addresses[conn.broker_id]
+        keys = request.coordinator_keys or (request.key,)
+        self._answer(waiting, FindCoordinatorResponse(
+            tuple(Coordinator(k, conn.broker_id, host, port) for k in keys)))
+
+    def _on_init_producer_id(self, conn: Connection, waiting: _Waiting) -> None:
+        self._next_producer_id += 1
+        self._answer(waiting, InitProducerIdResponse(producer_id=self._next_producer_id, producer_epoch=0))
+
+    # Request type(s) -> handler, tried in order (isinstance, as the request layer's match on the API key).
+    _HANDLERS: ClassVar[tuple[tuple[type | tuple[type, ...], _Handler], ...]] = (
+        (ApiVersionsRequest, _on_api_versions),
+        (MetadataRequest, _on_metadata),
+        (FetchRequest, _on_fetch),
+        (ProduceRequest, _on_produce),
+        ((ListOffsetsRequest, OffsetsForLeaderEpochRequest), _on_offsets),
+        ((OffsetCommitRequest, OffsetFetchRequest), _on_offset_commit_or_fetch),
+        ((JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest), _on_group_membership),
+        (FindCoordinatorRequest, _on_find_coordinator),
+        (InitProducerIdRequest, _on_init_producer_id),
+    )
 
     def _answer(self, waiting: _Waiting, response: Any) -> None:
         conn = waiting.conn

@@ -9,7 +9,9 @@ that partition decide the verdict:
 - detected: an OffsetsForLeaderEpoch exchange (or a Fetch answered with a DivergingEpoch), then a
   fetch at or below the divergence point, or no more fetches (it raised);
 - reset: a ListOffsets exchange, then a fetch at the offset it returned (or a refetch from below the
-  divergence point without asking: a restart from an older position);
+  divergence point without asking: a restart from an older position). A refetch at exactly the offset
+  of the fetch that was answered with the replaced records withdraws the event: that answer never
+  reached the client (its connection died with the old leader), so it read none of them;
 - silent: a fetch above the divergence point with no such exchange, or after an answer that told it
   to go back (it keeps phantom records and skips the replacements);
 - stuck: none of these within `STUCK_AFTER_STEPS` while the leader has data.
@@ -77,6 +79,7 @@ class Divergence:
     verdict_step: int | None = None
     validated: int | None = None  # end offset of a validation answer since the event
     reset_to: int | None = None  # offset a ListOffsets answer gave since the event
+    served_from: int = -1  # the fetch offset of the request whose answer carried the replaced records
 
     def to_json(self) -> dict[str, Any]:
         return {"topic": self.tp.topic, "partition": self.tp.partition, "offset": self.offset,
@@ -88,6 +91,7 @@ class Divergence:
 class _Served:
     epoch: int
     end: int  # next offset after the last served record
+    fetched_at: int  # the fetch offset of the request those records answered
 
 
 @dataclass
@@ -160,7 +164,8 @@ class Judge:
         if isinstance(request, FetchRequest) and not request.is_from_follower:
             self._on_fetch(name, conn.broker_id, request, response)
         elif isinstance(request, OffsetsForLeaderEpochRequest):
-            self._sent_epochs(report, "OffsetForLeaderEpoch", [(p.tp, p.current_leader_epoch) for p in request.partitions])
+            sent = [(p.tp, p.current_leader_epoch) for p in request.partitions]
+            self._sent_epochs(report, "OffsetForLeaderEpoch", sent)
             for r in getattr(response, "partitions", ()):
                 d = self._open.get((name, r.tp))
                 if d is not None and r.error_code == Errors.NONE:
@@ -185,7 +190,7 @@ class Judge:
             if leader is None:
                 continue
             log = cluster.log(leader, tp)
-            epoch, end = log.leader_epoch_cache.end_offset_for(served.epoch, log.log_end_offset)
+            _epoch, end = log.leader_epoch_cache.end_offset_for(served.epoch, log.log_end_offset)
             if end < 0:
                 end = log.log_start_offset  # the leader has no epoch at or below it: nothing is known to agree
             if end < served.end:
@@ -194,7 +199,8 @@ class Judge:
                 if key in self._decided:  # the same divergence, still being served by a zombie
                     continue
                 self._decided.add(key)
-                d = Divergence(name, tp, end, served.end, served.epoch, state.leader_epoch, self.step)
+                d = Divergence(name, tp, end, served.end, served.epoch, state.leader_epoch, self.step,
+                               served_from=served.fetched_at)
                 self._open[(name, tp)] = d
                 self.clients[name].divergences.append(d)
         for d in list(self._open.values()):
@@ -228,8 +234,8 @@ class Judge:
             fetched = offsets.get(p.tp, 0)
             spans = [s for s in spans if s[1] >= fetched]
             if spans:
-                base, last, epoch, _crc = spans[-1]
-                self._served[(name, p.tp)] = _Served(epoch, last + 1)
+                _base, last, epoch, _crc = spans[-1]
+                self._served[(name, p.tp)] = _Served(epoch, last + 1, fetched)
 
     def _from_leader(self, broker_id: int, tp: TopicPartition) -> bool:
         return self._wire is None or self._wire.cluster.acting_leader(tp) == broker_id
@@ -245,10 +251,20 @@ class Judge:
         elif offset > d.offset:
             why = "" if d.validated is None else f" after a validation answer of {d.validated}"
             self._decide(d, "silent", f"fetched at {offset}, past the divergence point {d.offset}{why}")
+        elif d.validated is None and d.reset_to is None and offset == d.served_from:
+            # The very fetch that was answered with the replaced records, again: the client never
+            # applied that answer (lost with its connection when the old leader died), so it read none
+            # of them. Not a divergence for this client.
+            self._withdraw(d)
         elif d.validated is None and d.reset_to is None:
             self._decide(d, "reset", f"fetched again from {offset} without asking")
         elif d.validated is not None:
             self._decide(d, "detected", f"validated (end offset {d.validated}), then fetched at {offset}")
+
+    def _withdraw(self, d: Divergence) -> None:
+        self.clients[d.client].divergences.remove(d)
+        self._open.pop((d.client, d.tp), None)
+        self._served.pop((d.client, d.tp), None)
 
     def _decide(self, d: Divergence, verdict: str, detail: str) -> None:
         d.verdict, d.detail, d.verdict_step = verdict, detail, self.step
@@ -275,8 +291,9 @@ class Judge:
                 report.commits.append({"topic": p.topic, "partition": p.partition_index, "offset": p.committed_offset,
                                        "step": self.step, "problem": "committed without a leader epoch"})
             if d is not None and p.committed_offset > d.offset:
+                problem = f"committed beyond the divergence point {d.offset}"
                 report.commits.append({"topic": p.topic, "partition": p.partition_index, "offset": p.committed_offset,
-                                       "step": self.step, "problem": f"committed beyond the divergence point {d.offset}"})
+                                       "step": self.step, "problem": problem})
 
     def _on_acked(self, name: str, request: ProduceRequest, response: ProduceResponse) -> None:
         wire = self._wire

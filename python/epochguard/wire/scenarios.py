@@ -49,6 +49,7 @@ __all__ = [
 ]
 
 EVENTS = "events"  # written by the scenario's simulated producer
+_EVENTS_0 = TopicPartition(EVENTS, 0)  # the default trigger partition
 INPUT = "input"  # for real clients to produce to
 TICK_MS = 10
 
@@ -136,7 +137,7 @@ class WireScenario:
     config: WireConfig
     stages: tuple[Stage, ...]
     description: str
-    trigger_partition: TopicPartition = TopicPartition(EVENTS, 0)
+    trigger_partition: TopicPartition = _EVENTS_0
     settle_steps: int = 100  # after the last fault, with every partition led again: `settled`
     commit_trigger: bool = False  # the TRIGGER stage also waits for a commit from the client
     extra: dict[str, object] = field(default_factory=dict)
@@ -227,15 +228,16 @@ def stale_metadata() -> WireScenario:
         Stage(lambda c: True, ((0, StaleMetadata(3, lag_ms=0)),), min_steps=400),
     )
     return WireScenario("stale-metadata", BASE, stages,
-                        "broker 3 serves metadata 4 s late while leadership moves 1 -> 2 -> 3: clients asking it get an "
-                        "older leader epoch than they already used")
+                        "broker 3 serves metadata 4 s late while leadership moves 1 -> 2 -> 3: clients asking it get "
+                        "an older leader epoch than they already used")
 
 
 def lagging_leader() -> WireScenario:
     cfg = replace(BASE, replica_lag_time_max_ms=3000, producers=(-1,))
     b2, b3 = broker_node(2), broker_node(3)
     stages = (
-        Stage(TRIGGER, ((0, LinkDelay(b3, b2, drop_rate=1.0, duration_ms=4000)),), min_steps=50),  # 3 cannot fetch from 2
+        # 3 cannot fetch from 2
+        Stage(TRIGGER, ((0, LinkDelay(b3, b2, drop_rate=1.0, duration_ms=4000)),), min_steps=50),
         # Broker 1 dies just after broker 2 appended records whose commit it has not heard of yet: broker 2
         # leads with a high watermark below its epoch's start, waiting for broker 3 (KIP-207).
         Stage(hw_behind(2, _tp()), ((0, Crash(1)), (200, Restart(1)))),

@@ -72,8 +72,8 @@ def run_matrix(
         if progress is not None:
             print(f"compat: {scenario} --trigger {trigger} ...", file=progress, flush=True)
         try:
-            results[(scenario, trigger)] = run_clients(
-                serve_command(scenario, trigger, seed, trace=run_dir / "trace.jsonl", consumers=len(clients)), clients, run_dir)
+            command = serve_command(scenario, trigger, seed, trace=run_dir / "trace.jsonl", consumers=len(clients))
+            results[(scenario, trigger)] = run_clients(command, clients, run_dir)
         except (RunError, OSError, TimeoutError) as exc:
             results[(scenario, trigger)] = f"run failed: {exc}"
     return results

@@ -32,7 +32,8 @@ PRODUCE_TOPIC = "input"
 # also mention the reset they lead to. Whole words only: a response's repr names its fields
 # (kafka-python's `diverging_epoch=None` in every FetchResponse v12) without reporting anything.
 _TRUNCATION = re.compile(r"\btruncat|\bdiverged\b|LOG_TRUNCATION", re.IGNORECASE)
-_RESET = re.compile(r"offset\b[^.]*\breset|\breset[^.]*\boffset|reset using|OffsetOutOfRange|OFFSET_OUT_OF_RANGE", re.IGNORECASE)
+_RESET = re.compile(
+    r"offset\b[^.]*\breset|\breset[^.]*\boffset|reset using|OffsetOutOfRange|OFFSET_OUT_OF_RANGE", re.IGNORECASE)
 
 
 def digest(value: bytes | None) -> str:
@@ -72,7 +73,8 @@ class DeliveryLog:
 
     def consumed(self, topic: str, partition: int, offset: int, leader_epoch: int | None, value: bytes | None) -> None:
         epoch = leader_epoch if leader_epoch is not None and leader_epoch >= 0 else None
-        self.write("consumed", topic=topic, partition=partition, offset=offset, leader_epoch=epoch, digest=digest(value))
+        self.write("consumed", topic=topic, partition=partition, offset=offset, leader_epoch=epoch,
+                   digest=digest(value))
 
     def produced(
         self, topic: str, partition: int | None, offset: int | None, value: bytes, error: str | None = None

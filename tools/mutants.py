@@ -158,7 +158,8 @@ def _mirror_support_files() -> None:
     src, copy = PY_WORK / "src" / "epochguard", PY_WORK / "mutants" / "src" / "epochguard"
     for path in src.rglob("*"):
         target = copy / path.relative_to(src)
-        if path.is_file() and path.suffix != ".py" and (not target.exists() or target.read_bytes() != path.read_bytes()):
+        stale = not target.exists() or target.read_bytes() != path.read_bytes()
+        if path.is_file() and path.suffix != ".py" and stale:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(path, target)
     for folder in PY_TESTS:
@@ -188,7 +189,8 @@ def run_python(args: argparse.Namespace) -> int:
         sys.exit("the compiled extension is missing: run `make setup` first")
     only = list(args.only or PY_TARGETS)
     if args.changed:
-        changed = {p.removeprefix("python/epochguard/") for p in changed_files(args.base) if p.startswith("python/epochguard/")}
+        package = "python/epochguard/"
+        changed = {p.removeprefix(package) for p in changed_files(args.base) if p.startswith(package)}
         only = sorted(p for p in changed if _is_target(p))
         if not only:
             print("mutants: no protocol module changed since", args.base)
@@ -306,7 +308,9 @@ def run_rust(args: argparse.Namespace) -> int:
         if args.in_place:
             cmd.append("--in-place")  # reuses ./target (no fresh debug build of the dependencies)
         if args.changed:
-            merge_base = subprocess.run(["git", "merge-base", "HEAD", args.base], cwd=ROOT, capture_output=True, text=True)
+            merge_base = subprocess.run(
+                ["git", "merge-base", "HEAD", args.base], cwd=ROOT, capture_output=True, text=True
+            )
             diff = subprocess.run(["git", "diff", merge_base.stdout.strip() or args.base, "--", *files],
                                   cwd=ROOT, capture_output=True, text=True, check=True).stdout
             if not diff.strip():
@@ -323,7 +327,8 @@ def run_rust(args: argparse.Namespace) -> int:
 
 def rust_scores(equivalent: dict[str, str]) -> dict[str, FileScore]:
     scores: dict[str, FileScore] = {}
-    outcomes = [json.loads(p.read_text()).get("outcomes", []) for p in sorted(RUST_OUT.glob("*/mutants.out/outcomes.json"))]
+    files = sorted(RUST_OUT.glob("*/mutants.out/outcomes.json"))
+    outcomes = [json.loads(p.read_text()).get("outcomes", []) for p in files]
     for outcome in (o for group in outcomes for o in group):
         scenario = outcome.get("scenario")
         if not isinstance(scenario, dict) or "Mutant" not in scenario:
@@ -355,7 +360,9 @@ def _rust_name(mutant: dict) -> str:
 def report(args: argparse.Namespace) -> int:
     equivalent = load_equivalent()
     scores = {**python_scores(equivalent), **rust_scores(equivalent)}
-    rust_diffs = {m.get("name"): m.get("diff", "") for p in RUST_OUT.glob("*/mutants.out/mutants.json") for m in _read_json(p)}
+    rust_diffs = {
+        m.get("name"): m.get("diff", "") for p in RUST_OUT.glob("*/mutants.out/mutants.json") for m in _read_json(p)
+    }
     rows = ["| file | killed | survived | equivalent | not run | score |", "|---|---:|---:|---:|---:|---:|"]
     for file, s in sorted(scores.items()):
         rows.append(f"| {file} | {s.killed} | {len(s.survived)} | {s.equivalent} | {s.not_run} | {s.percent()} |")
@@ -365,7 +372,8 @@ def report(args: argparse.Namespace) -> int:
     lines = ["# Surviving mutants", "", table, ""]
     for file, s in sorted(scores.items()):
         for name in s.survived:
-            diff = _python_diff(name) if file.startswith("python/") and not args.names_only else rust_diffs.get(name, "")
+            python = file.startswith("python/") and not args.names_only
+            diff = _python_diff(name) if python else rust_diffs.get(name, "")
             lines += [f"## {name}", "", "```diff", diff or name, "```", ""]
     (WORK / "survivors.md").write_text("\n".join(lines))
     print(f"survivors: {WORK / 'survivors.md'}")
@@ -383,13 +391,15 @@ def main() -> int:
     py.add_argument("--base", default="main")
     py.add_argument("--only", nargs="*", help="package-relative globs (default: every target)")
     py.add_argument("--max-children", type=int, default=2)
-    py.add_argument("--rerun-survivors", action="store_true", help="with the untested mutants, test again what survived last time")
+    py.add_argument("--rerun-survivors", action="store_true",
+                    help="with the untested mutants, test again what survived last time")
     rs = sub.add_parser("rust")
     rs.add_argument("--changed", action="store_true")
     rs.add_argument("--base", default="main")
     rs.add_argument("--jobs", type=int, default=1)
     rs.add_argument("--timeout", type=int, default=120)
-    rs.add_argument("--in-place", action="store_true", help="mutate the working tree (faster; keep hands off meanwhile)")
+    rs.add_argument("--in-place", action="store_true",
+                    help="mutate the working tree (faster; keep hands off meanwhile)")
     rs.add_argument("groups", nargs="*", help=f"of {sorted(RUST_GROUPS)} (default: all)")
     rp = sub.add_parser("report")
     rp.add_argument("--summary", help="append the table as Markdown (e.g. $GITHUB_STEP_SUMMARY)")

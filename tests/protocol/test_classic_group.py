@@ -176,7 +176,7 @@ def test_the_protocol_is_chosen_by_vote_among_those_every_member_supports():
 
 def test_a_join_with_no_protocol_in_common_or_another_type_is_inconsistent():
     co = Coordinator()
-    _, a = co.join_new(protocols=(RANGE,))
+    co.join_new(protocols=(RANGE,))
     other = co.send(JoinGroupRequest(G, 10_000, protocols=(RR,)))
     assert other.error_code == Errors.INCONSISTENT_GROUP_PROTOCOL
     connect = co.send(JoinGroupRequest(G, 10_000, protocol_type="connect", protocols=(RANGE,)))

@@ -126,7 +126,7 @@ def test_reset_then_fetch_records_with_epochs(policy, first):
         cluster.brokers[1].partitions[TP].append_records_to_leader(recs(2, "new-"), acks=1, min_insync_replicas=1, now_ms=0)
         cluster.run(c)
     got = c.poll()
-    assert [r.offset for r in got.records()][0] == first
+    assert next(r.offset for r in got.records()) == first
     assert {r.leader_epoch for r in got.records()} == ({0, 1} if policy == "earliest" else {1})
     last = list(got.records())[-1]
     assert got.next_offsets() == {TP: OffsetAndMetadata(last.offset + 1, "", 1)}

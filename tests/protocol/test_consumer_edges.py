@@ -182,7 +182,7 @@ def test_an_offsets_for_times_answer_without_an_epoch_keeps_the_last_seen_epoch(
 
 # --- lost requests ------------------------------------------------------------------------------------
 def test_a_lost_offset_fetch_is_retried():
-    world, c = World(), consumer("earliest", group_id="g", coordinator_id=COORD)
+    c = consumer("earliest", group_id="g", coordinator_id=COORD)
     [(node, request)] = [(n, r) for n, r in c.poll_requests(0) if isinstance(r, OffsetFetchRequest)]
     c.on_request_failed(node, request, 0)
     assert OffsetFetchRequest not in kinds(c.poll_requests(BACKOFF - 1))
@@ -225,7 +225,7 @@ def test_a_seek_to_the_buffered_position_discards_the_buffered_records():
 
 
 def test_a_seek_fetches_from_the_new_position_at_once():
-    world, c = buffered()
+    _world, c = buffered()
     c.seek(TP, 3)
     [fetch] = [r for _, r in c.poll_requests(0) if isinstance(r, FetchRequest)]
     assert fetch.partitions[0].fetch_offset == 3
@@ -236,7 +236,7 @@ def test_seek_position_takes_offset_zero_and_refuses_a_negative_offset():
     c = consumer()
     c.seek_position(TP, FetchPosition(0, None, LeaderAndEpoch(1, 1)))
     assert (c.state_of(TP), c.position(TP)) == (FetchState.FETCHING, FetchPosition(0, None, LeaderAndEpoch(1, 1)))
-    with pytest.raises(ValueError, match="^seek offset must not be negative: -1$"):
+    with pytest.raises(ValueError, match=r"^seek offset must not be negative: -1$"):
         c.seek_position(TP, FetchPosition(-1, None, LeaderAndEpoch(1, 1)))
     with pytest.raises(ValueError, match="is not assigned"):
         c.seek_position(TopicPartition("other", 0), FetchPosition(0))
@@ -254,7 +254,7 @@ def test_seek_position_validates_only_when_asked_and_under_kip_320(protocol, val
 
 
 def test_seek_position_discards_the_buffered_records():
-    world, c = buffered()
+    _world, c = buffered()
     c.seek_position(TP, FetchPosition(0, None, LeaderAndEpoch(1, 1)))  # the buffered fetch's own position
     assert c.poll(0).count() == 0
 
@@ -332,7 +332,7 @@ def test_a_lost_offsets_for_times_request_is_retried_after_the_backoff():
 def test_a_seek_to_either_end_never_hands_out_records_buffered_before_it(seek):
     # The end can be the very position the buffer was fetched for (here the leader answers 0: its
     # log lost the records meanwhile): what was buffered must still not be handed out.
-    world, c = buffered()
+    _world, c = buffered()
     getattr(c, seek)(TP)
     [(node, request)] = [(n, r) for n, r in c.poll_requests(0) if isinstance(r, ListOffsetsRequest)]
     answer = ListOffsetsResponse((ListOffsetsPartitionResponse(TP.topic, TP.partition, Errors.NONE, -1, 0, 1),))

@@ -58,5 +58,5 @@ def test_a_partition_with_nothing_committed_does_not_stop_the_others():
 
 
 def test_a_request_it_does_not_serve_is_a_type_error_naming_it():
-    with pytest.raises(TypeError, match="^a group coordinator does not answer FetchRequest$"):
+    with pytest.raises(TypeError, match=r"^a group coordinator does not answer FetchRequest$"):
         GroupCoordinator().handle(0, FetchRequest(()), 0)

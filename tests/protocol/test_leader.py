@@ -402,7 +402,7 @@ def test_produce_acks_all_waits_for_the_isr():
     assert node == 7 and request is produce
     r = response.partitions[0]
     assert (r.error_code, r.base_offset) == (Errors.NONE, 0)
-    assert list(iter_batches(rm.partitions[TP].log.read(0)))[0].partition_leader_epoch == 3
+    assert next(iter(iter_batches(rm.partitions[TP].log.read(0)))).partition_leader_epoch == 3
 
 
 def test_acks_all_completion_counts_the_maximal_isr():

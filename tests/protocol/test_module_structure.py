@@ -54,5 +54,5 @@ def test_follower_reads_the_broker_epoch_through_its_getter():
 def test_any_other_missing_name_of_the_leader_module_is_an_attribute_error():
     import epochguard.leader
 
-    with pytest.raises(AttributeError, match="module 'epochguard.leader' has no attribute 'ReplicaFetcher'"):
+    with pytest.raises(AttributeError, match=r"module 'epochguard\.leader' has no attribute 'ReplicaFetcher'"):
         epochguard.leader.ReplicaFetcher  # noqa: B018

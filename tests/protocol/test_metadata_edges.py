@@ -4,12 +4,14 @@ public update counter."""
 from __future__ import annotations
 
 from epochguard import ClientMetadata, TopicPartition
+from epochguard.errors import Errors
 from epochguard.messages import (
     MetadataResponse,
     MetadataResponseBroker,
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
+from epochguard.metadata import PartitionMetadata
 
 TP = TopicPartition("a", 0)
 
@@ -83,3 +85,45 @@ def test_the_update_counter_counts_every_applied_response_and_nothing_else():
     md.build_request(3)
     md.update_last_seen_epoch_if_newer(TP, 9)
     assert md.updates == 2
+
+
+# --- what the cache keeps of a partition --------------------------------------------------------
+BROKERS = tuple(MetadataResponseBroker(n) for n in (1, 2, 3, 4))
+
+
+def detailed(epoch: int, *, version: int = 12, leader: int = 1) -> MetadataResponse:
+    """A partition whose replicas, ISR, offline replicas and error all differ, so a field taken from
+    the wrong place shows."""
+    part = MetadataResponsePartition(0, leader, epoch, (1, 2, 3, 4), (1, 2), (4,), Errors.REPLICA_NOT_AVAILABLE)
+    return MetadataResponse((MetadataResponseTopic("a", (part,), "id-a"),), BROKERS, version=version)
+
+
+def test_a_partition_without_a_usable_epoch_is_kept_whole_but_its_epoch():
+    m = ClientMetadata(topics=["a"])
+    m.update(detailed(5), 0)
+    m.update(detailed(-1, leader=2), 1)  # a leaderless-style answer: no epoch to trust
+    assert m.partition_metadata(TP) == PartitionMetadata(TP, 2, None, (1, 2, 3, 4), (1, 2), (4,), Errors.REPLICA_NOT_AVAILABLE)
+    m.update(detailed(7, version=8, leader=3), 2)  # before v9 the epoch is not trusted either
+    assert m.partition_metadata(TP) == PartitionMetadata(TP, 3, None, (1, 2, 3, 4), (1, 2), (4,), Errors.REPLICA_NOT_AVAILABLE)
+    # nothing known to compare with: a hint without an epoch is still no hint
+    assert not m.update_partition_leadership(TP, 2, -1)
+    assert m.partition_metadata(TP).leader_id == 3
+
+
+def test_a_leader_hint_replaces_leader_and_epoch_and_keeps_the_replica_sets():
+    m = ClientMetadata(topics=["a"])
+    m.update(detailed(5), 0)
+    assert not m.update_partition_leadership(TP, 2, -1)  # no epoch in the hint
+    assert m.partition_metadata(TP).leader_epoch == 5
+    assert m.update_partition_leadership(TP, 2, 6)
+    assert m.partition_metadata(TP) == PartitionMetadata(TP, 2, 6, (1, 2, 3, 4), (1, 2), (4,))
+    assert m.last_seen_leader_epoch(TP) == 6  # the hint raises the last-seen epoch (KIP-951)
+    assert m.update(detailed(5), 1).rejected == (TP,)  # so metadata older than the hint is stale
+
+
+def test_a_leader_hint_does_not_move_the_last_seen_epoch_before_kip_320():
+    m = ClientMetadata(topics=["a"], protocol="pre-kip-320")
+    m.update(detailed(5), 0)
+    assert m.update_partition_leadership(TP, 2, 6)
+    assert m.partition_metadata(TP).leader_epoch == 6
+    assert m.last_seen_leader_epoch(TP) is None

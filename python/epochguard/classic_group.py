@@ -276,12 +276,10 @@ class ClassicGroups:
 
     # --- SyncGroup ----------------------------------------------------------------------------------
     def sync(self, request: SyncGroupRequest, now_ms: int) -> SyncGroupResponse | None:
-        group = self.groups.get(request.group_id)
-        member = None if group is None else group.members.get(request.member_id)
-        if group is None or member is None:
-            return SyncGroupResponse(Errors.UNKNOWN_MEMBER_ID)
-        if request.generation_id != group.generation_id:
-            return SyncGroupResponse(Errors.ILLEGAL_GENERATION)
+        found = self._validate_member(request.group_id, request.member_id, request.generation_id)
+        if isinstance(found, Errors):
+            return SyncGroupResponse(found)
+        group, member = found
         if (request.protocol_type is not None and request.protocol_type != group.protocol_type) or (
             request.protocol_name is not None and request.protocol_name != group.protocol_name
         ):
@@ -310,16 +308,27 @@ class ClassicGroups:
 
     # --- Heartbeat and LeaveGroup -------------------------------------------------------------------
     def heartbeat(self, request: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
-        group = self.groups.get(request.group_id)
-        member = None if group is None else group.members.get(request.member_id)
-        if group is None or member is None:
-            return HeartbeatResponse(Errors.UNKNOWN_MEMBER_ID)
-        if request.generation_id != group.generation_id:
-            return HeartbeatResponse(Errors.ILLEGAL_GENERATION)
+        found = self._validate_member(request.group_id, request.member_id, request.generation_id)
+        if isinstance(found, Errors):
+            return HeartbeatResponse(found)
+        group, member = found
         self._keep_alive(member, now_ms)
         if group.state is GroupState.PREPARING_REBALANCE:
             return HeartbeatResponse(Errors.REBALANCE_IN_PROGRESS)
         return HeartbeatResponse()
+
+    def _validate_member(
+        self, group_id: str, member_id: str, generation_id: int
+    ) -> tuple[ClassicGroup, ClassicGroupMember] | Errors:
+        """Kafka's `validateMember` and generation check (SyncGroup, Heartbeat): the group and member,
+        or UNKNOWN_MEMBER_ID for an unknown group or member, ILLEGAL_GENERATION for another generation."""
+        group = self.groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None:
+            return Errors.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return Errors.ILLEGAL_GENERATION
+        return group, member
 
     def leave(self, request: LeaveGroupRequest, now_ms: int) -> LeaveGroupResponse:
         group = self.groups.get(request.group_id) or ClassicGroup(request.group_id)

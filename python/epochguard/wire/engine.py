@@ -27,9 +27,14 @@ from typing import Any, ClassVar, Protocol
 from epochguard.api_versions import ApiKey, ApiVersionsRequest
 from epochguard.errors import Errors
 from epochguard.messages import (
+    Coordinator,
     FetchRequest,
     FetchResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
     HeartbeatRequest,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     JoinGroupRequest,
     LeaveGroupRequest,
     ListOffsetsRequest,
@@ -42,13 +47,6 @@ from epochguard.messages import (
 )
 from epochguard.sim.cluster import Cluster
 from epochguard.sim.faults import Fault
-from epochguard.wire.messages import (
-    Coordinator,
-    FindCoordinatorRequest,
-    FindCoordinatorResponse,
-    InitProducerIdRequest,
-    InitProducerIdResponse,
-)
 from epochguard.wire.scenarios import WireScenario
 
 __all__ = ["WireCluster", "Connection", "Observer", "MAX_QUEUED_REQUESTS"]

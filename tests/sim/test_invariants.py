@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-
 from epochguard.sim import invariants as inv
 from epochguard.sim.cluster import Cluster, ClusterConfig
 from epochguard.sim.controller import Election
-from epochguard.types import ConsumerRecord, FetchPosition, OffsetResetEvent, TopicPartition, TruncationEvent
+from epochguard.types import ConsumerRecord, FetchPosition, OffsetResetEvent, TruncationEvent
 
-TP = TopicPartition("events", 0)
-
-
-@pytest.fixture
-def cluster() -> Cluster:
-    c = Cluster(ClusterConfig(consumers=0, monitor=False), seed=0)
-    c.run(40)
-    assert c.checker.violations == []
-    return c
-
-
-def _record(offset: int, value: bytes, epoch: int = 0) -> ConsumerRecord:
-    return ConsumerRecord(TP.topic, TP.partition, offset, 0, 0, b"k", value, (), epoch)
+from .checker_support import TP, record
 
 
 def _real(cluster: Cluster, offset: int) -> ConsumerRecord:
@@ -47,7 +33,7 @@ def test_isr_member_with_a_different_record_below_the_hw(cluster: Cluster) -> No
     assert len(cluster.checker.violations) == 1  # reported once
 
 
-def test_lost_acks_all_record(cluster: Cluster) -> None:
+def test_lost_acks_allrecord(cluster: Cluster) -> None:
     acked = cluster.checker.acked[TP]
     assert acked
     cluster.log(1, TP).truncate_to(acked[0].offset)
@@ -75,25 +61,25 @@ def test_consumer_skip_and_its_excuse(cluster: Cluster) -> None:
     assert len(checker.violations) == 1
 
 
-def test_consumer_redelivering_a_different_record(cluster: Cluster) -> None:
+def test_consumer_redelivering_a_differentrecord(cluster: Cluster) -> None:
     checker = cluster.checker
-    checker.on_consumed("c", _record(0, b"first"), 1)
-    checker.on_consumed("c", _record(0, b"second"), 1)
+    checker.on_consumed("c", record(0, b"first"), 1)
+    checker.on_consumed("c", record(0, b"second"), 1)
     assert any("had delivered" in v.message for v in checker.violations)
 
 
 def test_consumer_redelivery_after_a_reported_truncation_is_fine(cluster: Cluster) -> None:
     checker = cluster.checker
-    checker.on_consumed("c", _record(5, b"first"), 1)
+    checker.on_consumed("c", record(5, b"first"), 1)
     event = TruncationEvent(TP, FetchPosition(6, 0), 5, 0, 1, "rewound", 0)
     checker.on_truncation("c", event)
-    checker.on_consumed("c", _record(5, b"second", epoch=1), 1)
+    checker.on_consumed("c", record(5, b"second", epoch=1), 1)
     assert not [v for v in checker.violations if "had delivered" in v.message]
 
 
 def test_consumer_continuing_on_a_log_that_lost_what_it_read(cluster: Cluster) -> None:
     checker = cluster.checker
-    checker.on_consumed("c", _record(0, b"phantom"), 1)  # not what broker 1 has at offset 0 (any more)
+    checker.on_consumed("c", record(0, b"phantom"), 1)  # not what broker 1 has at offset 0 (any more)
     checker.on_fetch_served("c", TP, 1, 1)
     [v] = checker.violations
     assert v.invariant == inv.CONSUMER_CONTINUITY and "continued at offset 1 on broker 1" in v.message
@@ -149,21 +135,21 @@ def test_a_caught_up_consumer_is_not_reported() -> None:
 def test_a_restarted_consumer_keeps_only_its_committed_history(cluster: Cluster) -> None:
     checker = cluster.checker
     for o in range(6):
-        checker.on_consumed("c", _record(o, b"old-%d" % o), 1)
+        checker.on_consumed("c", record(o, b"old-%d" % o), 1)
     commit_step = cluster.timeline.step + 1  # offset 3 committed after these deliveries...
     cluster.run(2)
     checker.on_truncation("c", TruncationEvent(TP, FetchPosition(6, 0), 1, 0, 5, "rewound", 0))
-    checker.on_consumed("c", _record(1, b"later-1"), 1)  # ...then a rewind and re-read (not committed)
+    checker.on_consumed("c", record(1, b"later-1"), 1)  # ...then a rewind and re-read (not committed)
     assert checker.violations == []
     cluster.run(1)
     checker.on_client_restart("c")
     cluster.run(1)
     checker.on_consumer_resumed("c", TP, 3, commit_step)  # deliveries 3..5 were never committed
-    checker.on_consumed("c", _record(3, b"new-3"), 1)
-    checker.on_consumed("c", _record(4, b"new-4"), 1)
+    checker.on_consumed("c", record(3, b"new-3"), 1)
+    checker.on_consumed("c", record(4, b"new-4"), 1)
     assert checker.violations == []
-    checker.on_consumed("c", _record(1, b"old-1"), 1)  # what the commit covered: the old record, fine
+    checker.on_consumed("c", record(1, b"old-1"), 1)  # what the commit covered: the old record, fine
     assert checker.violations == []
-    checker.on_consumed("c", _record(2, b"new-2"), 1)  # below the committed offset: still its history
+    checker.on_consumed("c", record(2, b"new-2"), 1)  # below the committed offset: still its history
     [v] = checker.violations
     assert "had delivered" in v.message and "offset 2" in v.message

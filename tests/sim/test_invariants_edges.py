@@ -12,21 +12,9 @@ from epochguard._core import encode_batch
 from epochguard.sim import invariants as inv
 from epochguard.sim.cluster import Cluster, ClusterConfig
 from epochguard.sim.controller import Election
-from epochguard.types import ConsumerRecord, FetchPosition, TopicPartition, TruncationEvent
+from epochguard.types import ConsumerRecord, FetchPosition, TruncationEvent
 
-TP = TopicPartition("events", 0)
-
-
-@pytest.fixture
-def cluster() -> Cluster:
-    c = Cluster(ClusterConfig(consumers=0, monitor=False), seed=0)
-    c.run(40)
-    assert c.checker.violations == []
-    return c
-
-
-def _record(offset: int, value: bytes, epoch: int | None = 0) -> ConsumerRecord:
-    return ConsumerRecord(TP.topic, TP.partition, offset, 0, 0, b"k", value, (), epoch)
+from .checker_support import TP, record
 
 
 def _real(cluster: Cluster, offset: int) -> ConsumerRecord:
@@ -41,7 +29,7 @@ def _truncation(divergent: int | None) -> TruncationEvent:
 def test_a_log_lacking_the_epoch_without_an_unclean_election_is_flagged(cluster: Cluster) -> None:
     checker = cluster.checker
     assert all(e != 7 for e, _ in cluster.log(1, TP).leader_epoch_cache.entries())
-    checker.on_consumed("c", _record(0, b"phantom", epoch=7), 1)
+    checker.on_consumed("c", record(0, b"phantom", epoch=7), 1)
     checker.on_fetch_served("c", TP, 1, 1)
     [v] = checker.violations
     assert v.invariant == inv.CONSUMER_CONTINUITY and "phantom" in v.message
@@ -50,7 +38,7 @@ def test_a_log_lacking_the_epoch_without_an_unclean_election_is_flagged(cluster:
 def test_a_log_lacking_the_epoch_after_an_unclean_election_is_only_noted(cluster: Cluster) -> None:
     checker = cluster.checker
     cluster.controller.elections.append(Election(cluster.timeline.step, TP, 2, 8, clean=False))
-    checker.on_consumed("c", _record(0, b"phantom", epoch=7), 1)
+    checker.on_consumed("c", record(0, b"phantom", epoch=7), 1)
     checker.on_fetch_served("c", TP, 1, 1)
     assert checker.violations == []
     assert any(e.kind == "note" and "cannot see" in e.message for e in cluster.timeline.events)
@@ -59,7 +47,7 @@ def test_a_log_lacking_the_epoch_after_an_unclean_election_is_only_noted(cluster
 def test_an_unclean_election_does_not_excuse_a_log_that_has_the_epoch(cluster: Cluster) -> None:
     checker = cluster.checker
     cluster.controller.elections.append(Election(cluster.timeline.step, TP, 2, 8, clean=False))
-    checker.on_consumed("c", _record(0, b"phantom", epoch=0), 1)  # epoch 0 is in broker 1's log
+    checker.on_consumed("c", record(0, b"phantom", epoch=0), 1)  # epoch 0 is in broker 1's log
     checker.on_fetch_served("c", TP, 1, 1)
     assert [v.invariant for v in checker.violations] == [inv.CONSUMER_CONTINUITY]
 

@@ -12,19 +12,7 @@ from epochguard.sim.cluster import Cluster, ClusterConfig
 from epochguard.sim.controller import Election
 from epochguard.types import ConsumerRecord, FetchPosition, OffsetResetEvent, TopicPartition, TruncationEvent
 
-TP = TopicPartition("events", 0)
-
-
-@pytest.fixture
-def cluster() -> Cluster:
-    c = Cluster(ClusterConfig(consumers=0, monitor=False), seed=0)
-    c.run(40)
-    assert c.checker.violations == []
-    return c
-
-
-def _record(offset: int, value: bytes, epoch: int | None = 0) -> ConsumerRecord:
-    return ConsumerRecord(TP.topic, TP.partition, offset, 0, 0, b"k", value, (), epoch)
+from .checker_support import TP, record
 
 
 def _real(cluster: Cluster, broker: int, offset: int) -> ConsumerRecord:
@@ -72,8 +60,8 @@ def test_a_violation_without_a_partition(cluster: Cluster) -> None:
 
 def test_records_show_their_value_and_epoch_even_when_not_utf8(cluster: Cluster) -> None:
     checker = cluster.checker
-    checker.on_consumed("c", _record(0, b"\xff\xfe", epoch=3), 1)
-    checker.on_consumed("c", _record(0, b"", epoch=None), 1)
+    checker.on_consumed("c", record(0, b"\xff\xfe", epoch=3), 1)
+    checker.on_consumed("c", record(0, b"", epoch=None), 1)
     [v] = checker.violations
     assert "delivered '' at offset 0 (from broker 1), but it had delivered '\ufffd\ufffd' (epoch 3) there before" in v.message
 
@@ -87,8 +75,8 @@ def test_acknowledged_records_are_kept_with_their_partition_and_step(cluster: Cl
 # --- deliveries -------------------------------------------------------------------------------------
 def test_a_redelivery_with_other_contents_names_the_consumer_and_both_records(cluster: Cluster) -> None:
     checker = cluster.checker
-    checker.on_consumed("c", _record(0, b"first"), 1)
-    checker.on_consumed("c", _record(0, b"second"), 2)
+    checker.on_consumed("c", record(0, b"first"), 1)
+    checker.on_consumed("c", record(0, b"second"), 2)
     [v] = checker.violations
     assert (v.invariant, v.node, v.partition) == (inv.CONSUMER_CONTINUITY, "c", "events-0")
     assert v.message == ("delivered 'second' (epoch 0) at offset 0 (from broker 2), but it had delivered "
@@ -106,11 +94,11 @@ def test_a_skip_names_the_consumer_and_partition(cluster: Cluster) -> None:
 def test_a_truncation_covers_only_what_was_delivered_before_it_from_its_divergent_offset(cluster: Cluster) -> None:
     checker = cluster.checker
     for o in range(5):
-        checker.on_consumed("c", _record(o, b"old-%d" % o), 1)
+        checker.on_consumed("c", record(o, b"old-%d" % o), 1)
     checker.on_truncation("c", _truncation(3))
-    checker.on_consumed("c", _record(3, b"new-3"), 1)  # covered: at or above the divergent offset
+    checker.on_consumed("c", record(3, b"new-3"), 1)  # covered: at or above the divergent offset
     assert checker.violations == []
-    checker.on_consumed("c", _record(2, b"new-2"), 1)  # below it: not covered
+    checker.on_consumed("c", record(2, b"new-2"), 1)  # below it: not covered
     [v] = checker.violations
     assert v.message.startswith("delivered 'new-2' (epoch 0) at offset 2")
 
@@ -118,8 +106,8 @@ def test_a_truncation_covers_only_what_was_delivered_before_it_from_its_divergen
 def test_a_truncation_reported_before_a_delivery_does_not_cover_it(cluster: Cluster) -> None:
     checker = cluster.checker
     checker.on_truncation("d", _truncation(None))
-    checker.on_consumed("d", _record(0, b"first"), 1)
-    checker.on_consumed("d", _record(0, b"second"), 1)
+    checker.on_consumed("d", record(0, b"first"), 1)
+    checker.on_consumed("d", record(0, b"second"), 1)
     assert [v.invariant for v in checker.violations] == [inv.CONSUMER_CONTINUITY]
 
 
@@ -160,7 +148,7 @@ def test_a_truncation_excuses_the_offsets_it_covers_and_the_check_goes_on_past_t
 def test_a_divergence_kip320_cannot_see_is_noted_once(cluster: Cluster) -> None:
     checker, timeline = cluster.checker, cluster.timeline
     cluster.controller.elections.append(Election(timeline.step, TP, 2, 8, clean=False))
-    checker.on_consumed("c", _record(0, b"phantom", epoch=7), 1)
+    checker.on_consumed("c", record(0, b"phantom", epoch=7), 1)
     checker.on_fetch_served("c", TP, 1, 1)
     checker.on_consumed("c", _real(cluster, 2, 1), 2)  # from another broker: broker 1 is checked again
     checker.on_fetch_served("c", TP, 1, 2)
@@ -238,7 +226,7 @@ def test_a_consumer_without_a_position_is_stuck(consuming: Cluster) -> None:
 def _deliver(cluster: Cluster, consumer: str, offsets: range | tuple[int, ...], step: int, prefix: bytes = b"old") -> None:
     cluster.timeline.step = step
     for o in offsets:
-        cluster.checker.on_consumed(consumer, _record(o, prefix + b"-%d" % o), 1)
+        cluster.checker.on_consumed(consumer, record(o, prefix + b"-%d" % o), 1)
 
 
 def _at_step(cluster: Cluster, step: int) -> Cluster:
@@ -271,7 +259,7 @@ def test_the_kept_history_ends_at_its_last_offset(cluster: Cluster) -> None:
     checker = _at_step(cluster, 7).checker
     checker.on_client_restart("c")
     checker.on_consumer_resumed("c", TP, 3, 6)
-    checker.on_consumed("c", _record(5, b"new-5"), 1)
+    checker.on_consumed("c", record(5, b"new-5"), 1)
     [v] = checker.violations
     assert v.message.startswith("skipped offsets 3..4")
 
@@ -321,7 +309,7 @@ def test_each_published_fact_is_routed_with_its_fields(cluster: Cluster) -> None
     other = TopicPartition("other", 0)  # a partition no broker leads: the ack's epoch is unknown (-1)
     checker.on_event(ev.Acked(other, 7, b"k", b"v", 2))
     assert checker.acked[other][-1].leader_epoch == -1
-    checker.on_event(ev.Consumed("rc", _record(4, b"gone"), 1, read_committed=True))
+    checker.on_event(ev.Consumed("rc", record(4, b"gone"), 1, read_committed=True))
     checker.on_event(ev.TxnAborted(TP, (b"gone",)))
     assert [(v.invariant, v.node, v.partition) for v in checker.violations] == [(inv.READ_COMMITTED, "rc", "events-0")]
     checker.on_event(ev.ListOffsetsAnswered("lo", TP, 5, 0))
@@ -347,11 +335,11 @@ def test_fetch_served_truncation_reset_and_resume_events_act_for_their_consumer(
     checker.on_event(ev.Consumed("s", _real(cluster, 1, 2), 1))  # a skip the reset explains
     assert len(checker.violations) == 1
     cluster.timeline.step = 50
-    checker.on_event(ev.Consumed("r", _record(0, b"old-0"), 1))
+    checker.on_event(ev.Consumed("r", record(0, b"old-0"), 1))
     cluster.timeline.step = 52
     checker.on_event(ev.ClientRestarted("r"))
     checker.on_event(ev.ConsumerResumed("r", TP, 0, 51))  # nothing committed below offset 0
-    checker.on_event(ev.Consumed("r", _record(0, b"new-0"), 1))
+    checker.on_event(ev.Consumed("r", record(0, b"new-0"), 1))
     assert len(checker.violations) == 1
 
 
@@ -359,7 +347,7 @@ def test_a_delivery_from_another_broker_makes_the_next_fetch_check_again(cluster
     checker = cluster.checker
     checker.on_consumed("c", _real(cluster, 1, 0), 1)
     checker.on_fetch_served("c", TP, 1, 1)
-    checker.on_consumed("c", _record(1, b"only-on-broker-2"), 2)
+    checker.on_consumed("c", record(1, b"only-on-broker-2"), 2)
     checker.on_consumed("c", _real(cluster, 1, 2), 2)  # the same broker again: nothing to reset
     checker.on_fetch_served("c", TP, 1, 3)
     [v] = checker.violations

@@ -158,8 +158,9 @@ def _mirror_support_files() -> None:
     src, copy = PY_WORK / "src" / "epochguard", PY_WORK / "mutants" / "src" / "epochguard"
     for path in src.rglob("*"):
         target = copy / path.relative_to(src)
-        stale = not target.exists() or target.read_bytes() != path.read_bytes()
-        if path.is_file() and path.suffix != ".py" and stale:
+        if path.is_dir() or path.suffix == ".py":
+            continue
+        if not target.exists() or target.read_bytes() != path.read_bytes():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(path, target)
     for folder in PY_TESTS:

@@ -180,7 +180,7 @@ def test_metadata_goes_to_the_known_brokers_in_turn_once_there_are_some():
 def test_one_metadata_request_at_a_time_and_no_deadline_of_its_own_while_it_is_out():
     c = known_consumer([])
     c.metadata.request_update()
-    [(node, request)] = c.poll_requests(50)
+    [(_, request)] = c.poll_requests(50)
     assert isinstance(request, MetadataRequest)
     c.metadata.request_update()
     assert c.poll_requests(50 + BACKOFF) == []

@@ -268,13 +268,17 @@ class Consumer:
 
     # --- the driver's side --------------------------------------------------------------------
     def poll_requests(self, now_ms: int) -> list[tuple[int, ClientRequest]]:
-        """Everything to send now, from each request manager in turn, after re-pointing the positions
-        at the current leaders if the metadata changed meanwhile (also when the driver updated it)."""
+        """Everything to send now, from each request manager in turn (positions are re-pointed at the
+        current leaders, if the metadata changed meanwhile, just before the validations are chosen)."""
         for manager in self._managers:
             for node_id, request in manager.expired(now_ms):
                 self.on_request_failed(node_id, request, now_ms)
-        self._validation.validate_positions_on_metadata_change()
-        return [sent for manager in self._managers for sent in manager.poll(now_ms)]
+        out: list[tuple[int, ClientRequest]] = []
+        for manager in self._managers:
+            if manager is self._validation:
+                self._validation.validate_positions_on_metadata_change()
+            out.extend(manager.poll(now_ms))
+        return out
 
     def next_deadline_ms(self) -> int | None:
         """When `poll_requests` next has something to send or time out, if no answer or application

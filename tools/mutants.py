@@ -1,7 +1,8 @@
 """Mutation testing of the protocol modules (mutmut 3) and the Rust core (cargo-mutants): `make mutants`.
 
     python tools/mutants.py python [--changed] [--base REF] [--only GLOB ...] [--max-children N]
-    python tools/mutants.py rust   [--changed] [--base REF] [--jobs N] [--timeout S]
+    python tools/mutants.py rust   [--changed] [--base REF] [--jobs N | --in-place] [--timeout S] [--file F ...]
+                                   [epoch|decoder ...]
     python tools/mutants.py report [--summary FILE]
 
 Python: mutmut needs the package importable as `epochguard` from its `mutants/` copy, and only knows
@@ -13,8 +14,12 @@ changed, so a second run is incremental by itself. Every target file stays mutat
 `--only GLOB` and `--changed` (the target files changed since the merge base with `--base`, default
 main) select which untested mutants run, `--rerun-survivors` adds the last survivors (after new tests).
 
-Rust: cargo-mutants over `RUST_FILES`, with the crate's own tests (lib + tests/rust) as the oracle;
-`--changed` passes `--in-diff` with the diff since the merge base.
+Rust: cargo-mutants over `RUST_FILES` in groups, each with its own test binaries as the oracle (only
+those are built and run per mutant); `--changed` passes `--in-diff` with the diff since the merge base.
+`--file F` restricts a group to some of its files; such a run writes its own directory
+(target/mutants/rust/GROUP.STEMS) and `report` takes each file's verdicts from the newest run that
+covered it. The test timeout is a few times the oracle's baseline (epoch ~2 s, decoder ~8 s on this
+2-core machine): a mutant that loops forever costs the timeout, and 120 s once cost most of a run.
 
 Scores: a mutant is killed (a test failed, it timed out, or it broke the import), survived, or
 equivalent: listed in tools/mutants-equivalent.txt (`name  # why it cannot change behaviour`), left
@@ -301,13 +306,23 @@ def run_rust(args: argparse.Namespace) -> int:
         if group not in RUST_GROUPS:
             sys.exit(f"unknown group {group!r}: one of {sorted(RUST_GROUPS)}")
         files, test_args = RUST_GROUPS[group]
-        out = RUST_OUT / group
+        if args.file:
+            files = [f for f in files if f in args.file]
+            if not files:
+                continue
+        # A `--file` run keeps its own directory, so it does not replace the group's other verdicts.
+        subset = "" if files == RUST_GROUPS[group][0] else "." + "+".join(Path(f).stem for f in files)
+        out = RUST_OUT / f"{group}{subset}"
         out.parent.mkdir(parents=True, exist_ok=True)
-        cmd = ["cargo", "mutants", "--no-shuffle", "--output", str(out), "--jobs", str(args.jobs)]
+        cmd = ["cargo", "mutants", "--no-shuffle", "--output", str(out)]
         cmd += ["--timeout", str(args.timeout), *(a for f in files for a in ("--file", f))]
-        cmd += [f"--cargo-test-arg={a}" for a in test_args]
+        # `--cargo-arg`, not `--cargo-test-arg`: the build phase then compiles only the oracle's test
+        # binaries, not every test target of the crate (measured: 4 s instead of 16 s per epoch mutant).
+        cmd += [f"--cargo-arg={a}" for a in test_args]
         if args.in_place:
-            cmd.append("--in-place")  # reuses ./target (no fresh debug build of the dependencies)
+            cmd.append("--in-place")  # reuses ./target (no fresh debug build of the dependencies); one job
+        else:
+            cmd += ["--jobs", str(args.jobs)]
         if args.changed:
             merge_base = subprocess.run(
                 ["git", "merge-base", "HEAD", args.base], cwd=ROOT, capture_output=True, text=True
@@ -327,29 +342,35 @@ def run_rust(args: argparse.Namespace) -> int:
 
 
 def rust_scores(equivalent: dict[str, str]) -> dict[str, FileScore]:
+    # A file's verdicts come from the newest run that covered it (a group run or a `--file` run).
+    latest: dict[str, list[dict]] = {}
+    for path in sorted(RUST_OUT.glob("*/mutants.out/outcomes.json"), key=lambda p: p.stat().st_mtime):
+        run: dict[str, list[dict]] = {}
+        for outcome in json.loads(path.read_text()).get("outcomes", []):
+            scenario = outcome.get("scenario")
+            if isinstance(scenario, dict) and "Mutant" in scenario:
+                run.setdefault(scenario["Mutant"].get("file", "?"), []).append(outcome)
+        latest.update(run)
     scores: dict[str, FileScore] = {}
-    files = sorted(RUST_OUT.glob("*/mutants.out/outcomes.json"))
-    outcomes = [json.loads(p.read_text()).get("outcomes", []) for p in files]
-    for outcome in (o for group in outcomes for o in group):
-        scenario = outcome.get("scenario")
-        if not isinstance(scenario, dict) or "Mutant" not in scenario:
-            continue
-        mutant = scenario["Mutant"]
-        file = mutant.get("file", "?")
-        name = _rust_name(mutant)
-        score = scores.setdefault(file, FileScore())
-        summary = outcome.get("summary")
-        if name in equivalent:
-            score.equivalent += 1
-        elif summary in ("CaughtMutant", "Timeout"):
-            score.killed += 1
-        elif summary == "MissedMutant":
-            score.survived.append(name)
-        elif summary == "Unviable":
-            pass  # does not build: neither killed nor survived
-        else:
-            score.not_run += 1
+    for file, outcomes in latest.items():
+        for outcome in outcomes:
+            _score_rust(scores.setdefault(file, FileScore()), outcome, equivalent)
     return scores
+
+
+def _score_rust(score: FileScore, outcome: dict, equivalent: dict[str, str]) -> None:
+    name = _rust_name(outcome["scenario"]["Mutant"])
+    summary = outcome.get("summary")
+    if name in equivalent:
+        score.equivalent += 1
+    elif summary in ("CaughtMutant", "Timeout"):
+        score.killed += 1
+    elif summary == "MissedMutant":
+        score.survived.append(name)
+    elif summary == "Unviable":
+        pass  # does not build: neither killed nor survived
+    else:
+        score.not_run += 1
 
 
 def _rust_name(mutant: dict) -> str:
@@ -398,9 +419,11 @@ def main() -> int:
     rs.add_argument("--changed", action="store_true")
     rs.add_argument("--base", default="main")
     rs.add_argument("--jobs", type=int, default=1)
-    rs.add_argument("--timeout", type=int, default=120)
+    rs.add_argument("--timeout", type=int, default=30, help="seconds per mutant's tests (baseline: 2-8 s)")
     rs.add_argument("--in-place", action="store_true",
                     help="mutate the working tree (faster; keep hands off meanwhile)")
+    rs.add_argument("--file", action="append",
+                    help="only these files of the groups (repeatable; e.g. rust/epoch_cache.rs)")
     rs.add_argument("groups", nargs="*", help=f"of {sorted(RUST_GROUPS)} (default: all)")
     rp = sub.add_parser("report")
     rp.add_argument("--summary", help="append the table as Markdown (e.g. $GITHUB_STEP_SUMMARY)")

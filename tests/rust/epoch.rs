@@ -166,6 +166,28 @@ fn neighbouring_epoch_queries() {
     assert_eq!(LeaderEpochCache::new().latest_epoch(), None);
 }
 
+#[test]
+fn newest_entry_and_size_follow_assign_truncate_and_clear() {
+    // Kafka's LeaderEpochFileCache.latestEntry() and epochEntries().size() through the cache's life.
+    let mut c = LeaderEpochCache::new();
+    assert!(c.is_empty());
+    assert_eq!((c.len(), c.latest_entry()), (0, None));
+    c.assign(2, 6).unwrap();
+    c.assign(3, 8).unwrap();
+    c.assign(4, 11).unwrap();
+    assert!(!c.is_empty());
+    assert_eq!(c.len(), 3);
+    assert_eq!(c.latest_entry(), Some(EpochEntry::new(4, 11)));
+    c.truncate_from_end(11);
+    assert_eq!(
+        (c.len(), c.latest_entry()),
+        (2, Some(EpochEntry::new(3, 8)))
+    );
+    c.clear();
+    assert!(c.is_empty());
+    assert_eq!((c.len(), c.latest_entry()), (0, None));
+}
+
 // ---- truncation --------------------------------------------------------------------------------
 
 #[test]
@@ -583,6 +605,8 @@ proptest! {
                 Op::Clear => { c.clear(); m.0.clear(); }
             }
             prop_assert_eq!(pairs(&c), m.0.clone());
+            prop_assert_eq!((c.len(), c.is_empty()), (m.0.len(), m.0.is_empty()));
+            prop_assert_eq!(c.latest_entry().map(|e| (e.epoch, e.start_offset)), m.0.last().copied());
             prop_assert!(c.entries().windows(2).all(|w| w[0].epoch < w[1].epoch && w[0].start_offset < w[1].start_offset));
             let leo = c.latest_entry().map_or(0, |e| e.start_offset) + leo_extra;
             for requested in -1..12 {

@@ -3,7 +3,9 @@
 Every broker the metadata lists, and every leader a validation waits on, is asked once; the answer is
 kept in `ConsumerContext.api_versions` until a request to that broker fails (Kafka forgets a node's
 versions on disconnect). A broker that refuses the request version answers at v0 with its own
-ApiVersions range; the request is retried at once at the newest version it lists.
+ApiVersions range; the request is retried at once at the newest version it lists (v0 if it lists none).
+Any other failure is where Kafka's `NetworkClient` disconnects: the handshake starts over after the
+back-off at the newest version, as on a new connection.
 """
 
 from __future__ import annotations
@@ -64,12 +66,12 @@ class ApiVersionsManager(RequestManager[None]):
             self.ctx.api_versions[node_id] = response.node_api_versions
             self._retry.pop(node_id, None)
             return
-        own = response.node_api_versions.version_range(ApiKey.API_VERSIONS)
-        if response.error_code == Errors.UNSUPPORTED_VERSION and own is not None:
-            self._retry[node_id] = (now_ms, min(own.max_version, _LATEST))
+        refused = response.error_code == Errors.UNSUPPORTED_VERSION
+        if refused and isinstance(request, ApiVersionsRequest) and request.version > 0:
+            own = response.node_api_versions.version_range(ApiKey.API_VERSIONS)
+            self._retry[node_id] = (now_ms, 0 if own is None else min(own.max_version, _LATEST))
         else:
-            self._retry[node_id] = (self.ctx.backoff(now_ms), _LATEST)
+            self.failed(node_id, request, context, now_ms)  # Kafka disconnects
 
     def failed(self, node_id: int, request: ClientRequest, context: None, now_ms: int) -> None:
-        version = request.version if isinstance(request, ApiVersionsRequest) else _LATEST
-        self._retry[node_id] = (self.ctx.backoff(now_ms), version)
+        self._retry[node_id] = (self.ctx.backoff(now_ms), _LATEST)  # a new connection starts over

@@ -79,31 +79,33 @@ class CommitManager(RequestManager[tuple[TopicPartition, ...]]):
         ]
 
     def poll(self, now_ms: int) -> list[tuple[int, ClientRequest]]:
-        out: list[tuple[int, ClientRequest]] = []
         waiting = self._waiting(now_ms)
-        if waiting and (self.group_id is None or self.coordinator_id is None):
+        group, coordinator = self.group_id, self.coordinator_id
+        if group is None or coordinator is None:
+            # No committed offsets to read; nothing is ever pending either (`Consumer.commit` refuses).
             for tp in waiting:
                 self._reset_or_raise(tp, "no_position", now_ms)
-        elif waiting and self.group_id is not None and self.coordinator_id is not None:
-            request = OffsetFetchRequest(self.group_id, tuple(sorted(waiting)))
-            out.append(self._send(self.coordinator_id, request, now_ms, tuple(waiting)))
-        if self._pending and self.group_id is not None and self.coordinator_id is not None:
-            for offsets in self._pending:
-                parts = tuple(
-                    OffsetCommitPartition(
-                        tp.topic, tp.partition, om.offset,
-                        epoch_or_sentinel(om.leader_epoch) if self.ctx.kip320 else NO_EPOCH,
-                        om.metadata,
-                    )
-                    for tp, om in sorted(offsets.items())
+            return []
+        out: list[tuple[int, ClientRequest]] = []
+        if waiting:
+            request = OffsetFetchRequest(group, tuple(sorted(waiting)))
+            out.append(self._send(coordinator, request, now_ms, tuple(waiting)))
+        for offsets in self._pending:
+            parts = tuple(
+                OffsetCommitPartition(
+                    tp.topic, tp.partition, om.offset,
+                    epoch_or_sentinel(om.leader_epoch) if self.ctx.kip320 else NO_EPOCH,
+                    om.metadata,
                 )
-                out.append(self._send(self.coordinator_id, OffsetCommitRequest(self.group_id, parts), now_ms, ()))
-            self._pending = []
+                for tp, om in sorted(offsets.items())
+            )
+            out.append(self._send(coordinator, OffsetCommitRequest(group, parts), now_ms, ()))
+        self._pending = []
         return out
 
     def due_ms(self) -> int | None:
         times = [self.ctx.subscriptions.state(tp).next_retry_ms for tp in self._waiting(None)]
-        if self._pending and self.has_group:
+        if self._pending:  # only ever queued with a group (`Consumer.commit` refuses without one)
             times.append(0)
         return min(times, default=None)
 

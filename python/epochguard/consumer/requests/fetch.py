@@ -89,25 +89,22 @@ class FetchManager(RequestManager[_Positions]):
     def handle(
         self, node_id: int, request: ClientRequest, context: _Positions, response: ClientResponse, now_ms: int
     ) -> None:
-        if not isinstance(response, FetchResponse) or not isinstance(request, FetchRequest):
+        if not isinstance(response, FetchResponse):
             return
-        sent = {p.tp: p for p in request.partitions}
         for data in response.partitions:
-            if data.tp in sent and data.tp in context:
-                self._on_partition(node_id, sent[data.tp], context[data.tp], data, now_ms)
+            fetched = context.get(data.tp)  # the position each partition was fetched from (the request's offset)
+            if fetched is not None:
+                self._on_partition(data.tp, fetched, data, now_ms)
 
-    def _on_partition(
-        self, node_id: int, sent: FetchPartition, fetched: FetchPosition, data: FetchPartitionData, now_ms: int
-    ) -> None:
-        tp = sent.tp
+    def _on_partition(self, tp: TopicPartition, fetched: FetchPosition, data: FetchPartitionData, now_ms: int) -> None:
         s = self.ctx.subscriptions.get(tp)
         if s is None or s.position is None or s.position != fetched or s.state != FetchState.FETCHING:
             return  # stale: unassigned, or the position moved while the fetch was in flight
         code = data.error_code
         if code == Errors.NONE:
-            self._on_records(s, sent, data, now_ms)
+            self._on_records(s, tp, data, now_ms)
         elif code == Errors.OFFSET_OUT_OF_RANGE:
-            self._on_out_of_range(node_id, s, sent)
+            self._on_out_of_range(s, tp)
         elif code == Errors.TOPIC_AUTHORIZATION_FAILED:
             self.ctx.errors.append(TopicAuthorizationFailedError(f"not authorized to read {tp.topic}"))
         else:
@@ -115,14 +112,14 @@ class FetchManager(RequestManager[_Positions]):
                 self._on_stale_leader(s, tp, data)
             s.next_retry_ms = self.ctx.backoff(now_ms)  # UNKNOWN_LEADER_EPOCH and the rest: plain retry
 
-    def _on_records(self, s: PartitionState, sent: FetchPartition, data: FetchPartitionData, now_ms: int) -> None:
+    def _on_records(self, s: PartitionState, tp: TopicPartition, data: FetchPartitionData, now_ms: int) -> None:
         """A successful answer: buffer its records for `poll()`, or step over a run without any."""
-        assert s.position is not None  # checked by _on_partition
+        assert s.position is not None  # the position fetched from, checked by _on_partition
         if data.preferred_read_replica >= 0:
             s.preferred_read_replica = data.preferred_read_replica
         try:
             completed = CompletedFetch.decode(
-                sent.tp, s.position, data.records, self.ctx.isolation_level, data.aborted_transactions
+                tp, s.position, data.records, self.ctx.isolation_level, data.aborted_transactions
             )
         except CorruptRecordError as e:
             self.ctx.errors.append(e)  # raised by poll(), as Kafka's consumer does
@@ -130,17 +127,20 @@ class FetchManager(RequestManager[_Positions]):
             return
         if completed.records:
             self.ctx.collector.add(completed)  # handed out (and the position moved) by poll()
-        elif completed.next_offset != sent.fetch_offset:
+        elif completed.next_offset != s.position.offset:
             # Only control batches or records below the fetch offset: nothing to hand out, move on.
             s.position = FetchPosition(completed.next_offset, completed.last_epoch, s.position.current_leader)
             s.record_consumed(completed.epochs)
 
-    def _on_out_of_range(self, node_id: int, s: PartitionState, sent: FetchPartition) -> None:
+    def _on_out_of_range(self, s: PartitionState, tp: TopicPartition) -> None:
         """OFFSET_OUT_OF_RANGE: back to the leader if a read replica said it, else reset by policy."""
-        if s.preferred_read_replica is not None and node_id == s.preferred_read_replica:
-            s.preferred_read_replica = None  # the read replica is behind: go back to the leader
+        assert s.position is not None  # the position fetched from, checked by _on_partition
+        if s.preferred_read_replica is not None:
+            # Fetched from the read replica (the only target while one is set), which is behind: go back
+            # to the leader (Kafka's `clearPreferredReadReplica`).
+            s.preferred_read_replica = None
         elif s.reset_policy == "none":
-            self.ctx.collector.add_out_of_range(sent.tp, sent.fetch_offset)
+            self.ctx.collector.add_out_of_range(tp, s.position.offset)
         else:
             s.request_reset(s.reset_policy, "out_of_range")
 

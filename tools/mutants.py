@@ -317,6 +317,10 @@ def run_rust(args: argparse.Namespace) -> int:
         out = RUST_OUT / f"{group}{subset}"
         out.parent.mkdir(parents=True, exist_ok=True)
         cmd = ["cargo", "mutants", "--no-shuffle", "--output", str(out)]
+        # Cargo.toml's `mutation` profile: the test profile without debug info, ~25% less build and
+        # link time per mutant (measured: 3.1 s instead of 4.4 s for the epoch oracle, 4.0 s instead of
+        # 5.1 s for the decoder's, medians of 4 on the loaded 2-core machine).
+        cmd += ["--profile", "mutation"]
         cmd += ["--timeout", str(args.timeout), *(a for f in files for a in ("--file", f))]
         # `--cargo-arg`, not `--cargo-test-arg`: the build phase then compiles only the oracle's test
         # binaries, not every test target of the crate (measured: 4 s instead of 16 s per epoch mutant).

@@ -70,12 +70,14 @@ PY_TESTS = ["tests/protocol", "tests/sim"]
 ORACLE_MARKERS = "not slow and not spark and not no_mutants"
 # Each group of Rust files with the cargo tests that are its oracle (building fewer test binaries per
 # mutant is most of the speed): the epoch core with tests/rust/epoch.rs, the record-batch decoder with
-# the unit tests and tests/rust/records.rs.
+# the unit tests, tests/rust/decoder.rs (field by field, 0.1 s) and tests/rust/records.rs (round trips
+# and the corpus fuzz, 8-15 s). cargo runs them in that order and stops at the first failing binary,
+# so a mutant the fast tests catch never pays for the slow ones.
 RUST_GROUPS = {
     "epoch": (["rust/epoch_cache.rs", "rust/divergence.rs", "rust/checkpoint.rs"], ["--test", "epoch"]),
     "decoder": (
         ["rust/records/batch.rs", "rust/records/record.rs", "rust/records/varint.rs", "rust/records/legacy.rs"],
-        ["--lib", "--test", "records"],
+        ["--lib", "--test", "decoder", "--test", "records"],
     ),
 }
 RUST_FILES = [f for files, _ in RUST_GROUPS.values() for f in files]
@@ -214,6 +216,11 @@ def run_python(args: argparse.Namespace) -> int:
                 copy.unlink()
     _run([sys.executable, "-c", _GENERATE], cwd=PY_WORK, env=env, check=True, stdout=subprocess.DEVNULL)
     _mirror_support_files()
+    # mutmut maps tests to the functions they reach once, then only adds tests it has not seen: a known
+    # test that reaches a function added or changed since (a helper split out) is missing from the map,
+    # so that function's mutants run too few tests or none ("no tests": false survivors). A fresh map
+    # costs one traced run of the oracle (~1 min); the verdicts stay.
+    (PY_WORK / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)]
     if args.only or args.changed or args.rerun_survivors:
         names = _selected(only, load_equivalent(), survivors=args.rerun_survivors)
@@ -353,6 +360,10 @@ def run_rust(args: argparse.Namespace) -> int:
         out = RUST_OUT / f"{group}{subset}"
         out.parent.mkdir(parents=True, exist_ok=True)
         cmd = ["cargo", "mutants", "--no-shuffle", "--output", str(out)]
+        # Cargo.toml's `mutation` profile: the test profile without debug info, ~25% less build and
+        # link time per mutant (measured: 3.1 s instead of 4.4 s for the epoch oracle, 4.0 s instead of
+        # 5.1 s for the decoder's, medians of 4 on the loaded 2-core machine).
+        cmd += ["--profile", "mutation"]
         cmd += ["--timeout", str(args.timeout), *(a for f in files for a in ("--file", f))]
         # `--cargo-arg`, not `--cargo-test-arg`: the build phase then compiles only the oracle's test
         # binaries, not every test target of the crate (measured: 4 s instead of 16 s per epoch mutant).

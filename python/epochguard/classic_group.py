@@ -18,6 +18,7 @@ membership fencing (`group.instance.id` is carried, not enforced).
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,10 @@ _MEMBER_ID_REQUIRED_VERSION = 4
 DelayedAnswer = Callable[[Any, Any], None]
 
 
+def _drop(request: Any, response: Any) -> None:
+    """The default `on_delayed_response`: with nobody listening, a delayed answer is dropped."""
+
+
 class GroupState(enum.Enum):
     EMPTY = "Empty"
     PREPARING_REBALANCE = "PreparingRebalance"
@@ -59,7 +64,6 @@ class GroupState(enum.Enum):
 class ClassicGroupMember:
     member_id: str
     group_instance_id: str | None
-    protocol_type: str
     protocols: tuple[JoinGroupProtocol, ...]
     session_timeout_ms: int
     rebalance_timeout_ms: int
@@ -69,7 +73,8 @@ class ClassicGroupMember:
     awaiting_sync: SyncGroupRequest | None = None
 
     def metadata(self, protocol: str) -> bytes:
-        return next((p.metadata for p in self.protocols if p.name == protocol), b"")
+        """Its metadata for `protocol`, one it supports (the group chooses among those all support)."""
+        return next(p.metadata for p in self.protocols if p.name == protocol)
 
     def matches(self, protocols: tuple[JoinGroupProtocol, ...]) -> bool:
         return self.protocols == protocols
@@ -86,7 +91,7 @@ class ClassicGroup:
     members: dict[str, ClassicGroupMember] = field(default_factory=dict)  # in join order
     # given an id by MEMBER_ID_REQUIRED, not joined yet: id -> when it is forgotten (its session timeout)
     pending_members: dict[str, int] = field(default_factory=dict)
-    join_deadline_ms: int | None = None  # while PreparingRebalance
+    join_deadline_ms: int = 0  # read only while PreparingRebalance (set on entering it)
     initial_delay: bool = False  # Kafka's InitialDelayedJoin: wait out the delay even if all joined
 
     def all_joined(self) -> bool:
@@ -104,17 +109,14 @@ class ClassicGroup:
         return protocol_type == self.protocol_type and bool(names & self._candidates())
 
     def _candidates(self) -> set[str]:
-        sets = [{p.name for p in m.protocols} for m in self.members.values()]
-        return set.intersection(*sets) if sets else set()
+        """The protocols every member supports (of a group with members)."""
+        return set.intersection(*({p.name for p in m.protocols} for m in self.members.values()))
 
     def select_protocol(self) -> str:
         """Kafka's `selectProtocol`: each member votes for its most preferred protocol among those all
         members support; the most votes win (ties: the first candidate in the leader's order)."""
         candidates = self._candidates()
-        votes: dict[str, int] = {}
-        for m in self.members.values():
-            vote = next(p.name for p in m.protocols if p.name in candidates)
-            votes[vote] = votes.get(vote, 0) + 1
+        votes = Counter(next(p.name for p in m.protocols if p.name in candidates) for m in self.members.values())
         order = [p.name for p in next(iter(self.members.values())).protocols if p.name in votes]
         return max(order, key=lambda name: votes[name])
 
@@ -130,7 +132,7 @@ class ClassicGroups:
     def __init__(self, initial_rebalance_delay_ms: int = 0) -> None:
         self.groups: dict[str, ClassicGroup] = {}
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
-        self.on_delayed_response: DelayedAnswer = lambda request, response: None
+        self.on_delayed_response: DelayedAnswer = _drop
         self._next_member = 0
         self._handling: Any = None
         self._immediate: Any = None
@@ -195,8 +197,8 @@ class ClassicGroups:
         if rebalance_timeout < 0:  # JoinGroup v0 has none: the session timeout serves
             rebalance_timeout = request.session_timeout_ms
         member = ClassicGroupMember(
-            member_id, request.group_instance_id, request.protocol_type, request.protocols,
-            request.session_timeout_ms, rebalance_timeout, awaiting_join=request,
+            member_id, request.group_instance_id, request.protocols, request.session_timeout_ms, rebalance_timeout,
+            awaiting_join=request,
         )
         group.protocol_type = request.protocol_type  # the same as the members' (`supports` checked it)
         group.members[member_id] = member
@@ -222,9 +224,9 @@ class ClassicGroups:
         if group.state is GroupState.PREPARING_REBALANCE:
             return
         if group.state is GroupState.COMPLETING_REBALANCE:
-            # the assignment being made is void: members waiting for it must rejoin
+            # the assignment being made is void: members waiting for it must rejoin (the next leader's
+            # SyncGroup sets every member's assignment before anyone is answered with one)
             for m in group.members.values():
-                m.assignment = b""
                 if m.awaiting_sync is not None:
                     self._deliver(m.awaiting_sync, SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS))
                     m.awaiting_sync = None
@@ -239,8 +241,7 @@ class ClassicGroups:
     def _maybe_complete_join(self, group: ClassicGroup, now_ms: int) -> None:
         if group.state is not GroupState.PREPARING_REBALANCE:
             return
-        deadline = group.join_deadline_ms if group.join_deadline_ms is not None else now_ms
-        if (group.all_joined() and not group.initial_delay) or now_ms >= deadline:
+        if (group.all_joined() and not group.initial_delay) or now_ms >= group.join_deadline_ms:
             self._complete_join(group, now_ms)
 
     def _complete_join(self, group: ClassicGroup, now_ms: int) -> None:
@@ -248,7 +249,6 @@ class ClassicGroups:
         for member_id in [mid for mid, m in group.members.items() if m.awaiting_join is None]:
             del group.members[member_id]
         group.generation_id += 1
-        group.join_deadline_ms = None
         if not group.members:
             group.state, group.protocol_name, group.protocol_type, group.leader_id = GroupState.EMPTY, None, None, None
             return
@@ -331,23 +331,31 @@ class ClassicGroups:
         return group, member
 
     def leave(self, request: LeaveGroupRequest, now_ms: int) -> LeaveGroupResponse:
-        group = self.groups.get(request.group_id) or ClassicGroup(request.group_id)
+        group = self.groups.get(request.group_id)  # an unknown group knows no member
         results = []
         for leaving in request.members:
-            known = leaving.member_id in group.members or leaving.member_id in group.pending_members
-            if known:
-                group.pending_members.pop(leaving.member_id, None)
-                self._remove_member(group, leaving.member_id, now_ms)
-            error = Errors.NONE if known else Errors.UNKNOWN_MEMBER_ID
+            error = Errors.UNKNOWN_MEMBER_ID if group is None else self._leave(group, leaving.member_id, now_ms)
             results.append(LeaveGroupMemberResponse(leaving.member_id, leaving.group_instance_id, error))
         if request.version < 3:  # one member, its error at the top level
             return LeaveGroupResponse(results[0].error_code if results else Errors.NONE)
         return LeaveGroupResponse(Errors.NONE, tuple(results))
 
+    def _leave(self, group: ClassicGroup, member_id: str, now_ms: int) -> Errors:
+        if member_id in group.pending_members:  # Kafka's removePendingMemberAndUpdateClassicGroup
+            del group.pending_members[member_id]
+            self._maybe_complete_join(group, now_ms)
+            return Errors.NONE
+        if member_id not in group.members:
+            return Errors.UNKNOWN_MEMBER_ID
+        self._remove_member(group, member_id, now_ms)
+        return Errors.NONE
+
     def _remove_member(self, group: ClassicGroup, member_id: str, now_ms: int) -> None:
-        member = group.members.pop(member_id, None)
-        if member is not None and member.awaiting_join is not None:
-            self._deliver(member.awaiting_join, JoinGroupResponse(Errors.UNKNOWN_MEMBER_ID, member_id=member_id))
+        """Kafka's `removeMemberAndUpdateClassicGroup`: a JoinGroup it waits on is answered
+        UNKNOWN_MEMBER_ID with no member id (the client, if still there, joins again as a new member)."""
+        member = group.members.pop(member_id)
+        if member.awaiting_join is not None:
+            self._deliver(member.awaiting_join, JoinGroupResponse(Errors.UNKNOWN_MEMBER_ID))
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             self._prepare_rebalance(group, now_ms)
         self._maybe_complete_join(group, now_ms)
@@ -381,9 +389,7 @@ class ClassicGroups:
             return Errors.NONE if generation_id < 0 else Errors.ILLEGAL_GENERATION
         if generation_id < 0 and group.state is GroupState.EMPTY:
             return Errors.NONE
-        if generation_id < 0 and not member_id:
-            return Errors.UNKNOWN_MEMBER_ID  # a simple commit into a group with members
-        if member_id not in group.members:
+        if member_id not in group.members:  # a simple commit (no member id) into a group with members too
             return Errors.UNKNOWN_MEMBER_ID
         if generation_id != group.generation_id:
             return Errors.ILLEGAL_GENERATION

@@ -67,7 +67,7 @@ class ClientMetadata:
         self._topic_ids: dict[str, str] = {}
         self._brokers: dict[int, MetadataResponseBroker] = {}
         self._need_update = True
-        self._last_refresh_ms: int | None = None
+        self._last_refresh_ms = 0  # read only once an update() has set it (until then an update is requested)
         self._last_attempt_ms: int | None = None
         self.updates = 0  # accepted responses, for observers
 
@@ -92,7 +92,7 @@ class ClientMetadata:
         backoff_over = self._last_attempt_ms + self.refresh_backoff_ms
         if self._need_update:
             return backoff_over
-        return max(backoff_over, (self._last_refresh_ms or 0) + self.metadata_max_age_ms)
+        return max(backoff_over, self._last_refresh_ms + self.metadata_max_age_ms)
 
     def time_to_next_update(self, now_ms: int) -> int:
         """Milliseconds until a refresh is due (see `next_update_ms`)."""
@@ -133,7 +133,7 @@ class ClientMetadata:
                 if topic.error_code.retriable:
                     self._need_update = True
                 continue
-            old_topic_id = old_topic_ids.get(topic.name) if topic.topic_id is not None else None
+            old_topic_id = old_topic_ids.get(topic.name)  # compared only when this answer names an id
             for p in topic.partitions:
                 tp = TopicPartition(topic.name, p.partition_index)
                 if self._accept(tp, p, trusted, topic.topic_id, old_topic_id):
@@ -182,11 +182,10 @@ class ClientMetadata:
 
     def update_last_seen_epoch_if_newer(self, tp: TopicPartition, epoch: int) -> bool:
         """Raise the last-seen epoch (from a committed offset, a seek, a ListOffsets answer). Only
-        when one is known and `epoch` is newer; then a full refresh is requested."""
+        when one is known and `epoch` is newer; then a full refresh is requested. Under pre-kip-320 no
+        last-seen epoch is ever stored, so this never raises one."""
         if epoch < 0:
             raise ValueError(f"invalid leader epoch {epoch} (must be non-negative)")
-        if self.protocol == "pre-kip-320":
-            return False
         current = self._last_seen_epochs.get(tp)
         if current is None or epoch <= current:
             return False

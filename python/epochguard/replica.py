@@ -86,7 +86,7 @@ class TruncationRecord:
 
 @dataclass(slots=True)
 class _InFlight:
-    request: Request
+    request: Request  # held so that its id(), the key, is not reused while it is in flight
     sent_ms: int
     states: tuple[PartitionFetchState, ...] = field(default_factory=tuple)
 
@@ -165,7 +165,7 @@ class ReplicaFetcher:
         for key, flight in list(self._in_flight.items()):
             if now_ms - flight.sent_ms >= self.request_timeout_ms:
                 del self._in_flight[key]
-                self._release(flight, now_ms, backoff=False)
+                self._release(flight)
         by_leader: dict[int, dict[FetchState, list[PartitionFetchState]]] = {}
         for s in self.states.values():
             if s.in_flight or s.state == FetchState.PARKED or now_ms < s.delay_until_ms:
@@ -239,7 +239,7 @@ class ReplicaFetcher:
         flight = self._in_flight.pop(id(request), None)
         if flight is None:
             return  # timed out and already retried, or not ours
-        self._release(flight, now_ms, backoff=False)
+        self._release(flight)
         if isinstance(response, FetchResponse) and isinstance(request, FetchRequest):
             sent = {p.tp: p for p in request.partitions}
             for data in response.partitions:
@@ -257,13 +257,15 @@ class ReplicaFetcher:
     def on_request_failed(self, node_id: int, request: Request, now_ms: int) -> None:
         flight = self._in_flight.pop(id(request), None)
         if flight is not None:
-            self._release(flight, now_ms, backoff=True)
+            self._release(flight, backoff_from_ms=now_ms)
 
-    def _release(self, flight: _InFlight, now_ms: int, backoff: bool) -> None:
+    def _release(self, flight: _InFlight, backoff_from_ms: int | None = None) -> None:
+        """The partitions of a request are free to send again: at once, or (after a failure) once the
+        fetch back-off from `backoff_from_ms` has passed."""
         for s in flight.states:
             s.in_flight = False
-            if backoff:
-                s.delay_until_ms = now_ms + self.fetch_backoff_ms
+            if backoff_from_ms is not None:
+                s.delay_until_ms = backoff_from_ms + self.fetch_backoff_ms
 
     def _current(self, node_id: int, tp: TopicPartition, sent_epoch: int) -> PartitionFetchState | None:
         """The partition's state if the answer is for its current leadership (else stale: ignore)."""
@@ -311,8 +313,7 @@ class ReplicaFetcher:
                 s.fetch_offset = info.last_offset + 1
                 s.last_fetched_epoch = log.latest_epoch
         log.update_high_watermark(data.high_watermark)
-        if data.log_start_offset > log.log_start_offset:
-            log.increment_log_start_offset(data.log_start_offset)
+        log.increment_log_start_offset(data.log_start_offset)  # only ever moves it up
 
     @staticmethod
     def _append(log: PartitionLog, records: bytes) -> AppendInfo | None:

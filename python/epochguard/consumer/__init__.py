@@ -108,12 +108,6 @@ class Consumer:
         if reset_policy not in ("earliest", "latest", "none"):
             raise ValueError(f"invalid reset policy {reset_policy!r}")
         self.protocol: EpochProtocol = protocol
-        self.group_id = group_id
-        self.coordinator_id = coordinator_id
-        self.reset_policy: ResetPolicy = reset_policy
-        self.isolation_level = isolation_level
-        self.retry_backoff_ms = retry_backoff_ms
-        self.request_timeout_ms = request_timeout_ms
         # Beyond Kafka (off by default): remember the epochs of what was consumed, so validation finds
         # the exact first diverged offset with the core's `truncation_offset`, as followers do.
         self.track_consumed_epochs = track_consumed_epochs and protocol == "kip-320"
@@ -249,7 +243,7 @@ class Consumer:
             raise ValueError("commit needs a group_id and a coordinator_id")
         if offsets is None:
             offsets = {
-                tp: OffsetAndMetadata(s.position.offset, "", s.position.offset_epoch)
+                tp: OffsetAndMetadata(s.position.offset, leader_epoch=s.position.offset_epoch)
                 for tp, s in self._subscriptions.items()
                 if s.state == FetchState.FETCHING and s.position is not None
             }
@@ -274,7 +268,8 @@ class Consumer:
 
     # --- the driver's side --------------------------------------------------------------------
     def poll_requests(self, now_ms: int) -> list[tuple[int, ClientRequest]]:
-        """Everything to send now, from each request manager in turn."""
+        """Everything to send now, from each request manager in turn (positions are re-pointed at the
+        current leaders, if the metadata changed meanwhile, just before the validations are chosen)."""
         for manager in self._managers:
             for node_id, request in manager.expired(now_ms):
                 self.on_request_failed(node_id, request, now_ms)
@@ -306,4 +301,4 @@ class Consumer:
             if manager.owns(request):
                 self._api_versions.forget(node_id)
                 manager.on_failure(request, now_ms)
-                break
+                return

@@ -68,16 +68,14 @@ class CompletedFetch:
             if batch.last_offset < next_offset:
                 continue
             epoch = epoch_or_none(batch.partition_leader_epoch)
-            skip = False
             if read_committed and batch.producer_id >= 0:
                 while pending and pending[0].first_offset <= batch.last_offset:
                     aborted_producers.add(pending.pop(0).producer_id)
                 if batch.is_control:
                     if control_type(batch) == CONTROL_ABORT:
                         aborted_producers.discard(batch.producer_id)
-                else:
-                    skip = batch.is_transactional and batch.producer_id in aborted_producers
-            if not batch.is_control and not skip:
+            aborted = batch.is_transactional and batch.producer_id in aborted_producers  # empty unless read_committed
+            if not batch.is_control and not aborted:
                 for r in batch.records():
                     if r.offset >= next_offset:
                         records.append(
@@ -132,7 +130,7 @@ class FetchCollector:
             state.record_consumed(completed.epochs)
             if completed.records:
                 records.setdefault(completed.tp, []).extend(completed.records)
-            next_offsets[completed.tp] = OffsetAndMetadata(completed.next_offset, "", completed.last_epoch)
+            next_offsets[completed.tp] = OffsetAndMetadata(completed.next_offset, leader_epoch=completed.last_epoch)
         self._completed = []
         if not records and out_of_range:
             where = ", ".join(f"{tp} at {offset}" for tp, offset in sorted(out_of_range.items()))

@@ -36,10 +36,6 @@ class FetchState(enum.Enum):
     AWAIT_RESET = "await_reset"
     AWAIT_VALIDATION = "await_validation"
 
-    @property
-    def has_position(self) -> bool:
-        return self in (FetchState.FETCHING, FetchState.AWAIT_VALIDATION)
-
 
 _ALLOWED = {
     FetchState.INITIALIZING: {FetchState.FETCHING, FetchState.AWAIT_RESET, FetchState.AWAIT_VALIDATION},
@@ -65,16 +61,15 @@ class PartitionState:
     reported_truncation: tuple[FetchPosition, int | None, int | None] | None = None
     consumed: LeaderEpochCache | None = None  # epochs of the records handed out (track_consumed_epochs)
 
-    def transition(self, new: FetchState, position: FetchPosition | None = None) -> bool:
-        """Kafka's `transitionState`: a disallowed transition is silently ignored."""
+    def transition(self, new: FetchState, position: FetchPosition | None = None) -> None:
+        """Kafka's `transitionState`: a disallowed transition is silently ignored. `position`: the new
+        one of FETCHING and AWAIT_VALIDATION (AWAIT_RESET has none)."""
         if new not in _ALLOWED[self.state]:
-            return False
+            return
         self.state = new
-        self.position = position if new.has_position else None
-        if new != FetchState.AWAIT_RESET:
-            self.reset_strategy = None
+        self.position = position
+        self.reset_strategy = None  # `request_reset` sets the strategy of the reset it asks for
         self.next_retry_ms = 0
-        return True
 
     def seek_validated(self, position: FetchPosition) -> None:
         self.transition(FetchState.FETCHING, position)
@@ -92,10 +87,10 @@ class PartitionState:
 
     def request_reset(self, strategy: ResetPolicy, reason: ResetReason) -> None:
         from_offset = self.position.offset if self.position is not None else None
-        if self.transition(FetchState.AWAIT_RESET):
-            self.reset_strategy = strategy
-            self.reset_reason = reason
-            self.reset_from = from_offset
+        self.transition(FetchState.AWAIT_RESET)  # allowed from every state
+        self.reset_strategy = strategy
+        self.reset_reason = reason
+        self.reset_from = from_offset
 
     @property
     def is_fetchable(self) -> bool:
@@ -103,12 +98,11 @@ class PartitionState:
 
     # beyond Kafka (track_consumed_epochs) --------------------------------------------------------
     def restart_history(self, track: bool) -> None:
-        """A position set by seek, reset or commit: the only history known is the epoch before it."""
-        if not track:
-            return
-        self.consumed = LeaderEpochCache()
-        if self.position is not None and self.position.offset_epoch is not None:
-            self.consumed.assign(self.position.offset_epoch, self.position.offset)
+        """A position set by seek, reset or commit: nothing consumed below it is known. (The position's
+        own epoch would start at the position, covering no consumed offset: the divergence search and a
+        rewound history, cut below the position, come out the same without it.)"""
+        if track:
+            self.consumed = LeaderEpochCache()
 
     def record_consumed(self, epochs: Iterable[tuple[int, int]]) -> None:
         """(epoch, first offset) of each batch handed out."""
@@ -120,7 +114,7 @@ class PartitionState:
 class SubscriptionState:
     """The assigned partitions and their states (Kafka's `SubscriptionState`, manual assignment)."""
 
-    def __init__(self, default_reset_policy: ResetPolicy, protocol: EpochProtocol = "kip-320") -> None:
+    def __init__(self, default_reset_policy: ResetPolicy, protocol: EpochProtocol) -> None:
         self.default_reset_policy: ResetPolicy = default_reset_policy
         self.protocol: EpochProtocol = protocol
         self.assignment: dict[TopicPartition, PartitionState] = {}

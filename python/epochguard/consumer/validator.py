@@ -73,7 +73,7 @@ def validate_position(
         return Truncated(None) if reset_policy == "none" else Reset()
     if end_offset < position.offset:
         if reset_policy == "none":
-            return Truncated(OffsetAndMetadata(end_offset, "", leader_epoch))
+            return Truncated(OffsetAndMetadata(end_offset, leader_epoch=leader_epoch))
         return Rewind(FetchPosition(end_offset, leader_epoch, position.current_leader))
     return Resume()  # a different epoch alone is not a truncation
 
@@ -89,5 +89,5 @@ def _with_history(
     history.truncate_from_end(divergent)
     common = history.latest_epoch if history.latest_epoch is not None else leader_epoch
     if reset_policy == "none":
-        return Truncated(OffsetAndMetadata(divergent, "", common))
+        return Truncated(OffsetAndMetadata(divergent, leader_epoch=common))
     return Rewind(FetchPosition(divergent, common, position.current_leader), final, history)

@@ -193,19 +193,17 @@ class OffsetsManager(RequestManager[_Resets | _Lookup]):
                 self.ctx.metadata.request_update()
             s.next_retry_ms = self.ctx.backoff(now_ms)
             return
-        tp = answer.tp
+        tp, epoch = answer.tp, epoch_or_none(answer.leader_epoch)
         position = FetchPosition(answer.offset, None, self.ctx.metadata.current_leader(tp))
-        if answer.leader_epoch >= 0:
-            self.ctx.metadata.update_last_seen_epoch_if_newer(tp, answer.leader_epoch)
+        if epoch is not None:
+            self.ctx.metadata.update_last_seen_epoch_if_newer(tp, epoch)
         if s.state != FetchState.AWAIT_RESET or s.reset_strategy != strategy:
             return  # a seek or another reset happened meanwhile
         reason, from_offset = s.reset_reason, s.reset_from
         s.seek_unvalidated(position)
         s.restart_history(self.ctx.track_consumed_epochs)
         self.ctx.resets.append(
-            OffsetResetEvent(
-                tp, strategy, reason, from_offset, answer.offset, epoch_or_none(answer.leader_epoch), now_ms
-            )
+            OffsetResetEvent(tp, strategy, reason, from_offset, answer.offset, epoch, now_ms)
         )
 
     def _on_lookup(self, lookup: OffsetsForTimesLookup, answer: ListOffsetsPartitionResponse, now_ms: int) -> None:
@@ -220,6 +218,6 @@ class OffsetsManager(RequestManager[_Resets | _Lookup]):
         if answer.offset < 0:
             lookup.result[tp] = None
             return
-        lookup.result[tp] = OffsetAndTimestamp(answer.offset, answer.timestamp, answer.leader_epoch)
-        if answer.leader_epoch >= 0:
-            self.ctx.metadata.update_last_seen_epoch_if_newer(tp, answer.leader_epoch)
+        found = lookup.result[tp] = OffsetAndTimestamp(answer.offset, answer.timestamp, answer.leader_epoch)
+        if found.leader_epoch is not None:
+            self.ctx.metadata.update_last_seen_epoch_if_newer(tp, found.leader_epoch)

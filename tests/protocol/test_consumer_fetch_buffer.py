@@ -1,0 +1,187 @@
+"""Fetched data between the Fetch answer and `poll()` (Kafka's `CompletedFetch` and `FetchCollector`):
+what a decoded record carries (checked against kafka-python's reader), which batches of an answer are
+read (a torn tail, batches before the fetch offset, aborted transactions under each isolation level),
+and what `poll()` hands out or raises when the buffered fetches no longer all apply."""
+
+from __future__ import annotations
+
+import pytest
+from consumer_script import Cluster, consumer, sent_now
+from protocol_support import kafka_python_batch
+
+from epochguard._core import encode_batch
+from epochguard.consumer import CompletedFetch
+from epochguard.errors import OffsetOutOfRangeError
+from epochguard.messages import AbortedTransaction, FetchRequest
+from epochguard.types import (
+    ConsumerRecord,
+    FetchPosition,
+    IsolationLevel,
+    LeaderAndEpoch,
+    OffsetAndMetadata,
+    TopicPartition,
+)
+
+A = TopicPartition("a", 0)
+B = TopicPartition("a", 1)
+LEADER = LeaderAndEpoch(1, 2)
+RC, RU = IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED
+
+
+def at(offset: int, epoch: int | None = None) -> FetchPosition:
+    return FetchPosition(offset, epoch, LEADER)
+
+
+# --- CompletedFetch.decode ----------------------------------------------------------------------------
+@pytest.mark.parametrize("timestamp_type", [0, 1])
+def test_a_record_carries_its_timestamp_timestamp_type_and_headers_as_kafka_python_reads_them(timestamp_type):
+    from kafka.record.default_records import DefaultRecordBatch
+
+    raw = encode_batch(
+        [(b"k", b"v", [("h", b"1"), ("n", None)], 1_234), (None, b"w", [], 1_240)],
+        base_offset=3, partition_leader_epoch=2, timestamp_type=timestamp_type, base_timestamp=1_234,
+    )
+    fetched = CompletedFetch.decode(A, at(3), raw)
+    expected = [
+        ConsumerRecord("a", 0, r.offset, r.timestamp, r.timestamp_type, r.key, r.value, tuple(r.headers), 2)
+        for r in DefaultRecordBatch(raw)
+    ]
+    assert fetched.records == expected
+    assert [(r.timestamp, r.timestamp_type) for r in fetched.records] == (
+        [(1_234, 0), (1_240, 0)] if timestamp_type == 0 else [(1_240, 1), (1_240, 1)]
+    )
+    assert fetched.records[0].headers == (("h", b"1"), ("n", None))
+
+
+def test_a_torn_last_batch_is_not_an_error_and_is_fetched_again():
+    first, second = kafka_python_batch(0, 1, [b"a", b"b"]), kafka_python_batch(2, 1, [b"c", b"d"])
+    fetched = CompletedFetch.decode(A, at(0), first + second[:-7])
+    assert [r.offset for r in fetched.records] == [0, 1]
+    assert (fetched.next_offset, fetched.last_epoch) == (2, 1)
+
+
+def test_batches_wholly_before_the_fetch_offset_are_skipped_and_the_later_ones_read():
+    raw = b"".join([
+        kafka_python_batch(0, 1, [b"a", b"b"]),
+        kafka_python_batch(2, 2, [b"c", b"d"]),
+        kafka_python_batch(4, 3, [b"e", b"f"]),
+    ])
+    fetched = CompletedFetch.decode(A, at(3, 2), raw)
+    assert [(r.offset, r.leader_epoch) for r in fetched.records] == [(3, 2), (4, 3), (5, 3)]
+    assert fetched.epochs == [(2, 3), (3, 4)]
+    assert (fetched.next_offset, fetched.last_epoch) == (6, 3)
+
+
+def test_an_answer_without_batches_keeps_the_position_and_its_epoch():
+    fetched = CompletedFetch.decode(A, at(6, 1), b"")
+    assert (fetched.records, fetched.next_offset, fetched.last_epoch, fetched.epochs) == ([], 6, 1, [])
+
+
+def txn(pid: int, base: int, n: int) -> bytes:
+    return encode_batch([(None, f"p{pid}-{base + i}".encode()) for i in range(n)], base_offset=base,
+                        partition_leader_epoch=1, producer_id=pid, producer_epoch=0, base_sequence=0,
+                        is_transactional=True)
+
+
+def abort_marker(pid: int, base: int) -> bytes:
+    return encode_batch([(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00")], base_offset=base,
+                        partition_leader_epoch=1, producer_id=pid, producer_epoch=0, is_transactional=True,
+                        is_control=True)
+
+
+def test_read_committed_skips_an_aborted_transaction_of_producer_id_zero():
+    raw = txn(0, 0, 2) + abort_marker(0, 2) + kafka_python_batch(3, 1, [b"plain"])
+    fetched = CompletedFetch.decode(A, at(0), raw, RC, [AbortedTransaction(0, 0)])
+    assert [r.offset for r in fetched.records] == [3]
+    assert fetched.next_offset == 4
+
+
+def test_read_uncommitted_hands_out_aborted_records_even_if_the_answer_lists_the_transaction():
+    raw = txn(0, 0, 2) + abort_marker(0, 2) + txn(7, 3, 1)
+    fetched = CompletedFetch.decode(A, at(0), raw, RU, [AbortedTransaction(0, 0), AbortedTransaction(7, 3)])
+    assert [r.offset for r in fetched.records] == [0, 1, 3]  # the marker is never a record
+
+
+# --- FetchCollector through poll() ---------------------------------------------------------------------
+def two_buffered(**kw):
+    """A and B led by broker 1, both fetched in one answer and buffered, not polled yet."""
+    cluster = Cluster()
+    cluster.lead(A, 1, 1, [(1, 3)])
+    cluster.lead(B, 1, 1, [(1, 2)])
+    c = consumer(A, B, **kw)
+    cluster.run(c, 0)
+    assert [p.partition_index for r in cluster.requests(FetchRequest) for p in r.partitions] == [0, 1]
+    return cluster, c
+
+
+def test_a_paused_partition_gets_nothing_and_the_others_get_theirs():
+    _cluster, c = two_buffered()
+    c.pause(A)
+    records = c.poll(0)
+    assert [(r.partition, r.offset) for r in records.records()] == [(1, 0), (1, 1)]
+    assert c.position(A).offset == 0
+    assert records.next_offsets() == {B: OffsetAndMetadata(2, "", 1)}
+
+
+def test_a_partition_unassigned_with_data_buffered_gets_nothing_and_the_others_get_theirs():
+    _cluster, c = two_buffered()
+    c.unassign([A])
+    assert [(r.partition, r.offset) for r in c.poll(0).records()] == [(1, 0), (1, 1)]
+
+
+def test_nothing_is_fetched_again_for_a_partition_whose_records_wait_in_the_buffer():
+    cluster = Cluster()
+    cluster.lead(A, 1, 1, [(1, 3)])
+    c = consumer(A)
+    cluster.run(c, 0)
+    assert sent_now(c, 0, FetchRequest) == []
+    assert c.poll(0).count() == 3
+    [(_, fetch)] = sent_now(c, 0, FetchRequest)
+    assert fetch.partitions[0].fetch_offset == 3
+
+
+def test_an_empty_answer_at_the_log_end_keeps_the_position_epoch():
+    cluster = Cluster()
+    cluster.lead(A, 1, 1, [(1, 3)])
+    c = consumer(A)
+    cluster.run(c, 0)
+    c.poll(0)
+    cluster.run(c, 0, rounds=1)  # fetch at 3: nothing new
+    assert c.poll(0).count() == 0
+    assert c.position(A) == FetchPosition(3, 1, LeaderAndEpoch(1, 1))
+
+
+def out_of_range(*seeks: tuple[TopicPartition, int]):
+    """Policy none; each partition fetched at a position past its log end (epoch 1, leader (1, 1))."""
+    cluster = Cluster()
+    cluster.lead(A, 1, 1, [(1, 3)])
+    cluster.lead(B, 1, 1, [(1, 2)])
+    c = consumer(*(tp for tp, _ in seeks), policy="none")
+    for tp, offset in seeks:
+        c.seek_position(tp, FetchPosition(offset, 1, LeaderAndEpoch(1, 1)), validate=False)
+    cluster.run(c, 0)
+    return cluster, c
+
+
+def test_out_of_range_positions_are_raised_together_by_poll_with_each_offset():
+    _cluster, c = out_of_range((B, 50), (A, 100))
+    with pytest.raises(OffsetOutOfRangeError, match=r"^fetch positions out of range: a-0 at 100, a-1 at 50$") as raised:
+        c.poll(0)
+    assert raised.value.offset_out_of_range_partitions == {A: 100, B: 50}
+    assert sent_now(c, 0, FetchRequest) == []  # not fetched again while the error stands
+    with pytest.raises(OffsetOutOfRangeError):
+        c.poll(0)
+
+
+def test_an_out_of_range_position_awaiting_validation_is_no_longer_raised():
+    _cluster, c = out_of_range((A, 100))
+    assert c.validate_position(A, LeaderAndEpoch(2, 2)) is True
+    assert c.poll(0).count() == 0
+
+
+def test_an_out_of_range_partition_unassigned_is_no_longer_raised():
+    _cluster, c = out_of_range((A, 100), (B, 50))
+    c.unassign([A])
+    with pytest.raises(OffsetOutOfRangeError) as raised:
+        c.poll(0)
+    assert raised.value.offset_out_of_range_partitions == {B: 50}

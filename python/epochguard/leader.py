@@ -56,6 +56,7 @@ from epochguard.types import (
 __all__ = ["ReplicaState", "Partition", "DEFAULT_REPLICA_LAG_TIME_MAX_MS"]
 
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000  # replica.lag.time.max.ms
+DEFAULT_ALTER_PARTITION_RETRY_MS = 5_000  # an unanswered AlterPartition is sent again after this
 _CONSUMER_FETCH_FROM_FOLLOWER_VERSION = 11  # KIP-392
 _OFFSET_NOT_AVAILABLE_VERSION = 5
 
@@ -98,7 +99,7 @@ class Partition:
         broker_epoch: int = 0,
         brokers: Mapping[int, BrokerRegistration] | None = None,
         replica_lag_time_max_ms: int = DEFAULT_REPLICA_LAG_TIME_MAX_MS,
-        alter_partition_retry_ms: int = 5_000,
+        alter_partition_retry_ms: int = DEFAULT_ALTER_PARTITION_RETRY_MS,
         topic_id: str | None = None,
     ) -> None:
         self.tp = tp
@@ -405,9 +406,7 @@ class Partition:
             state = self.replicas.get(r)
             leo = state.log_end_offset if state is not None else NO_OFFSET
             new_hw = min(new_hw, leo)
-        if new_hw < 0:
-            return False
-        return self.log.maybe_increment_high_watermark(new_hw)
+        return self.log.maybe_increment_high_watermark(new_hw)  # an unknown follower end (-1) moves nothing
 
     # --- Produce -----------------------------------------------------------------------------
     def append_records_to_leader(
@@ -501,10 +500,8 @@ class Partition:
         last_fetchable = self._last_fetchable(is_client, isolation_level)
         lagging = is_client and self._high_watermark_lagging()
 
-        def answer(offset: int, timestamp: int, epoch: int | None) -> ListOffsetsPartitionResponse:
-            return ListOffsetsPartitionResponse(
-                p.topic, p.partition_index, Errors.NONE, timestamp, offset, NO_EPOCH if epoch is None else epoch
-            )
+        def answer(offset: int, timestamp: int, epoch: int) -> ListOffsetsPartitionResponse:
+            return ListOffsetsPartitionResponse(p.topic, p.partition_index, Errors.NONE, timestamp, offset, epoch)
 
         if p.timestamp == LATEST_TIMESTAMP:
             if lagging:
@@ -512,18 +509,17 @@ class Partition:
             return answer(last_fetchable, -1, self.leader_epoch)
         if p.timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             earliest = log.leader_epoch_cache.earliest_entry
-            epoch = earliest[0] if earliest is not None and earliest[1] <= log.log_start_offset else None
+            epoch = earliest[0] if earliest is not None and earliest[1] <= log.log_start_offset else NO_EPOCH
             return answer(log.log_start_offset, -1, epoch)
         if p.timestamp == MAX_TIMESTAMP:
             found = log.offset_of_max_timestamp()
         else:
             found = log.offset_for_timestamp(p.timestamp)
         if found is not None and found[0] < last_fetchable:
-            offset, timestamp, epoch = found
-            return answer(offset, timestamp, epoch if epoch >= 0 else None)
+            return answer(*found)  # (offset, timestamp, the batch's epoch: -1 for none)
         if lagging:
             return error(Errors.OFFSET_NOT_AVAILABLE)
-        return ListOffsetsPartitionResponse(p.topic, p.partition_index, Errors.NONE)
+        return ListOffsetsPartitionResponse(p.topic, p.partition_index)  # no error, no offset
 
     def _last_fetchable(self, is_client: bool, isolation_level: IsolationLevel) -> int:
         """Replicas (and debug requests) read up to the LEO; clients up to the LSO (read_committed) or

@@ -108,6 +108,7 @@ class BatchInfo:
     producer_id: int = -1
     is_transactional: bool = False
     control: int | None = None  # a transaction marker: CONTROL_COMMIT or CONTROL_ABORT
+    is_control: bool = False  # a control batch, marker or not (an empty one: the cleaner removed it)
 
     @property
     def next_offset(self) -> int:
@@ -126,6 +127,7 @@ class BatchInfo:
             producer_id=batch.producer_id,
             is_transactional=batch.is_transactional,
             control=control_type(batch) if batch.is_control else None,
+            is_control=batch.is_control,
         )
 
 
@@ -270,9 +272,11 @@ class PartitionLog:
         for info in infos:
             if not info.is_transactional or info.producer_id < 0:
                 continue
-            if info.control is None:
+            if not info.is_control:
                 self._open_txns.setdefault(info.producer_id, info.base_offset)
                 continue
+            if info.control is None:
+                continue  # no marker in it (Kafka: an empty control batch leaves the producer state alone)
             first = self._open_txns.pop(info.producer_id, None)
             if info.control == CONTROL_ABORT and first is not None:
                 self._aborted.append(AbortedTxn(info.producer_id, first, info.last_offset))

@@ -313,8 +313,7 @@ class ReplicaFetcher:
                 s.fetch_offset = info.last_offset + 1
                 s.last_fetched_epoch = log.latest_epoch
         log.update_high_watermark(data.high_watermark)
-        if data.log_start_offset > log.log_start_offset:
-            log.increment_log_start_offset(data.log_start_offset)
+        log.increment_log_start_offset(data.log_start_offset)  # only ever moves it up
 
     @staticmethod
     def _append(log: PartitionLog, records: bytes) -> AppendInfo | None:

@@ -24,7 +24,7 @@ from epochguard.api_versions import (
     answer_api_versions,
 )
 from epochguard.errors import Errors
-from epochguard.leader import DEFAULT_REPLICA_LAG_TIME_MAX_MS, Partition
+from epochguard.leader import DEFAULT_ALTER_PARTITION_RETRY_MS, DEFAULT_REPLICA_LAG_TIME_MAX_MS, Partition
 from epochguard.log import DEFAULT_SEGMENT_BYTES, PartitionLog
 from epochguard.messages import (
     AlterPartitionRequest,
@@ -94,7 +94,7 @@ class ReplicaManager:
         truncate_on_fetch: bool = True,
         fetch_backoff_ms: int = 1_000,
         request_timeout_ms: int = 30_000,
-        alter_partition_retry_ms: int = 5_000,
+        alter_partition_retry_ms: int = DEFAULT_ALTER_PARTITION_RETRY_MS,
         logs: Mapping[TopicPartition, PartitionLog] | None = None,
         api_versions: NodeApiVersions = BROKER_API_VERSIONS,
         peer_api_versions: Callable[[int], NodeApiVersions | None] | None = None,

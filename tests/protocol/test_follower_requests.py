@@ -10,8 +10,10 @@ import pytest
 from protocol_support import TP, Network, brokers, kafka_python_batch, recs, state
 
 from epochguard import Partition, PartitionLog, ReplicaManager
+from epochguard.api_versions import BROKER_API_VERSIONS, ApiKey, NodeApiVersions
 from epochguard.errors import Errors
 from epochguard.messages import (
+    DivergingEpoch,
     EpochEndOffset,
     FetchPartitionData,
     FetchRequest,
@@ -218,3 +220,96 @@ def test_an_answer_whose_batches_overlap_parks_the_partition_and_leaves_the_log_
     assert "not increasing" in rm.fetcher.failed[TP]
     assert (log.log_end_offset, log.leader_epoch_cache.entries()) == (0, [(5, 0)])
     assert rm.poll_requests(10 + 10 * BACKOFF) == []
+
+
+# --- what the leader serves decides how the follower truncates ------------------------------------------------
+def follower_of(leader_versions: NodeApiVersions) -> ReplicaManager:
+    """Broker 2 holds offsets 0-2 of epoch 0 and follows broker 1 (which serves `leader_versions`) at epoch 3."""
+    log = PartitionLog(TP)
+    log.append_as_leader(recs(3), 0)
+    rm = ReplicaManager(2, controller_id=1000, logs={TP: log}, peer_api_versions=lambda node: leader_versions)
+    rm.apply_partition_state(state(1, 3, isr=(1,), replicas=(1, 2)), 0)
+    return rm
+
+
+@pytest.mark.parametrize(("fetch_max", "on_fetch"), [(11, False), (12, True), (17, True)])
+def test_a_follower_truncates_on_fetch_only_when_its_leader_serves_fetch_v12(fetch_max, on_fetch):
+    """Fetch v12 (KIP-595's LastFetchedEpoch / DivergingEpoch): against an older leader the follower asks
+    OffsetsForLeaderEpoch first (`isTruncationOnFetchSupported`)."""
+    rm = follower_of(BROKER_API_VERSIONS.with_range(ApiKey.FETCH, 4, fetch_max))
+    [(_, request)] = rm.poll_requests(0)
+    if on_fetch:
+        assert isinstance(request, FetchRequest)
+        assert (request.partitions[0].fetch_offset, request.partitions[0].last_fetched_epoch) == (3, 0)
+    else:
+        assert isinstance(request, OffsetsForLeaderEpochRequest)
+        assert request.partitions[0].leader_epoch == 0
+        assert rm.partitions[TP].log.log_end_offset == 3  # nothing truncated before the answer
+
+
+def test_a_leaderless_partition_stops_the_fetching_from_its_old_leader():
+    bs = pair()
+    only(bs[2].poll_requests(0), FetchRequest)
+    bs[2].apply_partition_state(state(-1, 4, isr=(2,), replicas=(1, 2)), 10)
+    assert TP not in bs[2].fetcher.states
+    assert bs[2].poll_requests(10 + 100 * BACKOFF) == []
+
+
+# --- fetch answers -------------------------------------------------------------------------------------------
+def test_a_fetch_fenced_by_the_leader_parks_the_partition_until_new_leadership():
+    """`onPartitionFenced`: FENCED_LEADER_EPOCH means the leader has moved on; no retry until this broker
+    hears of the new leadership itself."""
+    bs = pair()
+    _, fetch = only(bs[2].poll_requests(0), FetchRequest)
+    fenced = FetchResponse((FetchPartitionData(TP.topic, TP.partition, Errors.FENCED_LEADER_EPOCH),))
+    bs[2].on_response(1, fetch, fenced, 10)
+    assert bs[2].fetcher.states[TP].state == FetchState.PARKED
+    assert bs[2].poll_requests(10 + 100 * BACKOFF) == []
+    bs[2].apply_partition_state(state(1, 4, isr=(1, 2), replicas=(1, 2)), 20)
+    _, fresh = only(bs[2].poll_requests(20), FetchRequest)
+    assert fresh.partitions[0].current_leader_epoch == 4
+
+
+def test_the_next_fetch_carries_the_epoch_of_what_the_last_one_appended():
+    bs = pair()
+    produce(bs[1], 2)
+    _, first = only(bs[2].poll_requests(0), FetchRequest)
+    assert first.partitions[0].last_fetched_epoch == -1  # an empty log: no epoch yet
+    bs[2].on_response(1, first, bs[1].handle(2, first, 0), 0)
+    _, second = only(bs[2].poll_requests(0), FetchRequest)
+    assert (second.partitions[0].fetch_offset, second.partitions[0].last_fetched_epoch) == (2, 3)
+
+
+def test_a_diverging_epoch_truncation_is_recorded_when_it_happens():
+    log = PartitionLog(TP)
+    log.append_as_leader(recs(3), 0)
+    log.append_as_leader(recs(3), 1)  # epoch 1 at 3-5, which the leader never had
+    rm = ReplicaManager(2, controller_id=1000, logs={TP: log})
+    rm.apply_partition_state(state(1, 3, isr=(1,), replicas=(1, 2)), 0)
+    _, fetch = only(rm.poll_requests(0), FetchRequest)
+    diverged = FetchPartitionData(TP.topic, TP.partition, Errors.NONE, high_watermark=3,
+                                  diverging_epoch=DivergingEpoch(0, 3))
+    rm.on_response(1, fetch, FetchResponse((diverged,)), 70)
+    assert rm.fetcher.truncations == [TruncationRecord(TP, 3, 6, 3, "diverging_epoch", 70)]
+
+
+def test_a_pre_kip_320_fetch_answer_for_an_offset_given_up_since_is_ignored():
+    """Without epochs in the requests, only the fetch offset tells an answer to an older fetch: the
+    re-elected leader's new records must not land above the follower's truncated end."""
+    bs = pair(protocol="pre-kip-320")
+    net = Network(bs)
+    produce(bs[1], 5)
+    _, first = only(bs[2].poll_requests(0), FetchRequest)
+    bs[2].on_response(1, first, bs[1].handle(2, first, 0), 0)  # follower: 0-4, its HW still 0
+    _, second = only(bs[2].poll_requests(0), FetchRequest)
+    assert second.partitions[0].fetch_offset == 5
+    produce(bs[1], 3)  # 5-7
+    late = bs[1].handle(2, second, 0)
+    assert late.partitions[0].records
+    bs[2].apply_partition_state(state(1, 4, isr=(1, 2), replicas=(1, 2)), 10)  # truncates to its HW, 0
+    follower = bs[2].partitions[TP].log
+    assert follower.log_end_offset == 0
+    bs[2].on_response(1, second, late, 20)
+    assert follower.log_end_offset == 0
+    net.pump(30)
+    assert follower.log_end_offset == 8

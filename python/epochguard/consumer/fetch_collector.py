@@ -74,7 +74,7 @@ class CompletedFetch:
                 if batch.is_control:
                     if control_type(batch) == CONTROL_ABORT:
                         aborted_producers.discard(batch.producer_id)
-            aborted = read_committed and batch.is_transactional and batch.producer_id in aborted_producers
+            aborted = batch.is_transactional and batch.producer_id in aborted_producers  # empty unless read_committed
             if not batch.is_control and not aborted:
                 for r in batch.records():
                     if r.offset >= next_offset:

@@ -98,12 +98,11 @@ class PartitionState:
 
     # beyond Kafka (track_consumed_epochs) --------------------------------------------------------
     def restart_history(self, track: bool) -> None:
-        """A position set by seek, reset or commit: the only history known is the epoch before it."""
-        if not track:
-            return
-        self.consumed = LeaderEpochCache()
-        if self.position is not None and self.position.offset_epoch is not None:
-            self.consumed.assign(self.position.offset_epoch, self.position.offset)
+        """A position set by seek, reset or commit: nothing consumed below it is known. (The position's
+        own epoch would start at the position, covering no consumed offset: the divergence search and a
+        rewound history, cut below the position, come out the same without it.)"""
+        if track:
+            self.consumed = LeaderEpochCache()
 
     def record_consumed(self, epochs: Iterable[tuple[int, int]]) -> None:
         """(epoch, first offset) of each batch handed out."""

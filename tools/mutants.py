@@ -216,11 +216,6 @@ def run_python(args: argparse.Namespace) -> int:
                 copy.unlink()
     _run([sys.executable, "-c", _GENERATE], cwd=PY_WORK, env=env, check=True, stdout=subprocess.DEVNULL)
     _mirror_support_files()
-    # mutmut maps tests to the functions they reach once, then only adds tests it has not seen: a known
-    # test that reaches a function added or changed since (a helper split out) is missing from the map,
-    # so that function's mutants run too few tests or none ("no tests": false survivors). A fresh map
-    # costs one traced run of the oracle (~1 min); the verdicts stay.
-    (PY_WORK / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)]
     if args.only or args.changed or args.rerun_survivors:
         names = _selected(only, load_equivalent(), survivors=args.rerun_survivors)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import importlib.util
 import json
 import os
 import shutil
@@ -195,6 +196,8 @@ def run_python(args: argparse.Namespace) -> int:
     package = ROOT / "python" / "epochguard"
     if not list(package.glob("_core*")):
         sys.exit("the compiled extension is missing: run `make setup` first")
+    if importlib.util.find_spec("mutmut") is None:  # `make setup` does not install it
+        sys.exit("mutmut is missing: run `make mutants-tools` (or pip install 'mutmut>=3.8,<4')")
     only = list(args.only or PY_TARGETS)
     if args.changed:
         package = "python/epochguard/"

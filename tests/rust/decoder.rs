@@ -10,11 +10,13 @@
 use std::io::Write;
 
 use _core::records::batch::{verify_crc, BatchCursor, BatchHeader};
+use _core::records::compression::compress;
 use _core::records::varint::{
     read_varint, read_varlong, varint_size, write_varint, write_varlong, VarintError,
 };
 use _core::records::{
-    decode_batches, DecodeOptions, DecodedBatch, Decoder, OwnedRecord, RecordSink, RecordView,
+    decode_batches, Compression, DecodeOptions, DecodedBatch, Decoder, OwnedRecord, RecordSink,
+    RecordView,
 };
 use _core::Error;
 
@@ -1044,4 +1046,28 @@ fn wrapper_offsets_past_i64_are_rejected() {
     // Nor may base + an earlier inner offset.
     let (_, why) = decode_err(&gzip_wrapper(i64::MAX - 1, 1, 0, 5, &[at(5), at(0)]), 0);
     assert_eq!(why, "inner message offsets overflow i64");
+}
+
+#[test]
+fn lz4_wrapper_header_checksum_is_waived_only_for_magic_0() {
+    // KAFKA-3160: Kafka 0.8 (magic 0) hashed the LZ4 frame's magic number into the frame-descriptor
+    // checksum; Kafka ignores that checksum for magic 0 wrappers and checks it from magic 1 on.
+    let lz4_wrapper = |magic: u8, broken_checksum: bool| {
+        let inner = legacy(0, magic, 0, 5, None, Some(b"x"));
+        let mut packed = compress(Compression::Lz4, &inner).unwrap();
+        if broken_checksum {
+            packed[6] = (twox_hash::XxHash32::oneshot(0, &packed[..6]) >> 8) as u8;
+        }
+        legacy(0, magic, Compression::Lz4 as u8, 5, None, Some(&packed))
+    };
+    for magic in [0, 1] {
+        assert_eq!(records(&lz4_wrapper(magic, false)).len(), 1);
+    }
+    assert_eq!(
+        records(&lz4_wrapper(0, true))[0].value.as_deref(),
+        Some(&b"x"[..])
+    );
+    let (at, why) = decode_err(&lz4_wrapper(1, true), 0);
+    assert_eq!(at, 0);
+    assert!(why.contains("LZ4 frame header checksum mismatch"), "{why}");
 }

@@ -520,6 +520,54 @@ fn divergence_points_validates_layout() {
     ));
 }
 
+#[test]
+fn divergence_points_names_each_layout_error() {
+    let h = |bounds: &'static [i64],
+             epochs: &'static [i32],
+             starts: &'static [i64],
+             ends: &'static [i64]| Histories {
+        bounds,
+        epochs,
+        starts,
+        log_ends: ends,
+    };
+    let reason = |a, b| match divergence_points(a, b) {
+        Err(Error::InvalidArgument(reason)) => reason,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    };
+    let ok = h(&[0, 1], &[0], &[0], &[5]);
+    // Shapes, named after the side and the array at fault.
+    let none = h(&[], &[], &[], &[]);
+    assert_eq!(
+        reason(none, none),
+        "a_bounds must have n + 1 entries, got none"
+    );
+    assert_eq!(
+        reason(ok, h(&[0, 1], &[0, 1], &[0], &[5])),
+        "b_epochs has 2 entries but b_starts has 1"
+    );
+    assert_eq!(
+        reason(h(&[0, 1], &[0], &[0], &[]), ok),
+        "a_log_ends has 0 entries, expected 1 (one per row)"
+    );
+    // Each row must be a valid cache: epochs and starts both strictly increasing, neither negative.
+    for bad in [
+        h(&[0, 2], &[0, 1], &[5, 5], &[9]),
+        h(&[0, 2], &[1, 1], &[0, 5], &[9]),
+        h(&[0, 2], &[-1, 1], &[0, 5], &[9]),
+        h(&[0, 2], &[0, 1], &[-1, 5], &[9]),
+    ] {
+        assert_eq!(
+            reason(ok, bad),
+            "b row 0: epochs and start offsets must be non-negative and strictly increasing"
+        );
+    }
+    assert_eq!(
+        divergence_points(ok, h(&[0, 2], &[0, 1], &[0, 5], &[9])).unwrap(),
+        [5]
+    );
+}
+
 // ---- property tests ----------------------------------------------------------------------------
 
 /// The cache rules written as naively as possible.

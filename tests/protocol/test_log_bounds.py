@@ -98,6 +98,29 @@ def test_a_record_at_the_upper_bound_is_not_found_by_timestamp_even_inside_a_kep
     assert log.offset_for_timestamp(200, upper_bound=2) == (1, 300, 1)
 
 
+def six_batches_in_three_segments() -> PartitionLog:
+    """Batches of two records at 0, 2, ..., 10 (epochs 1-6), two per segment: segments at 0, 4 and 8."""
+    log = PartitionLog(TP, segment_bytes=2 * 79)
+    for epoch in range(1, 7):
+        log.append_as_leader(recs(2), epoch)
+    assert [s.base_offset for s in log.segments] == [0, 4, 8]
+    return log
+
+
+@pytest.mark.parametrize("start", range(12))
+def test_batches_and_reads_start_at_the_batch_holding_any_offset_of_any_segment(start):
+    log = six_batches_in_three_segments()
+    expected = list(range(start - start % 2, 12, 2))
+    assert [b.base_offset for b in log.batches(start=start)] == expected
+    assert [b.base_offset for b in iter_batches(log.read(start))] == expected
+
+
+def test_a_read_at_its_upper_bound_is_empty_even_when_the_bound_is_inside_a_batch():
+    log = six_batches_in_three_segments()
+    assert log.read(5, upper_bound=5) == b""
+    assert [b.base_offset for b in iter_batches(log.read(4, upper_bound=5))] == [4]
+
+
 # --- segment names -------------------------------------------------------------------------------------------
 def test_a_segment_not_named_for_its_base_offset_fails_the_partition_as_a_whole(tmp_path):
     """`MalformedFileError`: line 0 is the file as a whole (a name, not a line of it)."""

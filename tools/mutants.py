@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import importlib.util
 import json
 import os
 import shutil
@@ -195,6 +196,8 @@ def run_python(args: argparse.Namespace) -> int:
     package = ROOT / "python" / "epochguard"
     if not list(package.glob("_core*")):
         sys.exit("the compiled extension is missing: run `make setup` first")
+    if importlib.util.find_spec("mutmut") is None:  # `make setup` does not install it
+        sys.exit("mutmut is missing: run `make mutants-tools` (or pip install 'mutmut>=3.8,<4')")
     only = list(args.only or PY_TARGETS)
     if args.changed:
         package = "python/epochguard/"
@@ -216,11 +219,6 @@ def run_python(args: argparse.Namespace) -> int:
                 copy.unlink()
     _run([sys.executable, "-c", _GENERATE], cwd=PY_WORK, env=env, check=True, stdout=subprocess.DEVNULL)
     _mirror_support_files()
-    # mutmut maps tests to the functions they reach once, then only adds tests it has not seen: a known
-    # test that reaches a function added or changed since (a helper split out) is missing from the map,
-    # so that function's mutants run too few tests or none ("no tests": false survivors). A fresh map
-    # costs one traced run of the oracle (~1 min); the verdicts stay.
-    (PY_WORK / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)]
     if args.only or args.changed or args.rerun_survivors:
         names = _selected(only, load_equivalent(), survivors=args.rerun_survivors)
@@ -229,8 +227,46 @@ def run_python(args: argparse.Namespace) -> int:
             return 0
         print(f"mutants: {len(names)} mutants to test in", " ".join(only), flush=True)
         cmd += names
+    else:
+        names = _selected(PY_TARGETS, load_equivalent(), survivors=False)
+    _refresh_stats_for_new_functions(names)
     result = _run(cmd, cwd=PY_WORK, env=env)
+    _remember_untested_functions(names)
     return result.returncode
+
+
+# mutmut maps each function to the tests that reach it once, when it collects its stats, and later only
+# for tests that are new: a function added since (a helper split out of a tested one) has no tests in
+# the map, and every mutant of it would end "no tests" (a survivor). So when a mutant about to run
+# belongs to a function missing from the map, the stats are collected afresh (a minute or two); the
+# functions still missing after that really are untested, and are remembered so as not to do it again.
+_STATS = PY_WORK / "mutants" / "mutmut-stats.json"
+_UNTESTED = PY_WORK / "untested-functions.json"
+
+
+def _function_of(mutant: str) -> str:
+    return mutant.rpartition("__mutmut_")[0]
+
+
+def _unmapped(names: list[str]) -> set[str]:
+    mapped = _read_json(_STATS).get("tests_by_mangled_function_name", {})
+    return {_function_of(n) for n in names} - mapped.keys()
+
+
+def _refresh_stats_for_new_functions(names: list[str]) -> None:
+    if not _STATS.exists():
+        return
+    known_untested = set(_read_json(_UNTESTED)) if _UNTESTED.exists() else set()
+    new = _unmapped(names) - known_untested
+    if new:
+        print(f"mutants: {len(new)} functions without a test map (new since the stats), e.g. {min(new)}:"
+              " collecting mutmut's stats afresh", flush=True)
+        _STATS.unlink()
+
+
+def _remember_untested_functions(names: list[str]) -> None:
+    if _STATS.exists():
+        _UNTESTED.write_text(json.dumps(sorted(_unmapped(names))))
 
 
 @dataclass

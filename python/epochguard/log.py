@@ -442,7 +442,9 @@ class PartitionLog:
         if offset < self.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return True
-        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+        # As Kafka's `LocalLog.truncateTo`: segments based above `offset` go; one based at it stays, emptied,
+        # as the active segment.
+        while len(self.segments) > 1 and self.segments[-1].base_offset > offset:
             self.segments.pop().delete_file()
         active = self.segments[-1]
         active.truncate_to_batch(active.first_batch_at_or_after(offset))

@@ -197,15 +197,16 @@ class ClientMetadata:
         """KIP-951 leader hint from a Fetch/Produce response: applied only if the leader and epoch are
         present, the epoch is newer than known, the node is known and the partition is cached."""
         cached = self._partitions.get(tp)
-        known = self._last_seen_epochs.get(tp)
         if leader_id < 0 or leader_epoch < 0 or cached is None:
             return False
+        known = self.current_leader(tp).epoch  # Kafka compares with currentLeader(), not the last-seen map
         if known is not None and leader_epoch <= known:
             return False
         if self._brokers and leader_id not in self._brokers:
             return False
+        # only leader and epoch change: the replica sets and the partition's error stay as cached
         self._partitions[tp] = PartitionMetadata(
-            tp, leader_id, leader_epoch, cached.replica_ids, cached.isr, cached.offline_replicas
+            tp, leader_id, leader_epoch, cached.replica_ids, cached.isr, cached.offline_replicas, cached.error
         )
         if self.protocol == "kip-320":
             self._last_seen_epochs[tp] = leader_epoch

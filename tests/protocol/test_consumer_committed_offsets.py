@@ -183,7 +183,6 @@ def positioned(*partitions: TopicPartition) -> Consumer:
 def test_a_commit_carries_offset_epoch_and_metadata_and_counts_once_answered():
     c = positioned(TP0, TP1)
     c.commit({TP1: OffsetAndMetadata(8, "m1", 4), TP0: OffsetAndMetadata(0, "m0", None)})
-    assert c.next_deadline_ms() == 0  # queued: send it at once
     [(node, request)] = sent(c, 0, OffsetCommitRequest)
     assert node == COORD and request.group_id == "g"
     parts = [(p.tp, p.committed_offset, p.committed_leader_epoch, p.committed_metadata) for p in request.partitions]
@@ -225,10 +224,14 @@ def test_an_answer_of_the_wrong_kind_to_a_commit_is_ignored():
     assert c.committed == {}
 
 
-def test_with_nothing_to_commit_a_group_consumer_waits_for_its_fetch():
+def test_a_queued_commit_is_due_at_once_and_nothing_else_is():
     c = positioned(TP0)
     one_fetch(c, 0)
-    assert c.next_deadline_ms() == TIMEOUT  # the fetch's timeout: no commit is due
+    assert c.next_deadline_ms() == TIMEOUT  # only the fetch's timeout: no commit is due
+    c.commit({TP0: OffsetAndMetadata(1)})
+    assert c.next_deadline_ms() == 0
+    assert [type(r) for _, r in c.poll_requests(0)] == [OffsetCommitRequest]
+    assert c.next_deadline_ms() == TIMEOUT
 
 
 # --- beyond Kafka: the consumed-epoch history starts at the committed offset ----------------------------

@@ -313,3 +313,40 @@ def test_a_pre_kip_320_fetch_answer_for_an_offset_given_up_since_is_ignored():
     assert follower.log_end_offset == 0
     net.pump(30)
     assert follower.log_end_offset == 8
+
+
+def test_a_follower_whose_leader_cannot_answer_epochs_truncates_to_its_hw_and_records_when():
+    log = PartitionLog(TP)
+    log.append_as_leader(recs(3), 0)
+    log.update_high_watermark(1)
+    no_epochs = BROKER_API_VERSIONS.with_range(ApiKey.FETCH, 4, 11).without(ApiKey.OFFSET_FOR_LEADER_EPOCH)
+    rm = ReplicaManager(2, controller_id=1000, logs={TP: log}, peer_api_versions=lambda node: no_epochs)
+    rm.apply_partition_state(state(1, 3, isr=(1,), replicas=(1, 2)), 40)
+    assert rm.fetcher.truncations == [TruncationRecord(TP, 3, 3, 1, "high_watermark", 40)]
+    _, fetch = only(rm.poll_requests(40), FetchRequest)
+    assert fetch.partitions[0].fetch_offset == 1
+
+
+# --- unanswered requests are sent again after the request timeout ------------------------------------------
+def test_an_unanswered_offsets_for_leader_epoch_is_resent_after_the_request_timeout():
+    log = PartitionLog(TP)
+    log.append_as_leader(recs(3), 0)
+    rm = ReplicaManager(2, controller_id=1000, truncate_on_fetch=False, request_timeout_ms=5_000, logs={TP: log})
+    rm.apply_partition_state(state(1, 3, isr=(1,), replicas=(1, 2)), 0)
+    _, first = only(rm.poll_requests(100), OffsetsForLeaderEpochRequest)
+    assert rm.poll_requests(5_099) == []
+    _, again = only(rm.poll_requests(5_100), OffsetsForLeaderEpochRequest)
+    assert again.partitions == first.partitions
+
+
+def test_an_unanswered_list_offsets_is_resent_after_the_request_timeout():
+    log = PartitionLog(TP)
+    log.append_as_leader(recs(5), 0)
+    rm = ReplicaManager(2, controller_id=1000, request_timeout_ms=5_000, logs={TP: log})
+    rm.apply_partition_state(state(1, 3, isr=(1,), replicas=(1, 2)), 0)
+    _, fetch = only(rm.poll_requests(0), FetchRequest)
+    rm.on_response(1, fetch, FetchResponse((FetchPartitionData(TP.topic, TP.partition, Errors.OFFSET_OUT_OF_RANGE),)), 0)
+    _, first = only(rm.poll_requests(100), ListOffsetsRequest)
+    assert rm.poll_requests(5_099) == []
+    _, again = only(rm.poll_requests(5_100), ListOffsetsRequest)
+    assert again.partitions == first.partitions

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from protocol_support import recs
 
+from epochguard._core import iter_batches
 from epochguard.errors import MalformedFileError
 from epochguard.log import PartitionLog
 from epochguard.types import TopicPartition
@@ -55,6 +56,22 @@ def test_truncating_to_the_first_segments_base_empties_the_log_there(tmp_path):
     assert (log.log_start_offset, log.log_end_offset, len(log.leader_epoch_cache)) == (10, 10, 0)
     assert [p.name for p in d.glob("*.log")] == ["00000000000000000010.log"]
     assert (d / "00000000000000000010.log").read_bytes() == b""
+
+
+def test_truncating_to_a_segments_base_keeps_that_segment_emptied_as_kafka_does(tmp_path):
+    """`LocalLog.truncateTo` deletes the segments based above the target; the one based at it stays, empty,
+    and takes the next append."""
+    d = tmp_path / "t-0"
+    log = PartitionLog(TP, directory=d, segment_bytes=100)
+    for epoch in (1, 2, 3):
+        log.append_as_leader(recs(2), epoch)
+    assert [s.base_offset for s in log.segments] == [0, 2, 4]
+    assert log.truncate_to(2) is True
+    assert sorted(p.name for p in d.glob("*.log")) == ["00000000000000000000.log", "00000000000000000002.log"]
+    assert (d / "00000000000000000002.log").read_bytes() == b""
+    assert (log.log_end_offset, log.leader_epoch_cache.entries()) == (2, [(1, 0)])
+    log.append_as_leader(recs(1), 4)
+    assert [b.base_offset for b in iter_batches(d / "00000000000000000002.log")] == [2]
 
 
 # --- read bounds -------------------------------------------------------------------------------------------

@@ -116,7 +116,8 @@ def test_a_leader_hint_replaces_leader_and_epoch_and_keeps_the_replica_sets():
     assert not m.update_partition_leadership(TP, 2, -1)  # no epoch in the hint
     assert m.partition_metadata(TP).leader_epoch == 5
     assert m.update_partition_leadership(TP, 2, 6)
-    assert m.partition_metadata(TP) == PartitionMetadata(TP, 2, 6, (1, 2, 3, 4), (1, 2), (4,))
+    # Kafka's Metadata.updatePartitionLeadership keeps the cached replica sets and error
+    assert m.partition_metadata(TP) == PartitionMetadata(TP, 2, 6, (1, 2, 3, 4), (1, 2), (4,), Errors.REPLICA_NOT_AVAILABLE)
     assert m.last_seen_leader_epoch(TP) == 6  # the hint raises the last-seen epoch (KIP-951)
     assert m.update(detailed(5), 1).rejected == (TP,)  # so metadata older than the hint is stale
 
@@ -127,3 +128,7 @@ def test_a_leader_hint_does_not_move_the_last_seen_epoch_before_kip_320():
     assert m.update_partition_leadership(TP, 2, 6)
     assert m.partition_metadata(TP).leader_epoch == 6
     assert m.last_seen_leader_epoch(TP) is None
+    # still compared with the current leader's epoch (Kafka's currentLeader()), so no going back
+    assert not m.update_partition_leadership(TP, 3, 6)
+    assert not m.update_partition_leadership(TP, 3, 5)
+    assert m.partition_metadata(TP).leader_id == 2

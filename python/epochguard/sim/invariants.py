@@ -470,12 +470,12 @@ class InvariantChecker:
         def covered(step: int) -> bool:  # reported before the commit, or by the new process
             return step >= restart or (commit_step is not None and step < commit_step)
 
-        keep_truncation = [covered(step) for step in view.truncation_steps]
-        # Strict: both lists are appended together (`on_truncation`), one step per truncation.
-        view.truncations = [t for t, keep in zip(view.truncations, keep_truncation, strict=True) if keep]
-        view.truncation_steps = [st for st, keep in zip(view.truncation_steps, keep_truncation, strict=True) if keep]
+        # both lists are appended together (`on_truncation`), one step per truncation
+        kept_truncations = [i for i, step in enumerate(view.truncation_steps) if covered(step)]
+        view.truncations = [view.truncations[i] for i in kept_truncations]
+        view.truncation_steps = [view.truncation_steps[i] for i in kept_truncations]
         if not covered(view.last_reset_step):
-            view.last_reset_seq, view.last_reset_step = -1, -1
+            view.last_reset_seq = -1  # the reset died with the old process (a later resume finds it forgotten)
         view.checked_against = None
 
     def _view(self, consumer: str, tp: TopicPartition) -> _ConsumerView:

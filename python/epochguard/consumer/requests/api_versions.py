@@ -71,7 +71,11 @@ class ApiVersionsManager(RequestManager[None]):
             own = response.node_api_versions.version_range(ApiKey.API_VERSIONS)
             self._retry[node_id] = (now_ms, 0 if own is None else min(own.max_version, _LATEST))
         else:
-            self.failed(node_id, request, context, now_ms)  # Kafka disconnects
+            self._start_over(node_id, now_ms)  # Kafka disconnects
 
     def failed(self, node_id: int, request: ClientRequest, context: None, now_ms: int) -> None:
-        self._retry[node_id] = (self.ctx.backoff(now_ms), _LATEST)  # a new connection starts over
+        self._start_over(node_id, now_ms)
+
+    def _start_over(self, node_id: int, now_ms: int) -> None:
+        """As on a new connection after a disconnect: after the back-off, at the newest version."""
+        self._retry[node_id] = (self.ctx.backoff(now_ms), _LATEST)

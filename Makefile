@@ -46,7 +46,7 @@ lint: setup
 	$(PY) -m ruff check .
 	cargo fmt --check
 	cargo clippy --locked --all-targets --features python,wire -- -D warnings
-	$(PY) -m mypy python/epochguard --ignore-missing-imports
+	$(PY) -m mypy python/epochguard tools --ignore-missing-imports
 
 # Mutation testing (README "Mutation testing"; not part of `make test` or .ci/run). Python: mutmut over
 # the protocol modules with tests/protocol + tests/sim as the oracle; Rust: cargo-mutants over the epoch

@@ -55,7 +55,6 @@ PY_TARGETS = [
     "leader.py",
     "replica.py",
     "replica_manager.py",
-    "consumer.py",
     "consumer/*.py",
     "consumer/*/*.py",
     "metadata.py",
@@ -107,6 +106,13 @@ def changed_files(base: str) -> set[str]:
 
 def _is_target(rel: str) -> bool:
     return any(fnmatch.fnmatch(rel, pattern) for pattern in PY_TARGETS)
+
+
+def changed_python_targets(base: str) -> list[str]:
+    """The target modules changed since `base`, as package-relative paths (what `--only` takes)."""
+    prefix = "python/epochguard/"
+    changed = {p.removeprefix(prefix) for p in changed_files(base) if p.startswith(prefix)}
+    return sorted(p for p in changed if _is_target(p))
 
 
 # --- Python ------------------------------------------------------------------------------------------
@@ -200,9 +206,7 @@ def run_python(args: argparse.Namespace) -> int:
         sys.exit("mutmut is missing: run `make mutants-tools` (or pip install 'mutmut>=3.8,<4')")
     only = list(args.only or PY_TARGETS)
     if args.changed:
-        package = "python/epochguard/"
-        changed = {p.removeprefix(package) for p in changed_files(args.base) if p.startswith(package)}
-        only = sorted(p for p in changed if _is_target(p))
+        only = changed_python_targets(args.base)
         if not only:
             print("mutants: no protocol module changed since", args.base)
             return 0

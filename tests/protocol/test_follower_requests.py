@@ -350,3 +350,24 @@ def test_an_unanswered_list_offsets_is_resent_after_the_request_timeout():
     assert rm.poll_requests(5_099) == []
     _, again = only(rm.poll_requests(5_100), ListOffsetsRequest)
     assert again.partitions == first.partitions
+
+
+def test_a_replica_fetcher_on_its_own_has_kafkas_follower_defaults():
+    """KIP-320 epochs in every request, truncation on fetch (IBP >= 2.7), replica.fetch.backoff.ms = 1000
+    after a failure, and a request unanswered for 30 s (replica.socket.timeout.ms) sent again."""
+    log = PartitionLog(TP)
+    log.append_as_leader(recs(2), 1)
+    follower = Partition(TP, 2, log)
+    follower.make_follower(state(1, 3, isr=(1, 2), replicas=(1, 2)))
+    fetcher = ReplicaFetcher(2)
+    fetcher.add_partition(follower, 0)
+    [(_, fetch)] = fetcher.poll_requests(0)
+    assert isinstance(fetch, FetchRequest)
+    p = fetch.partitions[0]
+    assert (p.fetch_offset, p.current_leader_epoch, p.last_fetched_epoch) == (2, 3, 1)
+    fetcher.on_request_failed(1, fetch, 100)
+    assert fetcher.poll_requests(1_099) == []
+    [(_, again)] = fetcher.poll_requests(1_100)
+    assert fetcher.poll_requests(31_099) == []
+    [(_, resent)] = fetcher.poll_requests(31_100)
+    assert resent.partitions == again.partitions == fetch.partitions

@@ -85,3 +85,24 @@ def test_a_follower_fetch_exactly_at_the_log_start_is_in_range():
     answer = follower_fetch(p, 2, 5)
     assert answer.error_code == Errors.NONE and answer.diverging_epoch is None and answer.records != b""
     assert follower_fetch(p, 1, 5).error_code == Errors.OFFSET_OUT_OF_RANGE
+
+
+def test_a_records_answer_in_full():
+    """The partition asked, the leader's HW, LSO and log start (the follower adopts the latter), and the
+    records from the fetch offset; no aborted-transaction list outside read_committed."""
+    p = leader_of(TP3, isr=(1,), replicas=(1, 2))
+    p.append_records_to_leader(recs(2), acks=1, min_insync_replicas=1, now_ms=0)
+    p.append_records_to_leader(recs(2), acks=1, min_insync_replicas=1, now_ms=0)
+    assert p.log.increment_log_start_offset(1)
+    answer = follower_fetch(p, 2, 5)
+    assert answer == FetchPartitionData("orders", 3, Errors.NONE, high_watermark=4, last_stable_offset=4,
+                                        log_start_offset=1, records=p.log.read(2))
+
+
+@pytest.mark.parametrize(("current_epoch", "error"), [(0, Errors.UNKNOWN_LEADER_EPOCH), (-1, Errors.NOT_LEADER_OR_FOLLOWER)])
+def test_a_replica_outside_the_assignment_at_epoch_zero_is_told_the_epoch_is_unknown(current_epoch, error):
+    """Epoch 0 is a real epoch: an unknown follower that names it may just be ahead of this leader's
+    assignment (UNKNOWN_LEADER_EPOCH, retriable); one that names none is not a follower here."""
+    p = leader_of(TP3, epoch=0)
+    answer = p.fetch(FetchPartition(TP3.topic, 3, 0, current_epoch), replica_id=9)
+    assert answer.error_code == error

@@ -74,6 +74,15 @@ def test_truncating_to_a_segments_base_keeps_that_segment_emptied_as_kafka_does(
     assert [b.base_offset for b in iter_batches(d / "00000000000000000002.log")] == [2]
 
 
+def test_the_leaders_high_watermark_only_rises_within_the_log_and_says_whether_it_moved():
+    log = three_batches()
+    assert log.maybe_increment_high_watermark(4) is True and log.high_watermark == 4
+    assert log.maybe_increment_high_watermark(4) is False  # already there
+    assert log.maybe_increment_high_watermark(3) is False and log.high_watermark == 4  # never down
+    assert log.maybe_increment_high_watermark(7) is False and log.high_watermark == 4  # not past the LEO
+    assert log.maybe_increment_high_watermark(6) is True and log.high_watermark == 6
+
+
 # --- read bounds -------------------------------------------------------------------------------------------
 def test_batches_end_before_the_batch_that_starts_at_the_end_bound():
     log = three_batches()
@@ -96,6 +105,38 @@ def test_a_record_at_the_upper_bound_is_not_found_by_timestamp_even_inside_a_kep
     assert log.offset_for_timestamp(200) == (1, 300, 1)
     assert log.offset_for_timestamp(200, upper_bound=1) is None
     assert log.offset_for_timestamp(200, upper_bound=2) == (1, 300, 1)
+
+
+def six_batches_in_three_segments() -> PartitionLog:
+    """Batches of two records at 0, 2, ..., 10 (epochs 1-6), two per segment: segments at 0, 4 and 8."""
+    log = PartitionLog(TP, segment_bytes=2 * 79)
+    for epoch in range(1, 7):
+        log.append_as_leader(recs(2), epoch)
+    assert [s.base_offset for s in log.segments] == [0, 4, 8]
+    return log
+
+
+@pytest.mark.parametrize("start", range(12))
+def test_batches_and_reads_start_at_the_batch_holding_any_offset_of_any_segment(start):
+    log = six_batches_in_three_segments()
+    expected = list(range(start - start % 2, 12, 2))
+    assert [b.base_offset for b in log.batches(start=start)] == expected
+    assert [b.base_offset for b in iter_batches(log.read(start))] == expected
+
+
+@pytest.mark.parametrize(("max_bytes", "batches"), [(1, 1), (157, 1), (158, 2), (236, 2), (237, 3), (474, 6)])
+def test_a_read_takes_whole_batches_while_they_fit_in_max_bytes_across_segments(max_bytes, batches):
+    """At least one batch; then each next batch only if the total stays within max_bytes (79 bytes each)."""
+    log = six_batches_in_three_segments()
+    data = log.read(2, max_bytes=max_bytes)
+    assert [b.base_offset for b in iter_batches(data)] == list(range(2, 12, 2))[:batches]
+    assert len(data) == 79 * min(batches, 5)
+
+
+def test_a_read_at_its_upper_bound_is_empty_even_when_the_bound_is_inside_a_batch():
+    log = six_batches_in_three_segments()
+    assert log.read(5, upper_bound=5) == b""
+    assert [b.base_offset for b in iter_batches(log.read(4, upper_bound=5))] == [4]
 
 
 # --- segment names -------------------------------------------------------------------------------------------

@@ -83,3 +83,15 @@ def test_an_empty_control_batch_neither_opens_nor_closes_a_transaction():
     open_transaction(log)
     log.append_as_follower(without_records(control_batch(2, struct.pack(">hh", 0, CONTROL_COMMIT))))
     assert (log.log_end_offset, log.first_unstable_offset) == (3, 1)  # still open after the empty one
+
+
+def test_a_data_batch_whose_key_looks_like_a_marker_key_is_no_marker():
+    """Only a control batch (attribute bit 5) holds a marker; a producer's key that happens to read as
+    version 0, type COMMIT means nothing."""
+    log = PartitionLog(TP)
+    log.append_as_follower(encode_batch([(struct.pack(">hh", 0, CONTROL_COMMIT), b"v")], base_offset=0,
+                                        partition_leader_epoch=1, producer_id=PID, producer_epoch=2,
+                                        is_transactional=True))
+    [info] = log.batch_infos()
+    assert (info.is_control, info.control) == (False, None)
+    assert log.first_unstable_offset == 0

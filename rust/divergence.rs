@@ -20,9 +20,8 @@ pub fn find_diverging_epoch(
         return None;
     }
     let (epoch, end_offset) = leader.end_offset_for(last_fetched_epoch, leader_log_end_offset);
-    if epoch == UNDEFINED_EPOCH && end_offset == UNDEFINED_OFFSET {
-        return Some((UNDEFINED_EPOCH, UNDEFINED_OFFSET));
-    }
+    // An undefined answer is (-1, -1), and -1 is below every epoch a follower can send: it comes out
+    // of the same comparison as a real divergence.
     (epoch < last_fetched_epoch || end_offset < fetch_offset).then_some((epoch, end_offset))
 }
 

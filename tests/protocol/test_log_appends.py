@@ -5,6 +5,9 @@ open a transaction."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from protocol_support import kafka_python_batch, recs
 from test_log_control_batches import without_records
@@ -19,15 +22,15 @@ TP = TopicPartition("t", 0)
 # --- argument checks ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("segment_bytes", [0, -1])
 def test_segment_bytes_must_be_positive(segment_bytes):
-    with pytest.raises(ValueError, match="^segment_bytes must be positive$"):
+    with pytest.raises(ValueError, match=r"^segment_bytes must be positive$"):
         PartitionLog(TP, segment_bytes=segment_bytes)
 
 
 def test_an_append_as_leader_needs_records_and_a_leader_epoch():
     log = PartitionLog(TP)
-    with pytest.raises(ValueError, match="^no records to append$"):
+    with pytest.raises(ValueError, match=r"^no records to append$"):
         log.append_as_leader([], 1)
-    with pytest.raises(ValueError, match="^invalid leader epoch -1$"):
+    with pytest.raises(ValueError, match=r"^invalid leader epoch -1$"):
         log.append_as_leader(recs(1), -1)
     assert log.log_end_offset == 0
 
@@ -110,3 +113,51 @@ def test_batches_after_an_empty_control_batch_in_the_same_append_are_still_track
     log.append_as_follower(without_records(marker) + data)
     assert [b.base_offset for b in iter_batches(log.read(0))] == [0, 1]
     assert log.first_unstable_offset == 1  # producer 3's transaction is open
+
+
+# --- the leader-epoch checkpoint ------------------------------------------------------------------------------
+class CheckpointWatch:
+    """Tells whether the checkpoint file was written since `reset`: each write is atomic (a new file
+    renamed over the old one), so a hard link to the old file stops being the same file. (The link also
+    keeps the old inode from being reused by a later write.)"""
+
+    def __init__(self, directory: Path) -> None:
+        self.checkpoint, self.link = directory / "leader-epoch-checkpoint", directory.parent / "watched-checkpoint"
+        self.reset()
+
+    def reset(self) -> None:
+        self.link.unlink(missing_ok=True)
+        os.link(self.checkpoint, self.link)
+
+    def written(self) -> bool:
+        return not os.path.samefile(self.checkpoint, self.link)
+
+
+def test_the_checkpoint_is_rewritten_only_when_the_epochs_change(tmp_path):
+    """Kafka's `LeaderEpochFileCache` flushes only when an assign or truncation changed the entries: an
+    append in a known epoch does not rewrite (and fsync) the file."""
+    d = tmp_path / "t-0"
+    log = PartitionLog(TP, directory=d)
+    log.assign_epoch_start(1)
+    watch = CheckpointWatch(d)
+    log.append_as_leader(recs(2), 1)  # 0-1, epoch 1 already starts at 0
+    log.append_as_leader(recs(2), 1)  # 2-3
+    log.assign_epoch_start(1)
+    assert not watch.written()
+    assert log.truncate_to(9) is False  # beyond the end: nothing to drop from the cache
+    assert not watch.written()
+    assert log.truncate_to(2) is True  # by batches, epoch 1 still starts at 0
+    assert not watch.written()
+    log.append_as_leader(recs(1), 2)  # a new epoch: written
+    assert watch.written()
+    assert (d / "leader-epoch-checkpoint").read_text().splitlines()[2:] == ["1 0", "2 2"]
+
+
+def test_moving_the_log_start_of_a_log_without_epochs_leaves_the_checkpoint_alone(tmp_path):
+    d = tmp_path / "t-0"
+    log = PartitionLog(TP, directory=d)
+    log.append_as_follower(kafka_python_batch(0, -1, [b"a", b"b"]) + kafka_python_batch(2, -1, [b"c"]))
+    log.update_high_watermark(3)
+    watch = CheckpointWatch(d)
+    assert log.increment_log_start_offset(2) is True
+    assert not watch.written()

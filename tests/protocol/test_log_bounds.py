@@ -32,7 +32,7 @@ def test_truncating_to_the_log_end_removes_no_data():
 
 def test_a_negative_truncation_offset_is_refused_with_the_offset_named():
     log = three_batches()
-    with pytest.raises(ValueError, match="^cannot truncate to a negative offset -1$"):
+    with pytest.raises(ValueError, match=r"^cannot truncate to a negative offset -1$"):
         log.truncate_to(-1)
     assert log.log_end_offset == 6
 

@@ -35,6 +35,14 @@ def test_an_append_as_leader_needs_records_and_a_leader_epoch():
     assert log.log_end_offset == 0
 
 
+def test_a_new_log_may_live_in_a_directory_that_already_exists(tmp_path):
+    d = tmp_path / "t-0"
+    d.mkdir()
+    log = PartitionLog(TP, directory=d)
+    log.append_as_leader(recs(1), 0)
+    assert sorted(p.name for p in d.iterdir()) == ["00000000000000000000.log", "leader-epoch-checkpoint"]
+
+
 # --- the leader's batch ---------------------------------------------------------------------------------------
 def test_a_leader_batch_is_plain_unless_told_and_keeps_its_compression():
     log = PartitionLog(TP)

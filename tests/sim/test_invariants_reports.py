@@ -292,6 +292,19 @@ def test_a_reset_of_the_old_process_after_its_commit_no_longer_excuses_a_skip(cl
     assert v.message.startswith("skipped offsets 1..1")
 
 
+def test_an_incident_after_a_resume_is_reported_even_when_it_looks_like_one_before_it(cluster: Cluster) -> None:
+    """A skip before any reset, then a reset the resume forgets: the truncation count and the reset
+    state are back where they were at the first skip, but the second skip is a new incident."""
+    _deliver(cluster, "c", (0,), step=1)
+    checker = _at_step(cluster, 2).checker
+    checker.on_consumed("c", _real(cluster, 1, 3), 1)  # skips 1..2
+    _at_step(cluster, 4).checker.on_reset("c", OffsetResetEvent(TP, "latest", "no_position", 0, 9, None, 0))
+    _at_step(cluster, 5).checker.on_client_restart("c")
+    _at_step(cluster, 6).checker.on_consumer_resumed("c", TP, 1, 3)  # commit at 3: the reset is forgotten
+    checker.on_consumed("c", _real(cluster, 1, 2), 1)  # skips 1..1
+    assert [v.message[:22] for v in checker.violations] == ["skipped offsets 1..2: ", "skipped offsets 1..1: "]
+
+
 def test_a_partition_without_a_leader_is_skipped_and_the_next_one_still_checked() -> None:
     c = Cluster(ClusterConfig(monitor=False, partitions=2), seed=0)
     c.run(300)

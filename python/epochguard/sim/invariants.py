@@ -126,6 +126,10 @@ class _ConsumerView:
     truncation_steps: list[int] = field(default_factory=list)  # step of each entry of `truncations`
     last_reset_step: int = -1
     checked_against: tuple[int, int] | None = None  # (broker, log generation) last compared against
+    # Bumped by every truncation, reset and resume: reports are keyed by it, once per incident. (A count
+    # of truncations and the last reset's seq would come back to an earlier value when a resume forgets
+    # them, and fold a new incident into one reported before.)
+    incident: int = 0
 
     def truncation_covers(self, offset: int, after_seq: int) -> bool:
         return any(seq >= after_seq and (div is None or div <= offset) for seq, div in self.truncations)
@@ -285,11 +289,13 @@ class InvariantChecker:
         view = self._view(consumer, event.partition)
         view.truncations.append((view.seq, event.divergent_offset))
         view.truncation_steps.append(self.cluster.timeline.step)
+        view.incident += 1
 
     def on_reset(self, consumer: str, event: OffsetResetEvent) -> None:
         view = self._view(consumer, event.partition)
         view.last_reset_seq = view.seq
         view.last_reset_step = self.cluster.timeline.step
+        view.incident += 1
 
     def on_txn_aborted(self, tp: TopicPartition, values: tuple[bytes | None, ...]) -> None:
         aborted = self._aborted_values.setdefault(tp, set())
@@ -346,7 +352,7 @@ class InvariantChecker:
                 CONSUMER_CONTINUITY, consumer, tp,
                 f"delivered {_show(identity)} at offset {offset} (from broker {served_by}), but it had delivered "
                 f"{_show(before.identity)} there before, and no truncation was reported",
-                key=(consumer, tp, "redelivered", len(view.truncations), view.last_reset_seq),  # once per incident
+                key=(consumer, tp, "redelivered", view.incident),  # once per incident
             )
         if view.last_offset is not None and offset > view.last_offset + 1:
             since = view.delivered[view.last_offset].seq
@@ -360,7 +366,7 @@ class InvariantChecker:
                     CONSUMER_CONTINUITY, consumer, tp,
                     f"skipped offsets {view.last_offset + 1}..{offset - 1}: delivered {view.last_offset} then {offset} "
                     "with no truncation or reset reported",
-                    key=(consumer, tp, "skip", len(view.truncations), view.last_reset_seq),
+                    key=(consumer, tp, "skip", view.incident),
                 )
         if view.checked_against is not None and view.checked_against[0] != served_by:
             view.checked_against = None  # records from another broker: compare again at the next fetch
@@ -406,7 +412,7 @@ class InvariantChecker:
                 CONSUMER_CONTINUITY, consumer, tp,
                 f"continued at offset {fetch_offset} on broker {broker}, whose log has {_show(now)} "
                 f"at offset {o} where the consumer delivered {_show(seen.identity)}; no truncation was reported",
-                key=(consumer, tp, "diverged", len(view.truncations), view.last_reset_seq),
+                key=(consumer, tp, "diverged", view.incident),
             )
             return
 
@@ -477,6 +483,7 @@ class InvariantChecker:
         if not covered(view.last_reset_step):
             view.last_reset_seq = -1  # the reset died with the old process (a later resume finds it forgotten)
         view.checked_against = None
+        view.incident += 1
 
     def _view(self, consumer: str, tp: TopicPartition) -> _ConsumerView:
         return self._consumers.setdefault((consumer, tp), _ConsumerView())

@@ -305,6 +305,26 @@ def test_an_incident_after_a_resume_is_reported_even_when_it_looks_like_one_befo
     assert [v.message[:22] for v in checker.violations] == ["skipped offsets 1..2: ", "skipped offsets 1..1: "]
 
 
+def test_every_truncation_reset_and_resume_starts_a_new_incident(cluster: Cluster) -> None:
+    """Each of them between two skips: six skips, six reports (a key that came back to an earlier
+    value would fold one into another)."""
+    checker = cluster.checker
+    _deliver(cluster, "c", (0, 2), step=1)  # skip 1
+    checker.on_truncation("c", _truncation(2))
+    _deliver(cluster, "c", (3, 5), step=2)  # skip 4: the truncation came before 3 was delivered
+    checker.on_reset("c", OffsetResetEvent(TP, "latest", "no_position", 0, 9, None, 0))
+    _deliver(cluster, "c", (6, 8), step=3)
+    checker.on_truncation("c", _truncation(8))
+    _deliver(cluster, "c", (9, 11), step=4)
+    checker.on_reset("c", OffsetResetEvent(TP, "latest", "no_position", 0, 9, None, 0))
+    _deliver(cluster, "c", (12, 14), step=5)
+    checker.on_consumer_resumed("c", TP, 15, None)  # no commit known: a fresh history
+    _deliver(cluster, "c", (20, 22), step=6)
+    assert [v.message.split(":")[0] for v in checker.violations] == [
+        f"skipped offsets {n}..{n}" for n in (1, 4, 7, 10, 13, 21)
+    ]
+
+
 def test_a_partition_without_a_leader_is_skipped_and_the_next_one_still_checked() -> None:
     c = Cluster(ClusterConfig(monitor=False, partitions=2), seed=0)
     c.run(300)

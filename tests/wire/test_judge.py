@@ -19,7 +19,7 @@ from epochguard.messages import (
 )
 from epochguard.sim.faults import Crash, Heal, Isolate
 from epochguard.sim.network import broker_node
-from epochguard.types import EARLIEST_TIMESTAMP, TopicPartition
+from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
 from epochguard.wire import codec
 from epochguard.wire.engine import WireCluster
 from epochguard.wire.judge import Judge
@@ -200,3 +200,20 @@ def test_the_served_trigger_waits_for_every_expected_consumer() -> None:
     trigger.observe("second", request, fetch(w, w.connect(leader), 0))
     assert trigger.met()
     assert ClientTrigger("served", TP).met() is False  # nobody fetching yet: never met
+
+
+def test_a_listoffsets_answer_past_the_divergence_point_then_a_fetch_there_is_silent(diverged) -> None:
+    # kafka-go's reader asks for the first and last offsets on every reconnect and then fetches at its
+    # own position, which the last offset can equal; a client reset to `latest` fetches there too.
+    # Either way it keeps the replaced records it read and skips their replacements, as its delivery
+    # log shows (truth.py: a next offset past the divergence point is silent): not a reset.
+    w, judge, served_to = diverged
+    conn = w.connect(2)
+    answer = ask(w, conn, 2, 7, ListOffsetsRequest((ListOffsetsPartition("events", 0, LATEST_TIMESTAMP, 1),)))
+    latest = answer.partitions[0].offset
+    assert latest > served_to
+    fetch(w, conn, latest, epoch=1)
+    event = verdict(judge)
+    assert (event["verdict"], event["detail"]) == (
+        "silent", f"fetched at {latest}, past the divergence point {event['offset']} after a ListOffsets "
+                  f"answer of {latest}")

@@ -8,12 +8,14 @@ that partition decide the verdict:
 
 - detected: an OffsetsForLeaderEpoch exchange (or a Fetch answered with a DivergingEpoch), then a
   fetch at or below the divergence point, or no more fetches (it raised);
-- reset: a ListOffsets exchange, then a fetch at the offset it returned (or a refetch from below the
-  divergence point without asking: a restart from an older position). A refetch at exactly the offset
-  of the fetch that was answered with the replaced records withdraws the event: that answer never
-  reached the client (its connection died with the old leader), so it read none of them;
+- reset: a ListOffsets exchange, then a fetch at the offset it returned, at or below the divergence
+  point (or a refetch from below the divergence point without asking: a restart from an older
+  position). A refetch at exactly the offset of the fetch that was answered with the replaced records
+  withdraws the event: that answer never reached the client (its connection died with the old
+  leader), so it read none of them;
 - silent: a fetch above the divergence point with no such exchange, or after an answer that told it
-  to go back (it keeps phantom records and skips the replacements);
+  to go back, or after a ListOffsets answer above it (it keeps phantom records and skips the
+  replacements);
 - stuck: none of these within `STUCK_AFTER_STEPS` while the leader has data.
 
 Also per client: metadata epochs going backwards (the `current_leader_epoch` it sends, checked by
@@ -244,12 +246,16 @@ class Judge:
         d = self._open.get((name, tp))
         if d is None:
             return
-        if d.reset_to is not None and offset == d.reset_to:
+        if d.reset_to is not None and offset == d.reset_to and offset <= d.offset:
             self._decide(d, "reset", f"ListOffsets, then fetched at {offset}")
         elif d.validated is not None and d.validated <= d.offset and offset <= d.offset:
             self._decide(d, "detected", f"validated (end offset {d.validated}), then fetched at {offset}")
         elif offset > d.offset:
+            # Past the divergence point the client keeps what it read and skips the replacements,
+            # whatever it asked first: a ListOffsets answer there (a `latest` reset, or kafka-go's reader
+            # asking for the log's bounds on reconnect and staying at its own position) is no reset.
             why = "" if d.validated is None else f" after a validation answer of {d.validated}"
+            why += "" if d.reset_to is None else f" after a ListOffsets answer of {d.reset_to}"
             self._decide(d, "silent", f"fetched at {offset}, past the divergence point {d.offset}{why}")
         elif d.validated is None and d.reset_to is None and offset == d.served_from:
             # The very fetch that was answered with the replaced records, again: the client never

@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 
-.PHONY: setup kcat demo test test-rust test-python bench lint mutants mutants-changed mutants-tools
+.PHONY: setup kcat drivers demo test test-rust test-python bench lint mutants mutants-changed mutants-tools
 
 setup:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -16,6 +16,7 @@ setup:
 	@echo "setup: building the extension and installing the dev extra (log: $(VENV)/setup.log)"
 	@maturin develop --release --extras dev > $(VENV)/setup.log 2>&1 || { cat $(VENV)/setup.log; exit 1; }
 	@$(MAKE) --no-print-directory kcat
+	@$(MAKE) --no-print-directory drivers
 
 # kcat (Debian/Ubuntu package; librdkafka 2.0.2 inside, the wire tests' pre-KIP-320 control). Tolerates a
 # machine without apt or root: the wire tests then skip kcat, except under CI=true, where they fail.
@@ -24,6 +25,18 @@ kcat:
 	  { apt-get update && apt-get install -y kcat; } > $(VENV)/kcat.log 2>&1 || \
 	  { sudo -n apt-get update && sudo -n apt-get install -y kcat; } >> $(VENV)/kcat.log 2>&1 || \
 	  echo "setup: could not install kcat (see $(VENV)/kcat.log); its wire tests will skip"; }
+
+# The Java and Go wire drivers (tools/drivers/): kafka-clients 4.4.0 from Maven Central (checked-in pom),
+# Driver.java compiled once, the Go module built with `go build`; cached under ~/.cache/epochguard/drivers
+# by the hash of their sources, so only a changed pin or source builds again (a fresh machine: ~1-2 min).
+# A JDK and Maven come from apt when missing; Go >= 1.26 must be on PATH (Debian's golang-go is older).
+# Without a toolchain the wire tests skip those clients, except under CI=true, where this fails.
+drivers:
+	@{ command -v javac >/dev/null && command -v mvn >/dev/null; } || { echo "setup: installing a JDK and Maven (log: $(VENV)/drivers.log)"; \
+	  { apt-get update && apt-get install -y openjdk-17-jdk-headless maven; } > $(VENV)/drivers.log 2>&1 || \
+	  { sudo -n apt-get update && sudo -n apt-get install -y openjdk-17-jdk-headless maven; } >> $(VENV)/drivers.log 2>&1 || \
+	  echo "setup: could not install a JDK and Maven (see $(VENV)/drivers.log)"; }
+	@$(PY) -m epochguard.wire.drivers.toolchain
 
 demo: setup
 	epochguard demo

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from epochguard.wire.drivers.compat import cell, format_table
-from epochguard.wire.drivers.registry import client
+from pathlib import Path
+
+from epochguard.wire.drivers.compat import cell, format_table, merge_runs, run_groups
+from epochguard.wire.drivers.registry import CLIENTS, client
 from epochguard.wire.drivers.session import RunResult
 from epochguard.wire.drivers.truth import ClientTruth, Divergence, FinalLog
 
 EMPTY = FinalLog({}, {}, {})
+EMPTY_PATH = Path("/nonexistent/java-classic.jsonl")
 
 
 def result(server: list[str] | None, truth: list[str], software: str = "kafka-python 3.0.12") -> RunResult:
@@ -39,3 +42,26 @@ def test_table_rows_and_labels() -> None:
     assert lines[0] == "| scenario | trigger | kafka-python 3.0.12 |"
     assert lines[2] == "| unclean-election | served | reset |"
     assert lines[3] == "| zombie-leader | served | run failed: boom |"
+
+
+def test_java_and_go_clients_run_in_a_group_of_their_own() -> None:
+    groups = run_groups(CLIENTS)
+    assert [[c.name for c in g] for g in groups] == [
+        ["confluent-kafka", "kafka-python", "aiokafka", "kcat"],
+        ["java-classic", "java-consumer"], ["franz-go", "sarama", "kafka-go"]]
+    assert run_groups([client("sarama")]) == [[client("sarama")]]
+
+
+def test_merged_groups_keep_each_clients_cell_and_failure() -> None:
+    kp, java, go = client("kafka-python"), client("java-classic"), client("franz-go")
+    java_truth = ClientTruth("epochguard-java-classic", "kafka-clients 4.4.0",
+                             [Divergence("events", 0, 25, 30, 6, "detected", 25)], consumed=10)
+    java_run = RunResult("j", {"java-classic": EMPTY_PATH}, EMPTY, {"java-classic": java_truth}, {"clients": [{
+        "client_id": "epochguard-java-classic",
+        "divergences": [{"topic": "events", "partition": 0, "offset": 25, "verdict": "detected"}]}]})
+    merged = merge_runs([([kp], result(["reset"], ["reset"])), ([java], java_run), ([go], "run failed: boom")])
+    assert not isinstance(merged, str)
+    assert [cell(merged, c) for c in (kp, java, go)] == ["reset", "detected", "run failed: boom"]
+    assert format_table({("unclean-election", "served"): merged}, [kp, java, go]).splitlines()[2] == \
+        "| unclean-election | served | reset | detected | run failed: boom |"
+    assert merge_runs([([kp], "run failed: a"), ([go], "run failed: b")]) == "run failed: a; run failed: b"

@@ -33,9 +33,12 @@ def test_a_missing_client_fails_under_ci(monkeypatch: pytest.MonkeyPatch, ci: st
 def test_every_client_has_its_id_and_driver_module() -> None:
     import importlib.util
 
-    assert [c.name for c in CLIENTS] == ["confluent-kafka", "kafka-python", "aiokafka", "kcat"]
+    assert [c.name for c in CLIENTS] == ["confluent-kafka", "kafka-python", "aiokafka", "kcat", "java-classic",
+                                         "java-consumer", "franz-go", "sarama", "kafka-go"]
     for c in CLIENTS:
         assert c.client_id == f"epochguard-{c.name}"
         assert importlib.util.find_spec(c.module) is not None
     with pytest.raises(ValueError, match="unknown client"):
         client("java")
+    assert client("java-consumer").args == ("--variant", "consumer")
+    assert client("sarama").args == ("--client", "sarama") and client("sarama").toolchain == "go"

@@ -17,12 +17,14 @@ import pytest
 
 from epochguard.wire.drivers.registry import CLIENTS, client
 from epochguard.wire.drivers.session import SCENARIOS, TRIGGERS, RunResult, run_clients, serve_command
-from tests.wire.conftest import require, require_final_reader
+from tests.wire.conftest import require, require_final_reader, usable
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("epochguard.wire.cli") is None, reason="`epochguard serve` is not in this build"
 )
 
+# The Python-driven clients; the Java and Go ones run in serve runs of their own (test_serve_more_clients).
+PY_CLIENTS = tuple(c for c in CLIENTS if c.toolchain is None)
 AFTER_SETTLE_S = 12.0  # past the server's stuck bound (10 s) so both sides can call a client stuck
 STUCK_AFTER_S = 10.0
 
@@ -36,7 +38,7 @@ class Runs:
     def get(self, scenario: str, trigger: str) -> RunResult:
         key = (scenario, trigger)
         if key not in self._runs:
-            clients = [c for c in CLIENTS if c.missing() is None]
+            clients = [c for c in PY_CLIENTS if usable(c)]
             workdir = self._root / f"{scenario}-{trigger}"
             try:
                 self._runs[key] = run_clients(
@@ -57,7 +59,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
     yield Runs(tmp_path_factory.mktemp("serve"))
 
 
-@pytest.mark.parametrize("name", [c.name for c in CLIENTS])
+@pytest.mark.parametrize("name", [c.name for c in PY_CLIENTS])
 def test_clean_serve_loses_and_duplicates_nothing(runs: Runs, name: str) -> None:
     require(client(name))
     result = runs.get("clean", "served")
@@ -70,7 +72,7 @@ def test_clean_serve_loses_and_duplicates_nothing(runs: Runs, name: str) -> None
     assert server["divergences"] == [] and server["acks_lost"] == []
 
 
-@pytest.mark.parametrize("name", [c.name for c in CLIENTS])
+@pytest.mark.parametrize("name", [c.name for c in PY_CLIENTS])
 @pytest.mark.parametrize("trigger", TRIGGERS)
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "clean"])
 def test_server_verdicts_match_the_delivery_log(runs: Runs, scenario: str, trigger: str, name: str) -> None:

@@ -19,13 +19,15 @@ from typing import Any
 
 from epochguard.wire.drivers.registry import CLIENTS, Client
 from epochguard.wire.drivers.session import SCENARIOS, TRIGGERS, RunError, RunResult, run_clients, serve_command
+from epochguard.wire.drivers.toolchain import ToolchainError
 
 __all__ = ["configure", "run_matrix", "format_table", "cell"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Run every installed real Kafka client (confluent-kafka, kafka-python, aiokafka, kcat) through every "
+        "Run every installed real Kafka client (confluent-kafka, kafka-python, aiokafka, kcat, the Java client "
+        "with either consumer, franz-go, sarama, kafka-go) through every "
         "`epochguard serve` scenario and trigger, and print the compatibility table (markdown): what each "
         "client did when records it had read were replaced, by the server's verdict, checked against the "
         "client's own delivery log.")
@@ -42,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     clients = [c for c in CLIENTS if not args.client or c.name in args.client]
-    missing = {c.name: m for c in clients if (m := c.missing()) is not None}
+    missing = {c.name: m for c in clients if (m := _unready(c)) is not None}
     for name, why in missing.items():
         print(f"compat: skipping {name}: {why}", file=sys.stderr)
     clients = [c for c in clients if c.name not in missing]
@@ -61,26 +63,74 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unready(client: Client) -> str | None:
+    """What keeps `client` from running here, after building its driver if it needs one."""
+    missing = client.missing()
+    if missing is None:
+        try:
+            client.prepare()
+        except ToolchainError as exc:
+            missing = str(exc)
+    return missing
+
+
 def run_matrix(
     runs: Sequence[tuple[str, str]], clients: Sequence[Client], workdir: Path, *, seed: int = 1,
     progress: Any = None,
 ) -> dict[tuple[str, str], RunResult | str]:
     """One serve run per (scenario, trigger); a run that broke is kept as its error text."""
     results: dict[tuple[str, str], RunResult | str] = {}
+    groups = run_groups(clients)
     for scenario, trigger in runs:
-        run_dir = workdir / f"{scenario}-{trigger}"
-        if progress is not None:
-            print(f"compat: {scenario} --trigger {trigger} ...", file=progress, flush=True)
-        try:
-            command = serve_command(scenario, trigger, seed, trace=run_dir / "trace.jsonl", consumers=len(clients))
-            results[(scenario, trigger)] = run_clients(command, clients, run_dir)
-        except (RunError, OSError, TimeoutError) as exc:
-            results[(scenario, trigger)] = f"run failed: {exc}"
+        parts: list[tuple[Sequence[Client], RunResult | str]] = []
+        for i, group in enumerate(groups):
+            run_dir = workdir / f"{scenario}-{trigger}" / (f"group-{i}" if len(groups) > 1 else "")
+            if progress is not None:
+                names = f" ({', '.join(c.name for c in group)})" if len(groups) > 1 else ""
+                print(f"compat: {scenario} --trigger {trigger}{names} ...", file=progress, flush=True)
+            try:
+                command = serve_command(scenario, trigger, seed, trace=run_dir / "trace.jsonl", consumers=len(group))
+                parts.append((group, run_clients(command, group, run_dir)))
+            except (RunError, OSError, TimeoutError) as exc:
+                parts.append((group, f"run failed: {exc}"))
+        results[(scenario, trigger)] = merge_runs(parts)
     return results
+
+
+def run_groups(clients: Sequence[Client]) -> list[list[Client]]:
+    """The clients sharing one serve run: the Python-driven ones, the Java ones, the Go ones. The server's
+    trigger waits for every consumer of a run, so a client that is up in 0.1 s (Go) idles at the log end
+    while two JVMs start (2-6 s on a loaded 2-core machine); idle past the 10 s stuck bound before the
+    fault, it is judged stuck after it. Clients that start alike share a run."""
+    groups: dict[str | None, list[Client]] = {}
+    for c in clients:
+        groups.setdefault(c.toolchain, []).append(c)
+    return list(groups.values())
+
+
+def merge_runs(parts: Sequence[tuple[Sequence[Client], RunResult | str]]) -> RunResult | str:
+    """One result for one scenario x trigger run in several groups; a group's failure is kept per client."""
+    done = [r for _, r in parts if not isinstance(r, str)]
+    if not done:
+        return "; ".join(str(r) for _, r in parts)
+    if len(parts) == 1:
+        return done[0]
+    failed = {c.name: r for group, r in parts if isinstance(r, str) for c in group}
+    return RunResult(
+        bootstrap=";".join(r.bootstrap for r in done),
+        logs={k: v for r in done for k, v in r.logs.items()},
+        final=done[0].final,
+        truths={k: v for r in done for k, v in r.truths.items()},
+        server_report={"clients": [c for r in done for c in (r.server_report or {}).get("clients", [])]},
+        server_stdout=[line for r in done for line in r.server_stdout],
+        failed=failed,
+    )
 
 
 def cell(result: RunResult, client: Client) -> str:
     """`detected`, `silent x3`, `-`; `server != truth` where the delivery log disagrees."""
+    if client.name in result.failed:
+        return result.failed[client.name]
     server = result.server_client(client.client_id)
     if server is None:
         return "not seen"
@@ -120,7 +170,7 @@ def _as_json(results: dict[tuple[str, str], RunResult | str], clients: Sequence[
         if isinstance(result, str):
             entry["error"] = result
         else:
-            entry["clients"] = [{
+            entry["clients"] = [{"client": c.name, "error": result.failed[c.name]} if c.name in result.failed else {
                 "client": c.name,
                 "cell": cell(result, c),
                 "server": result.server_client(c.client_id),

@@ -10,6 +10,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from epochguard.wire.drivers import toolchain
+
 
 @dataclass(frozen=True)
 class Client:
@@ -18,6 +20,8 @@ class Client:
     needs: str  # what to install, named for the skip message
     importable: str | None = None  # a Python package that must import
     executable: str | None = None  # a program that must be on PATH
+    toolchain: str | None = None  # a driver built by `toolchain` ("java", "go") before it runs
+    args: tuple[str, ...] = ()  # given to the driver module before the common arguments
 
     @property
     def client_id(self) -> str:
@@ -29,13 +33,21 @@ class Client:
             return f"{self.needs} is not installed (pip install '{self.needs}')"
         if self.executable and shutil.which(self.executable) is None:
             return f"{self.executable} is not on PATH (Debian: apt-get install {self.executable})"
+        if self.toolchain:
+            return toolchain.missing(self.toolchain)
         return None
+
+    def prepare(self) -> None:
+        """Build what the driver runs, if it is not cached (Maven jars, javac, go build): minutes on a
+        fresh machine, nothing after. Raises `toolchain.ToolchainError` naming what is missing."""
+        if self.toolchain:
+            toolchain.prepare(self.toolchain)
 
     def start(self, bootstrap: str, log: Path, *extra: str) -> subprocess.Popen[bytes]:
         """The driver as a child process writing its delivery log to `log`; stop it with SIGTERM."""
         with open(log.with_suffix(".stderr"), "wb") as stderr:  # the child keeps its own descriptor
             return subprocess.Popen(
-                [sys.executable, "-m", self.module, "--bootstrap", bootstrap, "--log", str(log), *extra],
+                [sys.executable, "-m", self.module, *self.args, "--bootstrap", bootstrap, "--log", str(log), *extra],
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -48,6 +60,17 @@ CLIENTS: tuple[Client, ...] = (
     Client("kafka-python", "epochguard.wire.drivers.kafka_python", "kafka-python>=3", importable="kafka"),
     Client("aiokafka", "epochguard.wire.drivers.aiokafka", "aiokafka>=0.14", importable="aiokafka"),
     Client("kcat", "epochguard.wire.drivers.kcat", "kcat", executable="kcat"),
+    # Apache Kafka's own client, both consumer implementations; then the Go clients (toolchain.py).
+    Client("java-classic", "epochguard.wire.drivers.java", "kafka-clients 4.4.0 (JDK 17 + Maven)",
+           toolchain="java", args=("--variant", "classic")),
+    Client("java-consumer", "epochguard.wire.drivers.java", "kafka-clients 4.4.0 (JDK 17 + Maven)",
+           toolchain="java", args=("--variant", "consumer")),
+    Client("franz-go", "epochguard.wire.drivers.go", "franz-go (Go toolchain)", toolchain="go",
+           args=("--client", "franz-go")),
+    Client("sarama", "epochguard.wire.drivers.go", "IBM/sarama (Go toolchain)", toolchain="go",
+           args=("--client", "sarama")),
+    Client("kafka-go", "epochguard.wire.drivers.go", "segmentio/kafka-go (Go toolchain)", toolchain="go",
+           args=("--client", "kafka-go")),
 )
 
 

@@ -49,6 +49,7 @@ class RunResult:
     truths: dict[str, ClientTruth]
     server_report: dict[str, Any] | None
     server_stdout: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # client name -> why its run broke (a merged result)
 
     def server_client(self, client_id: str) -> dict[str, Any] | None:
         """The server's entry for `client_id`, or None."""

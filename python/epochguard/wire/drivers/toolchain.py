@@ -1,0 +1,211 @@
+"""The non-Python drivers' toolchains: the Java client's jars and compiled driver, the Go drivers' binary.
+
+Sources are checked in under `tools/drivers/` of the repository: `java/pom.xml` (kafka-clients and a
+logger, nothing built by Maven) with the one-file `java/Driver.java`, and `go/` (a Go module, go.mod and
+go.sum committed, nothing vendored). `prepare()` builds what a driver runs into a cache directory keyed
+by the hash of the files it comes from, so a changed pin or source builds anew and an unchanged one never
+rebuilds:
+
+- `java/jars-<hash of pom.xml>/`: `mvn dependency:copy-dependencies` from Maven Central;
+- `java/classes-<hash of pom.xml and Driver.java>/Driver.class`: `javac` once (a single-file launch,
+  `java Driver.java`, compiles in memory at every start: slower, see the tests' timing note);
+- `go/<hash of go.mod, go.sum and *.go>/epochguard-go-driver`: `go build` with modules from the proxy.
+
+The cache is `$EPOCHGUARD_CACHE/drivers` (default `~/.cache/epochguard/drivers`); builds run under a file
+lock and land by an atomic rename, so concurrent test runs share one build and a killed build leaves no
+half-written cache entry. `python -m epochguard.wire.drivers.toolchain` prepares everything (`make test`
+runs it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+__all__ = ["ToolchainError", "KINDS", "sources", "cache_root", "missing", "prepare", "java_command", "go_command"]
+
+KINDS = ("java", "go")
+_GO_BINARY = "epochguard-go-driver"
+# Small, quick JVMs: C1 only and the serial collector start faster and take less of a shared 2-core
+# machine than the defaults, which matters more to a driver than peak throughput. slf4j-simple prints
+# the consumer internals' INFO lines (SubscriptionState's "Truncation detected ...", resets) to stderr and
+# only warnings from the rest (no config dumps).
+_JVM_FLAGS = (
+    "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx256m", "-Xshare:auto",
+    "-Dorg.slf4j.simpleLogger.logFile=System.err",
+    "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+    "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.clients.consumer.internals=info",
+    "-Dorg.slf4j.simpleLogger.showThreadName=false",
+    "-Dorg.slf4j.simpleLogger.showShortLogName=true",
+)
+
+
+class ToolchainError(RuntimeError):
+    """A driver's toolchain is missing or its build failed; the message says what to install or read."""
+
+
+def sources() -> Path:
+    """`tools/drivers` of the repository this package runs from (`$EPOCHGUARD_DRIVER_SOURCES` overrides)."""
+    override = os.environ.get("EPOCHGUARD_DRIVER_SOURCES")
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parents[4] / "tools" / "drivers"
+
+
+def cache_root() -> Path:
+    base = os.environ.get("EPOCHGUARD_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "epochguard")
+    return Path(base) / "drivers"
+
+
+def _hash(files: Sequence[Path]) -> str:
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _java_files() -> tuple[Path, Path]:
+    src = sources() / "java"
+    return src / "pom.xml", src / "Driver.java"
+
+
+def _go_files() -> list[Path]:
+    src = sources() / "go"
+    return [src / "go.mod", src / "go.sum", *sorted(src.glob("*.go"))]
+
+
+def _java_dirs() -> tuple[Path, Path]:
+    pom, driver = _java_files()
+    root = cache_root() / "java"
+    return root / f"jars-{_hash([pom])}", root / f"classes-{_hash([pom, driver])}"
+
+
+def _go_binary() -> Path:
+    return cache_root() / "go" / _hash(_go_files()) / _GO_BINARY
+
+
+def missing(kind: str) -> str | None:
+    """None when `kind`'s driver can run here (built, or buildable), else what is missing. Cheap: it
+    hashes a few small files and looks at PATH, and never builds."""
+    if kind == "java":
+        pom, driver = _java_files()
+        if not (pom.is_file() and driver.is_file()):
+            return f"the Java driver's sources are not at {pom.parent} (a source checkout is needed)"
+        if shutil.which("java") is None:
+            return "java is not on PATH (Debian: apt-get install openjdk-17-jdk-headless)"
+        jars, classes = _java_dirs()
+        if not jars.is_dir() and shutil.which("mvn") is None:
+            return "mvn is not on PATH to fetch kafka-clients (Debian: apt-get install maven)"
+        if not classes.is_dir() and shutil.which("javac") is None:
+            return "javac is not on PATH (Debian: apt-get install openjdk-17-jdk-headless)"
+        return None
+    if kind == "go":
+        files = _go_files()
+        if not all(f.is_file() for f in files[:2]):
+            return f"the Go drivers' module is not at {files[0].parent} (a source checkout is needed)"
+        if not _go_binary().is_file() and shutil.which("go") is None:
+            return "go is not on PATH (Debian: apt-get install golang-go; the module needs Go >= 1.26)"
+        return None
+    raise ValueError(f"unknown toolchain {kind!r}; known: {', '.join(KINDS)}")
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _run(cmd: Sequence[str], what: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    proc = subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
+        raise ToolchainError(f"{what} failed ({' '.join(cmd)}), exit {proc.returncode}:\n{tail}")
+
+
+def _build_into(final: Path, build: Callable[[Path], None]) -> None:
+    """Run `build(tmpdir)` and rename its result to `final` (a directory), unless another build did."""
+    if final.exists():
+        return
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        build(tmp)
+        os.rename(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def prepare(kind: str) -> float:
+    """Build `kind`'s driver into the cache if it is not there; the seconds it took (0.0 when cached).
+    Raises ToolchainError naming what is missing or how the build failed."""
+    why = missing(kind)
+    if why is not None:
+        raise ToolchainError(why)
+    started = time.monotonic()
+    if kind == "java":
+        pom, driver = _java_files()
+        jars, classes = _java_dirs()
+        if jars.is_dir() and classes.is_dir():
+            return 0.0
+        with _locked(jars.parent):
+            _build_into(jars, lambda tmp: _run(
+                ["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime",
+                 f"-DoutputDirectory={tmp}"], "fetching kafka-clients with Maven"))
+            _build_into(classes, lambda tmp: _run(
+                ["javac", "-nowarn", "-cp", f"{jars}/*", "-d", str(tmp), str(driver)], "compiling Driver.java"))
+    elif kind == "go":
+        binary = _go_binary()
+        if binary.is_file():
+            return 0.0
+        with _locked(binary.parent.parent):
+            env = {**os.environ, "GOFLAGS": "-mod=readonly", "CGO_ENABLED": "0"}
+            _build_into(binary.parent, lambda tmp: _run(
+                ["go", "build", "-trimpath", "-o", str(tmp / _GO_BINARY), "."], "building the Go drivers",
+                cwd=_go_files()[0].parent, env=env))
+    else:
+        raise ValueError(f"unknown toolchain {kind!r}; known: {', '.join(KINDS)}")
+    return time.monotonic() - started
+
+
+def java_command(*driver_args: str) -> list[str]:
+    """The command running the prepared Java driver with `driver_args`."""
+    jars, classes = _java_dirs()
+    return ["java", *_JVM_FLAGS, "-cp", f"{jars}/*{os.pathsep}{classes}", "Driver", *driver_args]
+
+
+def go_command(*driver_args: str) -> list[str]:
+    """The command running the prepared Go driver binary with `driver_args`."""
+    return [str(_go_binary()), *driver_args]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Prepare every toolchain given (default all); a missing one is reported, and fails under CI."""
+    kinds = list(argv if argv is not None else sys.argv[1:]) or list(KINDS)
+    ci = os.environ.get("CI", "").lower() in ("true", "1")
+    status = 0
+    for kind in kinds:
+        try:
+            took = prepare(kind)
+            print(f"drivers: {kind} ready" + (f" (built in {took:.0f} s)" if took else " (cached)"))
+        except ToolchainError as exc:
+            print(f"drivers: {kind} unavailable: {exc}", file=sys.stderr)
+            status = 1 if ci else status
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

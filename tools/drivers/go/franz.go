@@ -1,0 +1,78 @@
+package main
+
+// franz-go (github.com/twmb/franz-go/pkg/kgo): a direct consumer of every partition (ConsumeTopics, no
+// group) and an acks=all producer on one client. franz-go implements KIP-320: after a leader change or
+// FENCED_LEADER_EPOCH it asks OffsetForLeaderEpoch, resumes at the divergence point and reports a
+// *kgo.ErrDataLoss as a fetch error (consumer.go, loadEpochsForBrokerLoad); --reset maps to
+// ConsumeResetOffset for the OffsetOutOfRange cases it cannot locate.
+
+import (
+	"context"
+	"errors"
+	"os"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func runFranz(ctx context.Context, cfg config, out *emitter) error {
+	reset := map[string]kgo.Offset{
+		"earliest": kgo.NewOffset().AtStart(),
+		"latest":   kgo.NewOffset().AtEnd(),
+		"none":     kgo.NoResetOffset(),
+	}[cfg.reset]
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(cfg.bootstrap...),
+		kgo.ClientID(cfg.clientID),
+		kgo.ConsumeTopics(cfg.consumeTopic),
+		kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()),
+		kgo.ConsumeResetOffset(reset),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(5*time.Millisecond),
+		kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, nil)),
+	)
+	if err != nil {
+		return err
+	}
+	out.emit("start", map[string]any{"client": "franz-go", "software": "franz-go",
+		"version": moduleVersion("github.com/twmb/franz-go"), "client_id": cfg.clientID, "reset": cfg.reset})
+
+	go produceLoop(ctx, cfg, func(_ int, value []byte) {
+		cl.Produce(context.Background(), &kgo.Record{Topic: cfg.produceTopic, Value: value}, func(r *kgo.Record, err error) {
+			out.produced(r.Topic, r.Partition, r.Offset, value, err)
+		})
+	})
+	for ctx.Err() == nil {
+		fetches := cl.PollFetches(ctx)
+		fetches.EachError(func(topic string, partition int32, err error) {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return
+			}
+			var loss *kgo.ErrDataLoss
+			kind := "error"
+			if errors.As(err, &loss) {
+				kind = "truncation" // the client located the divergence (or reset) and says so
+			}
+			out.surfaced(kind, "fetch", "kgo."+errorName(err)+": "+err.Error())
+		})
+		fetches.EachRecord(func(r *kgo.Record) {
+			epoch := r.LeaderEpoch
+			out.consumed(r.Topic, r.Partition, r.Offset, &epoch, r.Value)
+		})
+	}
+	flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := cl.Flush(flushCtx); err != nil {
+		out.surfaced("error", "producer", "flush at exit: "+err.Error())
+	}
+	cl.Close()
+	return nil
+}
+
+func errorName(err error) string {
+	var loss *kgo.ErrDataLoss
+	if errors.As(err, &loss) {
+		return "ErrDataLoss"
+	}
+	return "FetchError"
+}

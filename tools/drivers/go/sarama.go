@@ -1,0 +1,158 @@
+package main
+
+// IBM/sarama: one PartitionConsumer per partition from OffsetOldest and an AsyncProducer with
+// WaitForAll, on one client at sarama's default protocol version (V2_8_0_0). A control: sarama has no
+// OffsetForLeaderEpoch request, so it cannot locate a divergence. Its Fetch (v12 at 2.8) carries the
+// metadata's current leader epoch, and FENCED_LEADER_EPOCH/UNKNOWN_LEADER_EPOCH only redispatch the
+// partition (consumer.go, handleResponses, v1.61.1 lines 1276-1286); OFFSET_OUT_OF_RANGE shuts the
+// PartitionConsumer down "to force the user to choose what to do" (lines 1268-1275). This driver is that
+// user: under --reset earliest/latest it restarts the partition at OffsetOldest/OffsetNewest, as
+// auto.offset.reset would; under none the partition stays stopped.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+func runSarama(ctx context.Context, cfg config, out *emitter) error {
+	sarama.Logger = log.New(os.Stderr, "[sarama] ", 0)
+	sc := sarama.NewConfig()
+	sc.ClientID = cfg.clientID
+	sc.Consumer.Return.Errors = true
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Producer.Return.Successes = true
+	sc.Producer.Return.Errors = true
+	sc.Producer.Flush.Frequency = 5 * time.Millisecond
+	var client sarama.Client
+	var partitions []int32
+	for { // the cluster may not answer yet, or not know the topic yet
+		var err error
+		if client == nil {
+			client, err = sarama.NewClient(cfg.bootstrap, sc)
+		}
+		if err == nil {
+			partitions, err = client.Partitions(cfg.consumeTopic)
+		}
+		if err == nil && len(partitions) > 0 {
+			break
+		}
+		if err != nil {
+			out.surfaced("error", "metadata", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	defer client.Close()
+	out.emit("start", map[string]any{"client": "sarama", "software": "sarama",
+		"version": moduleVersion("github.com/IBM/sarama"), "client_id": cfg.clientID, "reset": cfg.reset,
+		"protocol_version": sc.Version.String()})
+
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		return err
+	}
+	producer, err := sarama.NewAsyncProducerFromClient(client)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, p := range partitions {
+		wg.Add(1)
+		go func(p int32) {
+			defer wg.Done()
+			consumeSaramaPartition(ctx, cfg, out, consumer, p)
+		}(p)
+	}
+	wg.Add(1)
+	go func() { // acks and failures, in whatever order they come back
+		defer wg.Done()
+		successes, failures := producer.Successes(), producer.Errors()
+		for successes != nil || failures != nil {
+			select {
+			case m, ok := <-successes:
+				if !ok {
+					successes = nil
+					continue
+				}
+				value, _ := m.Value.Encode()
+				out.produced(m.Topic, m.Partition, m.Offset, value, nil)
+			case e, ok := <-failures:
+				if !ok {
+					failures = nil
+					continue
+				}
+				value, _ := e.Msg.Value.Encode()
+				out.produced(e.Msg.Topic, 0, 0, value, e.Err)
+			}
+		}
+	}()
+	produceLoop(ctx, cfg, func(_ int, value []byte) {
+		select {
+		case producer.Input() <- &sarama.ProducerMessage{Topic: cfg.produceTopic, Value: sarama.ByteEncoder(value)}:
+		case <-ctx.Done():
+		}
+	})
+	producer.AsyncClose() // flushes what it holds; closes Successes/Errors when done
+	within(5*time.Second, out, "producer and consumer close", func() {
+		wg.Wait()
+		consumer.Close()
+	})
+	return nil
+}
+
+func consumeSaramaPartition(ctx context.Context, cfg config, out *emitter, consumer sarama.Consumer, p int32) {
+	offset := sarama.OffsetOldest
+	for ctx.Err() == nil {
+		pc, err := consumer.ConsumePartition(cfg.consumeTopic, p, offset)
+		if err != nil { // e.g. the previous PartitionConsumer of p is still closing
+			out.surfaced("error", "consumer", fmt.Sprintf("ConsumePartition %s/%d: %v", cfg.consumeTopic, p, err))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
+		}
+		outOfRange, stopping := false, ctx.Done()
+		messages, failures := pc.Messages(), pc.Errors()
+		for messages != nil || failures != nil {
+			select {
+			case <-stopping:
+				pc.AsyncClose()
+				stopping = nil // drain until sarama closes both channels
+			case m, ok := <-messages:
+				if !ok {
+					messages = nil
+					continue
+				}
+				out.consumed(m.Topic, m.Partition, m.Offset, nil, m.Value)
+			case e, ok := <-failures:
+				if !ok {
+					failures = nil
+					continue
+				}
+				if errors.Is(e.Err, sarama.ErrOffsetOutOfRange) {
+					outOfRange = true
+					out.surfaced("reset", "consumer", fmt.Sprintf("%s/%d: %v (the partition consumer shut down)",
+						e.Topic, e.Partition, e.Err))
+				} else {
+					out.surfaced("error", "consumer", e.Error())
+				}
+			}
+		}
+		if !outOfRange || cfg.reset == "none" {
+			return
+		}
+		offset = map[string]int64{"earliest": sarama.OffsetOldest, "latest": sarama.OffsetNewest}[cfg.reset]
+	}
+}

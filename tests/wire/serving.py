@@ -9,8 +9,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from epochguard.wire.drivers.registry import Client
+from epochguard.wire.drivers.session import RunResult, run_clients, serve_command
+from tests.wire.conftest import usable
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -73,3 +78,45 @@ def wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+class ServeRuns:
+    """Judged `epochguard serve` runs of real clients, each (scenario, trigger, group) run once, on first
+    use, with the clients of that group that can run here; a run that broke fails every test asking."""
+
+    AFTER_SETTLE_S = 12.0  # past the server's stuck bound (10 s) so both sides can call a client stuck
+    STUCK_AFTER_S = 10.0
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+        self._runs: dict[tuple[str, str, str], RunResult | Exception] = {}
+
+    def run(self, scenario: str, trigger: str, group: str, clients: Sequence[Client]) -> RunResult:
+        """The run of `clients`, called `group`, in `scenario --trigger trigger`."""
+
+        key = (scenario, trigger, group)
+        if key not in self._runs:
+            here = [c for c in clients if usable(c)]
+            workdir = self._root / f"{scenario}-{trigger}-{group}"
+            try:
+                self._runs[key] = run_clients(
+                    serve_command(scenario, trigger, trace=workdir / "trace.jsonl", consumers=len(here)), here,
+                    workdir, after_settle_s=self.AFTER_SETTLE_S, stuck_after_s=self.STUCK_AFTER_S,
+                )
+            except Exception as exc:  # every client's test fails on it; a second run would overwrite its logs
+                self._runs[key] = exc
+        run = self._runs[key]
+        if isinstance(run, Exception):
+            raise run
+        return run
+
+
+def assert_clean_run(result: RunResult, name: str) -> None:
+    """`name` ran, and neither its delivery log nor the server shows a loss, duplicate, skip or re-read."""
+    truth = result.truths[name]
+    assert truth.consumed > 100 and truth.produced_acked > 20, f"{name} barely ran: {truth}"
+    assert truth.divergences == [] and truth.reread == 0 and truth.skipped == 0
+    assert truth.lost_acked == [] and truth.duplicated_produced == []
+    server = result.server_client(f"epochguard-{name}")
+    assert server is not None, f"the server never saw {name}"
+    assert server["divergences"] == [] and server["acks_lost"] == []

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from epochguard.wire.drivers.registry import CLIENTS, client
-from epochguard.wire.drivers.session import SCENARIOS, TRIGGERS, RunResult, run_clients, serve_command
-from tests.wire.conftest import require, require_final_reader, usable
+from epochguard.wire.drivers.session import SCENARIOS, TRIGGERS, RunResult
+from tests.wire.conftest import require, require_final_reader
+from tests.wire.serving import ServeRuns, assert_clean_run
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("epochguard.wire.cli") is None, reason="`epochguard serve` is not in this build"
@@ -25,32 +25,9 @@ pytestmark = pytest.mark.skipif(
 
 # The Python-driven clients; the Java and Go ones run in serve runs of their own (test_serve_more_clients).
 PY_CLIENTS = tuple(c for c in CLIENTS if c.toolchain is None)
-AFTER_SETTLE_S = 12.0  # past the server's stuck bound (10 s) so both sides can call a client stuck
-STUCK_AFTER_S = 10.0
-
-class Runs:
-    """Each scenario x trigger run once, on first use, with every client installed here."""
-
-    def __init__(self, root: Path) -> None:
-        self._root = root
-        self._runs: dict[tuple[str, str], RunResult | Exception] = {}
-
+class Runs(ServeRuns):
     def get(self, scenario: str, trigger: str) -> RunResult:
-        key = (scenario, trigger)
-        if key not in self._runs:
-            clients = [c for c in PY_CLIENTS if usable(c)]
-            workdir = self._root / f"{scenario}-{trigger}"
-            try:
-                self._runs[key] = run_clients(
-                    serve_command(scenario, trigger, trace=workdir / "trace.jsonl", consumers=len(clients)), clients, workdir,
-                    after_settle_s=AFTER_SETTLE_S, stuck_after_s=STUCK_AFTER_S,
-                )
-            except Exception as exc:  # every client's test fails on it; a second run would overwrite its logs
-                self._runs[key] = exc
-        run = self._runs[key]
-        if isinstance(run, Exception):
-            raise run
-        return run
+        return self.run(scenario, trigger, "python", PY_CLIENTS)
 
 
 @pytest.fixture(scope="module")
@@ -62,14 +39,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
 @pytest.mark.parametrize("name", [c.name for c in PY_CLIENTS])
 def test_clean_serve_loses_and_duplicates_nothing(runs: Runs, name: str) -> None:
     require(client(name))
-    result = runs.get("clean", "served")
-    truth = result.truths[name]
-    assert truth.consumed > 100 and truth.produced_acked > 20, f"{name} barely ran: {truth}"
-    assert truth.divergences == [] and truth.reread == 0 and truth.skipped == 0
-    assert truth.lost_acked == [] and truth.duplicated_produced == []
-    server = result.server_client(f"epochguard-{name}")
-    assert server is not None, f"the server never saw {name}"
-    assert server["divergences"] == [] and server["acks_lost"] == []
+    assert_clean_run(runs.get("clean", "served"), name)
 
 
 @pytest.mark.parametrize("name", [c.name for c in PY_CLIENTS])

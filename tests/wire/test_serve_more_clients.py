@@ -12,24 +12,20 @@ to wait for), `unclean-election --trigger served` and `zombie-leader --trigger c
 from __future__ import annotations
 
 import importlib.util
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from epochguard.wire.drivers.registry import CLIENTS, client
-from epochguard.wire.drivers.session import RunResult, run_clients, serve_command
-from tests.wire.conftest import require, require_final_reader, usable
+from epochguard.wire.drivers.session import RunResult
+from tests.wire.conftest import require, require_final_reader
+from tests.wire.serving import ServeRuns, assert_clean_run
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("epochguard.wire.cli") is None, reason="`epochguard serve` is not in this build"
 )
 
 MORE = tuple(c.name for c in CLIENTS if c.toolchain is not None)
-AFTER_SETTLE_S = 12.0  # past the server's stuck bound (10 s), as in test_serve_clients
-STUCK_AFTER_S = 10.0
-
 # What each client does with records it read that a new leader replaced, read from its code:
 # - kafka-clients 4.4.0, both consumers: on a leader change the position goes to AWAIT_VALIDATION
 #   (SubscriptionState.maybeValidatePositionForCurrentLeader), OffsetForLeaderEpoch finds the end offset
@@ -58,33 +54,10 @@ EXPECTED: dict[str, set[str]] = {
 DIVERGING = (("unclean-election", "served"), ("zombie-leader", "caught-up"))
 
 
-class Runs:
-    """Each scenario x trigger x group of clients run once, on first use, with those that can run here."""
-
-    def __init__(self, root: Path) -> None:
-        self._root = root
-        self._runs: dict[tuple[str, str, str], RunResult | Exception] = {}
-        self.walls: dict[tuple[str, str, str], float] = {}
-
+class Runs(ServeRuns):
     def get(self, scenario: str, trigger: str, group: str) -> RunResult:
         """`group`: a toolchain ("java", "go"), or "all" of them."""
-        key = (scenario, trigger, group)
-        if key not in self._runs:
-            clients = [c for c in CLIENTS if c.name in MORE and group in ("all", c.toolchain) and usable(c)]
-            workdir = self._root / f"{scenario}-{trigger}-{group}"
-            started = time.monotonic()
-            try:
-                self._runs[key] = run_clients(
-                    serve_command(scenario, trigger, trace=workdir / "trace.jsonl", consumers=len(clients)),
-                    clients, workdir, after_settle_s=AFTER_SETTLE_S, stuck_after_s=STUCK_AFTER_S,
-                )
-            except Exception as exc:  # every client's test fails on it; a second run would overwrite its logs
-                self._runs[key] = exc
-            self.walls[key] = time.monotonic() - started
-        run = self._runs[key]
-        if isinstance(run, Exception):
-            raise run
-        return run
+        return self.run(scenario, trigger, group, [c for c in CLIENTS if c.name in MORE and group in ("all", c.toolchain)])
 
 
 @pytest.fixture(scope="module")
@@ -100,14 +73,7 @@ def test_expected_verdicts_cover_every_toolchain_client() -> None:
 @pytest.mark.parametrize("name", MORE)
 def test_clean_serve_loses_and_duplicates_nothing(runs: Runs, name: str) -> None:
     require(client(name))
-    result = runs.get("clean", "served", "all")
-    truth = result.truths[name]
-    assert truth.consumed > 100 and truth.produced_acked > 20, f"{name} barely ran: {truth}"
-    assert truth.divergences == [] and truth.reread == 0 and truth.skipped == 0
-    assert truth.lost_acked == [] and truth.duplicated_produced == []
-    server = result.server_client(f"epochguard-{name}")
-    assert server is not None, f"the server never saw {name}"
-    assert server["divergences"] == [] and server["acks_lost"] == []
+    assert_clean_run(runs.get("clean", "served", "all"), name)
 
 
 @pytest.mark.parametrize("name", MORE)

@@ -94,3 +94,17 @@ def test_audit_out_defaults_to_audit_out_like_the_library() -> None:
     assert args.log_dirs == ["/backup/broker-1", "/backup/broker-2"]
     assert args.out == "audit-out" == inspect.signature(audit).parameters["out"].default
     assert (args.master, args.consumed, args.json) == ("local[2]", None, False)
+
+
+def test_serve_judge_simulate_and_compat_start_without_importing_spark(tmp_path) -> None:
+    """`epochguard serve` starts once per wire test: pyspark and pandas cost it seconds on a loaded machine."""
+    probe = ("import sys\nfrom epochguard.__main__ import build_parser, main\n"
+             "for command in ('simulate', 'serve', 'judge', 'compat'):\n"
+             "    build_parser(command)\n"
+             f"assert main(['judge', {str(tmp_path / 'none.jsonl')!r}]) == 2\n"
+             "print(sorted(m for m in ('pyspark', 'pandas', 'epochguard.spark') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]"]
+    assert {"audit", "demo"} <= set(_subcommands(build_parser()))  # still there for every other command
+    assert {"audit", "demo"} <= set(_subcommands(build_parser("audit")))

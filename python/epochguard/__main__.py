@@ -17,8 +17,14 @@ exit codes: 0 clean, 1 an invariant violation / divergence / lost record was fou
 `epochguard COMMAND --help` describes a command."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command line; subcommands register their own arguments."""
+# Commands that never touch Spark: parsing them skips importing `epochguard.spark` (pyspark, pandas and pyarrow,
+# seconds of start-up on a loaded machine, which every `epochguard serve` of the wire tests would pay).
+_WITHOUT_SPARK = frozenset({"simulate", "serve", "judge", "compat"})
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; subcommands register their own arguments. Given the `command` about to be
+    parsed, one that does not need Spark leaves the Spark commands out."""
     from epochguard import __version__
     from epochguard.sim.cli import configure as configure_simulate
 
@@ -31,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     configure_simulate(sub.add_parser("simulate", help="run a fault scenario on a simulated cluster"))
-    _add_spark_commands(sub)
+    if command not in _WITHOUT_SPARK:
+        _add_spark_commands(sub)
     from epochguard.wire.cli import add_parsers as add_wire_commands
 
     add_wire_commands(sub)  # serve, judge
@@ -42,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)  # top-level options take no value
+    args = build_parser(command).parse_args(argv)
     return int(args.run(args))
 
 

@@ -194,3 +194,44 @@ def test_a_broker_tells_a_real_client_what_it_tells_a_simulated_one_but_for_the_
     assert on_sim == MetadataResponse(on_wire.topics, tuple(MetadataResponseBroker(b.node_id) for b in on_wire.brokers),
                                       on_wire.cluster_id, on_wire.controller_id, version=12)
     assert _sim_metadata(wire, 1, request).brokers == (MetadataResponseBroker(1), MetadataResponseBroker(2))
+
+
+def _metadata(w: WireCluster, conn, correlation_id: int) -> None:
+    w.submit(conn, header(3, 12, correlation_id), MetadataRequest(topics=("events",), version=12))
+
+
+def test_a_broker_answers_nothing_before_its_first_metadata_update() -> None:
+    """Kafka's BrokerServer enables request processing only once the initial metadata is published: no
+    broker ever answers a client with an empty broker list. librdkafka 2.16 takes such an answer for a
+    cluster without brokers, decommissions every broker it knows (bootstrap ones included) and, after one
+    re-bootstrap that meets the same answer, never connects again: a consumer that silently gets nothing."""
+    w = WireCluster(build("transactions"), 0, ADDRESSES)
+    conn = w.connect(1)
+    assert conn is not None and w.cluster.brokers[1].metadata is None
+    _metadata(w, conn, 1)
+    assert w.drain() == []  # held, as by a broker whose request processing is not enabled yet
+    answers = steps(w, 10)
+    assert w.cluster.brokers[1].metadata is not None
+    ((_, _, response),) = answers
+    assert [b.node_id for b in response.brokers] == [1, 2, 3]
+    assert [(t.name, t.error_code, [p.leader_id for p in t.partitions]) for t in response.topics] == [
+        ("events", Errors.NONE, [1])]
+
+
+def test_a_restarted_broker_answers_nothing_until_the_controller_updates_its_metadata(wire: WireCluster) -> None:
+    from epochguard.sim.faults import Restart
+
+    wire.fire(Crash(3))
+    steps(wire, 5)
+    wire.fire(Restart(3))
+    assert wire.cluster.brokers[3].metadata is None
+    conn = wire.connect(3)
+    _metadata(wire, conn, 1)
+    assert wire.drain() == []
+    for _ in range(500):
+        wire.step()
+        if answers := wire.drain():
+            break
+    ((_, _, response),) = answers
+    assert wire.cluster.brokers[3].metadata is not None
+    assert [b.node_id for b in response.brokers] == [1, 2, 3]

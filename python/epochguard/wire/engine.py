@@ -8,6 +8,9 @@ SyncGroup, Heartbeat, LeaveGroup) to the `GroupCoordinator`. What it adds is wha
 layer (`KafkaApis`, `DelayedFetch`, `DelayedProduce`, the per-connection mute in `SocketServer`)
 does around them:
 
+- a broker serves no request before its first metadata update (at start and after a restart): Kafka's
+  `BrokerServer` enables request processing only once the initial metadata is published, so no client
+  ever sees a broker list without brokers (librdkafka 2.16 would drop every broker it knows for good);
 - one request at a time per connection, answered in order; later ones wait in a bounded queue;
 - Fetch long-polls (up to `max_wait_ms`, virtual time) while no partition has records or an error;
 - an acks=all Produce completes when the ReplicaManager says the ISR has it (`on_delayed_response`);
@@ -142,6 +145,8 @@ class WireCluster:
         for conn in list(self.connections.values()):
             if not self.cluster.brokers[conn.broker_id].alive:
                 self.close(conn)
+            elif conn.queue and not conn.inflight:
+                self._run_queue(conn)  # requests held until the broker had metadata
         self._poll_fetches()
         for obs in self.observers:
             obs.on_step(self)
@@ -195,7 +200,10 @@ class WireCluster:
     def _run_queue(self, conn: Connection) -> None:
         """One request at a time per connection, as Kafka's muted channel; except that produces may
         follow produces still waiting for their acks=all (appended in order, answered in order), so
-        a pipelining producer is not held to one ISR round trip per request."""
+        a pipelining producer is not held to one ISR round trip per request. Nothing runs on a broker
+        without metadata yet (see the module docstring); `step` runs the queue again."""
+        if self.cluster.brokers[conn.broker_id].metadata is None:
+            return
         while conn.queue and not conn.closed:
             if conn.inflight and not (isinstance(conn.queue[0][1], ProduceRequest)
                                       and all(isinstance(w.request, ProduceRequest) for w in conn.inflight)):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import collections
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -114,9 +117,92 @@ class ServeRuns:
 def assert_clean_run(result: RunResult, name: str) -> None:
     """`name` ran, and neither its delivery log nor the server shows a loss, duplicate, skip or re-read."""
     truth = result.truths[name]
-    assert truth.consumed > 100 and truth.produced_acked > 20, f"{name} barely ran: {truth}"
+    assert truth.consumed > 100 and truth.produced_acked > 20, f"{name} barely ran: {truth}\n{result.why(name)}"
     assert truth.divergences == [] and truth.reread == 0 and truth.skipped == 0
     assert truth.lost_acked == [] and truth.duplicated_produced == []
     server = result.server_client(f"epochguard-{name}")
     assert server is not None, f"the server never saw {name}"
     assert server["divergences"] == [] and server["acks_lost"] == []
+
+
+class Exchanges:
+    """An observer of a (replayed) serve run keeping, per client id, the last exchanges as one line each: the
+    steps the request was applied and answered at, what was asked and what serve answered. For failure
+    messages: the server's side of what a client did."""
+
+    def __init__(self, keep: int = 12) -> None:
+        self.by_client: dict[str, collections.deque[str]] = collections.defaultdict(lambda: collections.deque(maxlen=keep))
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def on_exchange(self, conn: Any, header: Any, request: Any, response: Any, applied_step: int, step: int) -> None:
+        client = header.client_id or conn.client_id
+        self.counts[client] += 1
+        self.by_client[client].append(f"steps {applied_step}->{step} conn {conn.id} broker {conn.broker_id}: "
+                                      f"{_asked(request)} => {_answered(response)}")
+
+    def on_fault(self, fault: Any, step: int) -> None:
+        pass
+
+    def on_step(self, wire: Any) -> None:
+        pass
+
+    def view(self, client: str) -> str:
+        lines = self.by_client.get(client)
+        if not lines:
+            return f"serve never answered {client!r}"
+        return (f"serve answered {client!r} {self.counts[client]} times; the last {len(lines)}:\n    "
+                + "\n    ".join(lines))
+
+
+def _asked(request: Any) -> str:
+    from epochguard.messages import FetchRequest, ListOffsetsRequest, MetadataRequest
+
+    name = type(request).__name__.removesuffix("Request")
+    if isinstance(request, FetchRequest):
+        return (f"Fetch v{request.version} isolation {int(request.isolation_level)} max_wait {request.max_wait_ms} "
+                + ", ".join(f"{p.topic}-{p.partition_index}@{p.fetch_offset}" for p in request.partitions))
+    if isinstance(request, ListOffsetsRequest):
+        return f"ListOffsets v{request.version} " + ", ".join(
+            f"{p.topic}-{p.partition_index} ts {p.timestamp}" for p in request.partitions)
+    if isinstance(request, MetadataRequest):
+        return f"Metadata v{request.version} {list(request.topics) if request.topics is not None else 'all'}"
+    return f"{name} v{getattr(request, 'version', '?')}"
+
+
+def _answered(response: Any) -> str:
+    from epochguard.messages import FetchResponse, ListOffsetsResponse, MetadataResponse
+
+    if isinstance(response, FetchResponse):
+        return f"error {int(response.error_code)} " + ", ".join(
+            f"{p.topic}-{p.partition_index} error {int(p.error_code)} hw {p.high_watermark} "
+            f"lso {p.last_stable_offset} {len(p.records)} bytes" for p in response.partitions)
+    if isinstance(response, ListOffsetsResponse):
+        return ", ".join(f"{p.topic}-{p.partition_index} error {int(p.error_code)} offset {p.offset}"
+                         for p in response.partitions)
+    if isinstance(response, MetadataResponse):
+        return "; ".join(f"{t.name} error {int(t.error_code)} " + ", ".join(
+            f"p{p.partition_index} leader {p.leader_id} epoch {p.leader_epoch}" for p in t.partitions)
+            for t in response.topics) + f" brokers {[b.node_id for b in response.brokers]}"
+    code = getattr(response, "error_code", None)
+    return type(response).__name__ + ("" if code is None else f" error {int(code)}")
+
+
+def unanswered(trace: Path) -> dict[str, list[str]]:
+    """Per client id, the requests `serve` never answered in a traced run (API key and version, correlation
+    id, connection, the step it arrived at), from the trace's request frames and response records."""
+    from epochguard.wire.trace import read_trace
+
+    asked: dict[tuple[int, int], tuple[str, str]] = {}
+    for rec in read_trace(trace):
+        if rec.get("type") == "request":
+            frame = base64.b64decode(rec["frame"])
+            key, version, corr, size = struct.unpack(">hhih", frame[:10])
+            client = frame[10:10 + max(size, 0)].decode(errors="replace")
+            asked[rec["conn"], corr] = client, (f"api key {key} v{version} correlation id {corr} on conn "
+                                                f"{rec['conn']}, arrived at step {rec['step']}")
+        elif rec.get("type") == "response":
+            asked.pop((rec["conn"], rec["correlation_id"]), None)
+    out: dict[str, list[str]] = collections.defaultdict(list)
+    for client, what in asked.values():
+        out[client].append(what)
+    return dict(out)

@@ -49,7 +49,7 @@ def test_server_verdicts_match_the_delivery_log(runs: Runs, scenario: str, trigg
     require(client(name))
     result = runs.get(scenario, trigger)
     truth = result.truths[name]
-    assert truth.consumed > 0, f"{name} consumed nothing (see {result.logs[name]})"
+    assert truth.consumed > 0, f"{name} consumed nothing:\n{result.why(name)}"
     assert all(d.verdict != "undecided" for d in truth.divergences), "the run ended too soon after a divergence"
     server = result.server_client(f"epochguard-{name}")
     assert server is not None, f"the server never saw {name}"

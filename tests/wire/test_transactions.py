@@ -10,11 +10,15 @@ read_uncommitted client of the same software delivers against a read_committed o
 
 from __future__ import annotations
 
+import collections
+import logging
 import re
 import struct
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -25,7 +29,7 @@ from epochguard.wire.engine import WireCluster
 from epochguard.wire.scenarios import build
 from epochguard.wire.trace import replay
 from tests.wire.conftest import require
-from tests.wire.serving import Served
+from tests.wire.serving import Exchanges, Served, unanswered
 
 kp = pytest.importorskip("kafka", reason="kafka-python (the dev extra) is missing")
 from kafka.protocol.consumer.fetch import FetchRequest as KFetchRequest  # noqa: E402
@@ -142,92 +146,177 @@ def _seq(value: bytes | None) -> int:
     return int(match.group(1))
 
 
-def confluent_consume(bootstrap: str, isolation: str, done: Callable[[list[int]], bool], timeout_s: float) -> list[int]:
+CLIENT_ID_PREFIX = {"confluent-kafka": "ck", "kafka-python": "kp", "aiokafka": "aio", "kcat": "kcat"}
+
+
+class Delivery:
+    """What one real consumer delivered, and enough of its own account to explain a short delivery: its
+    log (all of it written to `log_path` at the end, the tail in `why()`), its errors, and where it stood at
+    the end (position, watermarks)."""
+
+    def __init__(self, name: str, isolation: str, log_path: Path) -> None:
+        self.name, self.isolation, self.log_path = name, isolation, log_path
+        self.client_id = f"{CLIENT_ID_PREFIX[name]}-{isolation}"
+        self.seen: list[int] = []
+        self.log: list[str] = []
+        self.errors: collections.deque[str] = collections.deque(maxlen=10)
+        self.end = "(not reached)"
+        self.server = "(serve's view not taken)"
+        self.started = time.monotonic()
+        self.ended: float | None = None  # seconds after `started`
+
+    def note(self, line: str) -> None:
+        self.log.append(f"{time.monotonic() - self.started:7.3f} {line}")
+
+    def error(self, line: str) -> None:
+        self.errors.append(f"{time.monotonic() - self.started:7.3f} {line}")
+        self.note(f"ERROR {line}")
+
+    def save(self) -> None:
+        self.log_path.write_text("\n".join(self.log) + "\n", encoding="utf-8")
+
+    def why(self, tail: int = 40) -> str:
+        return (f"{self.name} {self.isolation} delivered {len(self.seen)} records {self.seen[:5]}...\n"
+                f"  at the end ({'still running' if self.ended is None else f'after {self.ended:.1f} s'}): {self.end}\n"
+                "  last errors:\n    " + "\n    ".join(self.errors or ["(none)"])
+                + f"\n  last {min(tail, len(self.log))} of {len(self.log)} log lines (all in {self.log_path}):\n    "
+                + "\n    ".join(self.log[-tail:] or ["(none)"])
+                + f"\n  {self.server}\n  (serve's trace: {self.log_path.with_name('trace.jsonl')})")
+
+
+class _KeepLog(logging.Handler):
+    """A client library's log records from one thread (each consumer runs on its own) into its `Delivery`."""
+
+    def __init__(self, delivery: Delivery, thread: int | None) -> None:
+        super().__init__(logging.DEBUG)
+        self.delivery, self.thread = delivery, thread
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.thread is None or record.thread == self.thread:
+            self.delivery.note(f"{record.levelname} {record.name}: {record.getMessage()}")
+
+
+def confluent_consume(out: Delivery, bootstrap: str, isolation: str, done: Callable[[list[int]], bool],
+                      timeout_s: float) -> None:
     import confluent_kafka as ck
 
-    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "client.id": f"ck-{isolation}", "group.id": f"ck-{isolation}",
-                            "enable.auto.commit": False, "isolation.level": isolation})
-    consumer.assign([ck.TopicPartition("events", 0, ck.OFFSET_BEGINNING)])
-    seen: list[int] = []
-    deadline = time.monotonic() + timeout_s
-    while not done(seen) and time.monotonic() < deadline:
-        msg = consumer.poll(0.2)
-        if msg is not None and msg.error() is None:
-            seen.append(_seq(msg.value()))
-    consumer.close()
-    return seen
+    logger = logging.getLogger(f"tests.txn.ck-{isolation}")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    handler = _KeepLog(out, None)
+    logger.addHandler(handler)
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "client.id": out.client_id, "group.id": out.client_id,
+                            "enable.auto.commit": False, "isolation.level": isolation, "logger": logger,
+                            "debug": "consumer,fetch,protocol,metadata,topic,broker"})
+    tp = ck.TopicPartition("events", 0, ck.OFFSET_BEGINNING)
+    try:
+        consumer.assign([tp])
+        deadline = time.monotonic() + timeout_s
+        while not done(out.seen) and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error() is None:
+                out.seen.append(_seq(msg.value()))
+            else:
+                out.error(f"{msg.error()}")
+        (position,) = consumer.position([tp])
+        low, high = consumer.get_watermark_offsets(tp, cached=True)
+        out.end = f"position {position.offset}, cached watermarks low {low} high {high}"
+    finally:
+        consumer.close()
+        logger.removeHandler(handler)
 
 
-def kafka_python_consume(bootstrap: str, isolation: str, done: Callable[[list[int]], bool],
-                         timeout_s: float) -> list[int]:
-    consumer = kp.KafkaConsumer(bootstrap_servers=bootstrap, client_id=f"kp-{isolation}", enable_auto_commit=False,
+def kafka_python_consume(out: Delivery, bootstrap: str, isolation: str, done: Callable[[list[int]], bool],
+                         timeout_s: float) -> None:
+    handler = _KeepLog(out, threading.get_ident())
+    logging.getLogger("kafka").addHandler(handler)
+    consumer = kp.KafkaConsumer(bootstrap_servers=bootstrap, client_id=out.client_id, enable_auto_commit=False,
                                 auto_offset_reset="earliest", isolation_level=isolation)
     tp = kp.TopicPartition("events", 0)
-    consumer.assign([tp])
-    consumer.seek_to_beginning(tp)
-    seen: list[int] = []
-    deadline = time.monotonic() + timeout_s
-    while not done(seen) and time.monotonic() < deadline:
-        for record in consumer.poll(timeout_ms=200).get(tp, []):
-            seen.append(_seq(record.value))
-    consumer.close()
-    return seen
+    try:
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        deadline = time.monotonic() + timeout_s
+        while not done(out.seen) and time.monotonic() < deadline:
+            for record in consumer.poll(timeout_ms=200).get(tp, []):
+                out.seen.append(_seq(record.value))
+        out.end = f"position {consumer.position(tp)}, highwater {consumer.highwater(tp)}"
+    finally:
+        consumer.close()
+        logging.getLogger("kafka").removeHandler(handler)
 
 
-def aiokafka_consume(bootstrap: str, isolation: str, done: Callable[[list[int]], bool], timeout_s: float) -> list[int]:
+def aiokafka_consume(out: Delivery, bootstrap: str, isolation: str, done: Callable[[list[int]], bool],
+                     timeout_s: float) -> None:
     import asyncio
 
     from aiokafka import AIOKafkaConsumer
     from aiokafka import TopicPartition as ATopicPartition
 
-    async def consume() -> list[int]:
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, client_id=f"aio-{isolation}", enable_auto_commit=False,
+    handler = _KeepLog(out, threading.get_ident())
+
+    async def consume() -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, client_id=out.client_id, enable_auto_commit=False,
                                     auto_offset_reset="earliest", isolation_level=isolation)
         await consumer.start()
         tp = ATopicPartition("events", 0)
-        seen: list[int] = []
         try:
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)
             deadline = time.monotonic() + timeout_s
-            while not done(seen) and time.monotonic() < deadline:
+            while not done(out.seen) and time.monotonic() < deadline:
                 for record in (await consumer.getmany(timeout_ms=200)).get(tp, []):
-                    seen.append(_seq(record.value))
+                    out.seen.append(_seq(record.value))
+            out.end = (f"position {await consumer.position(tp)}, highwater {consumer.highwater(tp)}, "
+                       f"last stable offset {consumer.last_stable_offset(tp)}")
         finally:
             await consumer.stop()
-        return seen
 
-    return asyncio.run(consume())
+    logging.getLogger("aiokafka").addHandler(handler)
+    try:
+        asyncio.run(consume())
+    finally:
+        logging.getLogger("aiokafka").removeHandler(handler)
 
 
-def kcat_consume(bootstrap: str, isolation: str, done: Callable[[list[int]], bool], timeout_s: float) -> list[int]:
+def _note_lines(out: Delivery, stream: IO[bytes]) -> None:
+    for line in stream:
+        out.note(line.decode(errors="replace").rstrip())
+
+
+def kcat_consume(out: Delivery, bootstrap: str, isolation: str, done: Callable[[list[int]], bool],
+                 timeout_s: float) -> None:
     """kcat until `done`; a kcat that exits first (a fatal error) starts again as a fresh consumer."""
     import subprocess
 
     deadline = time.monotonic() + timeout_s
-    seen: list[int] = []
     for _attempt in range(20):
-        if done(seen) or time.monotonic() >= deadline:
+        if done(out.seen) or time.monotonic() >= deadline:
             break
         # -E: without it kcat exits on the first non-fatal error (a leader not elected yet, a reset connection).
-        proc = subprocess.Popen(["kcat", "-C", "-E", "-b", bootstrap, "-X", f"client.id=kcat-{isolation}", "-X",
+        proc = subprocess.Popen(["kcat", "-C", "-E", "-b", bootstrap, "-X", f"client.id={out.client_id}", "-X",
                                  f"isolation.level={isolation}", "-t", "events", "-p", "0", "-o", "beginning", "-u",
-                                 "-f", "%s\n"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        assert proc.stdout is not None
-        seen = []
+                                 "-f", "%s\n"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        errors = threading.Thread(target=_note_lines, args=(out, proc.stderr), daemon=True)
+        errors.start()
+        out.seen = []
         timer = threading.Timer(max(0.0, deadline - time.monotonic()), proc.kill)  # ends a blocked read
         timer.start()
         try:
             for line in proc.stdout:
-                seen.append(_seq(line.rstrip(b"\n")))
-                if done(seen):
+                out.seen.append(_seq(line.rstrip(b"\n")))
+                if done(out.seen):
                     break
         finally:
             timer.cancel()
             proc.kill()
-            proc.wait()
+            out.end = f"kcat exit status {proc.wait()}"
+            errors.join(5)
             proc.stdout.close()
-    return seen
+            proc.stderr.close()
 
 
 CONSUMERS = {"confluent-kafka": confluent_consume, "kafka-python": kafka_python_consume, "aiokafka": aiokafka_consume,
@@ -235,40 +324,61 @@ CONSUMERS = {"confluent-kafka": confluent_consume, "kafka-python": kafka_python_
 
 
 @pytest.fixture(scope="module")
-def deliveries(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], list[int]]:
+def deliveries(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Delivery]:
     """Every installed client, read_committed and read_uncommitted at once, against one serve run."""
     installed = [name for name in CONSUMERS if client(name).missing() is None]
     if not installed:
         return {}
     trace = tmp_path_factory.mktemp("txn") / "trace.jsonl"
-    served = Served("transactions", trace=trace)
-    out: dict[tuple[str, str], list[int]] = {}
-    try:
-        def run(name: str, isolation: str) -> None:
-            out[name, isolation] = CONSUMERS[name](served.bootstrap, isolation, lambda s: bool(s) and max(s) >= ENOUGH,
-                                                   90.0)
+    out = {(name, isolation): Delivery(name, isolation, trace.with_name(f"{name}-{isolation}.log")) for name in installed
+           for isolation in ("read_committed", "read_uncommitted")}
 
-        threads = [threading.Thread(target=run, args=(name, isolation))
-                   for name in installed for isolation in ("read_committed", "read_uncommitted")]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+    def run(d: Delivery) -> None:
+        try:
+            CONSUMERS[d.name](d, served.bootstrap, d.isolation, lambda s: bool(s) and max(s) >= ENOUGH, 90.0)
+        except Exception as exc:  # said in the test's failure message, not lost on a thread
+            d.error(f"the consumer raised {exc!r}")
+        finally:
+            d.ended = time.monotonic() - d.started
+            d.save()
+
+    # kafka-python's and aiokafka's INFO lines and up (connections, resets, errors) reach each Delivery.
+    levels = {name: logging.getLogger(name).level for name in ("kafka", "aiokafka")}
+    for name in levels:
+        logging.getLogger(name).setLevel(logging.INFO)
+    try:
+        served = Served("transactions", trace=trace)
+        try:
+            threads = [threading.Thread(target=run, args=(d,)) for d in out.values()]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+        finally:
+            result = served.stop()
     finally:
-        result = served.stop()
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
     assert result["violations"] == [] and result["faults"] == []
     # The read_committed answers replay byte-identical from the trace, and re-judge the same.
-    assert replay(trace).report() == result["clients"]
+    exchanges = Exchanges()
+    assert replay(trace, observers=(exchanges,)).report() == result["clients"]
+    waiting = unanswered(trace)
+    for d in out.values():
+        left = waiting.get(d.client_id, [])
+        d.server = exchanges.view(d.client_id) + (f"\n  and never answered {len(left)}: " + "; ".join(left[-5:])
+                                                  if left else "\n  and answered every request it got")
     return out
 
 
 @pytest.mark.parametrize("name", list(CONSUMERS))
 def test_read_committed_real_clients_never_deliver_an_aborted_record(
-        deliveries: dict[tuple[str, str], list[int]], name: str) -> None:
+        deliveries: dict[tuple[str, str], Delivery], name: str) -> None:
     require(client(name))
-    committed, everything = deliveries[name, "read_committed"], deliveries[name, "read_uncommitted"]
-    assert committed and max(committed) >= ENOUGH, f"{name} read_committed got too little: {committed}"
-    assert everything and max(everything) >= ENOUGH, f"{name} read_uncommitted got too little: {everything}"
+    c, e = deliveries[name, "read_committed"], deliveries[name, "read_uncommitted"]
+    committed, everything = c.seen, e.seen
+    assert committed and max(committed) >= ENOUGH, f"{name} read_committed got too little:\n{c.why()}"
+    assert everything and max(everything) >= ENOUGH, f"{name} read_uncommitted got too little:\n{e.why()}"
     # read_uncommitted: every record, aborted ones included, once each and in order
     assert everything == list(range(max(everything) + 1))
     assert any(aborted(n) for n in everything)

@@ -95,10 +95,12 @@ def read_trace(path: str | Path) -> Iterator[dict[str, Any]]:
                 raise EpochGuardError(f"{path}: not a trace ({exc})") from exc
 
 
-def replay(path: str | Path, *, check: bool = True) -> Any:
-    """Replay a trace; returns the `Judge` that watched the replay (its verdicts are the run's)."""
+def replay(path: str | Path, *, check: bool = True, observers: tuple[Any, ...] = ()) -> Any:
+    """Replay a trace; returns the `Judge` that watched the replay (its verdicts are the run's). Further
+    `observers` (`epochguard.wire.engine.Observer`) see the replayed exchanges too, after the judge."""
     records = iter(read_trace(path))
     run = _Replay(path, _config(path, next(records, None)))
+    run.wire.observers.extend(observers)
     for rec in records:
         run.feed(rec)
     run.judge.finish()

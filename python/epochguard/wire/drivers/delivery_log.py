@@ -110,6 +110,36 @@ def read_log(path: str | Path) -> Iterator[dict[str, Any]]:
                 continue
 
 
+def explain(path: str | Path, tail: int = 15) -> str:
+    """Why a driver delivered what it did, from its own account, for a test's failure message: its counts,
+    the last record it consumed per partition, its last errors and log lines, and the end of its stderr."""
+    path = Path(path)
+    counts: dict[str, int] = {}
+    last: dict[tuple[str, int], int] = {}
+    said: list[str] = []
+    started = None
+    try:
+        for entry in read_log(path):
+            kind = entry.get("kind", "?")
+            counts[kind] = counts.get(kind, 0) + 1
+            started = entry.get("t") if started is None else started
+            if kind == "consumed":
+                last[entry["topic"], entry["partition"]] = entry["offset"]
+            elif kind not in ("produced", "start", "stop"):
+                said.append(f"{entry.get('t', 0) - (started or 0):8.3f}s {kind} ({entry.get('source')}): "
+                            f"{entry.get('text')}")
+    except FileNotFoundError:
+        return f"{path}: no delivery log (the driver never started)"
+    out = [f"{path}: {counts}", "  last consumed: " + (", ".join(f"{t}-{p}@{o}" for (t, p), o in sorted(last.items()))
+                                                       or "nothing")]
+    out += [f"  last {min(tail, len(said))} of {len(said)} errors and log lines:"] + [f"    {s}" for s in said[-tail:]]
+    stderr = path.with_suffix(".stderr")
+    if stderr.exists():
+        lines = stderr.read_text(encoding="utf-8", errors="replace").splitlines()
+        out += [f"  end of {stderr.name}:"] + [f"    {line}" for line in lines[-5:]]
+    return "\n".join(out)
+
+
 class LogForwarder(logging.Handler):
     """Forwards a Python client library's log records (kafka-python, aiokafka) into the delivery log.
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from epochguard.wire.drivers.delivery_log import explain
 from epochguard.wire.drivers.registry import Client
 from epochguard.wire.drivers.truth import ClientTruth, FinalLog, judge_client, read_final_log
 
@@ -50,6 +51,10 @@ class RunResult:
     server_report: dict[str, Any] | None
     server_stdout: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # client name -> why its run broke (a merged result)
+
+    def why(self, name: str) -> str:
+        """What `name`'s driver says it did (counts, last positions, last errors): for failure messages."""
+        return explain(self.logs[name])
 
     def server_client(self, client_id: str) -> dict[str, Any] | None:
         """The server's entry for `client_id`, or None."""

@@ -25,8 +25,8 @@ def mutants():
 
 def test_changed_targets_are_package_relative_and_only_the_mutated_modules(mutants, monkeypatch):
     changed = {
-        "python/epochguard/leader.py",
-        "python/epochguard/consumer/requests/fetch.py",
+        "python/epochguard/broker/partition.py",
+        "python/epochguard/client/consumer/requests/fetch.py",
         "python/epochguard/sim/invariants.py",
         "python/epochguard/sim/cluster.py",  # not a target
         "python/epochguard/spark/audit.py",  # not a target
@@ -36,8 +36,8 @@ def test_changed_targets_are_package_relative_and_only_the_mutated_modules(mutan
     }
     monkeypatch.setattr(mutants, "changed_files", lambda base: changed)
     assert mutants.changed_python_targets("main") == [
-        "consumer/requests/fetch.py",
-        "leader.py",
+        "broker/partition.py",
+        "client/consumer/requests/fetch.py",
         "sim/invariants.py",
     ]
 

@@ -22,7 +22,7 @@ def test_every_core_symbol_is_reachable_from_the_package() -> None:
 
     from epochguard import _core
 
-    public_modules = [importlib.import_module(m) for m in ("epochguard", "epochguard.errors", "epochguard.records", "epochguard.logdir_format",
+    public_modules = [importlib.import_module(m) for m in ("epochguard", "epochguard.errors", "epochguard.records", "epochguard.storage.logdir_format",
                                                              "epochguard.wire.codec")]
     unreachable = [n for n in _core.__all__ if not any(hasattr(m, n) for m in public_modules)]
     assert unreachable == []
@@ -40,11 +40,11 @@ def test_decode_to_arrow_is_top_level_under_one_name() -> None:
 
 def test_every_exception_users_can_meet_is_an_epochguard_error() -> None:
     import epochguard.errors
-    import epochguard.log
+    import epochguard.storage.log
 
-    assert issubclass(epochguard.log.UnexpectedAppendOffsetError, epochguard.EpochGuardError)
-    assert issubclass(epochguard.log.UnexpectedAppendOffsetError, ValueError)  # what it was, still caught
-    for module in (epochguard.errors, epochguard.log):
+    assert issubclass(epochguard.storage.log.UnexpectedAppendOffsetError, epochguard.EpochGuardError)
+    assert issubclass(epochguard.storage.log.UnexpectedAppendOffsetError, ValueError)  # what it was, still caught
+    for module in (epochguard.errors, epochguard.storage.log):
         for name in module.__all__:
             obj = getattr(module, name)
             if isinstance(obj, type) and issubclass(obj, BaseException):

@@ -50,17 +50,17 @@ RUST_OUT = WORK / "rust"
 EQUIVALENT = ROOT / "tools" / "mutants-equivalent.txt"
 
 # The protocol state machines, the coordinator and the simulator's invariants (package-relative globs;
-# `consumer/*` covers the consumer package after its split).
+# `client/consumer/*` covers the consumer package and its request managers).
 PY_TARGETS = [
-    "leader.py",
-    "replica.py",
-    "replica_manager.py",
-    "consumer/*.py",
-    "consumer/*/*.py",
-    "metadata.py",
-    "log.py",
-    "coordinator.py",
-    "classic_group.py",
+    "broker/partition.py",
+    "broker/fetcher.py",
+    "broker/replica_manager.py",
+    "client/consumer/*.py",
+    "client/consumer/*/*.py",
+    "client/metadata.py",
+    "storage/log.py",
+    "broker/group/coordinator.py",
+    "broker/group/classic_group.py",
     "sim/invariants.py",
 ]
 PY_TESTS = ["tests/protocol", "tests/sim"]

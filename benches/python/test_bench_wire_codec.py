@@ -14,8 +14,8 @@ from kafka.protocol.consumer.fetch import FetchResponse as KFetchResponse
 from kafka.protocol.producer.produce import ProduceRequest as KProduceRequest
 
 from epochguard import _core
-from epochguard.api_versions import ApiKey
-from epochguard.messages import FetchPartitionData, FetchResponse
+from epochguard.protocol.api_versions import ApiKey
+from epochguard.protocol.messages import FetchPartitionData, FetchResponse
 from epochguard.records import encode_batch
 
 VERSION = 12

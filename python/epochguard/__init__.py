@@ -2,7 +2,7 @@
 
 The curated API: each function has one name, here and in its module. Subsystems have their own
 modules: `epochguard.records` (the rest of the codec),
-`epochguard.messages` (request/response dataclasses), `epochguard.sim` (cluster simulator) and
+`epochguard.protocol.messages` (request/response dataclasses), `epochguard.sim` (cluster simulator) and
 `epochguard.spark` (the truncation audit; needs the `spark` extra).
 """
 
@@ -17,7 +17,11 @@ from epochguard._core import (
     iter_batches,
     truncation_offset,
 )
-from epochguard.consumer import Consumer
+from epochguard.broker.fetcher import ReplicaFetcher
+from epochguard.broker.partition import Partition
+from epochguard.broker.replica_manager import ReplicaManager
+from epochguard.client.consumer import Consumer
+from epochguard.client.metadata import ClientMetadata
 from epochguard.errors import (
     CheckpointError,
     CorruptRecordError,
@@ -30,12 +34,8 @@ from epochguard.errors import (
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
 )
-from epochguard.leader import Partition
-from epochguard.log import PartitionLog
-from epochguard.metadata import ClientMetadata
 from epochguard.records import decode_to_arrow
-from epochguard.replica import ReplicaFetcher
-from epochguard.replica_manager import ReplicaManager
+from epochguard.storage.log import PartitionLog
 from epochguard.types import (
     ConsumerRecord,
     ConsumerRecords,

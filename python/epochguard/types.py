@@ -6,7 +6,7 @@ Mirrors Kafka's `TopicPartition`, `OffsetAndMetadata`, `OffsetAndTimestamp`, `Co
 (`ConsumerRecords` is a container, not a value, and is not hashable).
 
 Epochs are `int | None` on the public API (None = "no epoch"); the wire's -1 sentinel is only used
-inside `epochguard.messages`. Offsets are ints (int64 on the wire), epochs int32.
+inside `epochguard.protocol.messages`. Offsets are ints (int64 on the wire), epochs int32.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-//! The Kafka wire codec for Python: request frames -> `epochguard.messages` dataclasses, response
+//! The Kafka wire codec for Python: request frames -> `epochguard.protocol.messages` dataclasses, response
 //! dataclasses -> frames. The one pyo3 bridge of `crate::wire`; the messages module is imported once.
 //!
-//! Conversions follow the flattened shapes of `epochguard.messages` (partitions carry their topic;
+//! Conversions follow the flattened shapes of `epochguard.protocol.messages` (partitions carry their topic;
 //! the codec groups them by topic again, in first-seen order). Record batches pass through as bytes:
 //! a Fetch response's records are borrowed from the Python bytes (no copy until the frame is written),
 //! a Produce request's records are one copy out of the frame.
@@ -135,7 +135,7 @@ fn frame_bytes(frame: &Bound<'_, PyAny>) -> PyResult<Bytes> {
 fn messages(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     static MESSAGES: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
     Ok(MESSAGES
-        .get_or_try_init(py, || py.import("epochguard.messages").map(Bound::unbind))?
+        .get_or_try_init(py, || py.import("epochguard.protocol.messages").map(Bound::unbind))?
         .bind(py))
 }
 

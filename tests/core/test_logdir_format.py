@@ -1,4 +1,4 @@
-"""The pure parsers of Kafka's log-dir files (`epochguard.logdir_format`), against files a real
+"""The pure parsers of Kafka's log-dir files (`epochguard.storage.logdir_format`), against files a real
 broker wrote (../shared/kafka-segments) and against Kafka's own rules for the rest."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from epochguard.errors import MalformedFileError
-from epochguard.logdir_format import (
+from epochguard.storage.logdir_format import (
     MetaProperties,
     parse_leader_epoch_checkpoint,
     parse_meta_properties,

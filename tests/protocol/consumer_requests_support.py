@@ -9,9 +9,10 @@ from collections.abc import Iterable
 from protocol_support import kafka_python_batch
 
 from epochguard import Consumer
-from epochguard.api_versions import BROKER_API_VERSIONS
+from epochguard.client.metadata import ClientMetadata
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.api_versions import BROKER_API_VERSIONS
+from epochguard.protocol.messages import (
     FetchPartitionData,
     FetchRequest,
     FetchResponse,
@@ -20,7 +21,6 @@ from epochguard.messages import (
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-from epochguard.metadata import ClientMetadata
 from epochguard.types import EpochProtocol, TopicPartition
 
 TP0, TP1 = TopicPartition("t", 0), TopicPartition("t", 1)

@@ -9,8 +9,13 @@ from collections.abc import Callable, Iterable
 from protocol_support import CONTROLLER, recs, state
 
 from epochguard import Consumer, PartitionLog, ReplicaManager
-from epochguard.api_versions import BROKER_API_VERSIONS, ApiVersionsRequest, ApiVersionsResponse, NodeApiVersions
-from epochguard.messages import (
+from epochguard.protocol.api_versions import (
+    BROKER_API_VERSIONS,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    NodeApiVersions,
+)
+from epochguard.protocol.messages import (
     MetadataRequest,
     MetadataResponse,
     MetadataResponseBroker,

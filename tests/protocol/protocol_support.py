@@ -7,9 +7,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Sequence
 
+from epochguard.broker.replica_manager import ReplicaManager
 from epochguard.errors import Errors
-from epochguard.messages import AlterPartitionRequest, AlterPartitionResponse, LeaderAndIsrPartitionState
-from epochguard.replica_manager import ReplicaManager
+from epochguard.protocol.messages import AlterPartitionRequest, AlterPartitionResponse, LeaderAndIsrPartitionState
 from epochguard.types import TopicPartition
 
 TP = TopicPartition("t", 0)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from epochguard.api_versions import (
+from epochguard.errors import EpochGuardError, Errors, UnsupportedVersionError
+from epochguard.protocol.api_versions import (
     BROKER_API_VERSIONS,
     ApiKey,
     ApiVersionRange,
@@ -13,7 +14,6 @@ from epochguard.api_versions import (
     answer_api_versions,
     has_usable_offset_for_leader_epoch_version,
 )
-from epochguard.errors import EpochGuardError, Errors, UnsupportedVersionError
 
 FETCH_1_TO_5 = NodeApiVersions([ApiVersionRange(ApiKey.FETCH, 1, 5), ApiVersionRange(ApiKey.API_VERSIONS, 0, 3)])
 

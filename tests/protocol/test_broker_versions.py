@@ -8,7 +8,10 @@ from __future__ import annotations
 from protocol_support import CONTROLLER, TP, Network, recs, state
 from test_consumer import Cluster, consumer, truncated_cluster
 
-from epochguard.api_versions import (
+from epochguard.broker.fetcher import FetchState
+from epochguard.broker.replica_manager import ReplicaManager
+from epochguard.errors import Errors
+from epochguard.protocol.api_versions import (
     BROKER_API_VERSIONS,
     ApiKey,
     ApiVersionRange,
@@ -16,11 +19,8 @@ from epochguard.api_versions import (
     ApiVersionsResponse,
     NodeApiVersions,
 )
-from epochguard.errors import Errors
-from epochguard.log import PartitionLog
-from epochguard.messages import FetchRequest, OffsetsForLeaderEpochRequest
-from epochguard.replica import FetchState
-from epochguard.replica_manager import ReplicaManager
+from epochguard.protocol.messages import FetchRequest, OffsetsForLeaderEpochRequest
+from epochguard.storage.log import PartitionLog
 from epochguard.types import LeaderAndEpoch, OffsetAndMetadata
 
 OLD_BROKER = BROKER_API_VERSIONS.with_range(ApiKey.OFFSET_FOR_LEADER_EPOCH, 0, 2)

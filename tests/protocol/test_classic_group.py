@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from epochguard.classic_group import GroupState
-from epochguard.coordinator import GroupCoordinator
+from epochguard.broker.group.classic_group import GroupState
+from epochguard.broker.group.coordinator import GroupCoordinator
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     HeartbeatRequest,
     JoinGroupProtocol,
     JoinGroupRequest,

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from epochguard.classic_group import ClassicGroups, GroupState
+from epochguard.broker.group.classic_group import ClassicGroups, GroupState
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     HeartbeatRequest,
     JoinGroupProtocol,
     JoinGroupRequest,

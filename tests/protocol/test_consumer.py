@@ -6,12 +6,11 @@ from __future__ import annotations
 import pytest
 from protocol_support import CONTROLLER, TP, recs, state
 
-from epochguard.consumer import Consumer, FetchState
-from epochguard.coordinator import GroupCoordinator
+from epochguard.broker.group.coordinator import GroupCoordinator
+from epochguard.broker.replica_manager import ReplicaManager
+from epochguard.client.consumer import Consumer, FetchState
 from epochguard.errors import LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError
-from epochguard.leader import ReplicaManager
-from epochguard.log import PartitionLog
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     FetchRequest,
     FetchResponse,
     MetadataRequest,
@@ -22,6 +21,7 @@ from epochguard.messages import (
     OffsetCommitRequest,
     OffsetsForLeaderEpochRequest,
 )
+from epochguard.storage.log import PartitionLog
 from epochguard.types import FetchPosition, LeaderAndEpoch, OffsetAndMetadata, OffsetAndTimestamp
 
 COORD = 500
@@ -322,7 +322,7 @@ def test_reset_answer_without_an_offset_is_retried_not_used_as_a_position():
     `handleListOffsetResponse` leaves the partition out and the reset is retried."""
     import dataclasses
 
-    from epochguard.messages import ListOffsetsRequest, ListOffsetsResponse
+    from epochguard.protocol.messages import ListOffsetsRequest, ListOffsetsResponse
 
     cluster = Cluster({1: [(0, 4)]}, leader=1, epoch=1)
     c = consumer("earliest")
@@ -340,7 +340,7 @@ def test_reset_answer_without_an_offset_is_retried_not_used_as_a_position():
 def test_reset_answer_applies_only_to_the_same_pending_strategy_and_bumps_the_last_seen_epoch():
     import dataclasses
 
-    from epochguard.messages import ListOffsetsRequest, ListOffsetsResponse
+    from epochguard.protocol.messages import ListOffsetsRequest, ListOffsetsResponse
 
     cluster = Cluster({1: [(0, 2), (1, 4)]}, leader=1, epoch=1)
     c = consumer("latest")

@@ -9,10 +9,10 @@ import pytest
 from consumer_script import BACKOFF, TIMEOUT, Cluster, consumer, sent_now
 
 from epochguard import Consumer
-from epochguard.api_versions import BROKER_API_VERSIONS, ApiVersionsRequest
-from epochguard.consumer import FetchState
+from epochguard.client.consumer import FetchState
 from epochguard.errors import NoOffsetForPartitionError
-from epochguard.messages import (
+from epochguard.protocol.api_versions import BROKER_API_VERSIONS, ApiVersionsRequest
+from epochguard.protocol.messages import (
     FetchRequest,
     ListOffsetsRequest,
     MetadataRequest,

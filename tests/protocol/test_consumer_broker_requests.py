@@ -10,15 +10,15 @@ import pytest
 from consumer_requests_support import BACKOFF, EPOCH, TIMEOUT, TP0, TP1, known_consumer
 
 from epochguard import Consumer
-from epochguard.api_versions import (
+from epochguard.errors import Errors
+from epochguard.protocol.api_versions import (
     BROKER_API_VERSIONS,
     ApiKey,
     ApiVersionRange,
     ApiVersionsRequest,
     ApiVersionsResponse,
 )
-from epochguard.errors import Errors
-from epochguard.messages import ListOffsetsRequest, MetadataRequest, MetadataResponse, MetadataResponseBroker
+from epochguard.protocol.messages import ListOffsetsRequest, MetadataRequest, MetadataResponse, MetadataResponseBroker
 from epochguard.types import FetchPosition, LeaderAndEpoch
 
 LATEST = ApiVersionsRequest().version

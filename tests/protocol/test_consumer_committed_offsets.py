@@ -23,9 +23,9 @@ from consumer_requests_support import (
 )
 
 from epochguard import Consumer
-from epochguard.consumer import FetchState
+from epochguard.client.consumer import FetchState
 from epochguard.errors import Errors, NoOffsetForPartitionError
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     EpochEndOffset,
     FetchRequest,
     ListOffsetsPartitionResponse,

@@ -10,11 +10,17 @@ import pytest
 from protocol_support import CONTROLLER, TP, recs, state
 
 from epochguard import Consumer, PartitionLog, ReplicaManager
-from epochguard.api_versions import BROKER_API_VERSIONS, ApiKey, ApiVersionRange, ApiVersionsRequest, NodeApiVersions
-from epochguard.consumer import FetchState
-from epochguard.coordinator import GroupCoordinator
+from epochguard.broker.group.coordinator import GroupCoordinator
+from epochguard.client.consumer import FetchState
 from epochguard.errors import Errors, LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError
-from epochguard.messages import (
+from epochguard.protocol.api_versions import (
+    BROKER_API_VERSIONS,
+    ApiKey,
+    ApiVersionRange,
+    ApiVersionsRequest,
+    NodeApiVersions,
+)
+from epochguard.protocol.messages import (
     FetchRequest,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,

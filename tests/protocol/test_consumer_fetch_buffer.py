@@ -10,9 +10,9 @@ from consumer_script import Cluster, consumer, sent_now
 from protocol_support import kafka_python_batch
 
 from epochguard._core import encode_batch
-from epochguard.consumer import CompletedFetch
+from epochguard.client.consumer import CompletedFetch
 from epochguard.errors import OffsetOutOfRangeError
-from epochguard.messages import AbortedTransaction, FetchRequest
+from epochguard.protocol.messages import AbortedTransaction, FetchRequest
 from epochguard.types import (
     ConsumerRecord,
     FetchPosition,

@@ -26,14 +26,14 @@ from consumer_requests_support import (
 
 from epochguard import Consumer
 from epochguard._core import encode_batch
-from epochguard.consumer import FetchState
+from epochguard.client.consumer import FetchState
 from epochguard.errors import (
     CorruptRecordError,
     Errors,
     OffsetOutOfRangeError,
     TopicAuthorizationFailedError,
 )
-from epochguard.messages import FetchRequest, LeaderIdAndEpoch, ListOffsetsRequest, MetadataRequest
+from epochguard.protocol.messages import FetchRequest, LeaderIdAndEpoch, ListOffsetsRequest, MetadataRequest
 from epochguard.types import EARLIEST_TIMESTAMP, FetchPosition, LeaderAndEpoch, TopicPartition
 
 

@@ -8,10 +8,11 @@ import pytest
 from protocol_support import TP
 from test_consumer import Cluster, consumer, truncated_cluster
 
-from epochguard.api_versions import BROKER_API_VERSIONS
-from epochguard.consumer import Consumer
+from epochguard.client.consumer import Consumer
+from epochguard.client.metadata import ClientMetadata
 from epochguard.errors import OffsetOutOfRangeError
-from epochguard.messages import (
+from epochguard.protocol.api_versions import BROKER_API_VERSIONS
+from epochguard.protocol.messages import (
     ListOffsetsRequest,
     MetadataRequest,
     MetadataResponse,
@@ -20,7 +21,6 @@ from epochguard.messages import (
     MetadataResponseTopic,
     OffsetsForLeaderEpochRequest,
 )
-from epochguard.metadata import ClientMetadata
 from epochguard.types import LeaderAndEpoch, OffsetAndMetadata
 
 

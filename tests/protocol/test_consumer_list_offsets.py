@@ -9,7 +9,12 @@ import pytest
 from consumer_script import BACKOFF, TIMEOUT, Cluster, consumer, sent_now
 
 from epochguard.errors import Errors, RequestTimedOutError
-from epochguard.messages import FetchRequest, ListOffsetsPartitionResponse, ListOffsetsRequest, ListOffsetsResponse
+from epochguard.protocol.messages import (
+    FetchRequest,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
 from epochguard.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,

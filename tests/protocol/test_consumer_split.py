@@ -7,14 +7,14 @@ import pytest
 from protocol_support import TP
 from test_consumer import consumer, truncated_cluster
 
-from epochguard.consumer.validator import (
+from epochguard.client.consumer.validator import (
     Reset,
     Resume,
     Rewind,
     Truncated,
     validate_position,
 )
-from epochguard.messages import FetchRequest, OffsetsForLeaderEpochRequest
+from epochguard.protocol.messages import FetchRequest, OffsetsForLeaderEpochRequest
 from epochguard.types import FetchPosition, LeaderAndEpoch, OffsetAndMetadata
 
 POS = FetchPosition(10, 3, LeaderAndEpoch(2, 4))

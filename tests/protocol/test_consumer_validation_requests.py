@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 from consumer_script import BACKOFF, Cluster, consumer, sent_now
 
-from epochguard.api_versions import BROKER_API_VERSIONS, ApiKey, ApiVersionsRequest
-from epochguard.consumer import FetchState
+from epochguard.client.consumer import FetchState
 from epochguard.errors import Errors, LogTruncationError, TopicAuthorizationFailedError
-from epochguard.messages import (
+from epochguard.protocol.api_versions import BROKER_API_VERSIONS, ApiKey, ApiVersionsRequest
+from epochguard.protocol.messages import (
     EpochEndOffset,
     FetchRequest,
     OffsetsForLeaderEpochRequest,

@@ -1,8 +1,8 @@
 """Committed offsets keep their leader epoch from OffsetCommit v6 / OffsetFetch v5 on."""
 
-from epochguard.coordinator import GroupCoordinator
+from epochguard.broker.group.coordinator import GroupCoordinator
 from epochguard.errors import Errors
-from epochguard.messages import OffsetCommitPartition, OffsetCommitRequest, OffsetFetchRequest
+from epochguard.protocol.messages import OffsetCommitPartition, OffsetCommitRequest, OffsetFetchRequest
 from epochguard.types import TopicPartition
 
 TP = TopicPartition("t", 0)

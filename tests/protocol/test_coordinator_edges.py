@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from epochguard.coordinator import GroupCoordinator
+from epochguard.broker.group.coordinator import GroupCoordinator
 from epochguard.errors import Errors
-from epochguard.messages import FetchRequest, OffsetCommitPartition, OffsetCommitRequest, OffsetFetchRequest
+from epochguard.protocol.messages import FetchRequest, OffsetCommitPartition, OffsetCommitRequest, OffsetFetchRequest
 from epochguard.types import TopicPartition
 
 TP = TopicPartition("t", 0)

@@ -4,9 +4,9 @@ for a client that sent no client id."""
 
 from __future__ import annotations
 
-from epochguard.coordinator import GroupCoordinator
+from epochguard.broker.group.coordinator import GroupCoordinator
 from epochguard.errors import Errors
-from epochguard.messages import JoinGroupProtocol, JoinGroupRequest, OffsetCommitPartition, OffsetCommitRequest
+from epochguard.protocol.messages import JoinGroupProtocol, JoinGroupRequest, OffsetCommitPartition, OffsetCommitRequest
 
 
 def test_a_refused_commit_answers_every_partition_by_name_with_the_group_error():

@@ -10,9 +10,10 @@ import pytest
 from protocol_support import TP, Network, brokers, kafka_python_batch, recs, state
 
 from epochguard import Partition, PartitionLog, ReplicaManager
-from epochguard.api_versions import BROKER_API_VERSIONS, ApiKey, NodeApiVersions
+from epochguard.broker.fetcher import FetchState, ReplicaFetcher, TruncationRecord
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.api_versions import BROKER_API_VERSIONS, ApiKey, NodeApiVersions
+from epochguard.protocol.messages import (
     DivergingEpoch,
     EpochEndOffset,
     FetchPartitionData,
@@ -24,7 +25,6 @@ from epochguard.messages import (
     OffsetsForLeaderEpochRequest,
     OffsetsForLeaderEpochResponse,
 )
-from epochguard.replica import FetchState, ReplicaFetcher, TruncationRecord
 
 BACKOFF = 1_000
 

@@ -7,10 +7,10 @@ import pytest
 from protocol_support import TP, recs, state
 
 from epochguard._core import iter_batches
+from epochguard.broker.partition import Partition
+from epochguard.broker.replica_manager import ReplicaManager
 from epochguard.errors import Errors
-from epochguard.leader import Partition, ReplicaManager
-from epochguard.log import PartitionLog
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     AlterPartitionResponse,
     BrokerRegistration,
     DivergingEpoch,
@@ -23,6 +23,7 @@ from epochguard.messages import (
     ProducePartition,
     ProduceRequest,
 )
+from epochguard.storage.log import PartitionLog
 from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 

@@ -8,7 +8,7 @@ from protocol_support import CONTROLLER, TP, recs, state
 
 from epochguard import Partition, ReplicaManager
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     EpochEndOffset,
     FetchPartition,
     FetchRequest,

@@ -9,7 +9,7 @@ from protocol_support import recs, state
 
 from epochguard import Partition, PartitionLog
 from epochguard.errors import Errors
-from epochguard.messages import DivergingEpoch, FetchPartition, FetchPartitionData, LeaderIdAndEpoch
+from epochguard.protocol.messages import DivergingEpoch, FetchPartition, FetchPartitionData, LeaderIdAndEpoch
 from epochguard.types import TopicPartition
 
 TP3 = TopicPartition("orders", 3)

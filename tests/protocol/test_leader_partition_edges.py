@@ -9,7 +9,7 @@ from protocol_support import TP, recs, state
 
 from epochguard import Partition, PartitionLog, iter_batches
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     AlterPartitionResponse,
     BrokerRegistration,
     FetchPartition,

@@ -6,7 +6,12 @@ import pytest
 from protocol_support import TP, kafka_python_batch, kafka_python_legacy_batch, recs
 
 from epochguard._core import LeaderEpochCache, iter_batches
-from epochguard.log import PartitionLog, UnexpectedAppendOffsetError, parse_partition_dir_name, segment_file_name
+from epochguard.storage.log import (
+    PartitionLog,
+    UnexpectedAppendOffsetError,
+    parse_partition_dir_name,
+    segment_file_name,
+)
 
 
 def test_append_as_leader_stamps_epoch_and_assigns_cache():

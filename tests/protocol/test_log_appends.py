@@ -13,7 +13,7 @@ from protocol_support import kafka_python_batch, recs
 from test_log_control_batches import without_records
 
 from epochguard._core import encode_batch, iter_batches
-from epochguard.log import PartitionLog, UnexpectedAppendOffsetError
+from epochguard.storage.log import PartitionLog, UnexpectedAppendOffsetError
 from epochguard.types import TopicPartition
 
 TP = TopicPartition("t", 0)

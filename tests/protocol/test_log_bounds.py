@@ -9,7 +9,7 @@ from protocol_support import recs
 
 from epochguard._core import iter_batches
 from epochguard.errors import MalformedFileError
-from epochguard.log import PartitionLog
+from epochguard.storage.log import PartitionLog
 from epochguard.types import TopicPartition
 
 TP = TopicPartition("t", 0)

@@ -10,7 +10,7 @@ import pytest
 from kafka.record.util import calc_crc32c
 
 from epochguard._core import encode_batch, iter_batches
-from epochguard.log import CONTROL_ABORT, CONTROL_COMMIT, PartitionLog
+from epochguard.storage.log import CONTROL_ABORT, CONTROL_COMMIT, PartitionLog
 from epochguard.types import TopicPartition
 
 TP = TopicPartition("t", 0)

@@ -9,7 +9,7 @@ from protocol_support import TP, kafka_python_batch, kafka_python_legacy_batch, 
 
 from epochguard import CorruptRecordError, PartitionLog, iter_batches
 from epochguard.errors import MalformedFileError
-from epochguard.log import UnexpectedAppendOffsetError
+from epochguard.storage.log import UnexpectedAppendOffsetError
 
 
 def batches_of(log: PartitionLog) -> list[tuple[int, int, list[bytes]]]:
@@ -267,7 +267,7 @@ def test_open_without_a_checkpoint_ignores_legacy_batches(tmp_path):
 
 
 def test_a_directory_name_that_is_not_topic_dash_partition_is_refused_by_name(tmp_path):
-    from epochguard.log import parse_partition_dir_name
+    from epochguard.storage.log import parse_partition_dir_name
 
     with pytest.raises(ValueError, match=r"^not a partition directory name: 'segments'$"):
         parse_partition_dir_name("segments")

@@ -8,8 +8,8 @@ import pytest
 from protocol_support import recs
 
 from epochguard._core import iter_batches
-from epochguard.log import PartitionLog
-from epochguard.logdir import (
+from epochguard.storage.log import PartitionLog
+from epochguard.storage.logdir import (
     kafka_uuid,
     read_log_dir,
     read_meta_properties,
@@ -95,7 +95,7 @@ def test_kafka_uuid_form():
 def test_broker_restart_recovers_logs_epochs_and_high_watermarks(tmp_path):
     from protocol_support import TP, state
 
-    from epochguard.leader import ReplicaManager
+    from epochguard.broker.replica_manager import ReplicaManager
 
     rm = ReplicaManager(4, log_dir=tmp_path, segment_bytes=200)
     rm.apply_partition_state(state(4, 3, isr=(4,), replicas=(4,)), 0)

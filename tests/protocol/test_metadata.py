@@ -2,14 +2,14 @@
 
 import pytest
 
+from epochguard.client.metadata import ClientMetadata
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     MetadataResponse,
     MetadataResponseBroker,
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-from epochguard.metadata import ClientMetadata
 from epochguard.types import LeaderAndEpoch, TopicPartition
 
 TP = TopicPartition("t", 0)

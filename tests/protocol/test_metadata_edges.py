@@ -4,14 +4,14 @@ public update counter."""
 from __future__ import annotations
 
 from epochguard import ClientMetadata, TopicPartition
+from epochguard.client.metadata import PartitionMetadata
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     MetadataResponse,
     MetadataResponseBroker,
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-from epochguard.metadata import PartitionMetadata
 
 TP = TopicPartition("a", 0)
 

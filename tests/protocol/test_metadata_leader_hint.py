@@ -3,13 +3,13 @@ and epoch 0 are real values, -1 is none even when no broker list is known to che
 
 from __future__ import annotations
 
-from epochguard.messages import (
+from epochguard.client.metadata import ClientMetadata
+from epochguard.protocol.messages import (
     MetadataResponse,
     MetadataResponseBroker,
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-from epochguard.metadata import ClientMetadata
 from epochguard.types import LeaderAndEpoch, TopicPartition
 
 TP = TopicPartition("a", 0)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from epochguard.messages import (
+from epochguard.client.metadata import ClientMetadata
+from epochguard.protocol.messages import (
     MetadataResponse,
     MetadataResponseBroker,
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-from epochguard.metadata import ClientMetadata
 from epochguard.types import TopicPartition
 
 

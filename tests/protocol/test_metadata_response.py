@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+from epochguard.client.metadata import ClientMetadata, PartitionMetadata
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     MetadataResponse,
     MetadataResponseBroker,
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-from epochguard.metadata import ClientMetadata, PartitionMetadata
 from epochguard.types import LeaderAndEpoch, TopicPartition
 
 BROKERS = tuple(MetadataResponseBroker(n) for n in (0, 1, 2))

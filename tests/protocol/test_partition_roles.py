@@ -11,7 +11,7 @@ from protocol_support import TP, recs, state
 
 from epochguard import Partition, PartitionLog
 from epochguard.errors import Errors
-from epochguard.messages import FetchPartition, LeaderIdAndEpoch
+from epochguard.protocol.messages import FetchPartition, LeaderIdAndEpoch
 
 LAG_MAX = 10_000
 

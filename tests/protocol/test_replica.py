@@ -6,10 +6,10 @@ from __future__ import annotations
 from protocol_support import CONTROLLER, TP, Network, recs, state
 
 from epochguard._core import iter_batches
+from epochguard.broker.fetcher import FetchState
+from epochguard.broker.replica_manager import ReplicaManager
 from epochguard.errors import Errors
-from epochguard.leader import ReplicaManager
-from epochguard.log import PartitionLog
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     DivergingEpoch,
     EpochEndOffset,
     FetchPartitionData,
@@ -19,7 +19,7 @@ from epochguard.messages import (
     OffsetsForLeaderEpochRequest,
     OffsetsForLeaderEpochResponse,
 )
-from epochguard.replica import FetchState
+from epochguard.storage.log import PartitionLog
 
 
 def make_log(batches, hw=None):

@@ -7,8 +7,9 @@ from __future__ import annotations
 from protocol_support import TP, Network, brokers, recs, state
 
 from epochguard import PartitionLog, ReplicaManager
+from epochguard.broker.fetcher import TruncationRecord
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     EpochEndOffset,
     FetchPartitionData,
     FetchRequest,
@@ -19,7 +20,6 @@ from epochguard.messages import (
     OffsetsForLeaderEpochRequest,
     OffsetsForLeaderEpochResponse,
 )
-from epochguard.replica import TruncationRecord
 from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 BACKOFF = 1_000

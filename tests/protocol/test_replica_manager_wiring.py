@@ -9,7 +9,7 @@ from protocol_support import CONTROLLER, TP, kafka_python_batch, recs, state
 
 from epochguard import ReplicaManager, iter_batches
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     AlterPartitionRequest,
     BrokerRegistration,
     FetchPartition,
@@ -201,3 +201,11 @@ def test_a_marker_waiting_for_the_isr_times_out_naming_its_producer_and_partitio
     assert rm.poll_responses(799) == []
     [(_, _, response)] = rm.poll_responses(800)
     assert response.partitions == (WriteTxnMarkerResult(4, TP.topic, 0, Errors.REQUEST_TIMED_OUT),)
+
+
+def test_follower_reads_the_broker_epoch_through_its_getter():
+    rm = ReplicaManager(2, broker_epoch=7)
+    rm.apply_partition_state(state(1, 1, isr=(1, 2), replicas=(1, 2), tp=TP), 0)
+    rm.broker_epoch = 9  # re-registered: the next fetch carries the new epoch
+    [fetch] = [r for _, r in rm.poll_requests(0) if isinstance(r, FetchRequest)]
+    assert fetch.replica_id == 2 and fetch.replica_epoch == 9

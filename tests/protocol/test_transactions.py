@@ -10,12 +10,12 @@ import struct
 from protocol_support import TP, recs, state
 
 from epochguard._core import encode_batch, iter_batches
-from epochguard.consumer import Consumer
-from epochguard.consumer.fetch_collector import CompletedFetch
+from epochguard.broker.partition import Partition
+from epochguard.broker.replica_manager import ReplicaManager
+from epochguard.client.consumer import Consumer
+from epochguard.client.consumer.fetch_collector import CompletedFetch
 from epochguard.errors import Errors
-from epochguard.leader import Partition
-from epochguard.log import AbortedTxn, PartitionLog
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     AbortedTransaction,
     FetchPartition,
     FetchPartitionData,
@@ -26,7 +26,7 @@ from epochguard.messages import (
     WriteTxnMarkerResult,
     WriteTxnMarkersRequest,
 )
-from epochguard.replica_manager import ReplicaManager
+from epochguard.storage.log import AbortedTxn, PartitionLog
 from epochguard.types import (
     DEBUGGING_REPLICA_ID,
     EARLIEST_TIMESTAMP,
@@ -213,7 +213,7 @@ def test_read_committed_consumer_end_to_end_and_position_past_aborted_data():
 
 
 def _metadata():
-    from epochguard.messages import (
+    from epochguard.protocol.messages import (
         MetadataResponse,
         MetadataResponseBroker,
         MetadataResponsePartition,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from protocol_support import TP, Network, brokers, recs, state
 
-from epochguard.consumer import Consumer
-from epochguard.messages import (
+from epochguard.client.consumer import Consumer
+from epochguard.protocol.messages import (
     MetadataRequest,
     MetadataResponse,
     MetadataResponseBroker,

@@ -1,4 +1,4 @@
-"""The consumer's position validation as a pure function (`epochguard.consumer.validator`), with the
+"""The consumer's position validation as a pure function (`epochguard.client.consumer.validator`), with the
 consumed-epoch history (`track_consumed_epochs`): where it rewinds, with which epoch, and whether the
 rewound position must be validated again."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from epochguard import LeaderEpochCache
-from epochguard.consumer.validator import Resume, Rewind, Truncated, validate_position
+from epochguard.client.consumer.validator import Resume, Rewind, Truncated, validate_position
 from epochguard.types import FetchPosition, LeaderAndEpoch, OffsetAndMetadata
 
 LEADER = LeaderAndEpoch(2, 6)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from epochguard.__main__ import main
-from epochguard.logdir import read_log_dir
+from epochguard.storage.logdir import read_log_dir
 from epochguard.types import TopicPartition
 
 

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from epochguard.errors import Errors
-from epochguard.messages import AlterPartitionRequest
+from epochguard.protocol.messages import AlterPartitionRequest
 from epochguard.sim.clock import SeededRandom, VirtualClock
 from epochguard.sim.controller import CONTROLLER, BrokerHeartbeat, BrokerHeartbeatResponse, Controller, LeaderAndIsr
 from epochguard.sim.network import Network

@@ -13,6 +13,7 @@ import pytest
 
 from epochguard.__main__ import main
 from epochguard.spark import audit
+from epochguard.spark.report import save
 
 from .kafka_logs import Replica, records, write_log_dir
 
@@ -257,7 +258,7 @@ def test_result_is_data_first_and_names_its_inputs(spark, scenario, tmp_path) ->
     assert result.out is None and not (tmp_path / "saved").exists()
     assert result.lost_records.count() == result.lost_count == 13
     assert result.provenance["log_dirs"] == dirs and result.provenance["spark_master"] == "local[2]"
-    result.save(str(tmp_path / "saved"))
+    save(result, str(tmp_path / "saved"))
     html = (tmp_path / "saved" / "report.html").read_text()
     assert all(d in html for d in dirs) and "local[2]" in html and result.provenance["epochguard_version"] in html
     assert pd.read_parquet(tmp_path / "saved" / "lost_records.parquet").shape[0] == 13

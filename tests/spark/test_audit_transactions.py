@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from epochguard.log import PartitionLog
-from epochguard.logdir import write_log_dir
 from epochguard.spark import audit
+from epochguard.storage.log import PartitionLog
+from epochguard.storage.logdir import write_log_dir
 from epochguard.types import TopicPartition
 
 TP = TopicPartition("payments", 0)

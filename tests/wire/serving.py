@@ -155,7 +155,7 @@ class Exchanges:
 
 
 def _asked(request: Any) -> str:
-    from epochguard.messages import FetchRequest, ListOffsetsRequest, MetadataRequest
+    from epochguard.protocol.messages import FetchRequest, ListOffsetsRequest, MetadataRequest
 
     name = type(request).__name__.removesuffix("Request")
     if isinstance(request, FetchRequest):
@@ -170,7 +170,7 @@ def _asked(request: Any) -> str:
 
 
 def _answered(response: Any) -> str:
-    from epochguard.messages import FetchResponse, ListOffsetsResponse, MetadataResponse
+    from epochguard.protocol.messages import FetchResponse, ListOffsetsResponse, MetadataResponse
 
     if isinstance(response, FetchResponse):
         return f"error {int(response.error_code)} " + ", ".join(

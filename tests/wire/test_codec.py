@@ -1,6 +1,6 @@
 """The Kafka wire codec (`epochguard._core.decode_request` / `encode_response`) against independent
 software: request frames that kafka-python's `kafka.protocol` (its own generator over Kafka's JSON
-schemas) encodes decode to the right `epochguard.messages`, and the response frames we encode parse
+schemas) encodes decode to the right `epochguard.protocol.messages`, and the response frames we encode parse
 with kafka-python's response classes field for field, for every API x version the codec serves.
 Hostile frames give the typed errors."""
 
@@ -14,9 +14,9 @@ from dataclasses import replace
 import pytest
 
 from epochguard import _core
-from epochguard.api_versions import BROKER_API_VERSIONS, ApiKey, ApiVersionsRequest, ApiVersionsResponse
 from epochguard.errors import CorruptFrameError, EpochGuardError, Errors, UnsupportedVersionError
-from epochguard.messages import (
+from epochguard.protocol.api_versions import BROKER_API_VERSIONS, ApiKey, ApiVersionsRequest, ApiVersionsResponse
+from epochguard.protocol.messages import (
     AbortedTransaction,
     DivergingEpoch,
     FetchPartition,

@@ -1,6 +1,6 @@
 """The wire codec for the offset, producer-id, coordinator and classic group APIs, against
 kafka-python's `kafka.protocol` classes (independent software generated from Kafka's JSON schemas):
-requests it encodes decode to the right `epochguard.messages`, our responses parse field for field."""
+requests it encodes decode to the right `epochguard.protocol.messages`, our responses parse field for field."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import struct
 import pytest
 
 from epochguard import _core
-from epochguard.api_versions import BROKER_API_VERSIONS, ApiKey
 from epochguard.errors import CorruptFrameError, Errors
-from epochguard.messages import (
+from epochguard.protocol.api_versions import BROKER_API_VERSIONS, ApiKey
+from epochguard.protocol.messages import (
     Coordinator,
     EpochEndOffset,
     FindCoordinatorRequest,

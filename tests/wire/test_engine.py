@@ -7,8 +7,7 @@ import struct
 import pytest
 
 from epochguard.errors import Errors
-from epochguard.logdir import DEFAULT_CLUSTER_ID
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     FetchPartition,
     FetchRequest,
     FetchResponse,
@@ -23,6 +22,7 @@ from epochguard.records import encode_batch, iter_batches
 from epochguard.sim.faults import Crash, StaleMetadata
 from epochguard.sim.network import Envelope, broker_node
 from epochguard.sim.scenarios import topic_id
+from epochguard.storage.logdir import DEFAULT_CLUSTER_ID
 from epochguard.wire import codec
 from epochguard.wire.endpoint import Endpoint
 from epochguard.wire.engine import WireCluster

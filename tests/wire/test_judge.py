@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     FetchPartition,
     FetchRequest,
     FetchResponse,

@@ -40,7 +40,7 @@ def _poll_until(consumers: list[Any], done: Any, seconds: float, poll: Any) -> N
 
 
 def _check_run(served: Served, trace: Path) -> None:
-    from epochguard.wire.trace import replay
+    from epochguard.wire.replay import replay
 
     result = served.stop()
     assert result["violations"] == []

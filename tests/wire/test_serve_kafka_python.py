@@ -28,7 +28,7 @@ def _consume(bootstrap: str, topic: str, seconds: float, client_id: str, stop_af
 
 
 def test_clean_acks_all_produce_and_assign_consume_lose_and_duplicate_nothing(tmp_path: Path) -> None:
-    from epochguard.wire.trace import replay
+    from epochguard.wire.replay import replay
 
     trace = tmp_path / "clean.jsonl"
     served = Served("clean", trace=trace)
@@ -55,7 +55,7 @@ def test_clean_acks_all_produce_and_assign_consume_lose_and_duplicate_nothing(tm
 
 @pytest.mark.parametrize("trigger", ["served", "caught-up"])
 def test_unclean_election_verdict_agrees_with_the_consumers_own_log(trigger: str, tmp_path: Path) -> None:
-    from epochguard.wire.trace import replay
+    from epochguard.wire.replay import replay
 
     trace = tmp_path / "run.jsonl"
     served = Served("unclean-election", "--trigger", trigger, "--timeout-s", "10", trace=trace)

@@ -26,8 +26,8 @@ from epochguard.types import TopicPartition
 from epochguard.wire.drivers.registry import client
 from epochguard.wire.endpoint import Endpoint
 from epochguard.wire.engine import WireCluster
+from epochguard.wire.replay import replay
 from epochguard.wire.scenarios import build
-from epochguard.wire.trace import replay
 from tests.wire.conftest import require
 from tests.wire.serving import Exchanges, Served, unanswered
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from epochguard.errors import Errors
-from epochguard.messages import FetchPartition, FetchRequest, FetchResponse
+from epochguard.protocol.messages import FetchPartition, FetchRequest, FetchResponse
 from epochguard.records import iter_batches
 from epochguard.sim.faults import Fault
 from epochguard.types import IsolationLevel, TopicPartition

@@ -2,8 +2,8 @@
 injects faults and checks invariants after every step.
 
 The simulator only delivers messages, advances a virtual clock, elects leaders and injects faults; every
-protocol rule lives in `epochguard.leader`, `epochguard.replica`, `epochguard.consumer`,
-`epochguard.metadata` and the Rust core. Run a scenario:
+protocol rule lives in `epochguard.broker.partition`, `epochguard.broker.fetcher`, `epochguard.client.consumer`,
+`epochguard.client.metadata` and the Rust core. Run a scenario:
 
     >>> from epochguard.sim import run_scenario
     >>> result = run_scenario("unclean-election", seed=1, protocol="pre-kip-320")

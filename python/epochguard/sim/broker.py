@@ -1,4 +1,4 @@
-"""A broker process: `epochguard.replica_manager.ReplicaManager` (all protocol rules) wired to the network,
+"""A broker process: `epochguard.broker.replica_manager.ReplicaManager` (all protocol rules) wired to the network,
 plus what the protocol does not cover: registration and heartbeats with the controller, the metadata
 cache it serves to clients, the high-watermark checkpoint, crash and restart.
 
@@ -14,9 +14,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from epochguard.broker.fetcher import FetchState
+from epochguard.broker.replica_manager import ReplicaManager
 from epochguard.errors import Errors
-from epochguard.logdir import DEFAULT_CLUSTER_ID
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     BrokerRegistration,
     FetchRequest,
     FetchResponse,
@@ -27,8 +28,6 @@ from epochguard.messages import (
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-from epochguard.replica import FetchState
-from epochguard.replica_manager import ReplicaManager
 from epochguard.sim.controller import (
     CONTROLLER,
     BrokerHeartbeat,
@@ -40,6 +39,7 @@ from epochguard.sim.controller import (
 from epochguard.sim.events import FetchServed
 from epochguard.sim.network import Disconnected, Envelope, broker_node
 from epochguard.sim.storage import SimLog
+from epochguard.storage.logdir import DEFAULT_CLUSTER_ID
 from epochguard.types import TopicPartition
 
 if TYPE_CHECKING:

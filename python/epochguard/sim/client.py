@@ -1,11 +1,11 @@
-"""What every simulated client shares: a metadata cache (epochguard.metadata), request bookkeeping, timeouts."""
+"""What every simulated client shares: a metadata cache (epochguard.client.metadata), request bookkeeping, timeouts."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from epochguard.messages import MetadataRequest, MetadataResponse
-from epochguard.metadata import ClientMetadata, MetadataUpdate
+from epochguard.client.metadata import ClientMetadata, MetadataUpdate
+from epochguard.protocol.messages import MetadataRequest, MetadataResponse
 from epochguard.sim.events import MetadataAccepted
 from epochguard.sim.network import Disconnected, Envelope, broker_node
 

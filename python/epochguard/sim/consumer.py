@@ -1,4 +1,4 @@
-"""A consumer application: the `epochguard.consumer.Consumer` state machine (positions, validation,
+"""A consumer application: the `epochguard.client.consumer.Consumer` state machine (positions, validation,
 resets, fetches: every rule) driven over the network. The application polls every step, hands each
 record to the event sink, and reports the truncations and resets the state machine recorded."""
 
@@ -7,15 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from epochguard.consumer import Consumer as ConsumerMachine
-from epochguard.consumer import FetchState
+from epochguard.client.consumer import Consumer as ConsumerMachine
+from epochguard.client.consumer import FetchState
+from epochguard.client.metadata import ClientMetadata
 from epochguard.errors import (
     LogTruncationError,
     NoOffsetForPartitionError,
     OffsetOutOfRangeError,
 )
-from epochguard.messages import FetchResponse, MetadataResponse, OffsetCommitRequest
-from epochguard.metadata import ClientMetadata
+from epochguard.protocol.messages import FetchResponse, MetadataResponse, OffsetCommitRequest
 from epochguard.sim.coordinator import COORDINATOR, COORDINATOR_ID, GROUP_ID
 from epochguard.sim.events import (
     ClientRestarted,

@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from epochguard.errors import Errors
-from epochguard.logdir import kafka_uuid
-from epochguard.messages import AlterPartitionRequest, AlterPartitionResponse, LeaderAndIsrPartitionState
+from epochguard.protocol.messages import AlterPartitionRequest, AlterPartitionResponse, LeaderAndIsrPartitionState
 from epochguard.sim.network import Envelope, Network, broker_node
 from epochguard.sim.timeline import Timeline
+from epochguard.storage.logdir import kafka_uuid
 from epochguard.types import TopicPartition
 
 CONTROLLER = "controller"

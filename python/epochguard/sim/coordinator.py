@@ -1,10 +1,10 @@
-"""The group coordinator node: `epochguard.coordinator.GroupCoordinator` (committed offsets and their
+"""The group coordinator node: `epochguard.broker.group.coordinator.GroupCoordinator` (committed offsets and their
 leader epochs) behind a network address. Kafka keeps it in a replicated internal topic; here it is a
 node that never fails, so committed offsets are never the thing being tested."""
 
 from __future__ import annotations
 
-from epochguard.coordinator import GroupCoordinator
+from epochguard.broker.group.coordinator import GroupCoordinator
 from epochguard.sim.network import Envelope, Network
 
 COORDINATOR = "coordinator"

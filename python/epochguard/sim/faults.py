@@ -15,11 +15,11 @@ from epochguard.sim.network import LinkFault, broker_node
 from epochguard.types import TopicPartition
 
 if TYPE_CHECKING:
-    from epochguard.sim.cluster import Cluster
+    from epochguard.sim.view import FaultTarget
 
 
 class Fault(Protocol):
-    def apply(self, cluster: Cluster) -> None: ...
+    def apply(self, cluster: FaultTarget) -> None: ...
     def describe(self) -> str: ...
 
 
@@ -29,7 +29,7 @@ class Crash:
 
     broker: int
 
-    def apply(self, cluster: Cluster) -> None:
+    def apply(self, cluster: FaultTarget) -> None:
         cluster.crash(self.broker)
 
     def describe(self) -> str:
@@ -42,7 +42,7 @@ class Restart:
 
     broker: int
 
-    def apply(self, cluster: Cluster) -> None:
+    def apply(self, cluster: FaultTarget) -> None:
         cluster.restart(self.broker)
 
     def describe(self) -> str:
@@ -55,7 +55,7 @@ class ConsumerRestart:
 
     consumer: int = 0
 
-    def apply(self, cluster: Cluster) -> None:
+    def apply(self, cluster: FaultTarget) -> None:
         if self.consumer < len(cluster.consumers):
             cluster.consumers[self.consumer].restart()
 
@@ -71,7 +71,7 @@ class Zombie:
     broker: int
     duration_ms: int | None = None
 
-    def apply(self, cluster: Cluster) -> None:
+    def apply(self, cluster: FaultTarget) -> None:
         until = None if self.duration_ms is None else cluster.clock.now_ms + self.duration_ms
         cluster.network.cut(CONTROLLER, broker_node(self.broker), until_ms=until)
 
@@ -87,7 +87,7 @@ class StaleMetadata:
     broker: int
     lag_ms: int
 
-    def apply(self, cluster: Cluster) -> None:
+    def apply(self, cluster: FaultTarget) -> None:
         cluster.broker(self.broker).metadata_lag_ms = self.lag_ms
 
     def describe(self) -> str:
@@ -104,7 +104,7 @@ class LinkDelay:
     drop_rate: float = 0.0
     duration_ms: int | None = None
 
-    def apply(self, cluster: Cluster) -> None:
+    def apply(self, cluster: FaultTarget) -> None:
         if not self.delay_ms and not self.drop_rate:
             cluster.network.heal(self.src, self.dst)
             return
@@ -129,7 +129,7 @@ class Isolate:
     broker: int
     duration_ms: int | None = None
 
-    def apply(self, cluster: Cluster) -> None:
+    def apply(self, cluster: FaultTarget) -> None:
         until = None if self.duration_ms is None else cluster.clock.now_ms + self.duration_ms
         for other in cluster.broker_ids:
             if other != self.broker:
@@ -146,7 +146,7 @@ class Heal:
 
     node: str
 
-    def apply(self, cluster: Cluster) -> None:
+    def apply(self, cluster: FaultTarget) -> None:
         cluster.network.heal_node(self.node)
 
     def describe(self) -> str:
@@ -160,7 +160,7 @@ class PreferredElection:
     tp: TopicPartition
     broker: int
 
-    def apply(self, cluster: Cluster) -> None:
+    def apply(self, cluster: FaultTarget) -> None:
         cluster.controller.elect_preferred(self.tp, self.broker)
 
     def describe(self) -> str:
@@ -173,7 +173,7 @@ class UncleanElections:
 
     enabled: bool = True
 
-    def apply(self, cluster: Cluster) -> None:
+    def apply(self, cluster: FaultTarget) -> None:
         cluster.controller.unclean_leader_election = self.enabled
 
     def describe(self) -> str:

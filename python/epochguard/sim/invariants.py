@@ -44,8 +44,8 @@ from epochguard.sim.events import (
 from epochguard.types import ConsumerRecord, OffsetResetEvent, TopicPartition, TruncationEvent
 
 if TYPE_CHECKING:
-    from epochguard.sim.cluster import Cluster
     from epochguard.sim.storage import SimLog
+    from epochguard.sim.view import ClusterView
 
 ISR_AGREEMENT = "isr-agreement"
 ACKED_DURABLE = "acked-durable"
@@ -136,7 +136,7 @@ class _ConsumerView:
 
 
 class InvariantChecker:
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: ClusterView) -> None:
         self.cluster = cluster
         self.violations: list[Violation] = []
         self._reported: set[tuple[Any, ...]] = set()

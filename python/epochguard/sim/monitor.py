@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     ListOffsetsPartition,
     ListOffsetsRequest,
     ListOffsetsResponse,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     ProducePartition,
     ProduceRequest,
     ProduceResponse,

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from epochguard.logdir import write_log_dir
 from epochguard.sim.clock import SeededRandom
 from epochguard.sim.cluster import Cluster, ClusterConfig
 from epochguard.sim.consumer import ConsumedRecord
@@ -48,6 +47,7 @@ from epochguard.sim.invariants import Violation
 from epochguard.sim.network import broker_node
 from epochguard.sim.producer import ProducedRecord
 from epochguard.sim.timeline import Event
+from epochguard.storage.logdir import write_log_dir
 from epochguard.types import EpochProtocol, TopicPartition
 
 PROTOCOLS: tuple[EpochProtocol, ...] = ("kip-320", "pre-kip-320")

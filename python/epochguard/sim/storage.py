@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from epochguard.log import PartitionLog
+from epochguard.storage.log import PartitionLog
 
 _generations = itertools.count(1)
 

@@ -50,6 +50,7 @@ from pyspark.sql.types import StructType
 from epochguard import _core
 from epochguard.spark.listing import Listing, PartitionReplica, is_local, list_log_dirs
 from epochguard.spark.logs import DEFAULT_CHUNK_BYTES, LOCATION, decode_listing, decode_ranges, output_schema
+from epochguard.spark.report import save
 from epochguard.spark.result import (
     LOSS_KINDS,
     PARTITIONS_SCHEMA,
@@ -105,7 +106,7 @@ def audit(
     html: bool = True,
 ) -> AuditResult:
     """Audit broker log dirs (one per broker); returns an `AuditResult` and, unless `out` is None,
-    saves it there (`AuditResult.save`: Parquet tables and report.html).
+    saves it there (`report.save`: Parquet tables and report.html).
 
     `consumed` is what a consumer read: a Parquet or CSV path, or a DataFrame, with ``topic``,
     ``partition``, ``offset`` and ``leader_epoch`` columns (others are kept). `step(name)` is entered
@@ -250,7 +251,7 @@ def audit(
     )
     if out is not None:
         with step("writing results"):
-            result.save(out, html=html)
+            save(result, out, html=html)
     return result
 
 

@@ -5,7 +5,7 @@ Kafka's layout: one folder per broker log dir, holding ``meta.properties``,
 folder per replica with segment files ``<20-digit base offset>.log`` (plus ``.index``/``.timeindex``),
 ``leader-epoch-checkpoint`` and ``partition.metadata`` (the topic id). Folders being deleted or moved
 (``*-delete``, ``*-future``, ``*-stray``) are not partitions and are skipped, as Kafka does. The
-files are parsed by `epochguard.logdir_format` (the same parsers `epochguard.logdir` uses).
+files are parsed by `epochguard.storage.logdir_format` (the same parsers `epochguard.storage.logdir` uses).
 
 Plain paths are listed with ``os``; paths with a scheme (``hdfs://``, ``s3a://``, ``file:/``) through
 the JVM's Hadoop FileSystem of the active Spark session.
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from epochguard.errors import MalformedFileError
-from epochguard.log import parse_partition_dir_name
-from epochguard.logdir_format import (
+from epochguard.storage.log import parse_partition_dir_name
+from epochguard.storage.logdir_format import (
     LEADER_EPOCH_CHECKPOINT,
     META_PROPERTIES,
     PARTITION_METADATA,

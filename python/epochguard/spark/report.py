@@ -1,9 +1,11 @@
 """How an audit is shown: progress while it runs, a terminal summary (rich), and report.html with
-one inline SVG per partition (each replica's epochs over offsets, divergence points, lost ranges)."""
+one inline SVG per partition (each replica's epochs over offsets, divergence points, lost ranges).
+The report reads an `AuditResult`; `save` writes a result's Parquet tables and its report.html."""
 
 from __future__ import annotations
 
 import html
+import os
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -12,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from epochguard.spark.listing import is_local
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -228,6 +232,15 @@ def partition_svg(replicas: list[ReplicaSummary], index: int = 0) -> str:
     out.append(f'<text x="{LEFT}" y="{axis + 32}">offsets → {legend}</text>')
     out.append("</svg>")
     return "\n".join(out)
+
+
+def save(result: AuditResult, out: str, *, html: bool = True) -> AuditResult:
+    """`result.save(out)` (the Parquet tables) and, when `out` is a local path, report.html beside
+    them. Returns the result, with `out` set."""
+    result.save(out)
+    if html and is_local(out):
+        write_html(result, os.path.join(out, "report.html"))
+    return result
 
 
 def write_html(result: AuditResult, path: str) -> None:

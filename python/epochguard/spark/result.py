@@ -1,7 +1,7 @@
 """What an audit found, as data: the per-replica summaries, the result tables as Spark DataFrames,
 the counts and where the inputs came from. `epochguard.spark.audit` builds it; `save` writes the
-tables as Parquet and renders report.html through `epochguard.spark.report` (which reads only this
-result: the audit and the report do not import each other)."""
+tables as Parquet. The result knows no presentation: `epochguard.spark.report` renders it (terminal
+summary, report.html) and `report.save` writes both the tables and the page."""
 
 from __future__ import annotations
 
@@ -132,10 +132,10 @@ class AuditResult:
     def to_json(self) -> str:
         return json.dumps(self.summary(), indent=2, default=str)
 
-    def save(self, out: str, *, html: bool = True) -> AuditResult:
+    def save(self, out: str) -> AuditResult:
         """Write partitions, lost_records, mismatched_records, errors and (with a consumed table)
-        phantom_reads as Parquet under `out` (a local path or a Hadoop URI), and report.html when
-        `out` is local. Returns self, with `out` set."""
+        phantom_reads as Parquet under `out` (a local path or a Hadoop URI). Returns self, with `out`
+        set. `epochguard.spark.report.save` also writes report.html beside them."""
         local = is_local(out)
         if local:
             os.makedirs(out, exist_ok=True)
@@ -149,10 +149,6 @@ class AuditResult:
         if self.phantom_reads is not None:
             self.phantom_reads.write.mode("overwrite").parquet(_join(out, "phantom_reads.parquet"))
         self.out = out
-        if html and local:
-            from epochguard.spark.report import write_html
-
-            write_html(self, os.path.join(out, "report.html"))
         return self
 
 

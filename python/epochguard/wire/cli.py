@@ -69,7 +69,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _judge(args: argparse.Namespace) -> int:
     from epochguard.errors import EpochGuardError
-    from epochguard.wire.trace import read_trace, replay
+    from epochguard.wire.replay import replay
+    from epochguard.wire.trace import read_trace
 
     try:
         config = next(iter(read_trace(args.trace)))

@@ -1,4 +1,4 @@
-"""Request frames -> `epochguard.messages`, response messages -> frames.
+"""Request frames -> `epochguard.protocol.messages`, response messages -> frames.
 
 The codec is Rust: `epochguard._core` built with the `wire` cargo feature (always on in the package),
 over the `kafka-protocol` crate's messages generated from Kafka's JSON schemas (vendored with a

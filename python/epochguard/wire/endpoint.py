@@ -12,7 +12,7 @@ import hashlib
 import sys
 from typing import Any
 
-from epochguard.api_versions import ApiKey, ApiVersionsRequest, ApiVersionsResponse
+from epochguard.protocol.api_versions import ApiKey, ApiVersionsRequest, ApiVersionsResponse
 from epochguard.sim.faults import Fault
 from epochguard.wire import codec
 from epochguard.wire.engine import Connection, WireCluster

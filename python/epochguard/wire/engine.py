@@ -27,9 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from epochguard.api_versions import ApiKey, ApiVersionsRequest
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.api_versions import ApiKey, ApiVersionsRequest
+from epochguard.protocol.messages import (
     Coordinator,
     FetchRequest,
     FetchResponse,

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     FetchRequest,
     FetchResponse,
     ListOffsetsRequest,

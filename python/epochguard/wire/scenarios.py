@@ -34,6 +34,7 @@ from epochguard.types import TopicPartition
 
 if TYPE_CHECKING:
     from epochguard.sim.cluster import Cluster
+    from epochguard.sim.view import FaultTarget
 
 __all__ = [
     "EVENTS",
@@ -92,7 +93,7 @@ BASE = WireConfig(
 class PauseProducers:
     """The scenario's simulated producers stop sending (what is in flight completes)."""
 
-    def apply(self, cluster: Cluster) -> None:
+    def apply(self, cluster: FaultTarget) -> None:
         for p in cluster.producers:
             if p in cluster.clients:
                 cluster.clients.remove(p)
@@ -103,7 +104,7 @@ class PauseProducers:
 
 @dataclass(frozen=True, slots=True)
 class ResumeProducers:
-    def apply(self, cluster: Cluster) -> None:
+    def apply(self, cluster: FaultTarget) -> None:
         for p in cluster.producers:
             if p not in cluster.clients:
                 cluster.clients.insert(0, p)

@@ -1,4 +1,4 @@
-"""The trace of an `epochguard serve` run (JSON lines) and its replay against a fresh cluster.
+"""The trace of an `epochguard serve` run (JSON lines); `epochguard.wire.replay` replays one.
 
 Lines, in the order things happened: `config` (scenario, seed, trigger, broker addresses), `connect` /
 `disconnect`, `request` (the frame, base64, and the step it arrived at), `response` (connection,
@@ -6,9 +6,8 @@ correlation id, API key/version, client id, software from ApiVersions v3+, size 
 frame), `fault` (the simulator fault and its fields), `step` marks (run-length: the last step
 reached), `trigger`/`settled` notes and `end`. Responses are kept as digests: replay recomputes them.
 
-`replay(path)` rebuilds the run: a fresh `WireCluster` with the recorded seed and addresses, stepped
-to each line's step, fed the same frames, faults and disconnects in the same order. Every response
-must come out byte-identical (same digest, same order); `ReplayMismatch` says where it did not.
+The writer sits below the endpoint that writes it; the replay, which needs the endpoint, the engine
+and the judge, is its own module above them (`epochguard.wire.replay`).
 """
 
 from __future__ import annotations
@@ -16,23 +15,17 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import IO, Any
 
 from epochguard.errors import EpochGuardError
 from epochguard.sim.faults import Fault
 from epochguard.types import TopicPartition
 
-__all__ = [
-    "TraceWriter", "read_trace", "replay", "ReplayMismatch", "TRACE_VERSION", "fault_to_json", "fault_from_json",
-]
+__all__ = ["TraceWriter", "read_trace", "TRACE_VERSION", "fault_to_json"]
 
 TRACE_VERSION = 1
-
-
-class ReplayMismatch(EpochGuardError):
-    """A replayed response differs from the recorded one."""
 
 
 def fault_to_json(fault: Fault) -> dict[str, Any]:
@@ -41,16 +34,6 @@ def fault_to_json(fault: Fault) -> dict[str, Any]:
         value = getattr(fault, f.name)
         fields[f.name] = [value.topic, value.partition] if isinstance(value, TopicPartition) else value
     return {"kind": type(fault).__name__, "fields": fields, "describe": fault.describe()}
-
-
-def fault_from_json(data: dict[str, Any]) -> Fault:
-    from epochguard.wire.scenarios import FAULT_TYPES
-
-    cls = FAULT_TYPES[data["kind"]]
-    fields = dict(data["fields"])
-    if "tp" in fields:
-        fields["tp"] = TopicPartition(*fields["tp"])
-    return cls(**fields)  # type: ignore[no-any-return]
 
 
 class TraceWriter:
@@ -93,116 +76,3 @@ def read_trace(path: str | Path) -> Iterator[dict[str, Any]]:
                 if n > 1:  # a run killed mid-write leaves a torn last line
                     return
                 raise EpochGuardError(f"{path}: not a trace ({exc})") from exc
-
-
-def replay(path: str | Path, *, check: bool = True, observers: tuple[Any, ...] = ()) -> Any:
-    """Replay a trace; returns the `Judge` that watched the replay (its verdicts are the run's). Further
-    `observers` (`epochguard.wire.engine.Observer`) see the replayed exchanges too, after the judge."""
-    records = iter(read_trace(path))
-    run = _Replay(path, _config(path, next(records, None)))
-    run.wire.observers.extend(observers)
-    for rec in records:
-        run.feed(rec)
-    run.judge.finish()
-    if check:
-        run.check()
-    return run.judge
-
-
-def _config(path: str | Path, config: dict[str, Any] | None) -> dict[str, Any]:
-    """The trace's first line, which must be a config record of this trace version."""
-    if config is None or config.get("type") != "config":
-        raise EpochGuardError(f"{path}: the first line is not a config record")
-    if config.get("trace_version") != TRACE_VERSION:
-        raise EpochGuardError(
-            f"{path}: trace version {config.get('trace_version')} (this epochguard reads {TRACE_VERSION})")
-    return config
-
-
-# Records that happened at a step: the cluster is stepped up to it before they are fed.
-_STEPPED = frozenset({"connect", "request", "disconnect", "fault", "last-step", "end"})
-
-
-class _Replay:
-    """A fresh cluster fed a trace's records, and the responses it sends (to compare with the recorded)."""
-
-    def __init__(self, path: str | Path, config: dict[str, Any]) -> None:
-        from epochguard.wire.endpoint import Endpoint, response_digest
-        from epochguard.wire.engine import WireCluster
-        from epochguard.wire.judge import Judge
-        from epochguard.wire.scenarios import build
-
-        self.path = path
-        addresses = {int(b): (h, p) for b, (h, p) in config["addresses"].items()}
-        self.wire = WireCluster(build(config["scenario"]), config["seed"], addresses)
-        self.judge = Judge()
-        self.wire.observers.append(self.judge)
-        self.endpoint = Endpoint(self.wire)
-        self._digest = response_digest
-        self.conns: dict[int, Any] = {}  # recorded connection id -> the replay's connection
-        self.produced: list[tuple[int, int, str]] = []  # (conn, correlation id, digest) in order
-        self.expected: list[tuple[int, int, str]] = []
-
-    def feed(self, rec: dict[str, Any]) -> None:
-        kind = rec.get("type")
-        if kind in _STEPPED:
-            self._advance(rec.get("step", self.wire.step_no))
-        handler = self._HANDLERS.get(kind)
-        if handler is not None:
-            handler(self, rec)
-
-    def check(self) -> None:
-        """Raise `ReplayMismatch` at the first response that differs, or if there are more or fewer."""
-        remap = {new.id: old for old, new in self.conns.items()}
-        got = [(remap.get(c, c), corr, d) for c, corr, d in self.produced]
-        # Not strict: a prefix is compared first so the first differing response is named.
-        for i, (want, have) in enumerate(zip(self.expected, got, strict=False)):
-            if want != have:
-                raise ReplayMismatch(f"{self.path}: response {i + 1} differs: recorded {want}, replayed {have}")
-        if len(got) != len(self.expected):
-            raise ReplayMismatch(f"{self.path}: {len(self.expected)} responses recorded, {len(got)} replayed")
-
-    def _flush(self) -> None:
-        for conn, frame in self.endpoint.outgoing():
-            self.produced.append((conn.id, _correlation(frame), self._digest(frame)))
-
-    def _advance(self, step: int) -> None:
-        while self.wire.step_no < step:
-            self.endpoint.step()
-            self._flush()
-
-    def _on_connect(self, rec: dict[str, Any]) -> None:
-        conn = self.endpoint.connect(rec["broker"])
-        if conn is not None:
-            self.conns[rec["conn"]] = conn
-
-    def _on_request(self, rec: dict[str, Any]) -> None:
-        conn = self.conns.get(rec["conn"])
-        if conn is not None:
-            self.endpoint.receive(conn, base64.b64decode(rec["frame"]))
-            self._flush()
-
-    def _on_disconnect(self, rec: dict[str, Any]) -> None:
-        conn = self.conns.get(rec["conn"])
-        if conn is not None:
-            self.endpoint.disconnect(conn)
-            self._flush()
-
-    def _on_fault(self, rec: dict[str, Any]) -> None:
-        self.endpoint.fire(fault_from_json(rec))
-        self._flush()
-
-    def _on_response(self, rec: dict[str, Any]) -> None:
-        self.expected.append((rec["conn"], rec["correlation_id"], rec["digest"]))
-
-    _HANDLERS: ClassVar[dict[Any, Callable[[_Replay, dict[str, Any]], None]]] = {
-        "connect": _on_connect,
-        "request": _on_request,
-        "disconnect": _on_disconnect,
-        "fault": _on_fault,
-        "response": _on_response,
-    }
-
-
-def _correlation(frame: bytes) -> int:
-    return int.from_bytes(frame[4:8], "big", signed=True)

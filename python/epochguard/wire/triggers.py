@@ -26,7 +26,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from epochguard.errors import Errors
-from epochguard.messages import FetchRequest, FetchResponse, OffsetCommitRequest, ProduceRequest, ProduceResponse
+from epochguard.protocol.messages import (
+    FetchRequest,
+    FetchResponse,
+    OffsetCommitRequest,
+    ProduceRequest,
+    ProduceResponse,
+)
 from epochguard.sim.faults import Fault
 from epochguard.types import IsolationLevel
 from epochguard.wire.judge import batch_spans

@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from epochguard._core import iter_batches
-from epochguard.consumer.subscription import FetchState, SubscriptionState
+from epochguard.client.consumer.subscription import FetchState, SubscriptionState
 from epochguard.errors import OffsetOutOfRangeError
-from epochguard.log import CONTROL_ABORT, control_type
-from epochguard.messages import AbortedTransaction
+from epochguard.protocol.messages import AbortedTransaction
+from epochguard.storage.log import CONTROL_ABORT, control_type
 from epochguard.types import (
     ConsumerRecord,
     ConsumerRecords,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupMember,

@@ -6,13 +6,13 @@ brokers in turn (the bootstrap nodes until brokers are known), so one dead node 
 
 from __future__ import annotations
 
-from epochguard.consumer.requests.base import (
+from epochguard.client.consumer.requests.base import (
     ClientRequest,
     ClientResponse,
     ConsumerContext,
     RequestManager,
 )
-from epochguard.messages import MetadataResponse
+from epochguard.protocol.messages import MetadataResponse
 
 __all__ = ["MetadataManager"]
 

@@ -12,15 +12,14 @@ divergent offset only where one is known.
 
 from __future__ import annotations
 
-from epochguard.api_versions import ApiKey, has_usable_offset_for_leader_epoch_version
-from epochguard.consumer.requests.base import (
+from epochguard.client.consumer.requests.base import (
     ClientRequest,
     ClientResponse,
     ConsumerContext,
     RequestManager,
 )
-from epochguard.consumer.subscription import FetchState, PartitionState
-from epochguard.consumer.validator import (
+from epochguard.client.consumer.subscription import FetchState, PartitionState
+from epochguard.client.consumer.validator import (
     Reset,
     Resume,
     Rewind,
@@ -28,7 +27,8 @@ from epochguard.consumer.validator import (
     validate_position,
 )
 from epochguard.errors import Errors, LogTruncationError, TopicAuthorizationFailedError
-from epochguard.messages import (
+from epochguard.protocol.api_versions import ApiKey, has_usable_offset_for_leader_epoch_version
+from epochguard.protocol.messages import (
     OFFSET_FOR_LEADER_EPOCH_VERSION,
     OffsetForLeaderPartition,
     OffsetsForLeaderEpochRequest,

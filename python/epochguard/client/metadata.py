@@ -12,7 +12,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from epochguard.errors import Errors
-from epochguard.messages import MetadataRequest, MetadataResponse, MetadataResponseBroker, MetadataResponsePartition
+from epochguard.protocol.messages import (
+    MetadataRequest,
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+)
 from epochguard.types import EpochProtocol, LeaderAndEpoch, TopicPartition
 
 __all__ = ["PartitionMetadata", "MetadataUpdate", "ClientMetadata"]

@@ -13,17 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from epochguard.consumer.fetch_collector import CompletedFetch
-from epochguard.consumer.requests.base import (
+from epochguard.client.consumer.fetch_collector import CompletedFetch
+from epochguard.client.consumer.requests.base import (
     REFRESH_METADATA,
     ClientRequest,
     ClientResponse,
     ConsumerContext,
     RequestManager,
 )
-from epochguard.consumer.subscription import FetchState, PartitionState
+from epochguard.client.consumer.subscription import FetchState, PartitionState
 from epochguard.errors import CorruptRecordError, Errors, TopicAuthorizationFailedError
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     FetchPartition,
     FetchPartitionData,
     FetchRequest,

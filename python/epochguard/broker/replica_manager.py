@@ -1,11 +1,11 @@
 """All partitions of one broker, sans-IO: the request entry point of a broker.
 
 Mirrors Kafka's `kafka.server.ReplicaManager`: hosting errors, the Produce / Fetch /
-OffsetsForLeaderEpoch / ListOffsets request paths over `epochguard.leader.Partition`, delayed
+OffsetsForLeaderEpoch / ListOffsets request paths over `epochguard.broker.partition.Partition`, delayed
 (acks=all) produce, becoming leader or follower on the controller's decisions, the follower side
-through `epochguard.replica.ReplicaFetcher`, and the broker's ApiVersions answer
-(`epochguard.api_versions.answer_api_versions` over its served table, the one the wire server uses).
-The leader (`leader.py`) and follower (`replica.py`) modules do not import this one: the fetcher gets
+through `epochguard.broker.fetcher.ReplicaFetcher`, and the broker's ApiVersions answer
+(`epochguard.protocol.api_versions.answer_api_versions` over its served table, the one the wire server uses).
+The leader (`partition.py`) and follower (`fetcher.py`) modules do not import this one: the fetcher gets
 only the broker id and a getter for the broker epoch.
 """
 
@@ -16,17 +16,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from epochguard.api_versions import (
+from epochguard.broker.fetcher import ReplicaFetcher
+from epochguard.broker.partition import DEFAULT_ALTER_PARTITION_RETRY_MS, DEFAULT_REPLICA_LAG_TIME_MAX_MS, Partition
+from epochguard.errors import Errors
+from epochguard.protocol.api_versions import (
     BROKER_API_VERSIONS,
     ApiVersionsRequest,
     ApiVersionsResponse,
     NodeApiVersions,
     answer_api_versions,
 )
-from epochguard.errors import Errors
-from epochguard.leader import DEFAULT_ALTER_PARTITION_RETRY_MS, DEFAULT_REPLICA_LAG_TIME_MAX_MS, Partition
-from epochguard.log import DEFAULT_SEGMENT_BYTES, PartitionLog
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerRegistration,
@@ -51,7 +51,7 @@ from epochguard.messages import (
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
-from epochguard.replica import ReplicaFetcher
+from epochguard.storage.log import DEFAULT_SEGMENT_BYTES, PartitionLog
 from epochguard.types import EpochProtocol, TopicPartition
 
 __all__ = ["ReplicaManager"]
@@ -75,7 +75,7 @@ class ReplicaManager:
     `handle(node_id, request, now_ms)` answers Produce/Fetch/OffsetsForLeaderEpoch/ListOffsets (None for
     an acks=all produce that waits for replication: collect it from `poll_responses`).
     `apply_partition_state` applies the controller's decisions (become leader / follower; the follower
-    side is driven by `self.fetcher`, an `epochguard.replica.ReplicaFetcher`). `poll_requests` returns
+    side is driven by `self.fetcher`, an `epochguard.broker.fetcher.ReplicaFetcher`). `poll_requests` returns
     what this broker sends: follower fetches, OffsetsForLeaderEpoch, ListOffsets and AlterPartition
     (addressed to `controller_id`); `on_response` takes their answers.
     """
@@ -126,7 +126,7 @@ class ReplicaManager:
             leader_api_versions=peer_api_versions,
         )
         if self.log_dir is not None and not (self.log_dir / "meta.properties").exists():
-            from epochguard.logdir import write_meta_properties
+            from epochguard.storage.logdir import write_meta_properties
 
             write_meta_properties(self.log_dir, broker_id)
 
@@ -134,7 +134,7 @@ class ReplicaManager:
     def recover(cls, root: str | os.PathLike[str], **kwargs: object) -> ReplicaManager:
         """A restarted broker: every partition log recovered from its log dir (`logdir.read_log_dir`:
         torn tails cut, epoch caches re-truncated, high watermarks from the last `checkpoint()`)."""
-        from epochguard.logdir import read_log_dir
+        from epochguard.storage.logdir import read_log_dir
 
         loaded = read_log_dir(root, write_through=True)
         return cls(loaded.node_id, log_dir=root, logs=loaded.logs, **kwargs)  # type: ignore[arg-type]
@@ -143,7 +143,7 @@ class ReplicaManager:
         """Write the root checkpoints (high watermarks, log start offsets), as Kafka does periodically."""
         if self.log_dir is None:
             return
-        from epochguard.logdir import write_root_checkpoints
+        from epochguard.storage.logdir import write_root_checkpoints
 
         write_root_checkpoints(self.log_dir, [p.log for p in self.partitions.values()])
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from epochguard.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from epochguard.errors import Errors
+from epochguard.protocol.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from epochguard.types import (
     CONSUMER_REPLICA_ID,
     NO_EPOCH,

@@ -3,7 +3,7 @@
 Mirrors the offset-storage part of Kafka's `GroupCoordinator` / `GroupMetadataManager` (the
 `__consumer_offsets` topic without its log): a commit stores offset, metadata and committed leader epoch
 per group and partition, and OffsetFetch returns them (-1/-1 where nothing is committed). Membership of
-the classic group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) is `epochguard.classic_group`;
+the classic group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) is `epochguard.broker.group.classic_group`;
 a commit into a group with members must come from a member of its current generation, as in Kafka; a
 simple commit (generation -1, no member id) into an empty group is always taken. A negative offset,
 which `OffsetAndMetadata` cannot hold, is refused with OFFSET_OUT_OF_RANGE.
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochguard.classic_group import ClassicGroups
+from epochguard.broker.group.classic_group import ClassicGroups
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,

@@ -45,9 +45,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from epochguard.api_versions import NodeApiVersions
-from epochguard.consumer.fetch_collector import CompletedFetch, FetchCollector
-from epochguard.consumer.requests import (
+from epochguard.client.consumer.fetch_collector import CompletedFetch, FetchCollector
+from epochguard.client.consumer.requests import (
     ApiVersionsManager,
     ClientRequest,
     ClientResponse,
@@ -60,12 +59,13 @@ from epochguard.consumer.requests import (
     RequestManager,
     ValidationManager,
 )
-from epochguard.consumer.subscription import (
+from epochguard.client.consumer.subscription import (
     FetchState,
     PartitionState,
     SubscriptionState,
 )
-from epochguard.metadata import ClientMetadata
+from epochguard.client.metadata import ClientMetadata
+from epochguard.protocol.api_versions import NodeApiVersions
 from epochguard.types import (
     ConsumerRecords,
     EpochProtocol,

@@ -34,8 +34,8 @@ from typing import Any
 
 from epochguard._core import LeaderEpochCache, RecordBatch, encode_batch, iter_batches
 from epochguard.errors import CorruptRecordError, EpochGuardError, MalformedFileError
-from epochguard.logdir_format import segment_base_offset
 from epochguard.records import stamp_batches
+from epochguard.storage.logdir_format import segment_base_offset
 from epochguard.types import TopicPartition
 
 __all__ = [

@@ -1,5 +1,5 @@
 """Kafka's small log-dir files, parsed from bytes: one set of rules for every reader of a log dir
-(`epochguard.logdir` locally, `epochguard.spark.listing` on any filesystem).
+(`epochguard.storage.logdir` locally, `epochguard.spark.listing` on any filesystem).
 
 Mirrors Kafka's own readers: `MetaProperties.Builder(Properties)` (meta.properties: version 0 names
 the broker by ``broker.id``, version 1 by ``node.id`` and needs ``cluster.id``), `CheckpointFile`

@@ -2,18 +2,18 @@
 `ApiVersionsManager`, `MetadataManager`, `CommitManager` (OffsetFetch, OffsetCommit), `OffsetsManager`
 (ListOffsets resets and lookups), `ValidationManager` (OffsetsForLeaderEpoch), `FetchManager`."""
 
-from epochguard.consumer.requests.api_versions import ApiVersionsManager
-from epochguard.consumer.requests.base import (
+from epochguard.client.consumer.requests.api_versions import ApiVersionsManager
+from epochguard.client.consumer.requests.base import (
     ClientRequest,
     ClientResponse,
     ConsumerContext,
     RequestManager,
 )
-from epochguard.consumer.requests.commits import CommitManager
-from epochguard.consumer.requests.fetch import FetchManager
-from epochguard.consumer.requests.metadata import MetadataManager
-from epochguard.consumer.requests.offsets import OffsetsForTimesLookup, OffsetsManager
-from epochguard.consumer.requests.validation import ValidationManager
+from epochguard.client.consumer.requests.commits import CommitManager
+from epochguard.client.consumer.requests.fetch import FetchManager
+from epochguard.client.consumer.requests.metadata import MetadataManager
+from epochguard.client.consumer.requests.offsets import OffsetsForTimesLookup, OffsetsManager
+from epochguard.client.consumer.requests.validation import ValidationManager
 
 __all__ = [
     "ApiVersionsManager",

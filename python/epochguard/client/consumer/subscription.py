@@ -4,7 +4,7 @@ Fetch states INITIALIZING / FETCHING / AWAIT_RESET / AWAIT_VALIDATION with Kafka
 (a disallowed transition is silently ignored), `FetchPosition`s, `maybeValidatePositionForCurrentLeader`
 (including the API-version rule of `updatePositionLeaderNoValidation`) and the backoff between retries
 (`requestFailed` / `nextRetryTimeMs`). What is in flight for a partition is not here: each request
-manager (`epochguard.consumer.requests`) keeps its own.
+manager (`epochguard.client.consumer.requests`) keeps its own.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from epochguard._core import LeaderEpochCache
-from epochguard.api_versions import (
+from epochguard.protocol.api_versions import (
     NodeApiVersions,
     has_usable_offset_for_leader_epoch_version,
 )

@@ -10,15 +10,15 @@ back-off at the newest version, as on a new connection.
 
 from __future__ import annotations
 
-from epochguard.api_versions import ApiKey, ApiVersionsRequest, ApiVersionsResponse
-from epochguard.consumer.requests.base import (
+from epochguard.client.consumer.requests.base import (
     ClientRequest,
     ClientResponse,
     ConsumerContext,
     RequestManager,
 )
-from epochguard.consumer.subscription import FetchState
+from epochguard.client.consumer.subscription import FetchState
 from epochguard.errors import Errors
+from epochguard.protocol.api_versions import ApiKey, ApiVersionsRequest, ApiVersionsResponse
 
 __all__ = ["ApiVersionsManager"]
 

@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from epochguard._core import truncation_offset
-from epochguard.api_versions import ApiKey, NodeApiVersions
 from epochguard.errors import CorruptRecordError, Errors
-from epochguard.log import AppendInfo, PartitionLog, UnexpectedAppendOffsetError
-from epochguard.messages import (
+from epochguard.protocol.api_versions import ApiKey, NodeApiVersions
+from epochguard.protocol.messages import (
     EpochEndOffset,
     FetchPartition,
     FetchPartitionData,
@@ -42,10 +41,11 @@ from epochguard.messages import (
     Request,
     Response,
 )
+from epochguard.storage.log import AppendInfo, PartitionLog, UnexpectedAppendOffsetError
 from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, NO_EPOCH, EpochProtocol, TopicPartition
 
 if TYPE_CHECKING:
-    from epochguard.leader import Partition
+    from epochguard.broker.partition import Partition
 
 __all__ = ["FetchState", "PartitionFetchState", "TruncationRecord", "ReplicaFetcher"]
 

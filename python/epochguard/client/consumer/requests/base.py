@@ -11,16 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from epochguard.api_versions import (
+from epochguard.client.consumer.fetch_collector import FetchCollector
+from epochguard.client.consumer.subscription import SubscriptionState
+from epochguard.client.metadata import ClientMetadata
+from epochguard.errors import EpochGuardError, Errors
+from epochguard.protocol.api_versions import (
     ApiVersionsRequest,
     ApiVersionsResponse,
     NodeApiVersions,
 )
-from epochguard.consumer.fetch_collector import FetchCollector
-from epochguard.consumer.subscription import SubscriptionState
-from epochguard.errors import EpochGuardError, Errors
-from epochguard.messages import Request, Response
-from epochguard.metadata import ClientMetadata
+from epochguard.protocol.messages import Request, Response
 from epochguard.types import (
     EpochProtocol,
     IsolationLevel,

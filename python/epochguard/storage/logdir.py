@@ -4,8 +4,8 @@ Mirrors the on-disk layout of Kafka's `LogManager`: `meta.properties` (`MetaProp
 `node.id`; `broker.id` is written too for ZooKeeper-era tools), the root offset checkpoints
 (`OffsetCheckpointFile`: `replication-offset-checkpoint` = high watermarks, `log-start-offset-checkpoint`,
 `recovery-point-offset-checkpoint`) and per partition `partition.metadata` (`PartitionMetadataFile`,
-the topic id). Partition dirs themselves are `epochguard.log.PartitionLog`. Reading goes through the
-pure parsers of `epochguard.logdir_format` (shared with the Spark listing); this module does the I/O.
+the topic id). Partition dirs themselves are `epochguard.storage.log.PartitionLog`. Reading goes through the
+pure parsers of `epochguard.storage.logdir_format` (shared with the Spark listing); this module does the I/O.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from epochguard.errors import MalformedFileError
-from epochguard.log import DEFAULT_SEGMENT_BYTES, PartitionLog, parse_partition_dir_name
-from epochguard.logdir_format import (
+from epochguard.storage.log import DEFAULT_SEGMENT_BYTES, PartitionLog, parse_partition_dir_name
+from epochguard.storage.logdir_format import (
     META_PROPERTIES,
     PARTITION_METADATA,
     parse_meta_properties,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from epochguard.consumer.requests.base import (
+from epochguard.client.consumer.requests.base import (
     REFRESH_METADATA,
     ClientRequest,
     ClientResponse,
@@ -20,14 +20,14 @@ from epochguard.consumer.requests.base import (
     RequestManager,
     leaders_of,
 )
-from epochguard.consumer.subscription import FetchState
+from epochguard.client.consumer.subscription import FetchState
 from epochguard.errors import (
     EpochGuardError,
     Errors,
     NoOffsetForPartitionError,
     RequestTimedOutError,
 )
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     ListOffsetsPartition,
     ListOffsetsPartitionResponse,
     ListOffsetsRequest,

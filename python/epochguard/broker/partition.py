@@ -4,7 +4,7 @@ Mirrors Kafka's `kafka.cluster.Partition` (`makeLeader`, `makeFollower`, `fetchR
 `lastOffsetForLeaderEpoch`, `fetchOffsetForTimestamp`, `appendRecordsToLeader`, `maybeExpandIsr`,
 `maybeShrinkIsr`, `maybeIncrementLeaderHW`, `isReplicaIsrEligible`) and `kafka.cluster.Replica` (follower
 state on the leader). The broker around them (`kafka.server.ReplicaManager`) is
-`epochguard.replica_manager`. Every epoch answer comes from the Rust core: `LeaderEpochCache.end_offset_for` for
+`epochguard.broker.replica_manager`. Every epoch answer comes from the Rust core: `LeaderEpochCache.end_offset_for` for
 OffsetsForLeaderEpoch and `find_diverging_epoch` for Fetch.
 
 Transactions: a read_committed consumer fetch reads up to the last stable offset and gets the aborted
@@ -23,8 +23,7 @@ from dataclasses import dataclass
 
 from epochguard._core import find_diverging_epoch, iter_batches
 from epochguard.errors import CorruptRecordError, Errors
-from epochguard.log import AppendInfo, PartitionLog
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     AbortedTransaction,
     AlterPartitionRequest,
     AlterPartitionResponse,
@@ -39,6 +38,7 @@ from epochguard.messages import (
     ListOffsetsPartitionResponse,
     OffsetForLeaderPartition,
 )
+from epochguard.storage.log import AppendInfo, PartitionLog
 from epochguard.types import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
@@ -545,11 +545,3 @@ class Partition:
             f"{self.log!r})"
         )
 
-
-def __getattr__(name: str) -> object:
-    """`epochguard.leader.ReplicaManager` keeps working: it lives in `epochguard.replica_manager` now."""
-    if name == "ReplicaManager":
-        from epochguard.replica_manager import ReplicaManager
-
-        return ReplicaManager
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from epochguard.consumer.requests.base import (
+from epochguard.client.consumer.requests.base import (
     ClientRequest,
     ClientResponse,
     ConsumerContext,
     RequestManager,
 )
-from epochguard.consumer.subscription import FetchState
+from epochguard.client.consumer.subscription import FetchState
 from epochguard.errors import Errors
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     OffsetCommitPartition,
     OffsetCommitRequest,
     OffsetCommitResponse,

@@ -1,0 +1,4 @@
+"""The client side (Kafka's `clients` module): the sans-IO consumer (`consumer.Consumer`, after
+`KafkaConsumer` and its internals) and the client's metadata cache (`metadata.ClientMetadata`, after
+`org.apache.kafka.clients.Metadata`).
+"""

@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 
-.PHONY: setup kcat drivers demo test test-rust test-python bench lint mutants mutants-changed mutants-tools
+.PHONY: setup kcat drivers demo test test-rust test-python bench lint docs mutants mutants-changed mutants-tools
 
 setup:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -60,8 +60,14 @@ lint: setup
 	cargo fmt --check
 	cargo clippy --locked --all-targets --features python,wire -- -D warnings
 	$(PY) -m mypy python/epochguard tools --ignore-missing-imports
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 
-# Mutation testing (README "Mutation testing"; not part of `make test` or .ci/run). Python: mutmut over
+# The documentation site (docs/, mkdocs.yml) into target/site. --strict: a broken link, a page missing
+# from the nav or an API reference that no longer resolves fails the build (and so `make lint`).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
+# Mutation testing (docs/testing.md; not part of `make test` or .ci/run). Python: mutmut over
 # the protocol modules with tests/protocol + tests/sim as the oracle; Rust: cargo-mutants over the epoch
 # core and the record-batch decoder. `make mutants CHANGED=1` (or `make mutants-changed`) mutates only
 # what changed since main. Results and survivors: target/mutants/ (survivors.md).

@@ -1,4 +1,4 @@
-"""The headline ratios of the README's performance table, from one pytest-benchmark JSON run.
+"""The headline ratios of the performance table (docs/performance.md), from one pytest-benchmark JSON run.
 
 Each ratio divides a baseline's time by epochguard's, both measured in the same run (minimum of the
 rounds), so it is bigger-is-better and largely independent of how fast or loaded the machine is: the

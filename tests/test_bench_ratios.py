@@ -1,4 +1,4 @@
-"""The benchmark gate: benches/ratios.py turns one pytest-benchmark run into the README's headline
+"""The benchmark gate: benches/ratios.py turns one pytest-benchmark run into the performance table's headline
 ratios (baseline time / epochguard time, same run), and the bench workflow compares them on every
 push and pull request, failing past its threshold."""
 

@@ -66,7 +66,7 @@ PY_TARGETS = [
 PY_TESTS = ["tests/protocol", "tests/sim"]
 # The oracle: the protocol and simulator tests minus the long randomized and cross-process ones (marked
 # `no_mutants`; `make test` still runs them), which cost seconds per mutant and kill nothing the fast
-# tests do not (measured in the README's "Mutation testing").
+# tests do not (measured in docs/testing.md, "Mutation testing").
 ORACLE_MARKERS = "not slow and not spark and not no_mutants"
 # Each group of Rust files with the cargo tests that are its oracle (building fewer test binaries per
 # mutant is most of the speed): the epoch core with tests/rust/epoch.rs, the record-batch decoder with

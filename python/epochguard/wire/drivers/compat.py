@@ -156,10 +156,12 @@ def format_table(results: dict[tuple[str, str], RunResult | str], clients: Seque
 
 
 def _client_label(results: dict[tuple[str, str], RunResult | str], client: Client) -> str:
-    """The client and the version its driver reported."""
+    """The client and the version its driver reported; the client's name first where the software's is
+    another (`java-classic (kafka-clients 4.4.0)`: two columns run the same library)."""
     for result in results.values():
         if not isinstance(result, str) and client.name in result.truths and result.truths[client.name].consumed:
-            return result.truths[client.name].software
+            software = result.truths[client.name].software
+            return software if software.startswith(client.name) else f"{client.name} ({software})"
     return client.name
 
 

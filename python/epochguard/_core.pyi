@@ -53,6 +53,7 @@ __all__ = [
     "iter_batches",
     "parse_leader_epoch_checkpoint",
     "record_columns",
+    "scan_headers",
     "stamp_batches",
     "truncation_offset",
 ]
@@ -227,6 +228,18 @@ def batch_index(
     offset: int = 0,
     length: int | None = None,
 ) -> list[tuple[int, int, int, int]]: ...
+
+# Header-only pass: one Arrow row per batch (batch_position, batch_size, base_offset, last_offset,
+# partition_leader_epoch, magic, crc, attributes, compression, is_transactional, is_control,
+# records_count, producer_id, max_timestamp); records are seeked past, read only with verify_crc.
+def scan_headers(
+    source: _Source,
+    *,
+    verify_crc: bool = False,
+    allow_partial_tail: bool = False,
+    offset: int = 0,
+    length: int | None = None,
+) -> ArrowRecords: ...
 
 # Records are (key, value[, headers[, timestamp]]); offsets are base_offset + index. A record without
 # a timestamp gets base_timestamp; base_timestamp None = the first explicit timestamp, else -1.

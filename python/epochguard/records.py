@@ -27,6 +27,7 @@ from epochguard._core import (
     encode_batch,
     iter_batches,
     record_columns,
+    scan_headers,
     stamp_batches,
 )
 
@@ -42,12 +43,14 @@ __all__ = [
     "RECORD_COLUMNS",
     "Record",
     "RecordBatch",
+    "batch_headers",
     "batch_index",
     "decode_arrow",
     "decode_to_arrow",
     "encode_batch",
     "iter_batches",
     "record_columns",
+    "scan_headers",
     "stamp_batches",
 ]
 
@@ -56,6 +59,40 @@ DEFAULT_MAX_DECOMPRESSED_SIZE = 64 * 1024 * 1024
 PARTIAL_TAIL_METADATA_KEY = b"epochguard.partial_tail"
 #: The columns of a full decode, in order, and the computed ones `columns=` may also name.
 RECORD_COLUMNS, COMPUTED_COLUMNS = (tuple(names) for names in record_columns())
+
+
+def batch_headers(
+    source: bytes | bytearray | memoryview | str | PathLike[str] | Any,
+    *,
+    verify_crc: bool = False,
+    allow_partial_tail: bool = False,
+    offset: int = 0,
+    length: int | None = None,
+) -> pa.Table:
+    """The header of every batch of `source` as a `pyarrow.Table`, one row per batch, without
+    reading its records: each batch's first 61 bytes (a legacy magic 0/1 message: its message
+    header) are read, then the reader seeks to the next batch. Columns: batch_position, batch_size,
+    base_offset, last_offset, partition_leader_epoch, magic, crc (the stored one, unsigned),
+    attributes, compression, is_transactional, is_control, records_count, producer_id,
+    max_timestamp. A legacy wrapper's base_offset is its own (last inner) offset and its
+    records_count 1: what it holds is known only by decoding it.
+
+    With `verify_crc` every batch is read whole to check its stored CRC (never decompressed): a
+    batch whose bytes no longer match is a `CorruptRecordError` at its position. An incomplete
+    last batch, and a file that shrinks under the reader, are reported as `decode_to_arrow` reports
+    them (the partial tail's position under `PARTIAL_TAIL_METADATA_KEY`).
+    """
+    import pyarrow as pa
+
+    headers = scan_headers(
+        source, verify_crc=verify_crc, allow_partial_tail=allow_partial_tail, offset=offset, length=length
+    )
+    table = pa.table(headers)
+    if headers.partial_tail is not None:
+        metadata = dict(table.schema.metadata or {})
+        metadata[PARTIAL_TAIL_METADATA_KEY] = str(headers.partial_tail).encode()
+        table = table.replace_schema_metadata(metadata)
+    return table
 
 
 def decode_to_arrow(

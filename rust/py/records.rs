@@ -15,6 +15,7 @@ use pyo3::types::{PyBytes, PyCapsule, PyString, PyTuple};
 
 use crate::file::InputFile;
 use crate::records::arrow::{decode_projected, ArrowDecoded, Column};
+use crate::records::headers::{headers_arrow, scan_headers as scan_headers_core, HeaderScan};
 use crate::records::{
     batch_index as batch_index_core, next_decoded, reader, BatchCursor, BatchHeader, BatchLocation,
     BatchSpec, Compression, DecodeOptions, DecodedBatch, Decoder, Header, NewRecord, OwnedRecord,
@@ -128,6 +129,24 @@ impl Source {
             (_, bytes) => {
                 batch_index_core(bytes.unwrap_or_default(), self.base(), allow_partial_tail)
             }
+        }
+    }
+
+    fn scan_headers(&self, verify: bool, allow_partial_tail: bool) -> crate::Result<HeaderScan> {
+        match (&self.backing, self.bytes()) {
+            (Backing::File(f), _) => reader::scan_headers_file(
+                f,
+                self.base(),
+                self.end as u64,
+                verify,
+                allow_partial_tail,
+            ),
+            (_, bytes) => scan_headers_core(
+                bytes.unwrap_or_default(),
+                self.base(),
+                verify,
+                allow_partial_tail,
+            ),
         }
     }
 
@@ -507,6 +526,27 @@ fn batch_index(
         .collect())
 }
 
+/// One Arrow row per batch header (`crate::records::headers`), records never read (with
+/// `verify_crc`, read for their CRC only), as an `ArrowRecords` stream.
+#[pyfunction]
+#[pyo3(signature = (source, *, verify_crc=false, allow_partial_tail=false, offset=0, length=None))]
+fn scan_headers(
+    py: Python<'_>,
+    source: &Bound<'_, PyAny>,
+    verify_crc: bool,
+    allow_partial_tail: bool,
+    offset: u64,
+    length: Option<u64>,
+) -> PyResult<PyArrowRecords> {
+    let source = Source::open(source, offset, length)?;
+    let arrow = py.detach(|| {
+        source
+            .scan_headers(verify_crc, allow_partial_tail)
+            .and_then(|scan| headers_arrow(&scan))
+    })?;
+    Ok(PyArrowRecords(arrow))
+}
+
 /// A record tuple from Python: `(key, value[, headers[, timestamp]])`.
 struct PyNewRecord {
     key: Option<PyBackedBytes>,
@@ -613,6 +653,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_arrow, m)?)?;
     m.add_function(wrap_pyfunction!(record_columns, m)?)?;
     m.add_function(wrap_pyfunction!(batch_index, m)?)?;
+    m.add_function(wrap_pyfunction!(scan_headers, m)?)?;
     m.add_function(wrap_pyfunction!(encode_batch, m)?)?;
     Ok(())
 }

@@ -168,62 +168,84 @@ impl<'a> BatchCursor<'a> {
         if rest.is_empty() {
             return Ok(None);
         }
-        let at = self.position();
-        let (Some(base_offset), Some(length)) = (i64_at(rest, 0), i32_at(rest, 8)) else {
-            return self.incomplete(&format!(
-                "only {} bytes left, a batch needs {LOG_OVERHEAD} to start",
-                rest.len()
-            ));
+        let head = rest.get(..rest.len().min(V2_HEADER_SIZE)).unwrap_or_default();
+        let header = match parse_header(head, self.position(), rest.len() as u64)? {
+            Parsed::Header(header) => header,
+            Parsed::Incomplete(what) => return self.incomplete(&what),
         };
-        // Legacy messages and v2 batches both put the magic byte right after offset, length and 4 bytes.
-        let min_length = LEGACY_MIN_MESSAGE[0] as i32;
-        if length < min_length {
-            return Err(Error::corrupt(
-                at,
-                format!("batch length {length} is smaller than the smallest batch ({min_length})"),
-            ));
-        }
-        let size = LOG_OVERHEAD + length as usize;
-        let Some(bytes) = rest.get(..size) else {
-            return self.incomplete(&format!(
-                "batch of {size} bytes but only {} left",
-                rest.len()
-            ));
-        };
-        let magic = bytes.get(16).copied().unwrap_or_default() as i8;
-        let header = match magic {
-            2 => v2_header(bytes, at, base_offset, length)?,
-            0 | 1 => legacy_header(bytes, at, base_offset, length, magic)?,
-            _ => {
-                return Err(Error::corrupt(
-                    at + 16,
-                    format!("unknown magic {magic} (expected 0, 1 or 2)"),
-                ))
-            }
-        };
-        // Kafka's offsets are non-wrapping: a batch must leave room for the offset after it (its
-        // `next_offset`), or offsets derived from it would silently wrap to negative.
-        if header
-            .base_offset
-            .checked_add(i64::from(header.last_offset_delta))
-            .and_then(|last| last.checked_add(1))
-            .is_none()
-        {
-            return Err(Error::corrupt(
-                at,
-                format!(
-                    "base offset {} + last offset delta {} leaves no next offset (i64 overflow)",
-                    header.base_offset, header.last_offset_delta
-                ),
-            ));
-        }
+        let size = header.size_in_bytes as usize;
+        let bytes = rest.get(..size).unwrap_or_default();
         self.pos += size;
         Ok(Some(Frame { header, bytes }))
     }
 }
 
-fn v2_header(b: &[u8], at: u64, base_offset: i64, length: i32) -> Result<BatchHeader> {
-    if b.len() < V2_HEADER_SIZE {
+/// What the first bytes of a batch say: its header, or why the input ends inside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parsed {
+    Header(BatchHeader),
+    /// The input ends inside the batch (the reason, for an error when no partial tail is allowed).
+    Incomplete(String),
+}
+
+/// Parse the header of the batch at absolute position `at` from `head`, its first
+/// `min(available, V2_HEADER_SIZE)` bytes, where `available` is how many bytes the input has from
+/// `at` on. The header alone decides where the batch ends, so a reader can seek past its records
+/// ([`super::reader::scan_headers_file`]); [`BatchCursor`] cuts its input with the same function.
+pub fn parse_header(head: &[u8], at: u64, available: u64) -> Result<Parsed> {
+    let (Some(base_offset), Some(length)) = (i64_at(head, 0), i32_at(head, 8)) else {
+        return Ok(Parsed::Incomplete(format!(
+            "only {available} bytes left, a batch needs {LOG_OVERHEAD} to start"
+        )));
+    };
+    // Legacy messages and v2 batches both put the magic byte right after offset, length and 4 bytes.
+    let min_length = LEGACY_MIN_MESSAGE[0] as i32;
+    if length < min_length {
+        return Err(Error::corrupt(
+            at,
+            format!("batch length {length} is smaller than the smallest batch ({min_length})"),
+        ));
+    }
+    let size = LOG_OVERHEAD + length as usize;
+    if (size as u64) > available {
+        return Ok(Parsed::Incomplete(format!(
+            "batch of {size} bytes but only {available} left"
+        )));
+    }
+    let head = head.get(..size.min(head.len())).unwrap_or_default();
+    let magic = head.get(16).copied().unwrap_or_default() as i8;
+    let header = match magic {
+        2 => v2_header(head, size, at, base_offset, length)?,
+        0 | 1 => legacy_header(head, size, at, base_offset, length, magic)?,
+        _ => {
+            return Err(Error::corrupt(
+                at + 16,
+                format!("unknown magic {magic} (expected 0, 1 or 2)"),
+            ))
+        }
+    };
+    // Kafka's offsets are non-wrapping: a batch must leave room for the offset after it (its
+    // `next_offset`), or offsets derived from it would silently wrap to negative.
+    if header
+        .base_offset
+        .checked_add(i64::from(header.last_offset_delta))
+        .and_then(|last| last.checked_add(1))
+        .is_none()
+    {
+        return Err(Error::corrupt(
+            at,
+            format!(
+                "base offset {} + last offset delta {} leaves no next offset (i64 overflow)",
+                header.base_offset, header.last_offset_delta
+            ),
+        ));
+    }
+    Ok(Parsed::Header(header))
+}
+
+/// `b`: the batch's first bytes (at least the header when `size` allows), `size`: all of its bytes.
+fn v2_header(b: &[u8], size: usize, at: u64, base_offset: i64, length: i32) -> Result<BatchHeader> {
+    if size < V2_HEADER_SIZE {
         return Err(Error::corrupt(
             at,
             format!(
@@ -235,7 +257,7 @@ fn v2_header(b: &[u8], at: u64, base_offset: i64, length: i32) -> Result<BatchHe
     let field = || Error::corrupt(at, "v2 header shorter than expected");
     let h = BatchHeader {
         file_position: at,
-        size_in_bytes: b.len() as u32,
+        size_in_bytes: size as u32,
         base_offset,
         batch_length: length,
         partition_leader_epoch: i32_at(b, 12).ok_or_else(field)?,
@@ -265,7 +287,14 @@ fn v2_header(b: &[u8], at: u64, base_offset: i64, length: i32) -> Result<BatchHe
     Ok(h)
 }
 
-fn legacy_header(b: &[u8], at: u64, offset: i64, length: i32, magic: i8) -> Result<BatchHeader> {
+fn legacy_header(
+    b: &[u8],
+    size: usize,
+    at: u64,
+    offset: i64,
+    length: i32,
+    magic: i8,
+) -> Result<BatchHeader> {
     let min = LEGACY_MIN_MESSAGE[magic as usize];
     if (length as usize) < min {
         return Err(Error::corrupt(
@@ -282,7 +311,7 @@ fn legacy_header(b: &[u8], at: u64, offset: i64, length: i32, magic: i8) -> Resu
     };
     let h = BatchHeader {
         file_position: at,
-        size_in_bytes: b.len() as u32,
+        size_in_bytes: size as u32,
         base_offset: offset,
         batch_length: length,
         partition_leader_epoch: -1,

@@ -10,6 +10,7 @@ pub mod batch;
 pub mod compression;
 pub mod digest;
 pub mod encode;
+pub mod headers;
 mod legacy;
 pub mod reader;
 pub mod record;

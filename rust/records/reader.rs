@@ -3,7 +3,10 @@
 //! [`READ_BYTES`] or the largest batch, and safe against a file that shrinks while it is read.
 
 use super::arrow::{ArrowBuilder, ArrowDecoded, Column};
-use super::batch::{i32_at, BatchCursor, Frame, LOG_OVERHEAD};
+use super::batch::{
+    i32_at, parse_header, verify_crc, BatchCursor, Frame, Parsed, LOG_OVERHEAD, V2_HEADER_SIZE,
+};
+use super::headers::HeaderScan;
 use super::{BatchLocation, DecodeOptions};
 use crate::file::InputFile;
 use crate::{Error, Result};
@@ -117,6 +120,72 @@ pub fn batch_index_file(
     Ok((out, tail))
 }
 
+/// [`super::headers::scan_headers`] over bytes `[start, end)` of a file. Without `verify`, one
+/// positioned read of at most [`V2_HEADER_SIZE`] bytes per batch, then a seek past its records: the
+/// cost grows with the number of batches, not with their bytes. With `verify`, batches are read
+/// whole (in [`READ_BYTES`] reads, as the decoder does) for their CRC, and never decompressed.
+/// A file found shorter than `end` where a header is read ends the input there, as for the decoder.
+pub fn scan_headers_file(
+    file: &InputFile,
+    start: u64,
+    end: u64,
+    verify: bool,
+    allow_partial_tail: bool,
+) -> Result<HeaderScan> {
+    let mut headers = Vec::new();
+    if verify {
+        let partial_tail = for_each_frame(file, start, end, allow_partial_tail, |frame, _| {
+            verify_crc(frame)?;
+            headers.push(frame.header);
+            Ok(())
+        })?;
+        return Ok(HeaderScan {
+            headers,
+            partial_tail,
+        });
+    }
+    let mut head = [0u8; V2_HEADER_SIZE];
+    let mut pos = start;
+    while pos < end {
+        let available = end - pos;
+        let want = usize::try_from(available).map_or(V2_HEADER_SIZE, |a| a.min(V2_HEADER_SIZE));
+        let got = file.read_at(pos, head.get_mut(..want).unwrap_or_default())?;
+        if got < want {
+            // The file ends before the bytes it had when opened: inside this batch's header.
+            return match allow_partial_tail {
+                true => Ok(HeaderScan {
+                    headers,
+                    partial_tail: Some(pos),
+                }),
+                false => Err(shrunk(pos + got as u64, end)),
+            };
+        }
+        let parsed = parse_header(head.get(..got).unwrap_or_default(), pos, available)?;
+        match parsed {
+            Parsed::Header(header) => {
+                pos += u64::from(header.size_in_bytes);
+                headers.push(header);
+            }
+            Parsed::Incomplete(_) if allow_partial_tail => {
+                return Ok(HeaderScan {
+                    headers,
+                    partial_tail: Some(pos),
+                })
+            }
+            Parsed::Incomplete(what) => {
+                return Err(Error::corrupt(
+                    pos,
+                    format!("{what} (a partial batch at the end of the input)"),
+                ))
+            }
+        }
+    }
+    Ok(HeaderScan {
+        headers,
+        partial_tail: None,
+    })
+}
+
 /// The bytes of the batch at `pos` (all of them, or what is left of `[pos, end)` when it is cut
 /// short), for decoding one batch at a time.
 pub fn read_frame_bytes(file: &InputFile, pos: u64, end: u64) -> Result<Vec<u8>> {
@@ -196,6 +265,49 @@ mod tests {
             }
             let strict = index(61, &file, bytes.len() as u64, false);
             assert_eq!(strict.is_err(), want_tail.is_some());
+        }
+    }
+
+    #[test]
+    fn the_header_pass_over_a_file_matches_the_cursor_with_and_without_crc() {
+        let data = segment();
+        let mut cut = data.clone();
+        cut.truncate(data.len() - 7);
+        for bytes in [&data, &cut] {
+            let (_tmp, file) = file_of(bytes);
+            let want = crate::records::headers::scan_headers(bytes, 0, true, true);
+            let want = want.unwrap_or_default();
+            assert_eq!(want.headers.len(), 20 - usize::from(bytes.len() < data.len()));
+            for verify in [false, true] {
+                let got = scan_headers_file(&file, 0, bytes.len() as u64, verify, true);
+                assert_eq!(got.ok().as_ref(), Some(&want), "{verify}");
+                let strict = scan_headers_file(&file, 0, bytes.len() as u64, verify, false);
+                assert_eq!(strict.is_err(), want.partial_tail.is_some());
+            }
+        }
+    }
+
+    #[test]
+    fn the_header_pass_reports_a_file_that_shrank_under_it() {
+        let data = segment();
+        let (tmp, file) = file_of(&data);
+        let (all, _) = batch_index(&data, 0, false).unwrap_or_default();
+        let cut = all.get(5).map_or(0, |l| l.file_position) + 30; // inside the sixth header
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(tmp.path())
+            .and_then(|f| f.set_len(cut))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let end = data.len() as u64;
+        let scan = scan_headers_file(&file, 0, end, false, true).unwrap_or_default();
+        assert_eq!(scan.headers.len(), 5);
+        assert_eq!(scan.partial_tail, all.get(5).map(|l| l.file_position));
+        match scan_headers_file(&file, 0, end, false, false) {
+            Err(Error::Corrupt { position, reason }) => {
+                assert_eq!(position, cut);
+                assert!(reason.contains("truncated"), "{reason}");
+            }
+            other => panic!("{other:?}"),
         }
     }
 

@@ -168,7 +168,9 @@ impl<'a> BatchCursor<'a> {
         if rest.is_empty() {
             return Ok(None);
         }
-        let head = rest.get(..rest.len().min(V2_HEADER_SIZE)).unwrap_or_default();
+        let head = rest
+            .get(..rest.len().min(V2_HEADER_SIZE))
+            .unwrap_or_default();
         let header = match parse_header(head, self.position(), rest.len() as u64)? {
             Parsed::Header(header) => header,
             Parsed::Incomplete(what) => return self.incomplete(&what),

@@ -15,8 +15,7 @@
 use std::sync::Arc;
 
 use arrow_array::{
-    ArrayRef, BooleanArray, Int16Array, Int32Array, Int64Array, Int8Array, RecordBatch,
-    StringArray,
+    ArrayRef, BooleanArray, Int16Array, Int32Array, Int64Array, Int8Array, RecordBatch, StringArray,
 };
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
@@ -109,7 +108,9 @@ pub fn headers_arrow(scan: &HeaderScan) -> Result<ArrowDecoded> {
                 .collect::<Vec<_>>(),
         )),
         Arc::new(BooleanArray::from(
-            h.iter().map(BatchHeader::is_transactional).collect::<Vec<_>>(),
+            h.iter()
+                .map(BatchHeader::is_transactional)
+                .collect::<Vec<_>>(),
         )),
         Arc::new(BooleanArray::from(
             h.iter().map(BatchHeader::is_control).collect::<Vec<_>>(),
@@ -196,7 +197,12 @@ mod tests {
         let second = batch(0, 0, 3, Compression::None).len();
         let last = data.len() - 1;
         data[last] ^= 0xFF; // a byte of the last batch's records
-        assert_eq!(scan_headers(&data, 0, false, false).map(|s| s.headers.len()).ok(), Some(3));
+        assert_eq!(
+            scan_headers(&data, 0, false, false)
+                .map(|s| s.headers.len())
+                .ok(),
+            Some(3)
+        );
         match scan_headers(&data, 0, true, false) {
             Err(Error::Corrupt { position, reason }) => {
                 assert!(position > second as u64, "{position}");
@@ -212,7 +218,10 @@ mod tests {
         let cut = &data[..data.len() - 5];
         let scan = scan_headers(cut, 100, false, true).unwrap_or_default();
         assert_eq!(scan.headers.len(), 2);
-        let last = scan.headers.last().map(|h| h.file_position + u64::from(h.size_in_bytes));
+        let last = scan
+            .headers
+            .last()
+            .map(|h| h.file_position + u64::from(h.size_in_bytes));
         assert_eq!(scan.partial_tail, last);
         assert!(scan_headers(cut, 100, false, false).is_err());
     }

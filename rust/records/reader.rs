@@ -277,7 +277,10 @@ mod tests {
             let (_tmp, file) = file_of(bytes);
             let want = crate::records::headers::scan_headers(bytes, 0, true, true);
             let want = want.unwrap_or_default();
-            assert_eq!(want.headers.len(), 20 - usize::from(bytes.len() < data.len()));
+            assert_eq!(
+                want.headers.len(),
+                20 - usize::from(bytes.len() < data.len())
+            );
             for verify in [false, true] {
                 let got = scan_headers_file(&file, 0, bytes.len() as u64, verify, true);
                 assert_eq!(got.ok().as_ref(), Some(&want), "{verify}");

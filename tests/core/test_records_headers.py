@@ -9,12 +9,11 @@ import struct
 from pathlib import Path
 
 import pytest
+from test_records_segments import EXPECTED, SEGMENTS, load
 
 from epochguard import _core
 from epochguard.errors import CorruptRecordError
 from epochguard.records import PARTIAL_TAIL_METADATA_KEY, batch_headers, batch_index, encode_batch, iter_batches
-
-from test_records_segments import EXPECTED, SEGMENTS, load
 
 
 def log() -> bytes:

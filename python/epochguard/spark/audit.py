@@ -48,6 +48,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from epochguard import _core
+from epochguard.spark.batches import BatchPlan, Divergence, divergence, plan
+from epochguard.spark.headers import scan_listing
 from epochguard.spark.listing import Listing, PartitionReplica, is_local, list_log_dirs
 from epochguard.spark.logs import DEFAULT_CHUNK_BYTES, LOCATION, decode_listing, decode_ranges, output_schema
 from epochguard.spark.report import save
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
 __all__ = ["LOSS_KINDS", "PHANTOM_KINDS", "REPLICA_KINDS", "AuditResult", "ReplicaSummary", "audit", "read_consumed"]
 
 Step = Callable[[str], Any]  # progress reporter: step("decoding segments") -> context manager
+Runs = dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]  # reference batches: base, last, epoch
 
 # What the comparison reads of every record: positions, epochs, lengths and the content digest. Keys,
 # values and headers are decoded again, from just their batches' bytes, for the lost records alone.
@@ -104,17 +107,26 @@ def audit(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     sample: int = 50,
     html: bool = True,
+    method: str = "batches",
 ) -> AuditResult:
     """Audit broker log dirs (one per broker); returns an `AuditResult` and, unless `out` is None,
     saves it there (`report.save`: Parquet tables and report.html).
 
     `consumed` is what a consumer read: a Parquet or CSV path, or a DataFrame, with ``topic``,
     ``partition``, ``offset`` and ``leader_epoch`` columns (others are kept). `step(name)` is entered
-    around each stage, for progress (`report.AuditProgress`).
+    around each stage, for progress (`report.AuditProgress`; a `step` with a ``scanned(batches,
+    bytes)`` method is told what the header pass has read).
+
+    `method` ``"batches"`` (the default) compares the replicas' batch headers and decodes only the
+    batches that do not line up (`epochguard.spark.batches`); ``"records"`` decodes and compares
+    every record of every replica. Both find the same results.
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
+    if method not in ("batches", "records"):
+        raise ValueError(f"method must be 'batches' or 'records', got {method!r}")
+    scanned = getattr(step, "scanned", None)
     step = step or (lambda _name: nullcontext())
     provenance = {
         "log_dirs": [str(d) for d in log_dirs],
@@ -125,25 +137,35 @@ def audit(
     }
     with step("listing log directories"):
         listing = list_log_dirs(list(log_dirs), spark)
+    batch_plan = None
+    decoded = listing
+    if method == "batches":
+        with step("scanning batch headers"):
+            batch_plan = plan(scan_listing(spark, listing, verify_crc=verify_crc, progress=scanned))
+            decoded = batch_plan.records_listing(listing)
     with step("decoding segments"):
         frame = decode_listing(
-            spark, listing, columns=COMPARED_COLUMNS, with_errors=True, verify_crc=verify_crc, chunk_bytes=chunk_bytes
+            spark, decoded, columns=COMPARED_COLUMNS, with_errors=True, verify_crc=verify_crc, chunk_bytes=chunk_bytes
         )
         frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
         records = frame.where(F.col("error_reason").isNull()).drop("path", "error_position", "error_reason")
-        # Error rows have no epoch and no offset: they form their own group per replica.
-        stats = (
-            frame.groupBy("topic", "partition", "broker", "leader_epoch")
-            .agg(
-                F.count("offset").alias("n"),
-                F.min("offset").alias("lo"),
-                F.max("offset").alias("hi"),
-                F.count("error_reason").alias("errors"),
-            )
-            .collect()
-        )
+        stats = _stats(frame, decoded, batch_plan)
     with step("comparing epoch histories"):
         replicas = _summarize(listing, stats)
+    reference_records = records  # every reference record of the partitions compared on records
+    txn_records = records
+    runs: Divergence | None = None
+    if batch_plan is not None:
+        with step("comparing batches"):
+            runs = divergence(batch_plan, replicas)
+        if runs.ranges:
+            with step(f"decoding {runs.decoded_batches:,} batches that do not line up"):
+                tails = _decode_divergent(spark, listing, runs, verify_crc).persist(StorageLevel.MEMORY_AND_DISK)
+                tails.count()
+            frame = frame.unionByName(tails.drop("txn_only"))
+            tails = tails.where(F.col("error_reason").isNull()).drop("path", "error_position", "error_reason")
+            txn_records = records.unionByName(tails.drop("txn_only"))
+            records = records.unionByName(tails.where(~F.col("txn_only")).drop("txn_only"))
     with step("finding lost records"):
         pairs = spark.createDataFrame(
             [
@@ -166,23 +188,30 @@ def audit(
             F.col("record_digest").alias("reference_digest"),
             *(F.col(c).alias(f"reference_{c}") for c in LENGTHS),
         )
-        reference_keys = reference.select("topic", "partition", "offset", "leader_epoch")
+        reference_keys = reference_records.join(F.broadcast(references), ["topic", "partition", "broker"]).select(
+            "topic", "partition", "offset", "leader_epoch"
+        )
         held = records.join(F.broadcast(pairs), ["topic", "partition", "broker"])
-        retained = {
-            (row.topic, row.partition, row.broker): row.n
-            for row in held.where(F.col("offset") < F.col("reference_log_start_offset"))
+        retained = dict(runs.retained) if runs is not None else {}
+        for row in (
+            held.where(F.col("offset") < F.col("reference_log_start_offset"))
             .groupBy("topic", "partition", "broker")
             .agg(F.count("*").alias("n"))
             .collect()
-        }
+        ):
+            key = (row.topic, row.partition, row.broker)
+            retained[key] = retained.get(key, 0) + row.n
         # One join answers both questions: no reference record at (offset, epoch) is a loss; one with
         # another digest or other lengths is a mismatched copy (an epoch has one leader, so equal
         # (offset, epoch) must mean equal content).
         compared = held.where(F.col("offset") >= F.col("reference_log_start_offset")).join(
             reference, ["topic", "partition", "offset", "leader_epoch"], "left"
         )
+        held_txn = held
+        if txn_records is not records:  # with the transactional batches decoded for their status alone
+            held_txn = txn_records.join(F.broadcast(pairs), ["topic", "partition", "broker"])
         lost = _with_transaction_kind(
-            spark, listing, held, compared.where(F.col("reference_digest").isNull()), verify_crc
+            spark, listing, held_txn, compared.where(F.col("reference_digest").isNull()), verify_crc
         ).persist(StorageLevel.MEMORY_AND_DISK)
         differs = F.col("record_digest") != F.col("reference_digest")
         for c in LENGTHS:
@@ -229,7 +258,9 @@ def audit(
     phantom_sample: list[dict[str, Any]] = []
     if consumed is not None:
         with step("checking consumed records"):
-            phantoms = _phantom_reads(spark, consumed, replicas, records, reference_keys, lost)
+            phantoms = _phantom_reads(
+                spark, consumed, replicas, reference_keys, lost, runs.runs if runs is not None else None
+            )
             phantoms = phantoms.orderBy("topic", "partition", "offset").persist()
             phantom_counts = {
                 row.kind: row.n for row in phantoms.groupBy("kind").agg(F.count("*").alias("n")).collect()
@@ -253,6 +284,29 @@ def audit(
         with step("writing results"):
             save(result, out, html=html)
     return result
+
+
+def _stats(frame: DataFrame, decoded: Listing, batch_plan: BatchPlan | None) -> list:
+    """Per (replica, epoch): records, first and last offset, errors; from the decoded records and,
+    for the partitions compared on headers, from their batches."""
+    from pyspark.sql import functions as F
+
+    stats: list = []
+    if any(True for _ in decoded.segments):
+        # Error rows have no epoch and no offset: they form their own group per replica.
+        stats = (
+            frame.groupBy("topic", "partition", "broker", "leader_epoch")
+            .agg(
+                F.count("offset").alias("n"),
+                F.min("offset").alias("lo"),
+                F.max("offset").alias("hi"),
+                F.count("error_reason").alias("errors"),
+            )
+            .collect()
+        )
+    if batch_plan is not None:
+        stats += batch_plan.stats()
+    return stats
 
 
 def _with_transaction_kind(
@@ -288,29 +342,54 @@ def _lost_content(spark: SparkSession, listing: Listing, lost: DataFrame, verify
     """Keys, values and headers of the lost records: each batch that holds one is decoded again from
     its byte range (segment, position, size) alone. Local segments are read by the core directly;
     others through Spark's binaryFile source, only those holding a lost record."""
+
+    ranges = lost.select("broker", "topic", "partition", "segment", "batch_position", "batch_size").distinct()
+    location = ["broker", "topic", "partition"]
+    schema = output_schema(StructType([LOCATION[c] for c in location]), False, CONTENT_COLUMNS)
+    decode = functools.partial(
+        decode_ranges, schema=to_arrow_schema(schema), columns=CONTENT_COLUMNS, verify_crc=verify_crc
+    )
+    return _with_content(spark, listing, ranges).mapInArrow(decode, schema)
+
+
+def _with_content(spark: SparkSession, listing: Listing, ranges: DataFrame) -> DataFrame:
+    """`ranges` (broker, topic, partition, segment, batch_position, batch_size) with each segment's
+    ``path`` and, for a file not readable locally, its ``content`` (through Spark's binaryFile
+    source, only the files named)."""
     from pyspark.sql import functions as F
 
     segments = spark.createDataFrame(
         [(r.broker, r.topic, r.partition, s.base_offset, s.path) for r, s in listing.segments],
         "broker int, topic string, partition int, segment long, path string",
     )
-    ranges = (
-        lost.select("broker", "topic", "partition", "segment", "batch_position", "batch_size")
-        .distinct()
-        .join(F.broadcast(segments), ["broker", "topic", "partition", "segment"])
-    )
-    location = ["broker", "topic", "partition"]
-    schema = output_schema(StructType([LOCATION[c] for c in location]), False, CONTENT_COLUMNS)
-    decode = functools.partial(
-        decode_ranges, schema=to_arrow_schema(schema), columns=CONTENT_COLUMNS, verify_crc=verify_crc
-    )
+    ranges = ranges.join(F.broadcast(segments), ["broker", "topic", "partition", "segment"])
     if any(not is_local(s.path) for _, s in listing.segments):
         remote = [row.path for row in ranges.select("path").distinct().collect() if not is_local(row.path)]
         files = spark.read.format("binaryFile").load(remote).select("path", "content")
-        ranges = ranges.join(files, "path", "left")
-    else:
-        ranges = ranges.withColumn("content", F.lit(None).cast("binary"))
-    return ranges.mapInArrow(decode, schema)
+        return ranges.join(files, "path", "left")
+    return ranges.withColumn("content", F.lit(None).cast("binary"))
+
+
+def _decode_divergent(spark: SparkSession, listing: Listing, found: Divergence, verify_crc: bool) -> DataFrame:
+    """The records of the batches the header comparison could not settle, with the compared columns
+    (and ``txn_only``: decoded for a transaction's status alone); a batch that does not decode is an
+    error row, as in the record-level pass."""
+    from pyspark.sql.types import BooleanType, StructField
+
+    rows = [
+        (r.broker, r.topic, r.partition, r.segment, r.batch_position, r.batch_size, r.txn_only) for r in found.ranges
+    ]
+    ranges = spark.createDataFrame(
+        rows,
+        "broker int, topic string, partition int, segment long, batch_position long, batch_size long, txn_only boolean",
+    )
+    carry = StructType([*LOCATION.fields, StructField("txn_only", BooleanType())])
+    record_columns = [c for c in COMPARED_COLUMNS if c not in LOCATION.fieldNames()]
+    schema = output_schema(carry, True, record_columns)
+    decode = functools.partial(
+        decode_ranges, schema=to_arrow_schema(schema), columns=record_columns, verify_crc=verify_crc, with_errors=True
+    )
+    return _with_content(spark, listing, ranges).mapInArrow(decode, schema)
 
 
 # --- per replica, on the driver (epoch histories and counts are small) ---------------------------
@@ -496,13 +575,16 @@ def _phantom_reads(
     spark: SparkSession,
     consumed: str | DataFrame,
     replicas: list[ReplicaSummary],
-    records: DataFrame,
     reference_keys: DataFrame,
     lost: DataFrame,
+    runs: Runs | None = None,
 ) -> DataFrame:
+    """`reference_keys`: the (offset, epoch) of every reference record of the partitions compared on
+    records; `runs`: the reference's batches (base, last, epoch) of those compared on headers, where
+    each batch holds one record per offset of its span."""
     from pyspark.sql import functions as F
 
-    from epochguard.spark.udfs import EpochHistories
+    from epochguard.spark.udfs import EpochHistories, batch_epochs
 
     table = read_consumed(spark, consumed) if isinstance(consumed, str) else consumed
     if dict(table.dtypes).get("leader_epoch") in ("float", "double"):  # pandas writes NaN for a missing epoch
@@ -525,8 +607,18 @@ def _phantom_reads(
     lost_on = lost.groupBy("topic", "partition", "offset", "leader_epoch").agg(
         F.min("broker").alias("lost_on_broker"), F.min(F.col("kind") == "aborted").alias("aborted")
     )
+    reads = table
+    if runs:
+        # Held by a reference batch: its epoch at the read's offset (null outside every batch).
+        reads = reads.withColumn("run_epoch", batch_epochs(spark, runs)("topic", "partition", "offset"))
+        reads = reads.where(
+            F.col("run_epoch").isNull()
+            | (F.col("leader_epoch").isNotNull() & (F.col("leader_epoch") != F.col("run_epoch")))
+        )
+    else:
+        reads = reads.withColumn("run_epoch", F.lit(None).cast("int"))
     # A read without an epoch (an old client, a legacy batch) can only be matched by its offset.
-    t, ref = table.alias("t"), reference_keys.alias("ref")
+    t, ref = reads.alias("t"), reference_keys.alias("ref")
     held = (
         (F.col("t.topic") == F.col("ref.topic"))
         & (F.col("t.partition") == F.col("ref.partition"))
@@ -537,6 +629,7 @@ def _phantom_reads(
         t.join(ref, held, "left_anti")
         .join(F.broadcast(info), ["topic", "partition"], "left")
         .join(at_offset, ["topic", "partition", "offset"], "left")
+        .withColumn("reference_epoch_at_offset", F.coalesce("reference_epoch_at_offset", "run_epoch"))
         .join(lost_on, ["topic", "partition", "offset", "leader_epoch"], "left")
         .withColumn("reference_epoch", histories.epoch_for_offset("topic", "partition", "offset"))
     )

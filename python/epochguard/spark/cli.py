@@ -39,6 +39,13 @@ def add_parsers(sub: Any) -> None:
     )
     audit.add_argument("--master", default="local[2]", metavar="URL", help="Spark master URL (default: local[2])")
     audit.add_argument("--json", action="store_true", help="print the summary as JSON instead of tables")
+    audit.add_argument(
+        "--method",
+        choices=("batches", "records"),
+        default="batches",
+        help="compare batch headers and decode only what does not line up (default), or decode and compare "
+        "every record (slower, same results)",
+    )
     audit.set_defaults(run=run_audit)
 
     demo = sub.add_parser(
@@ -63,7 +70,7 @@ def add_parsers(sub: Any) -> None:
 def run_audit(args: argparse.Namespace) -> int:
     console = _console(stderr=args.json)  # with --json, stdout carries only the JSON
     try:
-        result = _audit(args.log_dirs, args.out, args.consumed, args.master, console)
+        result = _audit(args.log_dirs, args.out, args.consumed, args.master, console, args.method)
     except Exception as exc:  # the CLI boundary: any failure to run is exit code 2, with its reason
         console.print(f"[bold red]audit could not run:[/] {type(exc).__name__}: {exc}")
         return EXIT_FAILED
@@ -96,7 +103,9 @@ def run_demo(args: argparse.Namespace) -> int:
     return EXIT_CLEAN  # the demo succeeds by showing the loss it staged
 
 
-def _audit(log_dirs: list[str], out: str, consumed: str | None, master: str, console: Any) -> Any:
+def _audit(
+    log_dirs: list[str], out: str, consumed: str | None, master: str, console: Any, method: str = "batches"
+) -> Any:
     from epochguard.spark.audit import audit
     from epochguard.spark.report import AuditProgress
     from epochguard.spark.session import local_session
@@ -104,7 +113,7 @@ def _audit(log_dirs: list[str], out: str, consumed: str | None, master: str, con
     with console.status("starting Spark"):
         spark = local_session(master)
     with AuditProgress(spark, console) as progress:
-        return audit(spark, log_dirs, consumed=consumed, out=out, step=progress)
+        return audit(spark, log_dirs, consumed=consumed, out=out, step=progress, method=method)
 
 
 def _show(result: Any, as_json: bool, console: Any) -> None:

@@ -309,16 +309,23 @@ def decode_arrow_batches(
 
 
 def decode_ranges(
-    batches: Iterator[pa.RecordBatch], *, schema: pa.Schema, columns: Sequence[str], verify_crc: bool
+    batches: Iterator[pa.RecordBatch],
+    *,
+    schema: pa.Schema,
+    columns: Sequence[str],
+    verify_crc: bool,
+    with_errors: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` body that decodes named byte ranges: each input row gives a ``path``, a
     ``batch_position`` and ``batch_size`` and, for a file not readable locally, its ``content``;
-    the other input columns named in `schema` are carried onto every record of the range."""
+    the other input columns named in `schema` are carried onto every record of the range. With
+    `with_errors`, a batch that does not decode is an error row (`schema` has the error columns)."""
     for batch in batches:
         rows = batch.select([n for n in batch.schema.names if n != "content"]).to_pylist()
         contents = batch.column("content")
         for row, content in zip(rows, contents, strict=True):
-            carried = {name: row[name] for name in schema.names if name in row}
+            # The range's own position and size are not the records' (a range may span batches).
+            carried = {n: row[n] for n in schema.names if n in row and n not in ("batch_position", "batch_size")}
             source = row["path"] if not content.is_valid else memoryview(content.as_buffer())
             yield from _decode_one(
                 source,
@@ -328,7 +335,7 @@ def decode_ranges(
                 row["path"],
                 schema=schema,
                 columns=columns,
-                with_errors=False,
+                with_errors=with_errors,
                 verify_crc=verify_crc,
                 max_decompressed_size=DEFAULT_MAX_DECOMPRESSED,
             )

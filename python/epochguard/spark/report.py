@@ -49,6 +49,16 @@ class AuditProgress:
             console=console,
             transient=True,
         )
+        self._current: tuple[Any, str] | None = None  # the running stage's task id and name
+        self._scanned = (0, 0)
+
+    def scanned(self, batches: int, size: int) -> None:
+        """Add what the header pass has read since the last call: shown on the running stage's line."""
+        total = (self._scanned[0] + batches, self._scanned[1] + size)
+        self._scanned = total
+        if self._current is not None:
+            task, name = self._current
+            self._progress.update(task, description=f"{name}: {total[0]:,} batches, {total[1] / 2**20:,.1f} MiB")
 
     def __enter__(self) -> AuditProgress:
         self._progress.start()
@@ -60,6 +70,7 @@ class AuditProgress:
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         task = self._progress.add_task(name, total=None)
+        self._current = (task, name)
         done = threading.Event()
         seen: dict[int, tuple[int, int]] = {}
 
@@ -81,8 +92,11 @@ class AuditProgress:
         finally:
             done.set()
             thread.join()
+            self._current = None
             self._progress.remove_task(task)
-            self._progress.console.print(f"[green]✓[/] {name}")
+            batches, size = self._scanned
+            scanned = f" ({batches:,} batches, {size / 2**20:,.1f} MiB)" if "header" in name else ""
+            self._progress.console.print(f"[green]✓[/] {name}{scanned}")
 
 
 def print_summary(result: AuditResult, console: Console | None = None, *, rows: int = 15) -> None:

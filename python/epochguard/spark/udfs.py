@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -112,6 +112,34 @@ class EpochHistories:
         return end_offset_for(topic, partition, epoch)
 
 
+Batches = Mapping[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]  # partition -> base, last, epoch
+
+
+def batch_epochs(spark: SparkSession, batches: Batches) -> Callable[..., Column]:
+    """A pandas UDF ``(topic, partition, offset) -> int``: the epoch of the batch holding the offset,
+    null when none does. `batches` maps a partition to its batches' sorted, non-overlapping (base
+    offset, last offset, epoch) arrays (broadcast once)."""
+    shared = spark.sparkContext.broadcast(dict(batches))
+
+    @pandas_udf("int")  # type: ignore[call-overload]
+    def batch_epoch(topics: pd.Series, partitions: pd.Series, offsets: pd.Series) -> pd.Series:
+        none = np.iinfo(np.int64).min  # an epoch may be -1 (a batch of no epoch): not a marker
+        out = np.full(len(offsets), none, dtype=np.int64)
+        values = offsets.to_numpy(np.int64)
+        for key, index in _groups(topics, partitions):
+            found = shared.value.get(key)
+            if found is None:
+                continue
+            base, last, epoch = found
+            at = values[index]
+            i = np.maximum(np.searchsorted(base, at, "right") - 1, 0)
+            inside = (at >= base[i]) & (at <= last[i]) if len(base) else np.zeros(len(at), dtype=bool)
+            out[index] = np.where(inside, epoch[i].astype(np.int64) if len(base) else none, none)
+        return pd.Series(out).where(out != none).astype("Int32")
+
+    return batch_epoch
+
+
 def _groups(topics: pd.Series, partitions: pd.Series) -> Iterator[tuple[tuple[str, int], np.ndarray]]:
     keys = pd.DataFrame({"t": topics.to_numpy(), "p": partitions.to_numpy()})
     for key, index in keys.groupby(["t", "p"], sort=False).indices.items():
@@ -130,4 +158,4 @@ def _cache(histories: Broadcast, topic: str, partition: int) -> tuple[_core.Lead
     return _CACHES[key]
 
 
-__all__ = ["EpochHistories", "decode_batches"]
+__all__ = ["EpochHistories", "batch_epochs", "decode_batches"]

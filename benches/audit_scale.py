@@ -1,0 +1,194 @@
+"""The audit at scale, header comparison against the record-level audit in the same run (issue 22).
+
+Layout: 3 brokers x 4 partitions, 100-byte values, batches of 16 KiB to 1 MiB (log-uniform, as
+producers' batch.size and linger make them); on every partition broker 1 led epoch 0 and wrote a
+tail (``--tail`` records) that brokers 2 and 3 never replicated: they hold other records there in
+epoch 1 (an unclean election). The common prefix is one encoding written to the three replicas, as
+followers copy their leader's batches byte for byte. Data are written once per size with the
+project's own writers (the core's batch encoder, `epochguard.logdir`'s root files, the epoch cache's
+checkpoint) and cached under ``--data``.
+
+Each audit runs in a fresh process: ``end_to_end`` is from the process start (before pyspark is
+imported) to the audit's return, Spark's start included; ``audit`` is the audit's own work once the
+session is up (a first tiny job has started the JVM's executors); ``stages`` is the time of each
+step; ``driver_peak_mib`` is the Python driver's VmHWM. Not a test: run it by hand and quote it.
+
+    nice .venv/bin/python benches/audit_scale.py --records 3000000,12000000 [--methods batches,records]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BROKERS, PARTITIONS, VALUE_BYTES = (1, 2, 3), 4, 100
+RECORD_BYTES = 107  # a v2 record of a null key and a 100-byte value, no headers, small deltas
+SEGMENT_BYTES = 1 << 30
+
+AUDIT = """
+import time
+began = time.perf_counter()
+import json, sys
+from epochguard.spark import audit, local_session
+spark = local_session("local[2]", app_name="epochguard-audit-scale", shuffle_partitions=4)
+spark.range(1).collect()  # the executors are up before the audit's clock starts
+up = time.perf_counter()
+stages, clock = {}, [up]
+from contextlib import contextmanager
+@contextmanager
+def step(name):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        stages[name] = round(time.perf_counter() - start, 3)
+result = audit(spark, sys.argv[3:], out=sys.argv[2], method=sys.argv[1], step=step)
+done = time.perf_counter()
+peak = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:"))
+print("RESULT " + json.dumps({
+    "end_to_end": done - began, "spark_start": up - began, "audit": done - up, "stages": stages,
+    "lost": result.lost_count, "records": sum(r.record_count for r in result.replicas),
+    "kinds": sorted(r.kind for r in result.replicas), "driver_peak_mib": peak / 1024,
+}))
+spark.stop()
+"""
+
+
+def batch_sizes(n: int, seed: int) -> list[int]:
+    """Record counts of batches of 16 KiB to 1 MiB (log-uniform), adding up to `n`."""
+    rng, sizes, left = random.Random(seed), [], n
+    while left > 0:
+        size = math.exp(rng.uniform(math.log(16 << 10), math.log(1 << 20)))
+        count = min(left, max(1, int(size // RECORD_BYTES)))
+        sizes.append(count)
+        left -= count
+    return sizes
+
+
+class Segments:
+    """One replica's segment files, rolled at SEGMENT_BYTES as a broker rolls them."""
+
+    def __init__(self, part: Path) -> None:
+        self.part, self.file, self.size = part, None, 0
+
+    def write(self, base_offset: int, data: bytes) -> None:
+        from epochguard.log import segment_file_name
+
+        if self.file is None or self.size + len(data) > SEGMENT_BYTES:
+            self.close()
+            self.file, self.size = open(self.part / segment_file_name(base_offset), "wb"), 0
+        self.file.write(data)
+        self.size += len(data)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+def write_partition(dirs: list[Path], p: int, common: int, tail: int) -> None:
+    """Partition `p` on every broker: the common prefix (one encoding, written to all three, as
+    followers copy their leader's batches), then each broker's tail, and its epoch checkpoint."""
+    from epochguard import _core
+
+    parts = {b: d / f"audit-{p}" for d, b in zip(dirs, BROKERS, strict=True)}
+    files = {}
+    for b, part in parts.items():
+        part.mkdir(exist_ok=True)
+        files[b] = Segments(part)
+    offset = 0
+    for count in batch_sizes(common, seed=p):
+        data = _core.encode_batch([(None, b"v" * VALUE_BYTES)] * count, base_offset=offset, partition_leader_epoch=0)
+        for b in BROKERS:
+            files[b].write(offset, data)
+        offset += count
+    for broker, epoch, value in ((1, 0, b"o"), (2, 1, b"n"), (3, 1, b"n")):
+        at = offset
+        for count in batch_sizes(tail, seed=100 + p + epoch):
+            records = [(None, value * VALUE_BYTES)] * count
+            files[broker].write(at, _core.encode_batch(records, base_offset=at, partition_leader_epoch=epoch))
+            at += count
+    for b, part in parts.items():
+        files[b].close()
+        epochs = [(0, 0)] if b == 1 else [(0, 0), (1, common)]
+        _core.LeaderEpochCache(epochs).write_checkpoint(str(part / "leader-epoch-checkpoint"))
+
+
+def generate(root: Path, n: int, tail: int) -> list[str]:
+    """The cluster of `n` records in all (n / 4 per partition, each on three replicas); its log dirs."""
+    from epochguard.logdir import write_meta_properties, write_offset_checkpoint
+    from epochguard.types import TopicPartition
+
+    dirs = [root / f"broker-{b}" for b in BROKERS]
+    if (root / "complete").exists():
+        return [str(d) for d in dirs]
+    common = n // PARTITIONS - tail
+    for d, b in zip(dirs, BROKERS, strict=True):
+        d.mkdir(parents=True, exist_ok=True)
+        write_meta_properties(d, b)
+    for p in range(PARTITIONS):
+        write_partition(dirs, p, common, tail)
+    for d in dirs:  # every replica's high watermark: the end of the common prefix
+        write_offset_checkpoint(d / "replication-offset-checkpoint", {TopicPartition("audit", p): common for p in range(PARTITIONS)})
+    (root / "complete").write_text(json.dumps({"records": n, "tail": tail}))
+    return [str(d) for d in dirs]
+
+
+def run(method: str, dirs: list[str], out: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-c", AUDIT, method, str(out), *dirs], capture_output=True, text=True)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        raise SystemExit(f"audit ({method}) failed:\n{proc.stderr[-4000:]}")
+    return json.loads(line[len("RESULT ") :])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", default="3000000,12000000", help="total records per cluster, comma-separated")
+    parser.add_argument("--tail", type=int, default=10_000, help="records of the divergent tail per partition")
+    parser.add_argument("--methods", default="batches,records")
+    parser.add_argument("--data", default="target/audit-scale", help="where the generated log dirs are cached")
+    parser.add_argument("--json", help="write the figures here too")
+    parser.add_argument("--generate-only", action="store_true", help="write (or find) the data and stop")
+    args = parser.parse_args()
+    rows = []
+    for n in (int(x) for x in args.records.split(",")):
+        root = Path(args.data) / f"n{n}-t{args.tail}"
+        began = time.perf_counter()
+        dirs = generate(root, n, args.tail)
+        size = sum(f.stat().st_size for d in dirs for f in Path(d).rglob("*.log"))
+        print(f"{n:,} records ({size / 2**30:.2f} GiB on disk): data ready in {time.perf_counter() - began:.0f} s",
+              flush=True)
+        if args.generate_only:
+            continue
+        for method in args.methods.split(","):
+            got = run(method, dirs, root / f"out-{method}")
+            assert got["lost"] == PARTITIONS * args.tail, got
+            assert got["records"] == 3 * n, got
+            rows.append({"records": n, "bytes": size, "method": method, **got})
+            print(
+                f"  {method:8s} end to end {got['end_to_end']:6.1f} s (Spark start {got['spark_start']:.1f} s), "
+                f"audit {got['audit']:6.1f} s, driver peak {got['driver_peak_mib']:.0f} MiB; "
+                f"stages {json.dumps(got['stages'])}",
+                flush=True,
+            )
+    by = {(r["records"], r["method"]): r for r in rows}
+    for n in sorted({r["records"] for r in rows}):
+        if (n, "batches") in by and (n, "records") in by:
+            a, b = by[(n, "records")], by[(n, "batches")]
+            print(f"{n:,}: records / batches audit time x{a['audit'] / b['audit']:.1f}, "
+                  f"end to end x{a['end_to_end'] / b['end_to_end']:.1f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.getcwd())
+    main()

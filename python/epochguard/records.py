@@ -82,17 +82,11 @@ def batch_headers(
     last batch, and a file that shrinks under the reader, are reported as `decode_to_arrow` reports
     them (the partial tail's position under `PARTIAL_TAIL_METADATA_KEY`).
     """
-    import pyarrow as pa
 
     headers = scan_headers(
         source, verify_crc=verify_crc, allow_partial_tail=allow_partial_tail, offset=offset, length=length
     )
-    table = pa.table(headers)
-    if headers.partial_tail is not None:
-        metadata = dict(table.schema.metadata or {})
-        metadata[PARTIAL_TAIL_METADATA_KEY] = str(headers.partial_tail).encode()
-        table = table.replace_schema_metadata(metadata)
-    return table
+    return _table(headers)
 
 
 def decode_to_arrow(
@@ -124,7 +118,6 @@ def decode_to_arrow(
 
     Raises `epochguard.errors.CorruptRecordError` for malformed input.
     """
-    import pyarrow as pa
 
     records = decode_arrow(
         source,
@@ -135,9 +128,16 @@ def decode_to_arrow(
         offset=offset,
         length=length,
     )
-    table = pa.table(records)
-    if records.partial_tail is not None:
+    return _table(records)
+
+
+def _table(stream: ArrowRecords) -> pa.Table:
+    """The stream as a table, an incomplete last batch's position in its schema metadata."""
+    import pyarrow as pa
+
+    table = pa.table(stream)
+    if stream.partial_tail is not None:
         metadata = dict(table.schema.metadata or {})
-        metadata[PARTIAL_TAIL_METADATA_KEY] = str(records.partial_tail).encode()
+        metadata[PARTIAL_TAIL_METADATA_KEY] = str(stream.partial_tail).encode()
         table = table.replace_schema_metadata(metadata)
     return table

@@ -134,8 +134,8 @@ def test_a_compacted_partition_is_compared_on_records(spark, tmp_path) -> None:
     batch whose count is not its span). Records decide: nothing is lost that the other holds."""
     rs = records("c", 0, 6)
     z = kafka_python_batch(records("z", 6, 2), 6, 0)
-    one = _compacted(rs, 0, 0, [0, 3, 5]) + z  # offset 0 survived only here
-    two = _compacted(rs, 0, 0, [1, 3, 5]) + z + kafka_python_batch(records("y", 8, 1), 8, 0)
+    one = _compacted(rs, 0, 0, [0, 2, 5]) + z  # offset 2 survived only here
+    two = _compacted(rs, 0, 0, [0, 3, 5]) + z + kafka_python_batch(records("y", 8, 1), 8, 0)
     dirs = []
     for b, data in ((1, one), (2, two)):
         d = write_log_dir(tmp_path, b, [])

@@ -5,7 +5,7 @@ producers' batch.size and linger make them); on every partition broker 1 led epo
 tail (``--tail`` records) that brokers 2 and 3 never replicated: they hold other records there in
 epoch 1 (an unclean election). The common prefix is one encoding written to the three replicas, as
 followers copy their leader's batches byte for byte. Data are written once per size with the
-project's own writers (the core's batch encoder, `epochguard.logdir`'s root files, the epoch cache's
+project's own writers (the core's batch encoder, `epochguard.storage.logdir`'s root files, the epoch cache's
 checkpoint) and cached under ``--data``.
 
 Each audit runs in a fresh process: ``end_to_end`` is from the process start (before pyspark is
@@ -80,7 +80,7 @@ class Segments:
         self.part, self.file, self.size = part, None, 0
 
     def write(self, base_offset: int, data: bytes) -> None:
-        from epochguard.log import segment_file_name
+        from epochguard.storage.log import segment_file_name
 
         if self.file is None or self.size + len(data) > SEGMENT_BYTES:
             self.close()
@@ -124,7 +124,7 @@ def write_partition(dirs: list[Path], p: int, common: int, tail: int) -> None:
 
 def generate(root: Path, n: int, tail: int) -> list[str]:
     """The cluster of `n` records in all (n / 4 per partition, each on three replicas); its log dirs."""
-    from epochguard.logdir import write_meta_properties, write_offset_checkpoint
+    from epochguard.storage.logdir import write_meta_properties, write_offset_checkpoint
     from epochguard.types import TopicPartition
 
     dirs = [root / f"broker-{b}" for b in BROKERS]

@@ -195,6 +195,32 @@ class Controller:
         self._push([new])
         return True
 
+    def elect_unclean(self, tp: TopicPartition) -> bool:
+        """An ElectLeaders request of type UNCLEAN for `tp` (KIP-460), as Kafka's
+        `ReplicationControlManager.electLeader`: nothing to do (ELECTION_NOT_NEEDED) while the partition
+        has a leader; else the first alive ISR member in assignment order (a clean election), else the
+        first alive replica with the ISR reset to it. False when nothing was elected."""
+        st = self.partitions[tp]
+        if st.leader >= 0:
+            return False
+        alive = self.broker_epochs
+        clean = [b for b in st.replicas if b in st.isr and b in alive]
+        unclean = [b for b in st.replicas if b in alive]
+        if clean:
+            leader, isr, is_clean = clean[0], tuple(b for b in st.isr if b in alive), True
+        elif unclean:
+            leader, isr, is_clean = unclean[0], (unclean[0],), False
+        else:
+            return False
+        new = replace(st, leader=leader, leader_epoch=st.leader_epoch + 1, isr=isr,
+                      partition_epoch=st.partition_epoch + 1)
+        kind = "clean" if is_clean else "UNCLEAN"
+        self._commit(new, f"leader {leader} epoch {new.leader_epoch}, {kind} election (ElectLeaders UNCLEAN)",
+                     election=kind.lower())
+        self.elections.append(Election(self.timeline.step, tp, leader, new.leader_epoch, is_clean))
+        self._push([new])
+        return True
+
     # --- elections -------------------------------------------------------------------------------
     def _elect(self, tp: TopicPartition, *, reason: str) -> LeaderAndIsrPartitionState | None:
         st = self.partitions[tp]

@@ -168,6 +168,20 @@ class PreferredElection:
 
 
 @dataclass(frozen=True, slots=True)
+class ElectUnclean:
+    """An ElectLeaders request of type UNCLEAN for one leaderless partition (Kafka's admin
+    `electLeaders(ElectionType.UNCLEAN, ...)`), whatever `unclean.leader.election.enable` says."""
+
+    tp: TopicPartition
+
+    def apply(self, cluster: Cluster) -> None:
+        cluster.controller.elect_unclean(self.tp)
+
+    def describe(self) -> str:
+        return f"ElectLeaders UNCLEAN for {self.tp}"
+
+
+@dataclass(frozen=True, slots=True)
 class UncleanElections:
     """Turn `unclean.leader.election.enable` on or off."""
 

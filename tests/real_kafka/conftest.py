@@ -1,0 +1,87 @@
+"""The real Apache Kafka cluster of the differential tests: started once per session, shared, stopped.
+
+One controller and three brokers (epochguard.kafka.KafkaCluster), formatted with KIP-966's eligible
+leader replicas off, as Kafka's own UncleanLeaderElectionTest runs (the ELR tests switch it on with
+UpdateFeatures). Without Kafka's jars (`make kafka`) or Java 17 the tests skip naming what is missing,
+except under CI=true, where they fail. The start time is printed in the terminal summary.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from epochguard.kafka import KafkaCluster, KafkaNotProvisioned, find_java, kafka_jars
+
+_START: dict[str, float] = {}
+DATA = Path(__file__).parents[1] / "data" / "kafka-4.4.0-unclean"
+
+
+def under_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("true", "1")
+
+
+def _require_kafka() -> None:
+    try:
+        kafka_jars()
+        find_java()
+    except KafkaNotProvisioned as e:
+        if under_ci():
+            pytest.fail(f"Apache Kafka: {e}", pytrace=False)
+        pytest.skip(f"Apache Kafka: {e}")
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    _require_kafka()
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka"), brokers=3, elr=False)
+    t0 = time.monotonic()
+    try:
+        cluster.start()
+        _START["start_s"] = time.monotonic() - t0
+        yield cluster
+    finally:
+        t1 = time.monotonic()
+        cluster.close()
+        _START["stop_s"] = time.monotonic() - t1
+
+
+@pytest.fixture(scope="session")
+def kafka_runs(kafka_cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Scripts 2 and 3 run once on the real cluster, watched by a consumer, with log-dir copies before
+    and after the old leader truncates: {script: (run, out dir, ground truth)}."""
+    from .real_logs import AuditWatch, ground_truth
+    from .test_differential import run_unclean_script
+    from .differential import KafkaBackend
+
+    runs: dict[str, Any] = {}
+    for script, empty in (("script2", False), ("script3", True)):
+        topic = f"diff-{script}"
+        out = tmp_path_factory.mktemp(f"kafka-{script}")
+        backend = KafkaBackend(kafka_cluster, topic, [1, 2])
+        try:
+            t0 = time.monotonic()
+            run = run_unclean_script(backend, empty_follower=empty, observer=AuditWatch(kafka_cluster, topic, out))
+            _START[f"{script}_s"] = time.monotonic() - t0
+        finally:
+            backend.close()
+        runs[script] = (run, out, ground_truth(out, topic, run))
+        if os.environ.get("EPOCHGUARD_REFRESH_KAFKA_DATA"):  # the audit tests' checked-in copy (tests/spark)
+            dest = DATA / script
+            shutil.rmtree(dest, ignore_errors=True)
+            shutil.copytree(out, dest)
+    return runs
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if "start_s" in _START:
+        terminalreporter.write_line(f"kafka: cluster (1 controller + 3 brokers) started in {_START['start_s']:.1f} s, "
+                                    f"stopped in {_START.get('stop_s', float('nan')):.1f} s; "
+                                    + ", ".join(f"{k[:-2]} ran in {v:.1f} s" for k, v in _START.items()
+                                                if k.startswith("script")))

@@ -1,0 +1,303 @@
+"""The differential harness: one script, two backends (a real Kafka cluster, epochguard's simulator).
+
+Every request a script sends is a kafka-python protocol message (an encoder independent of ours),
+encoded once to a frame. To real Kafka the frame goes over a socket; to the simulator it goes
+through epochguard's own wire codec (`epochguard.wire.codec.decode_request`) into the sans-IO
+`WireCluster` that `epochguard serve` runs, and the answer comes back through `encode_response`. So
+both backends answer the very same bytes, and both answers are decoded by kafka-python.
+
+Faults: `stop` is SIGTERM on Kafka (a controlled shutdown) and a crash in the simulator (which has no
+controlled shutdown: its controller drops the broker from the ISR when the session times out);
+`elect_unclean` is an ElectLeaders request of type UNCLEAN on both. `replica(b)` reads what a replica
+holds: on Kafka from its partition dir (`PartitionLog.open`) and root checkpoints, in the simulator
+from its log.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
+from kafka.protocol.consumer.offsets import (
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
+from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
+
+from epochguard._core import encode_batch
+from epochguard.kafka import KafkaCluster, PartitionState
+from epochguard.log import PartitionLog
+from epochguard.logdir import read_offset_checkpoint
+from epochguard.sim.faults import Crash, ElectUnclean, Restart
+from epochguard.types import TopicPartition
+from epochguard.wire.endpoint import Endpoint
+from epochguard.wire.engine import Connection, WireCluster
+from epochguard.wire.scenarios import BASE, INPUT, Stage, WireScenario
+
+# Versions inside both Kafka 4.4's and epochguard's codec's ranges, each with every field the scripts use
+PRODUCE_V, FETCH_V, LIST_OFFSETS_V, OFFSET_FOR_LEADER_EPOCH_V, METADATA_V = 9, 12, 7, 4, 12
+_RESPONSES = {ProduceRequest: ProduceResponse, FetchRequest: FetchResponse, ListOffsetsRequest: ListOffsetsResponse,
+              OffsetForLeaderEpochRequest: OffsetForLeaderEpochResponse, MetadataRequest: MetadataResponse}
+EARLIEST, LATEST = -2, -1
+
+
+def _response_class(request: Any) -> Any:
+    for req, resp in _RESPONSES.items():
+        if isinstance(request, req):
+            return resp
+    raise TypeError(type(request))
+
+
+def encode(request: Any, correlation_id: int) -> bytes:
+    """The request frame without its size prefix."""
+    request.with_header(correlation_id=correlation_id, client_id="epochguard-differential")
+    return bytes(request.encode(header=True))
+
+
+def decode(request: Any, frame: bytes) -> Any:
+    return _response_class(request).decode(frame, version=request.API_VERSION, header=True)
+
+
+# --- requests -------------------------------------------------------------------------------------------
+def produce(topic: str, partition: int, batch: bytes, acks: int = -1) -> Any:
+    t = ProduceRequest.TopicProduceData
+    return ProduceRequest[PRODUCE_V](
+        transactional_id=None, acks=acks, timeout_ms=30000,
+        topic_data=[t(name=topic, partition_data=[t.PartitionProduceData(index=partition, records=batch)])])
+
+
+def offset_for_leader_epoch(topic: str, partition: int, leader_epoch: int, current_leader_epoch: int = -1) -> Any:
+    t = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+    return OffsetForLeaderEpochRequest[OFFSET_FOR_LEADER_EPOCH_V](replica_id=-1, topics=[t(
+        topic=topic, partitions=[t.OffsetForLeaderPartition(partition=partition, current_leader_epoch=current_leader_epoch,
+                                                            leader_epoch=leader_epoch)])])
+
+
+def list_offsets(topic: str, partition: int, timestamp: int, isolation_level: int = 0,
+                 current_leader_epoch: int = -1) -> Any:
+    t = ListOffsetsRequest.ListOffsetsTopic
+    return ListOffsetsRequest[LIST_OFFSETS_V](replica_id=-1, isolation_level=isolation_level, topics=[t(
+        name=topic, partitions=[t.ListOffsetsPartition(partition_index=partition, current_leader_epoch=current_leader_epoch,
+                                                       timestamp=timestamp)])])
+
+
+def fetch(topic: str, partition: int, offset: int, last_fetched_epoch: int = -1, current_leader_epoch: int = -1,
+          isolation_level: int = 0) -> Any:
+    t = FetchRequest.FetchTopic
+    return FetchRequest[FETCH_V](
+        replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=isolation_level, session_id=0,
+        session_epoch=-1, rack_id="", forgotten_topics_data=[],
+        topics=[t(topic=topic, partitions=[t.FetchPartition(
+            partition=partition, current_leader_epoch=current_leader_epoch, fetch_offset=offset,
+            last_fetched_epoch=last_fetched_epoch, log_start_offset=-1, partition_max_bytes=1 << 20)])])
+
+
+def metadata(topic: str) -> Any:
+    t = MetadataRequest.MetadataRequestTopic
+    return MetadataRequest[METADATA_V](topics=[t(topic_id=None, name=topic)], allow_auto_topic_creation=False,
+                                       include_topic_authorized_operations=False)
+
+
+def records(tag: str, n: int, ts: int) -> bytes:
+    """A plain (non-idempotent) v2 batch of n records with CreateTime timestamps ts, ts+1, ..."""
+    return encode_batch([(f"{tag}-{i}".encode(), f"{tag}-value-{i}".encode(), [], ts + i) for i in range(n)],
+                        base_timestamp=ts)
+
+
+# --- what a replica holds -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Replica:
+    epochs: tuple[tuple[int, int], ...]  # leader-epoch-checkpoint entries
+    log_start: int
+    log_end: int
+    high_watermark: int
+    batches: tuple[tuple[int, int, int, int], ...]  # (base offset, last offset, partition leader epoch, crc)
+
+    @classmethod
+    def of(cls, log: PartitionLog, high_watermark: int) -> Replica:
+        return cls(tuple(log.leader_epoch_cache.entries()), log.log_start_offset, log.log_end_offset, high_watermark,
+                   tuple((b.base_offset, b.last_offset, b.partition_leader_epoch, b.crc) for b in log.batches()))
+
+
+# --- backends -------------------------------------------------------------------------------------------
+class Backend:
+    name: str
+    topic: str
+
+    def send(self, broker: int, request: Any) -> Any: ...
+    def stop(self, broker: int) -> None: ...
+    def start(self, broker: int) -> None: ...
+    def elect_unclean(self) -> None: ...
+    def wait(self, predicate: Callable[[PartitionState], bool], what: str) -> PartitionState: ...
+    def replica(self, broker: int) -> Replica: ...
+    def settle(self, predicate: Callable[[], bool], what: str) -> None: ...
+
+    def produce(self, broker: int, batch: bytes) -> tuple[int, int]:
+        """(error code, base offset) of an acks=all produce of `batch` to `broker`."""
+        resp = self.send(broker, produce(self.topic, 0, batch))
+        p = resp.responses[0].partition_responses[0]
+        return p.error_code, p.base_offset
+
+
+class KafkaBackend(Backend):
+    name = "kafka"
+
+    def __init__(self, cluster: KafkaCluster, topic: str, assignment: Sequence[int]) -> None:
+        self.cluster = cluster
+        self.topic = topic
+        self._socks: dict[int, socket.socket] = {}
+        self._cid = 0
+        cluster.create_topic(topic, {0: list(assignment)}, {"min.insync.replicas": "1"})
+
+    def send(self, broker: int, request: Any) -> Any:
+        self._cid += 1
+        frame = encode(request, self._cid)
+        for attempt in (0, 1):  # a broker restarted since: reconnect once
+            sock = self._socks.get(broker)
+            try:
+                if sock is None:
+                    sock = self._socks[broker] = socket.create_connection(self.cluster.address(broker), timeout=60)
+                sock.sendall(struct.pack(">i", len(frame)) + frame)
+                size = struct.unpack(">i", _recv(sock, 4))[0]
+                return decode(request, _recv(sock, size))
+            except OSError:
+                self._socks.pop(broker, None)
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        for s in self._socks.values():
+            s.close()
+        self._socks.clear()
+
+    def stop(self, broker: int) -> None:
+        self._socks.pop(broker, None)
+        self.cluster.stop_broker(broker)
+
+    def start(self, broker: int) -> None:
+        self.cluster.start_broker(broker)
+
+    def elect_unclean(self) -> None:
+        self.cluster.elect_leaders(self.topic, 0, unclean=True)
+
+    def wait(self, predicate: Callable[[PartitionState], bool], what: str) -> PartitionState:
+        return self.cluster.wait_partition(self.topic, 0, predicate, what)
+
+    def replica(self, broker: int) -> Replica:
+        root = self.cluster.data_dir(broker)
+        log = PartitionLog.open(root / f"{self.topic}-0", write_through=False)
+        hw = read_offset_checkpoint(root / "replication-offset-checkpoint").get(TopicPartition(self.topic, 0), 0)
+        return Replica.of(log, hw)
+
+    def settle(self, predicate: Callable[[], bool], what: str) -> None:
+        self.cluster.wait_for(predicate, what)
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        buf += chunk
+    return bytes(buf)
+
+
+class SimBackend(Backend):
+    """The simulated cluster `epochguard serve` runs, brokers 1..3, one partition of `input` on
+    `assignment`, min.insync.replicas=1, no simulated clients; time only moves in `wait`/`settle`/`send`."""
+
+    name = "sim"
+    max_steps = 20_000
+
+    def __init__(self, assignment: Sequence[int], seed: int = 0) -> None:
+        self.topic = INPUT
+        cfg = BASE.__class__(**{**{f: getattr(BASE, f) for f in BASE.__dataclass_fields__},
+                                "brokers": 3, "replication_factor": len(assignment), "min_insync_replicas": 1,
+                                "producers": (), "consumers": 0, "monitor": False})
+        assert tuple(cfg.assignment()[TopicPartition(INPUT, 0)]) == tuple(assignment), cfg.assignment()
+        scenario = WireScenario("differential", cfg, (Stage("ready"),), "differential test")
+        self.wire = WireCluster(scenario, seed, {b: ("127.0.0.1", 9000 + b) for b in (1, 2, 3)})
+        self.endpoint = Endpoint(self.wire)
+        self._conns: dict[int, Connection] = {}
+        self._cid = 0
+        self.tp = TopicPartition(INPUT, 0)
+        self.settle(self.wire.ready, "every partition led")
+
+    def send(self, broker: int, request: Any) -> Any:
+        conn = self._conns.get(broker)
+        if conn is None or conn.closed:
+            conn = self.endpoint.connect(broker)
+            if conn is None:
+                raise ConnectionRefusedError(f"sim broker {broker} is down")
+            self._conns[broker] = conn
+        self._cid += 1
+        self.endpoint.receive(conn, encode(request, self._cid))
+        for _ in range(self.max_steps):
+            for c, frame in self.endpoint.outgoing():
+                if c is conn:
+                    return decode(request, frame[4:])
+            if conn.closed:
+                raise ConnectionError(f"sim broker {broker} closed the connection")
+            self.endpoint.step()
+        raise TimeoutError(f"sim broker {broker} did not answer {type(request).__name__}")
+
+    def stop(self, broker: int) -> None:
+        self.endpoint.fire(Crash(broker))
+
+    def start(self, broker: int) -> None:
+        self.endpoint.fire(Restart(broker))
+        self.settle(lambda: broker in self.wire.cluster.controller.broker_epochs, f"broker {broker} registered")
+
+    def elect_unclean(self) -> None:
+        self.endpoint.fire(ElectUnclean(self.tp))
+
+    def state(self) -> PartitionState:
+        st = self.wire.cluster.controller.partitions[self.tp]
+        return PartitionState(st.leader, st.leader_epoch, tuple(st.replicas), tuple(st.isr))
+
+    def wait(self, predicate: Callable[[PartitionState], bool], what: str) -> PartitionState:
+        """The controller's state, once every alive replica has applied it (as Kafka's metadata shows)."""
+        def applied() -> bool:
+            st = self.state()
+            return predicate(st) and all(self._known_epoch(b) == st.leader_epoch
+                                         for b in st.replicas if self.wire.cluster.brokers[b].alive)
+        self.settle(applied, what)
+        return self.state()
+
+    def _known_epoch(self, broker: int) -> int | None:
+        partition = self.wire.cluster.brokers[broker].manager.partitions.get(self.tp)
+        return None if partition is None else partition.leader_epoch
+
+    def replica(self, broker: int) -> Replica:
+        log = self.wire.cluster.log(broker, self.tp)
+        return Replica.of(log, log.high_watermark)
+
+    def settle(self, predicate: Callable[[], bool], what: str) -> None:
+        for _ in range(self.max_steps):
+            if predicate():
+                return
+            self.endpoint.step()
+        raise TimeoutError(f"sim: {what} not reached in {self.max_steps} steps")
+
+
+def wait_real(predicate: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.1)
+
+
+__all__ = ["Backend", "KafkaBackend", "SimBackend", "Replica", "produce", "fetch", "list_offsets",
+           "offset_for_leader_epoch", "metadata", "records", "EARLIEST", "LATEST", "Path"]

@@ -1,0 +1,148 @@
+"""Differential tests: the same script on a real Kafka 4.4 cluster and on epochguard's simulator.
+
+Script 2 (unclean election of the stale follower, the old leader rejoins and truncates) and script 3
+(unclean election of a replica with an empty log) run on both backends (tests/kafka/differential.py);
+then every replica's leader-epoch checkpoint, log start/end, high watermark and batches (base offset,
+last offset, partition leader epoch, CRC), before and after the old leader truncates, are compared field
+by field, and so are the answers to the same OffsetForLeaderEpoch, ListOffsets and Fetch requests.
+
+ELR (KIP-966) is off on the session's cluster, as in Kafka's UncleanLeaderElectionTest. What differs
+by design is listed in `KNOWN_DIFFERENCES` with its reason (and in docs/real-kafka.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import pytest
+
+from .differential import (
+    EARLIEST,
+    LATEST,
+    Backend,
+    SimBackend,
+    fetch,
+    list_offsets,
+    offset_for_leader_epoch,
+    records,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.no_mutants]
+
+T0 = 1_700_000_000_000  # record timestamps (CreateTime): the same bytes on both backends
+
+
+class Observer:
+    """Hooks into a script run (the real-log-dir audit watches the Kafka run with them)."""
+
+    def lost_records_written(self, b: Backend, log_end: int) -> None: ...
+    def elected(self, b: Backend) -> None: ...
+    def settled(self, b: Backend, log_end: int) -> None: ...
+
+
+def run_unclean_script(b: Backend, *, empty_follower: bool, observer: Observer | None = None) -> dict[str, Any]:
+    """Script 2 (`empty_follower=False`): leader 1 and follower 2 take 5 records; 2 stops; 1 takes 3
+    more (acked, to be lost); 1 stops; 2 starts and is elected by ElectLeaders UNCLEAN; 2 takes 2 new
+    records; 1 starts, truncates and catches up; 2 takes 1 more.
+    Script 3 (`empty_follower=True`): follower 2 stops before anything is written, so the unclean
+    leader has an empty log and everything leader 1 acked is lost."""
+    out: dict[str, Any] = {}
+    out["created"] = b.wait(lambda s: s.leader == 1 and set(s.isr) == {1, 2}, "leader 1, ISR [1, 2]")
+    if not empty_follower:
+        out["produce_a"] = b.produce(1, records("a", 5, T0))
+        b.settle(lambda: b.replica(2).log_end == 5, "follower 2 has the first 5 records")
+    b.stop(2)
+    out["follower_stopped"] = b.wait(lambda s: s.isr == (1,), "ISR [1]")
+    out["produce_b"] = b.produce(1, records("b", 3, T0 + 100))
+    b.settle(lambda: b.replica(1).high_watermark == b.replica(1).log_end, "leader 1's HW checkpointed")
+    observer = observer or Observer()
+    observer.lost_records_written(b, b.replica(1).log_end)
+    b.stop(1)
+    out["leader_stopped"] = b.wait(lambda s: s.leader == -1, "no leader")
+    b.start(2)
+    b.elect_unclean()
+    out["elected"] = b.wait(lambda s: s.leader == 2, "leader 2 (unclean)")
+    out["produce_c"] = b.produce(2, records("c", 2, T0 + 200))
+    b.settle(lambda: b.replica(2).high_watermark == b.replica(2).log_end, "leader 2's HW checkpointed")
+    out["before"] = {r: b.replica(r) for r in (1, 2)}
+    observer.elected(b)
+    b.start(1)
+    out["rejoined"] = b.wait(lambda s: set(s.isr) == {1, 2}, "ISR [1, 2] again")
+    out["produce_d"] = b.produce(2, records("d", 1, T0 + 300))
+
+    def settled() -> bool:
+        r1, r2 = b.replica(1), b.replica(2)
+        return r1.log_end == r2.log_end and r1.high_watermark == r2.high_watermark == r2.log_end
+    b.settle(settled, "replica 1 caught up, both HWs at the log end (checkpointed)")
+    out["after"] = {r: b.replica(r) for r in (1, 2)}
+    observer.settled(b, out["after"][2].log_end)
+    out["answers"] = queries(b, out["elected"].leader_epoch, out["after"][2].log_end)
+    return out
+
+
+def queries(b: Backend, epoch: int, leo: int) -> dict[str, Any]:
+    """The same OffsetForLeaderEpoch, ListOffsets and Fetch requests to the leader (broker 2)."""
+    t = b.topic
+    ans: dict[str, Any] = {}
+    for current in (-1, epoch, epoch - 1, epoch + 1):  # unchecked, current, fenced, unknown (newer)
+        for requested in (0, epoch - 1, epoch, epoch + 1):  # below/inside/at/above the cache
+            r = b.send(2, offset_for_leader_epoch(t, 0, requested, current))
+            p = r.topics[0].partitions[0]
+            ans[f"ofle current={current} requested={requested}"] = (p.error_code, p.leader_epoch, p.end_offset)
+    for name, ts, iso in (("earliest", EARLIEST, 0), ("latest", LATEST, 0), ("latest committed", LATEST, 1),
+                          ("max timestamp", -3, 0), ("ts a-1", T0 + 1, 0), ("ts b-0", T0 + 100, 0),
+                          ("ts c-1", T0 + 201, 0), ("ts beyond", T0 + 10_000, 0)):
+        r = b.send(2, list_offsets(t, 0, ts, iso))
+        p = r.topics[0].partitions[0]
+        ans[f"list_offsets {name}"] = (p.error_code, p.timestamp, p.offset, p.leader_epoch)
+    for offset, last_epoch in ((0, -1), (5, 0), (7, 0), (8, 0), (leo, epoch), (leo + 5, epoch)):
+        r = b.send(2, fetch(t, 0, offset, last_fetched_epoch=last_epoch, current_leader_epoch=epoch))
+        p = r.responses[0].partitions[0]
+        div = p.diverging_epoch
+        ans[f"fetch offset={offset} last_fetched_epoch={last_epoch}"] = (
+            p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset,
+            None if div is None or div.epoch < 0 else (div.epoch, div.end_offset), len(p.records or b""))
+    return ans
+
+
+def flatten(run: dict[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in run.items():
+        if key in ("before", "after"):
+            for r, replica in value.items():
+                for field, v in asdict(replica).items():
+                    flat[f"{key} replica {r} {field}"] = v
+        elif key == "answers":
+            flat.update(value)
+        elif hasattr(value, "leader_epoch"):
+            flat[f"{key} leader/epoch/isr"] = (value.leader, value.leader_epoch, tuple(sorted(value.isr)))
+        else:
+            flat[key] = value
+    return flat
+
+
+# Reasoned differences between the two runs (key -> why); every other field must be equal.
+KNOWN_DIFFERENCES: dict[str, str] = {}
+
+
+def compare(kafka: dict[str, Any], sim: dict[str, Any]) -> list[str]:
+    k, s = flatten(kafka), flatten(sim)
+    assert k.keys() == s.keys()
+    return [f"{key}: kafka {k[key]!r} != sim {s[key]!r}" for key in k
+            if k[key] != s[key] and key not in KNOWN_DIFFERENCES]
+
+
+@pytest.fixture(scope="module")
+def runs(kafka_runs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for script, empty in (("script2", False), ("script3", True)):
+        out[f"{script} kafka"] = kafka_runs[script][0]
+        out[f"{script} sim"] = run_unclean_script(SimBackend([1, 2]), empty_follower=empty)
+    return out
+
+
+@pytest.mark.parametrize("script", ["script2", "script3"])
+def test_unclean_election_same_on_kafka_and_sim(runs: dict[str, dict[str, Any]], script: str) -> None:
+    diffs = compare(runs[f"{script} kafka"], runs[f"{script} sim"])
+    assert not diffs, "\n".join(diffs)

@@ -40,7 +40,10 @@ def _require_kafka() -> None:
 @pytest.fixture(scope="session")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     _require_kafka()
-    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka"), brokers=3, elr=False)
+    # under target/ (not pytest's rotating tmp dirs), so the brokers' logs are still there after a failure
+    base = Path(__file__).parents[2] / "target" / "real-kafka" / "cluster"
+    shutil.rmtree(base, ignore_errors=True)
+    cluster = KafkaCluster(base, brokers=3, elr=False)
     t0 = time.monotonic()
     try:
         cluster.start()
@@ -65,11 +68,13 @@ def kafka_runs(kafka_cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFac
         topic = f"diff-{script}"
         out = tmp_path_factory.mktemp(f"kafka-{script}")
         backend = KafkaBackend(kafka_cluster, topic, [1, 2])
+        watch = AuditWatch(kafka_cluster, topic, out)
         try:
             t0 = time.monotonic()
-            run = run_unclean_script(backend, empty_follower=empty, observer=AuditWatch(kafka_cluster, topic, out))
+            run = run_unclean_script(backend, empty_follower=empty, observer=watch)
             _START[f"{script}_s"] = time.monotonic() - t0
         finally:
+            watch.close()
             backend.close()
         runs[script] = (run, out, ground_truth(out, topic, run))
         if os.environ.get("EPOCHGUARD_REFRESH_KAFKA_DATA"):  # the audit tests' checked-in copy (tests/spark)

@@ -19,7 +19,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +128,15 @@ class Replica:
                    tuple((b.base_offset, b.last_offset, b.partition_leader_epoch, b.crc) for b in log.batches()))
 
 
+class Observer:
+    """Hooks into a script run (the real-log-dir audit watches the Kafka run with them)."""
+
+    def lost_records_written(self, b: Backend, log_end: int) -> None: ...
+    def leader_stopped(self, b: Backend) -> None: ...
+    def elected(self, b: Backend) -> None: ...
+    def settled(self, b: Backend, log_end: int) -> None: ...
+
+
 # --- backends -------------------------------------------------------------------------------------------
 class Backend:
     name: str
@@ -156,7 +165,10 @@ class KafkaBackend(Backend):
         self.topic = topic
         self._socks: dict[int, socket.socket] = {}
         self._cid = 0
-        cluster.create_topic(topic, {0: list(assignment)}, {"min.insync.replicas": "1"})
+        # retention.ms=-1: the records carry fixed 2023 timestamps (the same bytes on both backends), which
+        # the 7-day time retention would delete at its next 5-minute check (seen: the new leader's log
+        # start jumping to its log end between two produces)
+        cluster.create_topic(topic, {0: list(assignment)}, {"min.insync.replicas": "1", "retention.ms": "-1"})
 
     def send(self, broker: int, request: Any) -> Any:
         self._cid += 1
@@ -170,7 +182,9 @@ class KafkaBackend(Backend):
                 size = struct.unpack(">i", _recv(sock, 4))[0]
                 return decode(request, _recv(sock, size))
             except OSError:
-                self._socks.pop(broker, None)
+                sock = self._socks.pop(broker, None)
+                if sock is not None:
+                    sock.close()
                 if attempt:
                     raise
         raise AssertionError("unreachable")
@@ -181,7 +195,9 @@ class KafkaBackend(Backend):
         self._socks.clear()
 
     def stop(self, broker: int) -> None:
-        self._socks.pop(broker, None)
+        sock = self._socks.pop(broker, None)
+        if sock is not None:
+            sock.close()
         self.cluster.stop_broker(broker)
 
     def start(self, broker: int) -> None:
@@ -191,7 +207,19 @@ class KafkaBackend(Backend):
         self.cluster.elect_leaders(self.topic, 0, unclean=True)
 
     def wait(self, predicate: Callable[[PartitionState], bool], what: str) -> PartitionState:
-        return self.cluster.wait_partition(self.topic, 0, predicate, what)
+        """The state as the brokers' metadata shows it, once every running replica's own Metadata
+        answer agrees on leader and epoch (the admin may ask a broker that learnt it first)."""
+        state = self.cluster.wait_partition(self.topic, 0, predicate, what)
+
+        def agreed() -> bool:
+            for b in state.replicas:
+                if self.cluster.running(b):
+                    p = self.send(b, metadata(self.topic)).topics[0].partitions[0]
+                    if (p.leader_id, p.leader_epoch) != (state.leader, state.leader_epoch):
+                        return False
+            return True
+        self.cluster.wait_for(agreed, f"{what}: every replica's metadata")
+        return state
 
     def replica(self, broker: int) -> Replica:
         root = self.cluster.data_dir(broker)
@@ -222,9 +250,8 @@ class SimBackend(Backend):
 
     def __init__(self, assignment: Sequence[int], seed: int = 0) -> None:
         self.topic = INPUT
-        cfg = BASE.__class__(**{**{f: getattr(BASE, f) for f in BASE.__dataclass_fields__},
-                                "brokers": 3, "replication_factor": len(assignment), "min_insync_replicas": 1,
-                                "producers": (), "consumers": 0, "monitor": False})
+        cfg = replace(BASE, brokers=3, replication_factor=len(assignment), min_insync_replicas=1, producers=(),
+                      consumers=0, monitor=False)
         assert tuple(cfg.assignment()[TopicPartition(INPUT, 0)]) == tuple(assignment), cfg.assignment()
         scenario = WireScenario("differential", cfg, (Stage("ready"),), "differential test")
         self.wire = WireCluster(scenario, seed, {b: ("127.0.0.1", 9000 + b) for b in (1, 2, 3)})
@@ -299,5 +326,5 @@ def wait_real(predicate: Callable[[], bool], what: str, timeout_s: float = 60.0)
         time.sleep(0.1)
 
 
-__all__ = ["Backend", "KafkaBackend", "SimBackend", "Replica", "produce", "fetch", "list_offsets",
+__all__ = ["Backend", "Observer", "KafkaBackend", "SimBackend", "Replica", "produce", "fetch", "list_offsets",
            "offset_for_leader_epoch", "metadata", "records", "EARLIEST", "LATEST", "Path"]

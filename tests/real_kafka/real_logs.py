@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import threading
 import time
 from pathlib import Path
@@ -18,10 +19,10 @@ from typing import Any
 from epochguard.kafka import KafkaCluster
 from epochguard.log import PartitionLog
 
-from .differential import Backend
+from .differential import Backend, Observer
 
 
-class AuditWatch:
+class AuditWatch(Observer):
     """An `Observer` of a Kafka script run: a consumer reading the partition from the start, and
     copies of the three brokers' log dirs (only the script's topic and the root files)."""
 
@@ -35,7 +36,7 @@ class AuditWatch:
         self._consumer = ck.Consumer({
             "bootstrap.servers": cluster.bootstrap, "group.id": f"audit-{topic}", "enable.auto.commit": False,
             "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100, "topic.metadata.refresh.interval.ms": 500,
-            "client.id": "epochguard-audit-consumer"})
+            "client.id": "epochguard-audit-consumer", "logger": logging.getLogger("epochguard.audit-consumer")})
         self._consumer.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
         self._thread = threading.Thread(target=self._run, name="audit-consumer", daemon=True)
         self._thread.start()
@@ -71,11 +72,15 @@ class AuditWatch:
     def elected(self, b: Backend) -> None:
         self._copy("before")
 
+    def close(self) -> None:
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join(10)
+            self._consumer.close()
+
     def settled(self, b: Backend, log_end: int) -> None:
         self._await_read(log_end, 15)  # whatever it read by then is what it read
-        self._stop.set()
-        self._thread.join(10)
-        self._consumer.close()
+        self.close()
         self._copy("after")
         with open(self.out / "consumed.csv", "w", newline="") as f:
             w = csv.writer(f)
@@ -95,14 +100,14 @@ def ground_truth(out: Path, topic: str, run: dict[str, Any], old_leader: int = 1
     (acked and not in the final log) and the phantom reads (read, not in the final log), by offset."""
     final = records_of(out / "after" / f"broker-{new_leader}" / f"{topic}-0")
     old = records_of(out / "before" / f"broker-{old_leader}" / f"{topic}-0")
-    acked: dict[int, str] = {}
+    acked: list[tuple[int, str]] = []  # (offset, key): offsets repeat across the election
     for name, tag in (("produce_a", "a"), ("produce_b", "b"), ("produce_c", "c"), ("produce_d", "d")):
         if name in run:
             error, base = run[name]
             assert error == 0, (name, run[name])
             n = {"a": 5, "b": 3, "c": 2, "d": 1}[tag]
-            acked.update({base + i: f"{tag}-{i}" for i in range(n)})
-    lost = sorted(o for o, key in acked.items() if final.get(o, (None, None))[1] != key)
+            acked.extend((base + i, f"{tag}-{i}") for i in range(n))
+    lost = sorted(o for o, key in acked if final.get(o, (None, None))[1] != key)
     divergence = min((o for o in old if final.get(o) != old[o]), default=None)
     consumed = []
     with open(out / "consumed.csv") as f:

@@ -21,6 +21,7 @@ from .differential import (
     EARLIEST,
     LATEST,
     Backend,
+    Observer,
     SimBackend,
     fetch,
     list_offsets,
@@ -31,14 +32,6 @@ from .differential import (
 pytestmark = [pytest.mark.kafka, pytest.mark.no_mutants]
 
 T0 = 1_700_000_000_000  # record timestamps (CreateTime): the same bytes on both backends
-
-
-class Observer:
-    """Hooks into a script run (the real-log-dir audit watches the Kafka run with them)."""
-
-    def lost_records_written(self, b: Backend, log_end: int) -> None: ...
-    def elected(self, b: Backend) -> None: ...
-    def settled(self, b: Backend, log_end: int) -> None: ...
 
 
 def run_unclean_script(b: Backend, *, empty_follower: bool, observer: Observer | None = None) -> dict[str, Any]:
@@ -60,6 +53,7 @@ def run_unclean_script(b: Backend, *, empty_follower: bool, observer: Observer |
     observer.lost_records_written(b, b.replica(1).log_end)
     b.stop(1)
     out["leader_stopped"] = b.wait(lambda s: s.leader == -1, "no leader")
+    observer.leader_stopped(b)
     b.start(2)
     b.elect_unclean()
     out["elected"] = b.wait(lambda s: s.leader == 2, "leader 2 (unclean)")

@@ -390,7 +390,21 @@ class KafkaCluster:
     def elect_leaders(self, topic: str, partition: int, unclean: bool) -> None:
         """ElectLeaders (KIP-460) for one partition: type UNCLEAN (1) or PREFERRED (0). ELECTION_NOT_NEEDED
         (a leader is there already) is not an error."""
-        self.admin().elect_leaders(1 if unclean else 0, {topic: [partition]}, timeout_ms=60000)
+        self._admin_retry(lambda admin: admin.elect_leaders(1 if unclean else 0, {topic: [partition]},
+                                                            timeout_ms=60000), "ElectLeaders")
+
+    def _admin_retry(self, call: Callable[[Any], Any], what: str) -> Any:
+        """A request to the controller: kafka-python's admin keeps the controller id (in KRaft a broker that
+        forwards) it first learnt, and fails while that broker is down; a new admin asks again."""
+        def attempt() -> Any:
+            try:
+                return call(self.admin()) or True
+            except Exception:
+                with contextlib.suppress(Exception):
+                    self._admin.close()
+                self._admin = None
+                raise
+        return self.wait_for(attempt, what, timeout_s=60.0)
 
     def describe_partition(self, topic: str, partition: int) -> dict[str, Any]:
         """DescribeTopicPartitions (KIP-966): the partition with its eligible leader replicas
@@ -407,7 +421,8 @@ class KafkaCluster:
         UncleanLeaderElectionTest does); returns once the brokers' DescribeFeatures shows it."""
         level = 1 if enabled else 0
         update = (1, 1) if enabled else (2, 0)  # (UpdateFeatureType.UPGRADE | SAFE_DOWNGRADE, level)
-        result = self.admin().update_features({"eligible.leader.replicas.version": update})
+        result = self._admin_retry(lambda admin: admin.update_features({"eligible.leader.replicas.version": update}),
+                                   "UpdateFeatures")
         if any(v != "OK" for v in result.values()):
             raise RuntimeError(f"UpdateFeatures eligible.leader.replicas.version={level}: {result}")
         self.wait_for(lambda: self.elr_level() == level, f"eligible.leader.replicas.version {level}")
@@ -430,14 +445,15 @@ class KafkaCluster:
         src = self.data_dir(broker_id)
         dest = Path(dest)
         dest.mkdir(parents=True, exist_ok=True)
-        skip = () if indexes else ("*.index", "*.timeindex")
+        skip = ("*.tmp",) if indexes else ("*.tmp", "*.index", "*.timeindex")
         for entry in sorted(src.iterdir()):
             if entry.is_dir():
                 if topics is not None and not any(re.fullmatch(rf"{re.escape(t)}-\d+", entry.name) for t in topics):
                     continue
                 shutil.copytree(entry, dest / entry.name, ignore=shutil.ignore_patterns(*skip))
-            elif entry.name != ".lock":
-                shutil.copy2(entry, dest / entry.name)
+            elif entry.name != ".lock" and not entry.name.endswith(".tmp"):  # .tmp: a checkpoint being replaced
+                with contextlib.suppress(FileNotFoundError):
+                    shutil.copy2(entry, dest / entry.name)
         return dest
 
 

@@ -59,9 +59,9 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaClu
 def kafka_runs(kafka_cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Scripts 2 and 3 run once on the real cluster, watched by a consumer, with log-dir copies before
     and after the old leader truncates: {script: (run, out dir, ground truth)}."""
+    from .differential import KafkaBackend
     from .real_logs import AuditWatch, ground_truth
     from .test_differential import run_unclean_script
-    from .differential import KafkaBackend
 
     runs: dict[str, Any] = {}
     for script, empty in (("script2", False), ("script3", True)):
@@ -82,6 +82,18 @@ def kafka_runs(kafka_cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFac
             shutil.rmtree(dest, ignore_errors=True)
             shutil.copytree(out, dest)
     return runs
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The suite's one local[2] Spark session (the same `getOrCreate` as tests/spark's fixture, which
+    then finds it running)."""
+    pytest.importorskip("pyspark")
+    from epochguard.spark import local_session
+
+    session = local_session("local[2]", app_name="epochguard-tests", shuffle_partitions=2)
+    yield session
+    session.stop()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -117,3 +117,40 @@ def test_a_restarted_broker_registering_again_is_fenced_first() -> None:
     h.epochs.pop(1)  # the new process does not know its old broker epoch
     h.heartbeat(1)
     assert h.state().leader == 2 and h.state().leader_epoch == 1
+
+
+def test_elect_unclean_elects_an_out_of_sync_replica_only_when_there_is_no_leader() -> None:
+    """ElectLeaders UNCLEAN (Kafka's ReplicationControlManager.electLeader), with the config off: nothing
+    while a leader is there (ELECTION_NOT_NEEDED), else the first alive replica, ISR reset to it."""
+    h = Harness(unclean=False)
+    for b in (1, 2, 3):
+        h.heartbeat(b)
+    assert not h.controller.elect_unclean(TP)  # led by 1
+    h.controller.fence(2, reason="test")
+    h.controller.fence(3, reason="test")
+    h.controller.fence(1, reason="test")  # ISR (1): offline, epoch 1
+    h.heartbeat(3)
+    h.heartbeat(3)  # 3 registers again, out of sync: stays offline
+    assert (h.state().leader, h.state().leader_epoch, h.state().isr) == (-1, 1, (1,))
+    assert h.controller.elect_unclean(TP)
+    st = h.state()
+    assert (st.leader, st.leader_epoch, st.isr) == (3, 2, (3,))
+    assert h.controller.unclean_after_epoch(TP, 1)
+    assert not h.controller.elect_unclean(TP)  # led again
+
+
+def test_elect_unclean_needs_an_alive_replica() -> None:
+    h = Harness(unclean=False)
+    for b in (1, 2, 3):
+        h.heartbeat(b)
+    h.controller.fence(2, reason="test")
+    h.controller.fence(3, reason="test")
+    h.controller.fence(1, reason="test")
+    assert not h.controller.elect_unclean(TP)  # nobody alive
+    h.heartbeat(3)
+    h.heartbeat(3)
+    h.heartbeat(1)
+    h.heartbeat(1)  # 1, the last ISR member, is back: elected cleanly on registering, nothing to force
+    assert (h.state().leader, h.state().isr) == (1, (1,))
+    assert not h.controller.elect_unclean(TP)
+    assert not h.controller.unclean_after_epoch(TP, 0)

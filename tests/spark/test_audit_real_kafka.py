@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+from real_kafka.real_logs import check_audit
 
 from epochguard.spark import audit
-from real_kafka.real_logs import check_audit
 
 DATA = Path(__file__).parents[1] / "data" / "kafka-4.4.0-unclean"
 

@@ -218,7 +218,7 @@ class KafkaCluster:
         if node.proc is not None and node.proc.poll() is None:
             raise RuntimeError(f"node {node.node_id} is already running")
         node.log_mark = node.log.stat().st_size if node.log.exists() else 0
-        out = open(node.log, "ab")  # noqa: SIM115 - the child owns it
+        out = open(node.log, "ab")
         cmd = [self.java, *_JVM_OPTS, f"-Dkafka.logs.dir={node.dir}",
                f"-Dlog4j2.configurationFile={node.dir / 'log4j2.properties'}",
                "-cp", self.classpath, "kafka.Kafka", str(node.dir / "server.properties")]
@@ -344,7 +344,7 @@ class KafkaCluster:
                 value = predicate()
                 if value:
                     return value
-            except Exception as e:  # noqa: BLE001 - a broker coming and going answers with errors
+            except Exception as e:
                 last = e
             if time.monotonic() > deadline:
                 raise TimeoutError(f"timed out after {timeout_s}s waiting for {what}"
@@ -354,15 +354,14 @@ class KafkaCluster:
     def create_topic(self, topic: str, assignment: Mapping[int, Sequence[int]],
                      configs: Mapping[str, str] | None = None) -> None:
         """CreateTopics with an explicit assignment; returns once every partition has its first leader."""
-        from kafka.admin import NewTopic
-
-        new = NewTopic(topic, num_partitions=-1, replication_factor=-1,
-                       replica_assignments={p: list(r) for p, r in assignment.items()},
-                       topic_configs=dict(configs or {}))
-        self.admin().create_topics([new], timeout_ms=60000)
+        self.admin().create_topics({topic: {"assignments": {p: list(r) for p, r in assignment.items()},
+                                            "configs": dict(configs or {})}}, timeout_ms=60000)
         for p, replicas in assignment.items():
-            self.wait_partition(topic, p, lambda s, r=tuple(replicas): s.leader == r[0] and s.isr == r,
-                                f"{topic}-{p} led by {replicas[0]} with ISR {list(replicas)}")
+            first = tuple(replicas)
+
+            def led(s: PartitionState, first: tuple[int, ...] = first) -> bool:
+                return s.leader == first[0] and s.isr == first
+            self.wait_partition(topic, p, led, f"{topic}-{p} led by {first[0]} with ISR {list(first)}")
 
     def partition(self, topic: str, partition: int) -> PartitionState | None:
         """The partition as the brokers' metadata shows it (None while the topic is unknown)."""

@@ -38,16 +38,16 @@ drivers:
 	  echo "setup: could not install a JDK and Maven (see $(VENV)/drivers.log)"; }
 	@$(PY) -m epochguard.wire.drivers.toolchain
 
-# Apache Kafka 4.4.0's broker jars from Maven Central (tools/kafka/pom.xml), for the real-cluster tests
+# Apache Kafka 4.4.0's broker jars from Maven Central (tools/kafka-broker/pom.xml), for the real-cluster tests
 # (tests/real_kafka/; mvn comes with `drivers`). Cached in $(KAFKA_JARS), keyed by the pom's hash (the same path
 # epochguard.kafka.provision computes); `.complete` marks a finished copy. Tolerant like kcat: without mvn
 # or Central the real-cluster tests skip naming what is missing, except under CI=true, where they fail.
 EPOCHGUARD_CACHE ?= $(HOME)/.cache/epochguard
-KAFKA_JARS = $(EPOCHGUARD_CACHE)/kafka-4.4.0-$(shell sha256sum tools/kafka/pom.xml | cut -c1-12)
+KAFKA_JARS = $(EPOCHGUARD_CACHE)/kafka-4.4.0-$(shell sha256sum tools/kafka-broker/pom.xml | cut -c1-12)
 kafka:
 	@test -f $(KAFKA_JARS)/.complete || { echo "setup: fetching Apache Kafka 4.4.0 jars into $(KAFKA_JARS) (log: $(VENV)/kafka.log)"; \
 	  rm -rf $(KAFKA_JARS).tmp && mkdir -p $(KAFKA_JARS).tmp && \
-	  mvn -B -q -f tools/kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	  mvn -B -q -f tools/kafka-broker/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
 	    -DoutputDirectory=$(KAFKA_JARS).tmp > $(VENV)/kafka.log 2>&1 && \
 	  touch $(KAFKA_JARS).tmp/.complete && rm -rf $(KAFKA_JARS) && mv $(KAFKA_JARS).tmp $(KAFKA_JARS) || \
 	  echo "setup: could not fetch Kafka's jars (see $(VENV)/kafka.log); the real-cluster tests will skip"; }

@@ -1,6 +1,6 @@
 """Where `make kafka` put Apache Kafka's jars, and which java runs them.
 
-`make kafka` runs `mvn dependency:copy-dependencies` on tools/kafka/pom.xml into
+`make kafka` runs `mvn dependency:copy-dependencies` on tools/kafka-broker/pom.xml into
 `$EPOCHGUARD_CACHE/kafka-<version>-<first 12 hex of the pom's sha256>/` (default cache
 `~/.cache/epochguard`), and marks it complete with a `.complete` file, so a changed pom gets a new dir
 and a half-copied one is never used. `EPOCHGUARD_KAFKA_JARS` points elsewhere (a dir of jars).
@@ -17,7 +17,7 @@ from pathlib import Path
 
 __all__ = ["KAFKA_VERSION", "KafkaNotProvisioned", "POM", "kafka_jars", "find_java", "cache_dir"]
 
-POM = Path(__file__).resolve().parents[3] / "tools" / "kafka" / "pom.xml"
+POM = Path(__file__).resolve().parents[3] / "tools" / "kafka-broker" / "pom.xml"
 KAFKA_VERSION = "4.4.0"
 MIN_JAVA = 17  # Kafka 4.x brokers need Java 17 (clients 11)
 

@@ -36,8 +36,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "sim": _STATE_MACHINES,
     "wire": _STATE_MACHINES | {"sim"},
     "spark": _STATE_MACHINES | {"sim"},
+    "kafka": _BASE,  # a real Apache Kafka cluster driven from outside (processes, admin requests)
 }
-FACES = ("sim", "wire", "spark")
+FACES = ("sim", "wire", "spark", "kafka")
 # The client's sans-IO state machines: whatever network code the client gains sits beside them and
 # drives them; they never import it.
 SANS_IO_CLIENT = ("epochguard.client.consumer", "epochguard.client.metadata")

@@ -35,9 +35,9 @@ from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
 from epochguard._core import encode_batch
 from epochguard.kafka import KafkaCluster, PartitionState
-from epochguard.log import PartitionLog
-from epochguard.logdir import read_offset_checkpoint
 from epochguard.sim.faults import Crash, ElectUnclean, Restart
+from epochguard.storage.log import PartitionLog
+from epochguard.storage.logdir import read_offset_checkpoint
 from epochguard.types import TopicPartition
 from epochguard.wire.endpoint import Endpoint
 from epochguard.wire.engine import Connection, WireCluster

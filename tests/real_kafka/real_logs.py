@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from epochguard.kafka import KafkaCluster
-from epochguard.log import PartitionLog
+from epochguard.storage.log import PartitionLog
 
 from .differential import Backend, Observer
 

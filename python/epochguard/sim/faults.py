@@ -174,7 +174,7 @@ class ElectUnclean:
 
     tp: TopicPartition
 
-    def apply(self, cluster: Cluster) -> None:
+    def apply(self, cluster: FaultTarget) -> None:
         cluster.controller.elect_unclean(self.tp)
 
     def describe(self) -> str:

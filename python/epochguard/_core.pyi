@@ -45,9 +45,11 @@ __all__ = [
     "batch_index",
     "decode_arrow",
     "decode_request",
+    "decode_response",
     "divergence_point",
     "divergence_points",
     "encode_batch",
+    "encode_request",
     "encode_response",
     "find_diverging_epoch",
     "iter_batches",
@@ -287,6 +289,13 @@ def decode_request(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader
 # The whole response frame, size prefix included, at header.api_version (ApiVersions for a version
 # outside the table: v0, Kafka's error answer).
 def encode_response(header: RequestHeader, response: Any) -> bytes: ...
+# The client's half. A request frame, size prefix included, for an `epochguard.messages` request at
+# header.api_version (fields the version lacks are not written). Raises UnsupportedVersionError outside
+# WIRE_API_VERSIONS, ValueError for a request that version cannot carry.
+def encode_request(header: RequestHeader, request: Any) -> bytes: ...
+# `frame`: a response's bytes after its size prefix, to a request sent at api_key/api_version:
+# (correlation id, `epochguard.messages` response). CorruptFrameError for anything malformed.
+def decode_response(api_key: int, api_version: int, frame: bytes | bytearray | memoryview) -> tuple[int, Any]: ...
 # Produced v2 batches with base offsets (consecutive from base_offset) and the partition leader epoch
 # written in place: (stamped bytes, last offset, record count, max timestamp).
 def stamp_batches(data: bytes, base_offset: int, partition_leader_epoch: int) -> tuple[bytes, int, int, int]: ...

@@ -953,6 +953,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode_request, m)?)?;
     m.add_function(wrap_pyfunction!(encode_response, m)?)?;
     m.add_function(wrap_pyfunction!(stamp_batches, m)?)?;
+    client::register(m)?;
     m.add("MAX_FRAME_BYTES", wire::MAX_FRAME_BYTES)?;
     m.add(
         "WIRE_API_VERSIONS",
@@ -960,3 +961,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     Ok(())
 }
+
+/// The client's half: requests out, responses in (`epochguard.client`).
+mod client;

@@ -14,6 +14,8 @@ use kafka_protocol::protocol::buf::ByteBufMut;
 
 use crate::{Error, Result};
 
+pub mod client;
+
 /// Largest request the server reads (checked on the size prefix, before the body is read): Kafka's
 /// `socket.request.max.bytes` default.
 pub const MAX_FRAME_BYTES: usize = 100 * 1024 * 1024;

@@ -20,6 +20,11 @@ __all__ = [
     "CheckpointError",
     "CorruptFrameError",
     "MalformedFileError",
+    "KafkaConnectionError",
+    "FrameTooLargeError",
+    "KafkaTimeoutError",
+    "ClientClosedError",
+    "CommitFailedError",
     "Errors",
     "ApiError",
     "UnknownServerError",
@@ -188,6 +193,39 @@ class UnsupportedVersionError(ApiError):
     header: RequestHeader | None = None
 
 
+class KafkaConnectionError(EpochGuardError, ConnectionError):
+    """A broker connection failed or was closed (refused, reset, closed mid-frame, an answer that does
+    not parse, a size prefix above the client's bound): its in-flight requests fail and are retried by
+    whoever sent them after the back-off (Kafka's `DisconnectException`)."""
+
+    retriable = True
+
+
+class FrameTooLargeError(KafkaConnectionError):
+    """A response's size prefix is negative or above the client's bound: the connection is closed
+    before anything of that size is allocated (Kafka's `InvalidReceiveException`)."""
+
+
+class KafkaTimeoutError(EpochGuardError, TimeoutError):
+    """No answer within `request_timeout_ms` (the connection is closed, as Kafka's `NetworkClient`
+    does), or an application call that could not complete in its time limit."""
+
+    retriable = True
+
+
+class ClientClosedError(EpochGuardError, RuntimeError):
+    """A call on a consumer or producer after `close()` (Kafka's `IllegalStateException`)."""
+
+
+class CommitFailedError(EpochGuardError):
+    """A synchronous commit the coordinator refused (`CommitFailedException` and the per-partition
+    errors of OffsetCommit), with the error of each partition in `errors`."""
+
+    def __init__(self, message: str, errors: Mapping[TopicPartition, Errors] | None = None) -> None:
+        super().__init__(message)
+        self.errors = dict(errors or {})
+
+
 class Errors(enum.IntEnum):
     """Kafka error codes (`org.apache.kafka.common.protocol.Errors`), the ones these flows use."""
 
@@ -200,7 +238,9 @@ class Errors(enum.IntEnum):
     NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
     REPLICA_NOT_AVAILABLE = 9
+    COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
     NOT_ENOUGH_REPLICAS = 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     ILLEGAL_GENERATION = 22

@@ -1,0 +1,402 @@
+"""Broker connections on asyncio streams: the bytes-and-time layer under `epochguard.client`.
+
+Mirrors Kafka's `NetworkClient` + `Selector` + `ClusterConnectionStates` (and kafka-python's
+`BrokerConnection`): one connection per broker, opened on first use, an ApiVersions handshake on each
+new connection before anything else is sent (an UNSUPPORTED_VERSION answer is retried at the newest
+version the broker lists), correlation ids, a request version chosen as the newest both the broker
+and the codec serve (never above the version the request was built for), `request_timeout_ms` per
+request (a request without an answer in time closes its connection, as Kafka does, failing every
+request in flight on it), and an exponential reconnect back-off per broker (`reconnect_backoff_ms`
+doubling up to `reconnect_backoff_max_ms`, with Kafka's 20% jitter).
+
+Frames go through the Rust codec (`_core.encode_request` / `decode_response`). A response's size
+prefix is checked against `max_response_bytes` before anything of that size is read (a hostile or
+corrupt size closes the connection with `FrameTooLargeError`); a broker that closes mid-frame, sends
+an answer that does not parse or a correlation id nobody asked for fails the connection with
+`KafkaConnectionError`; one that goes silent times out with `KafkaTimeoutError`. Nothing here
+decides anything about the protocol beyond the connection: callers get an answer or an exception.
+
+Node ids: brokers by their ids from metadata; bootstrap addresses as -1, -2, ... (as Kafka's
+bootstrap `Node`s), until metadata names the brokers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from epochguard import _core
+from epochguard.api_versions import ApiKey, ApiVersionsRequest, ApiVersionsResponse, NodeApiVersions
+from epochguard.errors import (
+    CorruptFrameError,
+    EpochGuardError,
+    Errors,
+    FrameTooLargeError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    UnsupportedVersionError,
+)
+
+__all__ = ["NetworkClient", "BrokerConnection", "parse_bootstrap", "api_key_of", "CODEC_VERSIONS", "SOFTWARE_NAME"]
+
+SOFTWARE_NAME = "epochguard"
+# What this client's codec encodes and decodes: (min, max) per API key.
+CODEC_VERSIONS: dict[int, tuple[int, int]] = {k: (lo, hi) for k, lo, hi in _core.WIRE_API_VERSIONS}
+
+_API_KEYS: dict[str, ApiKey] = {
+    "ApiVersionsRequest": ApiKey.API_VERSIONS,
+    "MetadataRequest": ApiKey.METADATA,
+    "FetchRequest": ApiKey.FETCH,
+    "ListOffsetsRequest": ApiKey.LIST_OFFSETS,
+    "OffsetsForLeaderEpochRequest": ApiKey.OFFSET_FOR_LEADER_EPOCH,
+    "OffsetCommitRequest": ApiKey.OFFSET_COMMIT,
+    "OffsetFetchRequest": ApiKey.OFFSET_FETCH,
+    "FindCoordinatorRequest": ApiKey.FIND_COORDINATOR,
+    "ProduceRequest": ApiKey.PRODUCE,
+    "InitProducerIdRequest": ApiKey.INIT_PRODUCER_ID,
+    "JoinGroupRequest": ApiKey.JOIN_GROUP,
+    "SyncGroupRequest": ApiKey.SYNC_GROUP,
+    "HeartbeatRequest": ApiKey.HEARTBEAT,
+    "LeaveGroupRequest": ApiKey.LEAVE_GROUP,
+}
+
+
+def api_key_of(request: Any) -> ApiKey:
+    """The API key of a `epochguard.messages` request."""
+    try:
+        return _API_KEYS[type(request).__name__]
+    except KeyError:
+        raise TypeError(f"not a request this client sends: {type(request).__name__}") from None
+
+
+def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
+    """`"host:port,host:port"` or a list of `host[:port]` (port 9092 when absent) -> addresses."""
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    out = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep:
+            host, port = item, "9092"
+        host = host.strip("[]")  # [::1]:9092
+        try:
+            number = int(port)
+        except ValueError:
+            raise ValueError(f"bad bootstrap server {item!r}: port {port!r} is not a number") from None
+        if not host or not 0 < number < 65536:
+            raise ValueError(f"bad bootstrap server {item!r}")
+        out.append((host, number))
+    if not out:
+        raise ValueError("bootstrap_servers is empty")
+    return out
+
+
+@dataclass(slots=True)
+class _InFlight:
+    api_key: int
+    version: int
+    future: asyncio.Future[Any]
+    deadline: float  # loop time
+
+
+class BrokerConnection:
+    """One TCP connection to one broker; `send` returns the decoded answer (or raises)."""
+
+    def __init__(
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        *,
+        client_id: str,
+        request_timeout_ms: int,
+        max_response_bytes: int,
+        software_version: str,
+    ) -> None:
+        self.node_id = node_id
+        self.host, self.port = host, port
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.max_response_bytes = max_response_bytes
+        self.software_version = software_version
+        self.api_versions: NodeApiVersions | None = None
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._in_flight: dict[int, _InFlight] = {}
+        self._correlation = itertools.count(1)
+        self._read_task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self.closed: EpochGuardError | None = None
+        self._ready = asyncio.Event()
+
+    async def connect(self) -> None:
+        """Open the socket and handshake (ApiVersions), within the request timeout."""
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port, limit=1 << 16), self.request_timeout_s)
+        except (TimeoutError, OSError) as exc:
+            raise self._fail(KafkaConnectionError(f"cannot connect to node {self.node_id} "
+                                                  f"at {self.host}:{self.port}: {exc!r}")) from exc
+        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+        self.api_versions = await self._handshake()
+        self._ready.set()
+
+    async def _handshake(self) -> NodeApiVersions:
+        lo, hi = CODEC_VERSIONS[ApiKey.API_VERSIONS]
+        version = hi
+        for _ in range(2):  # the newest version, then the one the broker lists if it refused
+            response = await self._exchange(ApiVersionsRequest(SOFTWARE_NAME, self.software_version, version=version),
+                                            ApiKey.API_VERSIONS, version)
+            assert isinstance(response, ApiVersionsResponse)
+            if response.error_code == Errors.NONE:
+                return response.node_api_versions
+            own = response.node_api_versions.version_range(ApiKey.API_VERSIONS)
+            if response.error_code != Errors.UNSUPPORTED_VERSION or own is None or own.max_version >= version:
+                break
+            version = max(lo, own.max_version)
+        err = KafkaConnectionError(f"node {self.node_id}: ApiVersions handshake failed ({response.error_code.name})")
+        self.close(err)
+        raise err
+
+    def version_for(self, api_key: int, request_version: int) -> int:
+        """The newest version the broker, the codec and the request all allow."""
+        assert self.api_versions is not None
+        lo, hi = CODEC_VERSIONS.get(api_key, (0, -1))
+        return self.api_versions.latest_usable_version(api_key, lo, min(hi, request_version))
+
+    async def send(self, request: Any) -> Any:
+        """Send one request; its decoded answer (acks=0 Produce: None)."""
+        await self._ready.wait()
+        if self.closed is not None:
+            raise self.closed
+        key = api_key_of(request)
+        version = self.version_for(key, request.version)
+        if key == ApiKey.PRODUCE and request.acks == 0:
+            self._write(key, version, request)  # no answer comes
+            return None
+        return await self._exchange(request, key, version)
+
+    async def _exchange(self, request: Any, key: int, version: int) -> Any:
+        future = self._write(key, version, request)
+        return await future
+
+    def _write(self, key: int, version: int, request: Any) -> asyncio.Future[Any]:
+        if self.closed is not None:
+            raise self.closed
+        assert self._writer is not None
+        correlation = next(self._correlation) & 0x7FFFFFFF
+        header = _core.RequestHeader(key, version, correlation, self.client_id)
+        frame = _core.encode_request(header, request)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if not (key == ApiKey.PRODUCE and getattr(request, "acks", -1) == 0):
+            self._in_flight[correlation] = _InFlight(key, version, future, loop.time() + self.request_timeout_s)
+            self._arm_timer()
+        else:
+            future.set_result(None)
+        self._writer.write(frame)
+        return future
+
+    def _arm_timer(self) -> None:
+        if self._timer is not None or not self._in_flight:
+            return
+        first = min(f.deadline for f in self._in_flight.values())
+        self._timer = asyncio.get_running_loop().call_at(first, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        now = asyncio.get_running_loop().time()
+        late = [c for c, f in self._in_flight.items() if f.deadline <= now]
+        if late:
+            self.close(KafkaTimeoutError(f"node {self.node_id}: no answer to correlation id {late[0]} within "
+                                         f"{self.request_timeout_s * 1000:.0f} ms; disconnecting"))
+            return
+        self._arm_timer()
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        reader = self._reader
+        try:
+            while True:
+                head = await reader.readexactly(4)
+                size = int.from_bytes(head, "big", signed=True)
+                if size < 4 or size > self.max_response_bytes:
+                    raise FrameTooLargeError(f"node {self.node_id}: response size {size} outside [4, "
+                                             f"{self.max_response_bytes}]")
+                frame = await reader.readexactly(size)
+                correlation = int.from_bytes(frame[:4], "big", signed=True)
+                sent = self._in_flight.pop(correlation, None)
+                if sent is None:
+                    raise KafkaConnectionError(f"node {self.node_id}: answer for correlation id {correlation}, "
+                                               "which is not in flight")
+                try:
+                    _, response = _core.decode_response(sent.api_key, sent.version, frame)
+                except (CorruptFrameError, UnsupportedVersionError, ValueError, TypeError) as exc:
+                    err = KafkaConnectionError(f"node {self.node_id}: undecodable answer to api key "
+                                               f"{sent.api_key} v{sent.version}: {exc}")
+                    err.__cause__ = exc
+                    self._fail_one(sent, err)  # no longer in flight: close() would not fail it
+                    raise err from exc
+                if not sent.future.done():
+                    sent.future.set_result(response)
+        except asyncio.IncompleteReadError as exc:
+            what = "mid-frame" if exc.partial else "between frames"
+            self.close(KafkaConnectionError(f"node {self.node_id} closed the connection {what}"))
+        except (OSError, EpochGuardError) as exc:
+            self.close(exc if isinstance(exc, EpochGuardError)
+                       else KafkaConnectionError(f"node {self.node_id}: {exc!r}"))
+        except asyncio.CancelledError:
+            self.close(KafkaConnectionError(f"node {self.node_id}: connection closed"))
+            raise
+
+    @staticmethod
+    def _fail_one(sent: _InFlight, err: EpochGuardError) -> None:
+        if not sent.future.done():
+            sent.future.set_exception(err)
+            sent.future.exception()  # a failed request nobody awaits any more is not an error to log
+
+    def _fail(self, err: EpochGuardError) -> EpochGuardError:
+        self.close(err)
+        return err
+
+    def close(self, err: EpochGuardError | None = None) -> None:
+        """Close and fail everything in flight with `err`."""
+        if self.closed is not None:
+            return
+        self.closed = err or KafkaConnectionError(f"node {self.node_id}: connection closed")
+        self._ready.set()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for sent in self._in_flight.values():
+            self._fail_one(sent, self.closed)
+        self._in_flight.clear()
+        if self._writer is not None:
+            self._writer.close()
+        task = self._read_task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+
+class NetworkClient:
+    """Connections to every broker by node id, opened on demand, with per-broker reconnect back-off."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Iterable[str],
+        *,
+        client_id: str,
+        request_timeout_ms: int = 30_000,
+        reconnect_backoff_ms: int = 50,
+        reconnect_backoff_max_ms: int = 1_000,
+        max_response_bytes: int = _core.MAX_FRAME_BYTES,
+        software_version: str = _core.__version__,
+    ) -> None:
+        self.bootstrap = {-(i + 1): addr for i, addr in enumerate(parse_bootstrap(bootstrap_servers))}
+        self.addresses: dict[int, tuple[str, int]] = dict(self.bootstrap)
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.reconnect_backoff_ms = reconnect_backoff_ms
+        self.reconnect_backoff_max_ms = reconnect_backoff_max_ms
+        self.max_response_bytes = max_response_bytes
+        self.software_version = software_version
+        self._connections: dict[int, BrokerConnection] = {}
+        self._connecting: dict[int, asyncio.Task[BrokerConnection]] = {}
+        self._failures: dict[int, int] = {}  # node -> consecutive failed connects
+        self._not_before: dict[int, float] = {}  # node -> monotonic time of the next attempt
+        self.closed = False
+
+    def update_brokers(self, brokers: Mapping[int, tuple[str, int]]) -> None:
+        """The brokers metadata lists (bootstrap entries stay, for when they all go away)."""
+        for node, addr in brokers.items():
+            old = self.addresses.get(node)
+            self.addresses[node] = addr
+            if old is not None and old != addr and node in self._connections:
+                self._connections.pop(node).close()
+
+    def api_versions(self, node_id: int) -> NodeApiVersions | None:
+        conn = self._connections.get(node_id)
+        return None if conn is None or conn.closed is not None else conn.api_versions
+
+    def backoff_remaining_s(self, node_id: int) -> float:
+        return max(0.0, self._not_before.get(node_id, 0.0) - time.monotonic())
+
+    async def connection(self, node_id: int) -> BrokerConnection:
+        """The open connection to `node_id`, connecting (after its back-off) if needed."""
+        if self.closed:
+            raise KafkaConnectionError("the network client is closed")
+        conn = self._connections.get(node_id)
+        if conn is not None and conn.closed is None:
+            return conn
+        task = self._connecting.get(node_id)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._connect(node_id))
+            self._connecting[node_id] = task
+        return await asyncio.shield(task)
+
+    async def _connect(self, node_id: int) -> BrokerConnection:
+        try:
+            wait = self.backoff_remaining_s(node_id)
+            if wait > 0:
+                await asyncio.sleep(wait)
+            addr = self.addresses.get(node_id)
+            if addr is None:
+                raise KafkaConnectionError(f"no address known for node {node_id}")
+            conn = BrokerConnection(node_id, addr[0], addr[1], client_id=self.client_id,
+                                    request_timeout_ms=self.request_timeout_ms,
+                                    max_response_bytes=self.max_response_bytes,
+                                    software_version=self.software_version)
+            try:
+                await conn.connect()
+            except EpochGuardError:
+                self._backoff(node_id)
+                raise
+            self._failures.pop(node_id, None)
+            self._connections[node_id] = conn
+            return conn
+        finally:
+            self._connecting.pop(node_id, None)
+
+    def _backoff(self, node_id: int) -> None:
+        """Kafka's `ClusterConnectionStates`: exponential back-off with 20% jitter."""
+        n = self._failures.get(node_id, 0)
+        self._failures[node_id] = n + 1
+        base = min(self.reconnect_backoff_ms * (2 ** min(n, 30)), self.reconnect_backoff_max_ms)
+        self._not_before[node_id] = time.monotonic() + base * random.uniform(0.8, 1.2) / 1000
+
+    async def send(self, node_id: int, request: Any) -> Any:
+        """Send `request` to `node_id`; the answer, or `KafkaConnectionError` / `KafkaTimeoutError`
+        (its connection is then closed and the node backs off before the next connect)."""
+        conn = await self.connection(node_id)
+        try:
+            return await conn.send(request)
+        except (KafkaConnectionError, KafkaTimeoutError):
+            if self._connections.get(node_id) is conn:
+                self._connections.pop(node_id, None)
+                self._backoff(node_id)
+            raise
+
+    def disconnect(self, node_id: int) -> None:
+        conn = self._connections.pop(node_id, None)
+        if conn is not None:
+            conn.close()
+
+    async def close(self) -> None:
+        self.closed = True
+        for task in list(self._connecting.values()):
+            task.cancel()
+        for task in list(self._connecting.values()):
+            with contextlib.suppress(BaseException):
+                await task
+        for conn in list(self._connections.values()):
+            conn.close()
+        self._connections.clear()
+        await asyncio.sleep(0)  # let the cancelled readers finish

@@ -1,0 +1,228 @@
+"""`epochguard.client.network` against tiny hostile brokers (asyncio servers in the test): the handshake,
+correlation, and every way a broker can misbehave gives a typed error within the configured time,
+never a hang or an allocation of what a size prefix claims."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from epochguard import _core
+from epochguard.api_versions import BROKER_API_VERSIONS, ApiKey, ApiVersionsResponse, answer_api_versions
+from epochguard.client.network import NetworkClient, parse_bootstrap
+from epochguard.errors import Errors, FrameTooLargeError, KafkaConnectionError, KafkaTimeoutError
+from epochguard.messages import MetadataRequest, MetadataResponse, MetadataResponseBroker
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[_core.RequestHeader, object]:
+    (size,) = struct.unpack(">i", await reader.readexactly(4))
+    return _core.decode_request(await reader.readexactly(size))
+
+
+async def answer(writer: asyncio.StreamWriter, header: _core.RequestHeader, response: object) -> None:
+    writer.write(_core.encode_response(header, response))
+    await writer.drain()
+
+
+async def handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    header, request = await read_request(reader)
+    assert header.api_key == ApiKey.API_VERSIONS
+    await answer(writer, header, answer_api_versions(request))
+
+
+async def with_server(handler: Handler, body: Callable[[str], Awaitable[None]]) -> None:
+    async def closing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await handler(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away first
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(closing, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        await body(f"127.0.0.1:{port}")
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def run(coro: Awaitable[None]) -> None:
+    asyncio.run(asyncio.wait_for(coro, 20))  # the outer bound: a hang fails, it never blocks the suite
+
+
+METADATA = MetadataResponse((), brokers=(MetadataResponseBroker(1, "127.0.0.1", 1),), version=12)
+
+
+def test_handshake_then_the_newest_common_version_with_correlation_ids() -> None:
+    seen: list[_core.RequestHeader] = []
+
+    async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # An older broker: ApiVersions v3 refused (answered v0 with its range), Metadata only up to v9.
+        served = BROKER_API_VERSIONS.with_range(ApiKey.API_VERSIONS, 0, 2).with_range(ApiKey.METADATA, 0, 9)
+        while True:
+            try:
+                header, request = await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            seen.append(header)
+            if header.api_key == ApiKey.API_VERSIONS:
+                await answer(writer, header, answer_api_versions(request, served))
+            else:
+                await answer(writer, header, METADATA)
+
+    async def body(bootstrap: str) -> None:
+        client = NetworkClient(bootstrap, client_id="net-test")
+        first = await client.send(-1, MetadataRequest(("t",)))
+        second = await client.send(-1, MetadataRequest(("t",)))
+        assert first == second == MetadataResponse((), brokers=METADATA.brokers, version=9)
+        assert client.api_versions(-1).version_range(ApiKey.METADATA).max_version == 9
+        await client.close()
+
+    run(with_server(broker, body))
+    assert [(h.api_key, h.api_version) for h in seen] == [(18, 3), (18, 2), (3, 9), (3, 9)]
+    assert [h.correlation_id for h in seen] == [1, 2, 3, 4]
+    assert {h.client_id for h in seen} == {"net-test"}
+
+
+def test_answers_are_matched_by_correlation_id_not_order() -> None:
+    async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await handshake(reader, writer)
+        first = await read_request(reader)
+        second = await read_request(reader)
+        await answer(writer, second[0], MetadataResponse((), cluster_id="second", version=12))
+        await answer(writer, first[0], MetadataResponse((), cluster_id="first", version=12))
+        await reader.read()
+
+    async def body(bootstrap: str) -> None:
+        client = NetworkClient(bootstrap, client_id="c")
+        a, b = await asyncio.gather(client.send(-1, MetadataRequest(("a",))), client.send(-1, MetadataRequest(("b",))))
+        assert (a.cluster_id, b.cluster_id) == ("first", "second")
+        await client.close()
+
+    run(with_server(broker, body))
+
+
+def hostile(reply: bytes, *, then_close: bool) -> Handler:
+    async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await handshake(reader, writer)
+        await read_request(reader)
+        writer.write(reply)
+        await writer.drain()
+        if then_close:
+            writer.close()
+        else:
+            await reader.read()  # stay silent until the client goes
+
+    return broker
+
+
+@pytest.mark.parametrize(("reply", "then_close", "error", "match"), [
+    # A size prefix of 2 GiB: refused on the prefix, nothing of that size read or allocated.
+    (struct.pack(">i", 0x7FFFFFFF), False, FrameTooLargeError, "outside"),
+    (struct.pack(">i", -5), False, FrameTooLargeError, "outside"),
+    # Closed mid-frame: 100 bytes promised, 6 sent.
+    (struct.pack(">i", 100) + b"\x00\x00\x00\x02ab", True, KafkaConnectionError, "mid-frame"),
+    # Closed between frames, before any answer.
+    (b"", True, KafkaConnectionError, "between frames"),
+    # An answer for a correlation id never sent.
+    (struct.pack(">ii", 4, 777), False, KafkaConnectionError, "not in flight"),
+    # Garbage where a Metadata v12 answer belongs (right correlation id 2).
+    (struct.pack(">ii", 9, 2) + b"\x00\x7f\xff\xff\xff", False, KafkaConnectionError, "undecodable"),
+])
+def test_a_misbehaving_broker_fails_the_request_with_a_typed_error(
+    reply: bytes, then_close: bool, error: type[Exception], match: str
+) -> None:
+    async def body(bootstrap: str) -> None:
+        client = NetworkClient(bootstrap, client_id="c", request_timeout_ms=5_000)
+        started = time.monotonic()
+        with pytest.raises(error, match=match):
+            await client.send(-1, MetadataRequest(("t",)))
+        assert time.monotonic() - started < 2  # at once, not after the request timeout
+        await client.close()
+
+    run(with_server(hostile(reply, then_close=then_close), body))
+
+
+def test_a_silent_broker_times_out_after_request_timeout_ms_and_the_node_backs_off() -> None:
+    connects = 0
+
+    async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connects
+        connects += 1
+        await handshake(reader, writer)
+        await reader.read()  # never answers anything else
+
+    async def body(bootstrap: str) -> None:
+        client = NetworkClient(bootstrap, client_id="c", request_timeout_ms=300, reconnect_backoff_ms=400,
+                               reconnect_backoff_max_ms=400)
+        started = time.monotonic()
+        with pytest.raises(KafkaTimeoutError, match="within 300 ms"):
+            await client.send(-1, MetadataRequest(("t",)))
+        assert 0.25 < time.monotonic() - started < 1.5
+        assert client.backoff_remaining_s(-1) > 0.25  # 400 ms +-20% from the failure
+        started = time.monotonic()
+        with pytest.raises(KafkaTimeoutError):
+            await client.send(-1, MetadataRequest(("t",)))  # reconnects only after the back-off
+        assert time.monotonic() - started > 0.3 + 0.25
+        await client.close()
+
+    run(with_server(broker, body))
+    assert connects == 2
+
+
+def test_a_broker_that_never_answers_the_handshake_times_out() -> None:
+    async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+
+    async def body(bootstrap: str) -> None:
+        client = NetworkClient(bootstrap, client_id="c", request_timeout_ms=200)
+        with pytest.raises(KafkaTimeoutError):
+            await client.send(-1, MetadataRequest(("t",)))
+        await client.close()
+
+    run(with_server(broker, body))
+
+
+def test_a_refused_connection_is_a_connection_error() -> None:
+    async def body() -> None:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        server.close()
+        await server.wait_closed()
+        client = NetworkClient(f"127.0.0.1:{port}", client_id="c")
+        with pytest.raises(KafkaConnectionError, match="cannot connect"):
+            await client.send(-1, MetadataRequest(("t",)))
+        await client.close()
+
+    run(body())
+
+
+def test_a_handshake_error_closes_the_connection() -> None:
+    async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        header, _ = await read_request(reader)
+        await answer(writer, header, ApiVersionsResponse((), Errors.UNKNOWN_SERVER_ERROR, version=3))
+        await reader.read()
+
+    async def body(bootstrap: str) -> None:
+        client = NetworkClient(bootstrap, client_id="c")
+        with pytest.raises(KafkaConnectionError, match="handshake failed"):
+            await client.send(-1, MetadataRequest(("t",)))
+        await client.close()
+
+    run(with_server(broker, body))
+
+
+def test_parse_bootstrap() -> None:
+    assert parse_bootstrap("a:1, b:2") == [("a", 1), ("b", 2)]
+    assert parse_bootstrap(["a", "[::1]:9093"]) == [("a", 9092), ("::1", 9093)]
+    for bad in ("", "a:x", "a:0", ":5"):
+        with pytest.raises(ValueError):
+            parse_bootstrap(bad)

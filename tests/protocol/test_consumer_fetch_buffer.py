@@ -185,3 +185,42 @@ def test_an_out_of_range_partition_unassigned_is_no_longer_raised():
     with pytest.raises(OffsetOutOfRangeError) as raised:
         c.poll(0)
     assert raised.value.offset_out_of_range_partitions == {B: 50}
+
+
+# --- records decoded on demand: objects or Arrow, the same rows ------------------------------------------
+ARROW_CASES = {
+    "offsets before the position, a torn tail": (
+        b"".join([kafka_python_batch(0, 1, [b"a", b"b"]), kafka_python_batch(2, 2, [b"c", b"d"]),
+                  kafka_python_batch(4, 3, [b"e", b"f"])[:-3]]), at(3, 2), RU, None),
+    "read_committed: an aborted transaction and its marker": (
+        txn(0, 0, 2) + abort_marker(0, 2) + kafka_python_batch(3, 1, [b"plain"]) + txn(5, 4, 2), at(0), RC,
+        [AbortedTransaction(0, 0)]),
+    "read_uncommitted: the marker is never a row": (
+        txn(0, 0, 2) + abort_marker(0, 2) + txn(7, 3, 1), at(1), RU, [AbortedTransaction(0, 0)]),
+    "headers, null keys and values": (
+        encode_batch([(b"k", None, [("h", b"1"), ("n", None)], 1_234), (None, b"w", [], 1_240)], base_offset=9,
+                     partition_leader_epoch=4, base_timestamp=1_234), at(9), RU, None),
+}
+
+
+@pytest.mark.parametrize("case", list(ARROW_CASES))
+def test_arrow_rows_are_the_records(case):
+    raw, position, level, aborted = ARROW_CASES[case]
+    fetched = CompletedFetch.decode(A, position, raw, level, aborted)
+    batch = fetched.arrow()
+    assert batch.schema.names == ["offset", "timestamp", "timestamp_type", "key", "value", "headers", "leader_epoch"]
+    rows = [
+        ConsumerRecord("a", 0, r["offset"], r["timestamp"], r["timestamp_type"], r["key"], r["value"],
+                       tuple((h["key"], h["value"]) for h in r["headers"]), r["leader_epoch"])
+        for r in batch.to_pylist()
+    ]
+    assert rows == fetched.records
+    assert fetched.has_records == bool(rows)
+
+
+def test_records_are_not_decoded_until_asked_for(monkeypatch):
+    raw = kafka_python_batch(0, 1, [b"a", b"b"])
+    fetched = CompletedFetch.decode(A, at(0), raw)
+    assert fetched.has_records and (fetched.next_offset, fetched.last_epoch, fetched.epochs) == (2, 1, [(1, 0)])
+    assert fetched._records is None  # the headers alone moved the position
+    assert [r.value for r in fetched.records] == [b"a", b"b"]

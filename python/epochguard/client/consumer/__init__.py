@@ -86,7 +86,9 @@ class Consumer:
     `bootstrap`: nodes to ask for metadata before any is known. `group_id`/`coordinator_id`: where
     committed offsets live (without them positions come from the reset policy). `reset_policy`:
     `auto.offset.reset`, per partition overridable in `assign`. `api_versions`: brokers' versions
-    already known (a driver that did the handshake itself). Times are milliseconds of the caller's
+    already known (a driver that did the handshake itself). `fetch_*`/`max_partition_fetch_bytes`: the
+    Fetch request's long-poll and sizes (Kafka's settings of those names; the default 0 ms wait suits a
+    stepped simulation, a network client passes Kafka's 500). Times are milliseconds of the caller's
     clock (`now_ms` arguments); nothing here reads a clock.
     """
 
@@ -104,6 +106,10 @@ class Consumer:
         metadata: ClientMetadata | None = None,
         track_consumed_epochs: bool = False,
         api_versions: Mapping[int, NodeApiVersions] | None = None,
+        fetch_max_wait_ms: int = 0,
+        fetch_min_bytes: int = 1,
+        fetch_max_bytes: int = 50 << 20,
+        max_partition_fetch_bytes: int = 1 << 20,
     ) -> None:
         if reset_policy not in ("earliest", "latest", "none"):
             raise ValueError(f"invalid reset policy {reset_policy!r}")
@@ -124,6 +130,10 @@ class Consumer:
             metadata=self.metadata,
             collector=FetchCollector(self._subscriptions),
             api_versions=dict(api_versions or {}),
+            fetch_max_wait_ms=fetch_max_wait_ms,
+            fetch_min_bytes=fetch_min_bytes,
+            fetch_max_bytes=fetch_max_bytes,
+            max_partition_fetch_bytes=max_partition_fetch_bytes,
         )
         self.committed = self._ctx.committed
         self.truncations = self._ctx.truncations
@@ -241,13 +251,15 @@ class Consumer:
         """Queue an OffsetCommit (sent by the next `poll_requests`); default: every valid position, with its epoch."""
         if not self._commits.has_group:
             raise ValueError("commit needs a group_id and a coordinator_id")
-        if offsets is None:
-            offsets = {
-                tp: OffsetAndMetadata(s.position.offset, leader_epoch=s.position.offset_epoch)
-                for tp, s in self._subscriptions.items()
-                if s.state == FetchState.FETCHING and s.position is not None
-            }
-        self._commits.commit(offsets)
+        self._commits.commit(self.consumed_offsets() if offsets is None else offsets)
+
+    def consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        """What `commit()` commits by default: every valid position, with its epoch."""
+        return {
+            tp: OffsetAndMetadata(s.position.offset, leader_epoch=s.position.offset_epoch)
+            for tp, s in self._subscriptions.items()
+            if s.state == FetchState.FETCHING and s.position is not None
+        }
 
     def offsets_for_times(self, timestamps: Mapping[TopicPartition, int], now_ms: int) -> OffsetsForTimesLookup:
         """Start a lookup: per partition the first offset with timestamp >= the target, with its leader
@@ -262,9 +274,19 @@ class Consumer:
         """Drain buffered records (advancing positions), or raise the oldest pending error. An
         out-of-range answer under policy "none" is raised by every poll that has no records to return,
         until the position moves (Kafka keeps the failed fetch at the head of its buffer)."""
+        self.raise_pending()
+        return self._ctx.collector.collect()
+
+    def poll_fetches(self, now_ms: int = 0) -> list[CompletedFetch]:
+        """`poll()` without decoding the records: the completed fetches handed out (positions advanced),
+        for a caller that decodes them itself (`CompletedFetch.arrow()`)."""
+        self.raise_pending()
+        return self._ctx.collector.collect_fetches()
+
+    def raise_pending(self) -> None:
+        """Raise the oldest error pending for the application, if any (what `poll()` raises first)."""
         if self._ctx.errors:
             raise self._ctx.errors.pop(0)
-        return self._ctx.collector.collect()
 
     # --- the driver's side --------------------------------------------------------------------
     def poll_requests(self, now_ms: int) -> list[tuple[int, ClientRequest]]:

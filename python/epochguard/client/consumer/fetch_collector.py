@@ -1,7 +1,8 @@
 """Fetched data on its way to the application, mirroring Kafka's `CompletedFetch` and `FetchCollector`.
 
-`CompletedFetch.decode` turns one partition's Fetch answer into records, each carrying the leader
-epoch of its batch, and the position after the last batch read (control batches advance it too).
+`CompletedFetch.decode` reads one partition's Fetch answer: the position after the last batch read
+(control batches advance it too) from the batch headers, and the records, each carrying the leader
+epoch of its batch, decoded only when asked for (as objects, or as an Arrow batch decoded in Rust).
 `FetchCollector` buffers completed fetches until `collect()` hands them out, advancing positions; a
 fetch whose position moved meanwhile (a seek, a reset, a new leader) is dropped, as Kafka drops one
 whose fetch offset no longer matches. An out-of-range answer under policy none stays in the buffer and
@@ -12,9 +13,9 @@ failed fetch at the head of its buffer).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import Any
 
-from epochguard._core import iter_batches
+from epochguard._core import RecordBatch, iter_batches
 from epochguard.client.consumer.subscription import FetchState, SubscriptionState
 from epochguard.errors import OffsetOutOfRangeError
 from epochguard.protocol.messages import AbortedTransaction
@@ -32,16 +33,87 @@ from epochguard.types import (
 __all__ = ["CompletedFetch", "FetchCollector"]
 
 
-@dataclass(slots=True)
 class CompletedFetch:
-    """One partition's fetched data, decoded (`CompletedFetch`)."""
+    """One partition's fetched data (`CompletedFetch`): where it leaves the position, and its records.
 
-    tp: TopicPartition
-    position: FetchPosition  # the position the fetch was sent for (offset and leader)
-    records: list[ConsumerRecord]
-    next_offset: int
-    last_epoch: int | None
-    epochs: list[tuple[int, int]]  # (epoch, first offset read) per batch read
+    Records are decoded only when asked for (`records`, or `arrow()` for an Arrow batch decoded in
+    Rust): the batch headers alone say where the position goes and with which epochs.
+    """
+
+    __slots__ = (
+        "_batches",
+        "_records",
+        "_skipped",
+        "epochs",
+        "has_records",
+        "last_epoch",
+        "next_offset",
+        "position",
+        "raw",
+        "tp",
+    )
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        position: FetchPosition,
+        records: list[ConsumerRecord] | None,
+        next_offset: int,
+        last_epoch: int | None,
+        epochs: list[tuple[int, int]],
+        *,
+        raw: bytes = b"",
+        batches: list[RecordBatch] | None = None,
+        skipped: frozenset[int] = frozenset(),
+    ) -> None:
+        self.tp = tp
+        self.position = position  # the position the fetch was sent for (offset and leader)
+        self.next_offset = next_offset
+        self.last_epoch = last_epoch
+        self.epochs = epochs  # (epoch, first offset read) per batch read
+        self.raw = raw
+        self._batches = batches or []  # the batches holding records to hand out (no control, no aborted)
+        self._skipped = skipped  # base offsets of batches in `raw` not handed out (control, aborted)
+        self._records = records
+        self.has_records = bool(records) if records is not None else any(
+            b.records_count > 0 and b.last_offset >= position.offset for b in self._batches)
+
+    @property
+    def records(self) -> list[ConsumerRecord]:
+        """The records at or after the fetch offset, each with its batch's leader epoch (decoded once)."""
+        if self._records is None:
+            tp, start = self.tp, self.position.offset
+            self._records = [
+                ConsumerRecord(tp.topic, tp.partition, r.offset, r.timestamp, batch.timestamp_type,
+                               r.key, r.value, tuple(r.headers), epoch_or_none(batch.partition_leader_epoch))
+                for batch in self._batches
+                for r in batch.records()
+                if r.offset >= start
+            ]
+        return self._records
+
+    def arrow(self) -> Any:
+        """The records as one `pyarrow.RecordBatch` (offset, timestamp, timestamp_type, key, value, headers,
+        leader_epoch), decoded in Rust with the GIL released; the same rows as `records`."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from epochguard._core import decode_arrow
+
+        table = pa.table(decode_arrow(self.raw, columns=(*_ARROW_COLUMNS, "batch_offset", "is_control"),
+                                      allow_partial_tail=True))
+        keep = pc.and_(pc.greater_equal(table["offset"], self.position.offset),
+                       pc.less(table["offset"], self.next_offset))
+        if self._skipped:
+            keep = pc.and_(keep, pc.invert(pc.is_in(table["batch_offset"], pa.array(sorted(self._skipped),
+                                                                                      pa.int64()))))
+        table = table.filter(keep).select(list(_ARROW_COLUMNS))
+        return table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist(
+            [], schema=table.schema)
+
+    def __repr__(self) -> str:
+        return (f"CompletedFetch({self.tp}, {self.position}, next_offset={self.next_offset}, "
+                f"last_epoch={self.last_epoch})")
 
     @classmethod
     def decode(
@@ -52,12 +124,14 @@ class CompletedFetch:
         isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
         aborted_transactions: Iterable[AbortedTransaction] | None = None,
     ) -> CompletedFetch:
-        """Records at or after the fetch offset, each with its batch's leader epoch; control batches
-        are never records. Under read_committed the batches of aborted transactions are skipped too:
-        a producer is aborted from its transaction's first offset until its ABORT marker (Kafka's
+        """Where the data leaves the position, from the batch headers; its records (at or after the fetch
+        offset, each with its batch's leader epoch) decode on first use. Control batches are never
+        records. Under read_committed the batches of aborted transactions are skipped too: a producer is
+        aborted from its transaction's first offset until its ABORT marker (Kafka's
         `consumeAbortedTransactionsUpTo` / `isBatchAborted`). Raises `CorruptRecordError` on bad bytes
         (an incomplete last batch is not an error: fetch it again)."""
-        records: list[ConsumerRecord] = []
+        batches: list[RecordBatch] = []
+        skipped: set[int] = set()
         epochs: list[tuple[int, int]] = []
         next_offset = position.offset
         last_epoch = position.offset_epoch
@@ -66,6 +140,7 @@ class CompletedFetch:
         aborted_producers: set[int] = set()
         for batch in iter_batches(raw, allow_partial_tail=True):
             if batch.last_offset < next_offset:
+                skipped.add(batch.base_offset)
                 continue
             epoch = epoch_or_none(batch.partition_leader_epoch)
             if read_committed and batch.producer_id >= 0:
@@ -76,19 +151,18 @@ class CompletedFetch:
                         aborted_producers.discard(batch.producer_id)
             aborted = batch.is_transactional and batch.producer_id in aborted_producers  # empty unless read_committed
             if not batch.is_control and not aborted:
-                for r in batch.records():
-                    if r.offset >= next_offset:
-                        records.append(
-                            ConsumerRecord(
-                                tp.topic, tp.partition, r.offset, r.timestamp, batch.timestamp_type,
-                                r.key, r.value, tuple(r.headers), epoch,
-                            )
-                        )
+                batches.append(batch)
+            else:
+                skipped.add(batch.base_offset)
             if epoch is not None:
                 epochs.append((epoch, max(batch.base_offset, next_offset)))
             next_offset = batch.next_offset
             last_epoch = epoch
-        return cls(tp, position, records, next_offset, last_epoch, epochs)
+        return cls(tp, position, None, next_offset, last_epoch, epochs, raw=raw, batches=batches,
+                   skipped=frozenset(skipped))
+
+
+_ARROW_COLUMNS = ("offset", "timestamp", "timestamp_type", "key", "value", "headers", "leader_epoch")
 
 
 class FetchCollector:
@@ -116,9 +190,18 @@ class FetchCollector:
 
     def collect(self) -> ConsumerRecords:
         """Hand out every buffered fetch that continues its partition's position, advancing it."""
-        out_of_range = self._live_out_of_range()
         records: dict[TopicPartition, list[ConsumerRecord]] = {}
         next_offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        for completed in self.collect_fetches():
+            if completed.records:
+                records.setdefault(completed.tp, []).extend(completed.records)
+            next_offsets[completed.tp] = OffsetAndMetadata(completed.next_offset, leader_epoch=completed.last_epoch)
+        return ConsumerRecords(records, {tp: next_offsets[tp] for tp in records})
+
+    def collect_fetches(self) -> list[CompletedFetch]:
+        """`collect()` without decoding: the fetches handed out (positions advanced), records undecoded."""
+        out_of_range = self._live_out_of_range()
+        handed: list[CompletedFetch] = []
         for completed in self._completed:
             state = self._subscriptions.get(completed.tp)
             # Only hand out what still continues the current position: same offset and same leader. Data
@@ -128,14 +211,12 @@ class FetchCollector:
                 continue
             state.position = FetchPosition(completed.next_offset, completed.last_epoch, state.position.current_leader)
             state.record_consumed(completed.epochs)
-            if completed.records:
-                records.setdefault(completed.tp, []).extend(completed.records)
-            next_offsets[completed.tp] = OffsetAndMetadata(completed.next_offset, leader_epoch=completed.last_epoch)
+            handed.append(completed)
         self._completed = []
-        if not records and out_of_range:
+        if not any(c.has_records for c in handed) and out_of_range:
             where = ", ".join(f"{tp} at {offset}" for tp, offset in sorted(out_of_range.items()))
             raise OffsetOutOfRangeError(f"fetch positions out of range: {where}", out_of_range)
-        return ConsumerRecords(records, {tp: next_offsets[tp] for tp in records})
+        return handed
 
     def _live_out_of_range(self) -> dict[TopicPartition, int]:
         """The out-of-range answers that still apply (same offset, still fetching); the rest are dropped."""

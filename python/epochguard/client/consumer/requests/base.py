@@ -65,6 +65,11 @@ class ConsumerContext:
     truncations: list[TruncationEvent] = field(default_factory=list)
     resets: list[OffsetResetEvent] = field(default_factory=list)
     committed: dict[TopicPartition, OffsetAndMetadata] = field(default_factory=dict)
+    # Fetch sizing and long-poll (`fetch.max.wait.ms` etc.); the defaults are the simulator's (no wait).
+    fetch_max_wait_ms: int = 0
+    fetch_min_bytes: int = 1
+    fetch_max_bytes: int = 50 << 20
+    max_partition_fetch_bytes: int = 1 << 20
 
     @property
     def kip320(self) -> bool:

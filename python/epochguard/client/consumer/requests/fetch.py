@@ -67,10 +67,13 @@ class FetchManager(RequestManager[_Positions]):
                 FetchPartition(
                     tp.topic, tp.partition, pos.offset,
                     epoch_or_sentinel(pos.current_leader.epoch) if self.ctx.kip320 else NO_EPOCH,
+                    partition_max_bytes=self.ctx.max_partition_fetch_bytes,
                 )
                 for tp, pos in entries
             )
-            request = FetchRequest(parts, isolation_level=self.ctx.isolation_level)
+            request = FetchRequest(parts, isolation_level=self.ctx.isolation_level,
+                                   max_wait_ms=self.ctx.fetch_max_wait_ms, min_bytes=self.ctx.fetch_min_bytes,
+                                   max_bytes=self.ctx.fetch_max_bytes)
             out.append(self._send(node, request, now_ms, dict(entries)))
         return out
 
@@ -125,7 +128,7 @@ class FetchManager(RequestManager[_Positions]):
             self.ctx.errors.append(e)  # raised by poll(), as Kafka's consumer does
             s.next_retry_ms = self.ctx.backoff(now_ms)
             return
-        if completed.records:
+        if completed.has_records:
             self.ctx.collector.add(completed)  # handed out (and the position moved) by poll()
         elif completed.next_offset != s.position.offset:
             # Only control batches or records below the fetch offset: nothing to hand out, move on.

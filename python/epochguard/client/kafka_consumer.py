@@ -1,0 +1,727 @@
+"""`AsyncConsumer` and `KafkaConsumer`: the sans-IO `epochguard.consumer.Consumer` on real sockets.
+
+Mirrors the application face of Kafka's `KafkaConsumer` (as kafka-python 3 spells it: same method
+and setting names) around its `ConsumerNetworkClient`. Every protocol decision (positions, KIP-320
+validation with OffsetsForLeaderEpoch, precise resets, `LogTruncationError`, read_committed, leader
+hints, retries) is the state machine's; this module only moves its requests to brokers
+(`network.NetworkClient`) and their answers back, and tells it the time. The two things it adds
+are the group coordinator's address (FindCoordinator, forgotten on NOT_COORDINATOR /
+COORDINATOR_NOT_AVAILABLE or a failed exchange, as Kafka's `AbstractCoordinator.markCoordinatorUnknown`)
+and the waiting of the blocking calls (`commit`, `committed`, `position`).
+
+`AsyncConsumer` runs on the caller's event loop: a driver task sends whatever the state machine has
+due and sleeps until its next deadline or an answer. `KafkaConsumer` runs the same `AsyncConsumer` on a
+private event-loop thread and blocks on it; its calls are thread-confined to that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from epochguard.consumer import Consumer as ConsumerMachine
+from epochguard.consumer import FetchState
+from epochguard.errors import (
+    ClientClosedError,
+    CommitFailedError,
+    EpochGuardError,
+    Errors,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+)
+from epochguard.messages import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from epochguard.metadata import ClientMetadata
+from epochguard.types import (
+    ConsumerRecord,
+    IsolationLevel,
+    OffsetAndMetadata,
+    TopicPartition,
+    epoch_or_none,
+)
+
+from .network import NetworkClient
+
+__all__ = ["AsyncConsumer", "KafkaConsumer", "CONSUMER_DEFAULTS", "UNSUPPORTED_SETTINGS", "COORDINATOR_NODE"]
+
+# The state machine's node id for "the group coordinator", resolved here by FindCoordinator.
+COORDINATOR_NODE = -(1 << 30)
+_COORDINATOR_ERRORS = frozenset({Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE})
+_IDLE_S = 1.0  # the driver wakes at least this often (close, clock) even with nothing scheduled
+_MIN_ROUND_S = 0.005  # a round that sent nothing sleeps at least this long: no busy loop on a due deadline
+
+# kafka-python's names (= Java's, snake_case) and this client's defaults (Java's where they differ
+# from kafka-python's: request_timeout_ms 30 s, reconnect_backoff_max_ms 1 s).
+CONSUMER_DEFAULTS: dict[str, Any] = {
+    "bootstrap_servers": "localhost:9092",
+    "client_id": "epochguard-client",
+    "group_id": None,
+    "key_deserializer": None,
+    "value_deserializer": None,
+    "fetch_max_wait_ms": 500,
+    "fetch_min_bytes": 1,
+    "fetch_max_bytes": 52_428_800,
+    "max_partition_fetch_bytes": 1_048_576,
+    "request_timeout_ms": 30_000,
+    "retry_backoff_ms": 100,
+    "reconnect_backoff_ms": 50,
+    "reconnect_backoff_max_ms": 1_000,
+    "auto_offset_reset": "latest",
+    "enable_auto_commit": True,
+    "auto_commit_interval_ms": 5_000,
+    "metadata_max_age_ms": 300_000,
+    "isolation_level": "read_uncommitted",
+    "consumer_timeout_ms": math.inf,
+    "check_crcs": True,  # always: the Rust decoder checks every batch's CRC
+    "security_protocol": "PLAINTEXT",
+    "max_response_bytes": None,  # beyond kafka-python: the largest answer read (default: fetch_max_bytes + 1 MiB)
+}
+
+# kafka-python settings this client refuses when set to anything but their default, and why.
+UNSUPPORTED_SETTINGS: dict[str, str] = {
+    "ssl_context": "TLS is not implemented yet",
+    "ssl_cafile": "TLS is not implemented yet",
+    "ssl_certfile": "TLS is not implemented yet",
+    "ssl_keyfile": "TLS is not implemented yet",
+    "ssl_check_hostname": "TLS is not implemented yet",
+    "sasl_mechanism": "SASL is not implemented yet",
+    "sasl_plain_username": "SASL is not implemented yet",
+    "sasl_plain_password": "SASL is not implemented yet",
+    "api_version": "versions always come from the ApiVersions handshake (every broker this client serves has it)",
+    "partition_assignment_strategy": "subscribe() and group membership are not implemented yet",
+    "session_timeout_ms": "subscribe() and group membership are not implemented yet",
+    "heartbeat_interval_ms": "subscribe() and group membership are not implemented yet",
+    "max_poll_interval_ms": "subscribe() and group membership are not implemented yet",
+    "max_poll_records": "poll() hands out every completed fetch (bounded by max_partition_fetch_bytes)",
+    "default_offset_commit_callback": "commit_async() is not implemented yet",
+    "selector": "the network layer is asyncio",
+    "sock_chunk_bytes": "the network layer is asyncio",
+    "sock_chunk_buffer_count": "the network layer is asyncio",
+    "connections_max_idle_ms": "idle connections are kept",
+    "receive_buffer_bytes": "socket options are the operating system's",
+    "send_buffer_bytes": "socket options are the operating system's",
+    "socket_options": "socket options are the operating system's",
+    "metric_reporters": "no metrics yet",
+    "metrics_num_samples": "no metrics yet",
+    "metrics_sample_window_ms": "no metrics yet",
+    "metric_group_prefix": "no metrics yet",
+    "exclude_internal_topics": "subscribe() is not implemented yet",
+    "legacy_iterator": "kafka-python's old iterator is not offered",
+}
+
+
+def consumer_config(configs: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings with defaults filled in; unknown names are a TypeError, unsupported ones (set) a
+    ValueError naming why, as kafka-python refuses unrecognised configs."""
+    unknown = sorted(set(configs) - set(CONSUMER_DEFAULTS) - set(UNSUPPORTED_SETTINGS))
+    if unknown:
+        raise TypeError(f"unrecognised consumer settings: {', '.join(unknown)}")
+    for name in sorted(set(configs) & set(UNSUPPORTED_SETTINGS)):
+        if configs[name] is not None:
+            raise ValueError(f"{name} is not supported: {UNSUPPORTED_SETTINGS[name]}")
+    config = {**CONSUMER_DEFAULTS, **{k: v for k, v in configs.items() if k in CONSUMER_DEFAULTS}}
+    if config["auto_offset_reset"] not in ("earliest", "latest", "none"):
+        raise ValueError(f"auto_offset_reset must be earliest, latest or none: {config['auto_offset_reset']!r}")
+    if config["isolation_level"] not in ("read_uncommitted", "read_committed"):
+        raise ValueError(f"isolation_level must be read_uncommitted or read_committed: {config['isolation_level']!r}")
+    if config["security_protocol"] != "PLAINTEXT":
+        raise ValueError(f"security_protocol {config['security_protocol']!r} is not supported: only PLAINTEXT yet")
+    for name in ("fetch_max_wait_ms", "fetch_min_bytes", "fetch_max_bytes", "max_partition_fetch_bytes",
+                 "request_timeout_ms", "retry_backoff_ms", "reconnect_backoff_ms", "reconnect_backoff_max_ms",
+                 "auto_commit_interval_ms", "metadata_max_age_ms"):
+        if not isinstance(config[name], int) or config[name] < 0:
+            raise ValueError(f"{name} must be a non-negative int: {config[name]!r}")
+    if config["max_response_bytes"] is None:
+        config["max_response_bytes"] = config["fetch_max_bytes"] + (1 << 20)
+    return config
+
+
+class AsyncConsumer:
+    """A consumer on asyncio (`async with AsyncConsumer(...) as c: async for record in c: ...`).
+
+    Settings as kafka-python's `KafkaConsumer` (see `CONSUMER_DEFAULTS`); positional topics are not
+    accepted yet (`subscribe` is not implemented): use `assign`.
+    """
+
+    def __init__(self, **configs: Any) -> None:
+        self.config = consumer_config(configs)
+        c = self.config
+        self._network = NetworkClient(
+            c["bootstrap_servers"], client_id=c["client_id"], request_timeout_ms=c["request_timeout_ms"],
+            reconnect_backoff_ms=c["reconnect_backoff_ms"], reconnect_backoff_max_ms=c["reconnect_backoff_max_ms"],
+            max_response_bytes=c["max_response_bytes"])
+        self._group_id: str | None = c["group_id"]
+        self._machine = ConsumerMachine(
+            bootstrap=sorted(self._network.bootstrap, reverse=True),
+            group_id=self._group_id,
+            coordinator_id=COORDINATOR_NODE if self._group_id is not None else None,
+            reset_policy=c["auto_offset_reset"],
+            isolation_level=(IsolationLevel.READ_COMMITTED if c["isolation_level"] == "read_committed"
+                             else IsolationLevel.READ_UNCOMMITTED),
+            retry_backoff_ms=c["retry_backoff_ms"],
+            request_timeout_ms=c["request_timeout_ms"],
+            metadata=ClientMetadata(topics=(), refresh_backoff_ms=c["retry_backoff_ms"],
+                                    metadata_max_age_ms=c["metadata_max_age_ms"]),
+            fetch_max_wait_ms=c["fetch_max_wait_ms"],
+            fetch_min_bytes=c["fetch_min_bytes"],
+            fetch_max_bytes=c["fetch_max_bytes"],
+            max_partition_fetch_bytes=c["max_partition_fetch_bytes"],
+        )
+        self._coordinator: int | None = None
+        self._finding: asyncio.Task[int] | None = None
+        self._commit_waiters: list[tuple[dict[TopicPartition, int], asyncio.Future[None]]] = []
+        self._sent_commits: dict[int, asyncio.Future[None]] = {}  # id(request) -> waiter
+        self._driver: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._wake = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._epoch = time.monotonic()
+        self._next_auto_commit = math.inf
+        # Whether the driver may send: a new assignment waits for the next poll (or position, commit...),
+        # so assign-then-seek never races a reset of the new partitions (Java resolves positions in poll).
+        self._armed = False
+        self.last_error: EpochGuardError | None = None  # the latest network error (retried): for diagnosis
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    async def __aenter__(self) -> AsyncConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Start the driver task on the running loop (every other call does it when needed)."""
+        self._check_open()
+        if self._driver is None:
+            self._driver = asyncio.get_running_loop().create_task(self._drive(), name="epochguard-consumer")
+            if self.config["enable_auto_commit"] and self._group_id is not None:
+                self._next_auto_commit = self._now_ms() + self.config["auto_commit_interval_ms"]
+
+    async def close(self, autocommit: bool = True) -> None:
+        """Commit (with enable_auto_commit and a group), stop, and close every connection. Idempotent."""
+        if self._closed:
+            return
+        if autocommit and self._driver is not None and self.config["enable_auto_commit"] and self._group_id:
+            try:
+                await self.commit()
+            except EpochGuardError as exc:
+                self.last_error = exc
+        self._closed = True
+        for task in [self._driver, *self._tasks]:
+            if task is not None:
+                task.cancel()
+        for task in [self._driver, *self._tasks]:
+            if task is not None:
+                try:
+                    await task
+                except BaseException:
+                    pass
+        await self._network.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("this consumer is closed")
+        if self._failure is not None:
+            raise ClientClosedError(f"the consumer's driver failed: {self._failure!r}") from self._failure
+
+    def _now_ms(self) -> int:
+        return int((time.monotonic() - self._epoch) * 1000)
+
+    # --- the driver -----------------------------------------------------------------------------
+    async def _drive(self) -> None:
+        try:
+            while not self._closed:
+                self._wake.clear()
+                now = self._now_ms()
+                if now >= self._next_auto_commit:
+                    self._next_auto_commit = now + self.config["auto_commit_interval_ms"]
+                    offsets = self._machine.consumed_offsets()
+                    if offsets:
+                        self._machine.commit(offsets)
+                sent = self._machine.poll_requests(now) if self._armed else []
+                for node, request in sent:
+                    self._dispatch(node, request)
+                deadline = self._machine.next_deadline_ms()
+                delay = _IDLE_S if deadline is None else (deadline - self._now_ms()) / 1000
+                delay = min(max(delay, 0.0 if sent else _MIN_ROUND_S), _IDLE_S)
+                if self._next_auto_commit < math.inf:
+                    delay = min(delay, max(0.0, (self._next_auto_commit - self._now_ms()) / 1000))
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                except TimeoutError:
+                    pass
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # a bug: every waiting call raises it instead of hanging
+            self._failure = exc
+            self._changed.set()
+            raise
+
+    def _dispatch(self, node: int, request: Any) -> None:
+        if isinstance(request, OffsetCommitRequest):
+            offsets = {p.tp: p.committed_offset for p in request.partitions}
+            for i, (wanted, future) in enumerate(self._commit_waiters):
+                if wanted == offsets:
+                    self._sent_commits[id(request)] = future
+                    del self._commit_waiters[i]
+                    break
+        task = asyncio.get_running_loop().create_task(self._exchange(node, request))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _exchange(self, node: int, request: Any) -> None:
+        try:
+            target = await self._find_coordinator() if node == COORDINATOR_NODE else node
+            response = await self._network.send(target, request)
+        except (EpochGuardError, ValueError, TypeError) as exc:  # no answer: the state machine retries
+            self.last_error = exc if isinstance(exc, EpochGuardError) else KafkaConnectionError(repr(exc))
+            if node == COORDINATOR_NODE:
+                self._coordinator = None
+            self._machine.on_request_failed(node, request, self._now_ms())
+            waiter = self._sent_commits.pop(id(request), None)
+            if waiter is not None:  # the commit is queued again by the state machine: wait for that one
+                self._commit_waiters.insert(0, ({p.tp: p.committed_offset for p in request.partitions}, waiter))
+        else:
+            if node == COORDINATOR_NODE and _coordinator_moved(response):
+                self._coordinator = None
+            self._machine.on_response(node, request, response, self._now_ms())
+            if isinstance(response, MetadataResponse):
+                self._network.update_brokers({b.node_id: (b.host, b.port) for b in response.brokers})
+            waiter = self._sent_commits.pop(id(request), None)
+            if waiter is not None and not waiter.done() and isinstance(response, OffsetCommitResponse):
+                errors = {p.tp: p.error_code for p in response.partitions if p.error_code != Errors.NONE}
+                if errors:
+                    waiter.set_exception(CommitFailedError(
+                        "commit refused: " + ", ".join(f"{tp} {e.name}" for tp, e in sorted(errors.items())), errors))
+                else:
+                    waiter.set_result(None)
+        finally:
+            self._wake.set()
+            self._changed.set()
+
+    async def _find_coordinator(self) -> int:
+        """The group coordinator's node id, asked of a known broker (FindCoordinator) once until forgotten."""
+        if self._coordinator is not None:
+            return self._coordinator
+        if self._finding is None or self._finding.done():
+            self._finding = asyncio.get_running_loop().create_task(self._ask_coordinator())
+        return await asyncio.shield(self._finding)
+
+    async def _ask_coordinator(self) -> int:
+        assert self._group_id is not None
+        brokers = sorted(self._machine.metadata.brokers) or sorted(self._network.bootstrap, reverse=True)
+        response = await self._network.send(brokers[0], FindCoordinatorRequest(key=self._group_id,
+                                                                                coordinator_keys=(self._group_id,)))
+        assert isinstance(response, FindCoordinatorResponse)
+        if not response.coordinators:
+            raise KafkaConnectionError("FindCoordinator answered no coordinator")
+        found = response.coordinators[0]
+        if found.error_code != Errors.NONE:
+            raise KafkaConnectionError(f"no coordinator for group {self._group_id!r}: {found.error_code.name}")
+        self._network.update_brokers({found.node_id: (found.host, found.port)})
+        self._coordinator = found.node_id
+        return found.node_id
+
+    def _poke(self) -> None:
+        self._wake.set()
+
+    def _arm(self) -> None:
+        """The application polls (or waits on the state machine): the driver may send."""
+        self._armed = True
+        self._wake.set()
+
+    async def _wait_for(self, done: Callable[[], bool], timeout_s: float, what: str) -> None:
+        """Wait until `done()` (re-checked after every answer), or raise KafkaTimeoutError."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_s
+        self._arm()
+        while True:
+            self._check_open()
+            self._changed.clear()
+            if done():
+                return
+            remaining = end - loop.time()
+            if remaining <= 0:
+                raise KafkaTimeoutError(f"{what} did not complete within {timeout_s * 1000:.0f} ms")
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                pass
+
+    # --- application API ------------------------------------------------------------------------
+    async def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Consume exactly these partitions (replacing the assignment, as `KafkaConsumer.assign`)."""
+        self._check_open()
+        wanted = [TopicPartition(tp[0], tp[1]) for tp in partitions]
+        gone = [tp for tp in self._machine.assignment if tp not in set(wanted)]
+        if gone:
+            self._machine.unassign(gone)
+        self._machine.assign([tp for tp in wanted if tp not in self._machine.assignment])
+        self._armed = False  # until the application polls (or asks for a position): see __init__
+        await self.start()
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._machine.assignment)
+
+    async def seek(self, partition: TopicPartition, offset: int | OffsetAndMetadata) -> None:
+        """`seek(tp, offset)` fetches from there as is; `seek(tp, OffsetAndMetadata(offset, leader_epoch=e))`
+        validates the position against the leader first (KIP-320, as Java's `seek(tp, OffsetAndMetadata)`)."""
+        self._check_open()
+        self._machine.seek(TopicPartition(*partition), offset)
+        self._poke()
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._check_open()
+        for tp in partitions or tuple(self._machine.assignment):
+            self._machine.seek_to_beginning(TopicPartition(*tp))
+        self._poke()
+
+    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._check_open()
+        for tp in partitions or tuple(self._machine.assignment):
+            self._machine.seek_to_end(TopicPartition(*tp))
+        self._poke()
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._machine.pause(TopicPartition(*tp))
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._machine.resume(TopicPartition(*tp))
+        self._poke()
+
+    async def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
+        """The offset of the next record to fetch, once known (committed offset or reset)."""
+        await self.start()
+        tp = TopicPartition(*partition)
+        self._machine.state_of(tp)  # KeyError-free check: raises if not assigned
+        timeout = self.config["request_timeout_ms"] if timeout_ms is None else timeout_ms
+
+        def known() -> bool:
+            pos = self._machine.position(tp)
+            return pos is not None and self._machine.state_of(tp) != FetchState.AWAIT_RESET
+
+        self._raise_pending()
+        await self._wait_for(lambda: self._raise_pending() or known(), timeout / 1000, f"position({tp})")
+        pos = self._machine.position(tp)
+        assert pos is not None
+        return pos.offset
+
+    def _raise_pending(self) -> bool:
+        """Raise what the state machine holds for the application (no records are taken)."""
+        self._machine.raise_pending()
+        return False
+
+    async def poll(self, timeout_ms: int = 0) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records fetched since the last poll, by partition (empty after `timeout_ms` without any).
+        Raises `LogTruncationError` (auto_offset_reset="none", with the divergent offsets),
+        `OffsetOutOfRangeError`, `NoOffsetForPartitionError` as the state machine reports them."""
+        await self.start()
+        self._arm()
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_ms / 1000
+        while True:
+            self._check_open()
+            self._changed.clear()
+            records = self._machine.poll(self._now_ms())
+            if records:
+                self._poke()  # the buffer drained: the next fetch may go out
+                return {tp: self._deserialize(list(records[tp])) for tp in records}
+            remaining = end - loop.time()
+            if remaining <= 0:
+                return {}
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return {}
+
+    async def poll_arrow(self, timeout_ms: int = 0) -> dict[TopicPartition, Any]:
+        """As `poll`, but each partition's records as one `pyarrow.RecordBatch` (offset, timestamp,
+        timestamp_type, key, value, headers, leader_epoch) decoded in Rust with the GIL released; the
+        deserializers do not apply. Record batches travel as bytes until here."""
+        await self.start()
+        self._arm()
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout_ms / 1000
+        while True:
+            self._check_open()
+            self._changed.clear()
+            fetches = [f for f in self._machine.poll_fetches(self._now_ms()) if f.has_records]
+            if fetches:
+                self._poke()
+                out: dict[TopicPartition, Any] = {}
+                for f in fetches:
+                    batch = f.arrow()
+                    if batch.num_rows:
+                        out[f.tp] = batch if f.tp not in out else _concat(out[f.tp], batch)
+                if out:
+                    return out
+            remaining = end - loop.time()
+            if remaining <= 0:
+                return {}
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return {}
+
+    def _deserialize(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+        kd, vd = self.config["key_deserializer"], self.config["value_deserializer"]
+        if kd is None and vd is None:
+            return records
+        return [dataclasses.replace(r, key=kd(r.key) if kd and r.key is not None else r.key,
+                                    value=vd(r.value) if vd and r.value is not None else r.value)
+                for r in records]
+
+    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[ConsumerRecord]:
+        timeout = self.config["consumer_timeout_ms"]
+        while True:
+            batch = await self.poll(timeout_ms=int(min(timeout, 1000)))
+            if not batch:
+                if timeout < math.inf:
+                    return
+                continue
+            for records in batch.values():
+                for record in records:
+                    yield record
+
+    async def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None) -> None:
+        """Commit `offsets` (default: every consumed position, each with its leader epoch) and wait for the
+        coordinator's answer; `CommitFailedError` if it refuses any partition."""
+        self._check_open()
+        if self._group_id is None:
+            raise ValueError("commit needs a group_id")
+        await self.start()
+        chosen = dict(offsets) if offsets is not None else self._machine.consumed_offsets()
+        if not chosen:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._commit_waiters.append(({TopicPartition(*tp): om.offset for tp, om in chosen.items()}, future))
+        self._machine.commit(chosen)
+        self._arm()
+        try:
+            await asyncio.wait_for(asyncio.shield(future), self.config["request_timeout_ms"] / 1000)
+        except TimeoutError:
+            raise KafkaTimeoutError(f"commit did not complete within {self.config['request_timeout_ms']} ms") from None
+
+    async def committed(self, partition: TopicPartition) -> OffsetAndMetadata | None:
+        """The group's committed offset for `partition`, with its leader epoch (an OffsetFetch to the
+        coordinator), or None if nothing is committed."""
+        self._check_open()
+        if self._group_id is None:
+            raise ValueError("committed() needs a group_id")
+        await self.start()
+        tp = TopicPartition(*partition)
+        deadline = asyncio.get_running_loop().time() + self.config["request_timeout_ms"] / 1000
+        while True:
+            try:
+                node = await self._find_coordinator()
+                response = await self._network.send(node, OffsetFetchRequest(self._group_id, (tp,)))
+            except (KafkaConnectionError, KafkaTimeoutError) as exc:
+                self._coordinator = None
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise KafkaTimeoutError(f"committed({tp}): {exc}") from exc
+                await asyncio.sleep(self.config["retry_backoff_ms"] / 1000)
+                continue
+            assert isinstance(response, OffsetFetchResponse)
+            errors = {response.error_code} | {p.error_code for p in response.partitions}
+            if errors & _COORDINATOR_ERRORS or Errors.COORDINATOR_LOAD_IN_PROGRESS in errors:
+                self._coordinator = None
+                await asyncio.sleep(self.config["retry_backoff_ms"] / 1000)
+                continue
+            for p in response.partitions:
+                if p.tp == tp:
+                    if p.error_code != Errors.NONE:
+                        raise p.error_code.exception(f"committed({tp})") or CommitFailedError(p.error_code.name)
+                    if p.committed_offset < 0:
+                        return None
+                    epoch = epoch_or_none(p.committed_leader_epoch) if response.version >= 5 else None
+                    return OffsetAndMetadata(p.committed_offset, p.metadata, epoch)
+            return None
+
+    async def partitions_for_topic(self, topic: str, timeout_ms: int | None = None) -> set[int]:
+        """The topic's partition ids, from metadata (fetched if needed)."""
+        await self.start()
+        self._machine.metadata.add_topics([topic])
+        self._machine.metadata.request_update()
+        self._poke()
+        timeout = self.config["request_timeout_ms"] if timeout_ms is None else timeout_ms
+        await self._wait_for(lambda: bool(self._machine.metadata.partitions_for(topic)), timeout / 1000,
+                             f"partitions_for_topic({topic!r})")
+        return {tp.partition for tp in self._machine.metadata.partitions_for(topic)}
+
+    @property
+    def leader_epochs(self) -> dict[TopicPartition, int | None]:
+        """The epoch each assigned partition's position was read at (None before any record)."""
+        return {tp: (None if (pos := self._machine.position(tp)) is None else pos.offset_epoch)
+                for tp in self._machine.assignment}
+
+    @property
+    def truncations(self) -> list[Any]:
+        """Every truncation the state machine detected (`TruncationEvent`s), as data."""
+        return list(self._machine.truncations)
+
+    @property
+    def resets(self) -> list[Any]:
+        """Every position reset (`OffsetResetEvent`s), as data."""
+        return list(self._machine.resets)
+
+
+def _concat(a: Any, b: Any) -> Any:
+    import pyarrow as pa
+
+    return pa.Table.from_batches([a, b]).combine_chunks().to_batches()[0]
+
+
+def _coordinator_moved(response: Any) -> bool:
+    if isinstance(response, OffsetFetchResponse) and response.error_code in _COORDINATOR_ERRORS:
+        return True
+    partitions = getattr(response, "partitions", ())
+    return any(getattr(p, "error_code", Errors.NONE) in _COORDINATOR_ERRORS for p in partitions)
+
+
+T = TypeVar("T")
+
+
+class _LoopThread:
+    """A private event loop on a daemon thread; the blocking client's calls run there."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="epochguard-client", daemon=True)
+        self.thread.start()
+
+    def run(self, make: Callable[[], Awaitable[T]]) -> T:
+        async def call() -> T:
+            return await make()
+
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result()
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
+
+
+class KafkaConsumer:
+    """The blocking consumer (kafka-python's `KafkaConsumer` API): an `AsyncConsumer` on a private loop thread."""
+
+    def __init__(self, **configs: Any) -> None:
+        consumer_config(configs)  # refuse bad settings here, before a thread exists
+        self._loop = _LoopThread()
+        try:
+            self._async = self._loop.run(lambda: _make(configs))
+        except BaseException:
+            self._loop.stop()
+            raise
+        self.config = self._async.config
+
+    def __enter__(self) -> KafkaConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, make: Callable[[], Awaitable[T]]) -> T:
+        if self._loop.loop.is_closed():
+            raise ClientClosedError("this consumer is closed")
+        return self._loop.run(make)
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        parts = list(partitions)
+        self._call(lambda: self._async.assign(parts))
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._async.assignment()
+
+    def seek(self, partition: TopicPartition, offset: int | OffsetAndMetadata) -> None:
+        self._call(lambda: self._async.seek(partition, offset))
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._call(lambda: self._async.seek_to_beginning(*partitions))
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._call(lambda: self._async.seek_to_end(*partitions))
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._call(lambda: _now(self._async.pause, *partitions))
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._call(lambda: _now(self._async.resume, *partitions))
+
+    def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
+        return self._call(lambda: self._async.position(partition, timeout_ms))
+
+    def poll(self, timeout_ms: int = 0) -> dict[TopicPartition, list[ConsumerRecord]]:
+        return self._call(lambda: self._async.poll(timeout_ms))
+
+    def poll_arrow(self, timeout_ms: int = 0) -> dict[TopicPartition, Any]:
+        return self._call(lambda: self._async.poll_arrow(timeout_ms))
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        timeout = self.config["consumer_timeout_ms"]
+        while True:
+            batch = self.poll(timeout_ms=int(min(timeout, 1000)))
+            if not batch:
+                if timeout < math.inf:
+                    return
+                continue
+            for records in batch.values():
+                yield from records
+
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None) -> None:
+        self._call(lambda: self._async.commit(offsets))
+
+    def committed(self, partition: TopicPartition) -> OffsetAndMetadata | None:
+        return self._call(lambda: self._async.committed(partition))
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return self._call(lambda: self._async.partitions_for_topic(topic))
+
+    @property
+    def truncations(self) -> list[Any]:
+        return self._async.truncations
+
+    @property
+    def resets(self) -> list[Any]:
+        return self._async.resets
+
+    @property
+    def last_error(self) -> EpochGuardError | None:
+        return self._async.last_error
+
+    def close(self, autocommit: bool = True) -> None:
+        if self._loop.loop.is_closed():
+            return
+        try:
+            self._loop.run(lambda: self._async.close(autocommit))
+        finally:
+            self._loop.stop()
+
+
+async def _make(configs: Mapping[str, Any]) -> AsyncConsumer:
+    return AsyncConsumer(**configs)
+
+
+async def _now(fn: Callable[..., None], *args: Any) -> None:
+    fn(*args)

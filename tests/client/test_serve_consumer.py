@@ -1,0 +1,156 @@
+"""`epochguard.client` consumers against `epochguard serve` (the simulated cluster on the real wire): a
+clean round trip checked against kafka-python reading the same log, commits with their leader epochs,
+and the divergence scenarios, where the server must judge the client `detected` and, under
+auto_offset_reset="none", `LogTruncationError` must name the divergence point the server found."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from epochguard.client.kafka_consumer import AsyncConsumer, KafkaConsumer
+from epochguard.errors import ClientClosedError, LogTruncationError
+from epochguard.types import OffsetAndMetadata, TopicPartition
+from tests.wire.serving import Served
+
+EVENTS_0 = TopicPartition("events", 0)
+
+
+def _server_entry(result: dict[str, Any], client_id: str) -> dict[str, Any]:
+    (entry,) = [c for c in result["clients"] if c["client_id"] == client_id]
+    return entry
+
+
+def test_clean_round_trip_matches_kafka_python_and_commits_carry_the_epoch() -> None:
+    kafka = pytest.importorskip("kafka", reason="kafka-python (the dev extra) is the reference reader")
+    served = Served("clean")
+    try:
+        consumer = KafkaConsumer(bootstrap_servers=served.bootstrap, client_id="eg-clean", group_id="g1",
+                                 auto_offset_reset="earliest", enable_auto_commit=False)
+        partitions = consumer.partitions_for_topic("events")
+        assert 0 in partitions
+        consumer.assign([EVENTS_0])
+        got: list[tuple[int, bytes | None, int | None]] = []
+        end = time.monotonic() + 20
+        while len(got) < 200 and time.monotonic() < end:
+            for r in consumer.poll(timeout_ms=200).get(EVENTS_0, []):
+                got.append((r.offset, r.value, r.leader_epoch))
+        assert consumer.position(EVENTS_0) == got[-1][0] + 1
+        consumer.commit()
+        committed = consumer.committed(EVENTS_0)
+        assert committed == OffsetAndMetadata(got[-1][0] + 1, "", got[-1][2])
+        consumer.close()
+        with pytest.raises(ClientClosedError):
+            consumer.poll()
+        # A new member of the group resumes exactly there.
+        again = KafkaConsumer(bootstrap_servers=served.bootstrap, client_id="eg-resume", group_id="g1",
+                              enable_auto_commit=False, auto_offset_reset="none")
+        again.assign([EVENTS_0])
+        assert again.position(EVENTS_0) == got[-1][0] + 1
+        again.close()
+        # poll_arrow hands out the same records, as Arrow rows.
+        arrow = KafkaConsumer(bootstrap_servers=served.bootstrap, client_id="eg-arrow", enable_auto_commit=False)
+        arrow.assign([EVENTS_0])
+        arrow.seek(EVENTS_0, 0)
+        rows: list[tuple[int, bytes | None, int | None]] = []
+        end = time.monotonic() + 20
+        while len(rows) < len(got) and time.monotonic() < end:
+            for tp, batch in arrow.poll_arrow(timeout_ms=200).items():
+                assert tp == EVENTS_0
+                rows += [(r["offset"], r["value"], r["leader_epoch"]) for r in batch.to_pylist()]
+        arrow.close()
+        assert rows[:len(got)] == got
+        # kafka-python reads the same records from the same log.
+        reference = kafka.KafkaConsumer(bootstrap_servers=served.bootstrap, client_id="kp-reference",
+                                        enable_auto_commit=False, auto_offset_reset="earliest")
+        ktp = kafka.TopicPartition("events", 0)
+        assert reference.partitions_for_topic("events") == partitions
+        reference.assign([ktp])
+        theirs: list[tuple[int, bytes | None, int | None]] = []
+        end = time.monotonic() + 20
+        while len(theirs) < len(got) and time.monotonic() < end:
+            theirs += [(r.offset, r.value, r.leader_epoch) for r in reference.poll(timeout_ms=200).get(ktp, [])]
+        reference.close()
+    finally:
+        result = served.stop()
+    assert [o for o, _, _ in got] == list(range(len(got)))  # contiguous from 0, once each
+    assert theirs[:len(got)] == got
+    entry = _server_entry(result, "eg-clean")
+    assert entry["software"].startswith("epochguard")  # ApiVersions v3 names the software
+    assert entry["divergences"] == [] and result["violations"] == []
+
+
+def _consume_sync(bootstrap: str, client_id: str, seconds: float, reset: str) -> list[LogTruncationError]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, auto_offset_reset=reset,
+                             enable_auto_commit=False)
+    tps = [TopicPartition("events", p) for p in sorted(consumer.partitions_for_topic("events"))]
+    consumer.assign(tps)
+    consumer.seek_to_beginning()
+    raised: list[LogTruncationError] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            consumer.poll(timeout_ms=100)
+        except LogTruncationError as exc:
+            raised.append(exc)
+            for tp, divergent in exc.divergent_offsets.items():
+                assert divergent is not None
+                consumer.seek(tp, divergent)
+    consumer.close()
+    return raised
+
+
+async def _consume_async(bootstrap: str, client_id: str, seconds: float) -> int:
+    count = 0
+    async with AsyncConsumer(bootstrap_servers=bootstrap, client_id=client_id, auto_offset_reset="earliest",
+                             enable_auto_commit=False) as consumer:
+        tps = [TopicPartition("events", p) for p in sorted(await consumer.partitions_for_topic("events"))]
+        await consumer.assign(tps)
+        await consumer.seek_to_beginning()
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            batch = await consumer.poll(timeout_ms=100)
+            count += sum(len(v) for v in batch.values())
+    return count
+
+
+@pytest.mark.parametrize(("scenario", "trigger"), [("unclean-election", "served"), ("zombie-leader", "caught-up")])
+def test_sync_and_asyncio_clients_are_judged_detected(scenario: str, trigger: str) -> None:
+    served = Served(scenario, "--trigger", trigger, "--timeout-s", "10", "--consumers", "2")
+    try:
+        async_count: list[int] = []
+
+        def run_async() -> None:
+            async_count.append(asyncio.run(_consume_async(served.bootstrap, "eg-async", 11)))
+
+        import threading
+
+        thread = threading.Thread(target=run_async)
+        thread.start()
+        _consume_sync(served.bootstrap, "eg-sync", 11, "earliest")
+        thread.join(30)
+    finally:
+        result = served.stop()
+    assert result["trigger_outcome"] == "met"
+    assert async_count and async_count[0] > 0
+    for client_id in ("eg-sync", "eg-async"):
+        verdicts = [d["verdict"] for d in _server_entry(result, client_id)["divergences"]]
+        assert verdicts and set(verdicts) == {"detected"}, (client_id, verdicts)
+
+
+def test_auto_offset_reset_none_raises_with_the_divergence_point_the_server_found() -> None:
+    served = Served("unclean-election", "--trigger", "served", "--timeout-s", "10")
+    try:
+        raised = _consume_sync(served.bootstrap, "eg-none", 10, "none")
+    finally:
+        result = served.stop()
+    divergences = _server_entry(result, "eg-none")["divergences"]
+    assert divergences and {d["verdict"] for d in divergences} == {"detected"}
+    assert raised, "no LogTruncationError under auto_offset_reset=none"
+    named = {(tp.topic, tp.partition, om.offset) for exc in raised for tp, om in exc.divergent_offsets.items()
+             if om is not None}
+    found = {(d["topic"], d["partition"], d["offset"]) for d in divergences}
+    assert named == found

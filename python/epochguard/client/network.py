@@ -7,7 +7,9 @@ version the broker lists), correlation ids, a request version chosen as the newe
 and the codec serve (never above the version the request was built for), `request_timeout_ms` per
 request (a request without an answer in time closes its connection, as Kafka does, failing every
 request in flight on it), and an exponential reconnect back-off per broker (`reconnect_backoff_ms`
-doubling up to `reconnect_backoff_max_ms`, with Kafka's 20% jitter).
+doubling up to `reconnect_backoff_max_ms`, with Kafka's 20% jitter) during which requests to that broker
+fail at once instead of waiting (a request held back until the broker returns would be stale: the
+state machine that built it retries with a fresh one).
 
 Frames go through the Rust codec (`_core.encode_request` / `decode_response`). A response's size
 prefix is checked against `max_response_bytes` before anything of that size is read (a hostile or
@@ -337,6 +339,11 @@ class NetworkClient:
         if conn is not None and conn.closed is None:
             return conn
         task = self._connecting.get(node_id)
+        wait = self.backoff_remaining_s(node_id)
+        if task is None and wait > 0:
+            # Fail at once, as Kafka's NetworkClient does for a node in its back-off: a request held
+            # back until the broker returns would be stale by then (its sender retries a fresh one).
+            raise KafkaConnectionError(f"node {node_id} is in its reconnect back-off ({wait * 1000:.0f} ms left)")
         if task is None:
             task = asyncio.get_running_loop().create_task(self._connect(node_id))
             self._connecting[node_id] = task
@@ -344,9 +351,6 @@ class NetworkClient:
 
     async def _connect(self, node_id: int) -> BrokerConnection:
         try:
-            wait = self.backoff_remaining_s(node_id)
-            if wait > 0:
-                await asyncio.sleep(wait)
             addr = self.addresses.get(node_id)
             if addr is None:
                 raise KafkaConnectionError(f"no address known for node {node_id}")

@@ -34,7 +34,8 @@ def test_every_client_has_its_id_and_driver_module() -> None:
     import importlib.util
 
     assert [c.name for c in CLIENTS] == ["confluent-kafka", "kafka-python", "aiokafka", "kcat", "java-classic",
-                                         "java-consumer", "franz-go", "sarama", "kafka-go"]
+                                         "java-consumer", "franz-go", "sarama", "kafka-go", "epochguard",
+                                         "epochguard-asyncio"]
     for c in CLIENTS:
         assert c.client_id == f"epochguard-{c.name}"
         assert importlib.util.find_spec(c.module) is not None

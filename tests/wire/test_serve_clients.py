@@ -59,3 +59,19 @@ def test_server_verdicts_match_the_delivery_log(runs: Runs, scenario: str, trigg
         f"{name} in {scenario} --trigger {trigger}: server {sorted(served)} "
         f"(from {len(server['divergences'])} events), delivery log {sorted(own)}; log {result.logs[name]}"
     )
+
+
+@pytest.mark.parametrize("name", [c.name for c in CLIENTS if c.name.startswith("epochguard")])
+@pytest.mark.parametrize("trigger", TRIGGERS)
+@pytest.mark.parametrize("scenario", [s for s in SCENARIOS if s != "clean"])
+def test_epochguard_client_detects_every_divergence(runs: Runs, scenario: str, trigger: str, name: str) -> None:
+    """epochguard's own client (sync and asyncio) validates after every leader change: never silent, reset
+    or stuck, in every scenario and trigger."""
+    result = runs.get(scenario, trigger)
+    server = result.server_client(f"epochguard-{name}")
+    assert server is not None, f"the server never saw {name}"
+    verdicts = [d["verdict"] for d in server["divergences"]]
+    assert set(verdicts) <= {"detected"}, f"{name} in {scenario} --trigger {trigger}: {server['divergences']}"
+    # Its fetches never carry an older leader epoch than it already sent (no request held back while a
+    # broker was down and sent stale when it came back).
+    assert server["metadata_epoch_backwards"] == [], server["metadata_epoch_backwards"]

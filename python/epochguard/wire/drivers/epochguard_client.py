@@ -1,0 +1,131 @@
+"""Driver for epochguard's own client (`epochguard.client`): `KafkaConsumer.assign`, or with `--asyncio`
+`AsyncConsumer`, from the beginning of every partition of the consume topic.
+
+The client reports what the state machine did as data (`truncations`, `resets`) and raises
+`LogTruncationError` under `--reset none` (the driver then seeks to the divergent offsets it names, or
+to the beginning where the leader could not say); each goes into the delivery log. `ConsumerRecord`
+carries the leader epoch. It does not produce yet (the client has no producer): `--produce-interval-ms`
+is ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from epochguard.wire.drivers.delivery_log import DeliveryLog, DriverConfig, Stop, parse_args
+
+CLIENT = "epochguard"
+ASYNC_CLIENT = "epochguard-asyncio"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    use_asyncio = "--asyncio" in args
+    if use_asyncio:
+        args.remove("--asyncio")
+    config = parse_args(ASYNC_CLIENT if use_asyncio else CLIENT, args)
+    log = DeliveryLog(config.log)
+    stop = Stop(config.max_seconds)
+    asyncio.run(_run(config, log, stop, use_asyncio))
+    log.close()
+    return 0
+
+
+def _settings(config: DriverConfig) -> dict[str, Any]:
+    options: dict[str, Any] = {k: int(v) if v.isdigit() else v for k, v in config.options.items()}
+    return {**options, "bootstrap_servers": config.bootstrap, "client_id": config.client_id, "group_id": None,
+            "enable_auto_commit": False, "auto_offset_reset": config.reset}
+
+
+class _Reporter:
+    """Writes the client's truncations and resets (data, not log lines) into the delivery log once each."""
+
+    def __init__(self, log: DeliveryLog) -> None:
+        self.log = log
+        self.truncations = 0
+        self.resets = 0
+
+    def report(self, consumer: Any) -> None:
+        for event in consumer.truncations[self.truncations:]:
+            self.log.surfaced(f"log truncation detected on {event.partition} below position {event.position.offset}: "
+                              f"divergent offset {event.divergent_offset} (epoch {event.divergent_epoch}), "
+                              f"{event.resolution}", source="truncations", kind="truncation")
+        self.truncations = len(consumer.truncations)
+        for reset in consumer.resets[self.resets:]:
+            self.log.surfaced(f"offset reset on {reset.partition} ({reset.policy}, {reset.reason}) from "
+                              f"{reset.from_offset} to {reset.to_offset}", source="resets", kind="reset")
+        self.resets = len(consumer.resets)
+
+
+def _start_line(log: DeliveryLog, config: DriverConfig, name: str) -> None:
+    from epochguard import _core
+
+    log.write("start", client=name, software="epochguard", version=_core.__version__, client_id=config.client_id,
+              reset=config.reset)
+
+
+class _Blocking:
+    """The blocking `KafkaConsumer` behind the awaitable calls of the one driver loop (they block the
+    driver's own event loop, which has nothing else to do)."""
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.consumer, name)
+        if not callable(attr):
+            return attr
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return attr(*args, **kwargs)
+
+        return call
+
+
+async def _run(config: DriverConfig, log: DeliveryLog, stop: Stop, use_asyncio: bool) -> None:
+    from epochguard.client.kafka_consumer import AsyncConsumer, KafkaConsumer
+    from epochguard.errors import EpochGuardError, LogTruncationError
+    from epochguard.types import TopicPartition
+
+    consumer: Any = AsyncConsumer(**_settings(config)) if use_asyncio else _Blocking(KafkaConsumer(**_settings(config)))
+    _start_line(log, config, ASYNC_CLIENT if use_asyncio else CLIENT)
+    reporter = _Reporter(log)
+    partitions: set[int] = set()
+    while not partitions and not stop:
+        try:
+            partitions = await consumer.partitions_for_topic(config.consume_topic)
+        except EpochGuardError as exc:
+            log.surfaced(f"metadata: {exc!r}", source="consumer", kind="error")
+    tps = [TopicPartition(config.consume_topic, p) for p in sorted(partitions)]
+    await consumer.assign(tps)
+    await consumer.seek_to_beginning(*tps)
+    while not stop:
+        try:
+            batches = await consumer.poll(timeout_ms=100)
+        except LogTruncationError as exc:
+            reporter.report(consumer)
+            log.surfaced(f"{type(exc).__name__}: {exc}", source="poll", kind="truncation")
+            for tp in exc.offset_out_of_range_partitions:
+                divergent = exc.divergent_offsets.get(tp)
+                if divergent is not None:
+                    await consumer.seek(tp, divergent)
+                else:
+                    await consumer.seek_to_beginning(tp)
+            continue
+        except EpochGuardError as exc:
+            reporter.report(consumer)
+            log.surfaced(f"{type(exc).__name__}: {exc}", source="poll", kind="error")
+            await consumer.seek_to_beginning(*tps)
+            continue
+        reporter.report(consumer)
+        for records in batches.values():
+            for r in records:
+                log.consumed(r.topic, r.partition, r.offset, r.leader_epoch, r.value)
+    await consumer.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

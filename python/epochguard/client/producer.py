@@ -1,0 +1,368 @@
+"""A producer's batching, partitioning and retries, sans-IO: Kafka's `RecordAccumulator`, `Sender` and
+`BuiltInPartitioner` (as used by `KafkaProducer` without idempotence), reduced to what epochguard needs.
+
+- partitioning: an explicit partition wins; a key goes to `toPositive(murmur2(key)) % partitions`
+  (`Utils.murmur2`, the Java default partitioner's hash, bit for bit); records without a key stick to
+  one partition until its batch is sent (KIP-480), then move on at random;
+- batching: one open batch per partition, ready when it reaches `batch_size` bytes of record payload or
+  is `linger_ms` old (or on `flush()`); one batch in flight per partition (`max.in.flight.requests.per
+  .connection=1`), so a retry never reorders;
+- sending: ready batches grouped by their partition's leader into one Produce per broker, encoded in
+  Rust (`_core.encode_batch`, any codec); acks=0 completes on send;
+- answers: NONE completes every record of the batch (offset = base offset + index, the leader epoch
+  the batch was sent to); a retriable error (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, ...) or no
+  answer puts the batch back at the head of its partition after `retry_backoff_ms` and refreshes
+  metadata, until `delivery_timeout_ms` since the record was added; anything else fails its records.
+
+Driving it is the consumer's contract: `poll_requests(now_ms)`, `on_response`, `on_request_failed`,
+`next_deadline_ms`. Results come back as `Delivery` objects, resolved in place.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from epochguard import _core
+from epochguard.errors import EpochGuardError, Errors, KafkaTimeoutError
+from epochguard.messages import MetadataRequest, MetadataResponse, ProducePartition, ProduceRequest, ProduceResponse
+from epochguard.metadata import ClientMetadata
+from epochguard.types import TopicPartition
+
+__all__ = ["murmur2", "partition_for_key", "Delivery", "RecordMetadata", "Producer", "RETRIABLE"]
+
+RETRIABLE = frozenset({
+    Errors.NOT_LEADER_OR_FOLLOWER, Errors.LEADER_NOT_AVAILABLE, Errors.NOT_ENOUGH_REPLICAS,
+    Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, Errors.REQUEST_TIMED_OUT, Errors.UNKNOWN_TOPIC_OR_PARTITION,
+    Errors.KAFKA_STORAGE_ERROR, Errors.FENCED_LEADER_EPOCH, Errors.UNKNOWN_LEADER_EPOCH,
+})
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's `Utils.murmur2` (32-bit MurmurHash2, seed 0x9747b28c) as a signed int."""
+    m, r = 0x5BD1E995, 24
+    length = len(data)
+    h = (0x9747B28C ^ length) & _MASK
+    for i in range(0, length - length % 4, 4):
+        k = data[i] | data[i + 1] << 8 | data[i + 2] << 16 | data[i + 3] << 24
+        k = (k * m) & _MASK
+        k ^= k >> r
+        k = (k * m) & _MASK
+        h = ((h * m) & _MASK) ^ k
+    tail = length & ~3
+    extra = length % 4
+    if extra == 3:
+        h ^= data[tail + 2] << 16
+    if extra >= 2:
+        h ^= data[tail + 1] << 8
+    if extra >= 1:
+        h ^= data[tail]
+        h = (h * m) & _MASK
+    h ^= h >> 13
+    h = (h * m) & _MASK
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_key(key: bytes, partitions: int) -> int:
+    """`BuiltInPartitioner.partitionForKey`: toPositive(murmur2(key)) % partitions."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where a record was written (kafka-python's `RecordMetadata`, plus the leader epoch it was written in)."""
+
+    topic: str
+    partition: int
+    offset: int  # -1 with acks=0
+    timestamp: int
+    leader_epoch: int | None
+    serialized_key_size: int
+    serialized_value_size: int
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+class Delivery:
+    """One record's outcome, resolved by the producer (`FutureRecordMetadata`)."""
+
+    __slots__ = ("_callbacks", "error", "metadata")
+
+    def __init__(self) -> None:
+        self.metadata: RecordMetadata | None = None
+        self.error: EpochGuardError | None = None
+        self._callbacks: list[Callable[[Delivery], None]] = []
+
+    @property
+    def done(self) -> bool:
+        return self.metadata is not None or self.error is not None
+
+    def on_done(self, callback: Callable[[Delivery], None]) -> None:
+        if self.done:
+            callback(self)
+        else:
+            self._callbacks.append(callback)
+
+    def _resolve(self, metadata: RecordMetadata | None, error: EpochGuardError | None) -> None:
+        self.metadata, self.error = metadata, error
+        callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            try:
+                cb(self)
+            except Exception:
+                logging.getLogger(__name__).exception("delivery callback failed")
+
+
+@dataclass(slots=True)
+class _Record:
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp: int
+    added_ms: int
+    delivery: Delivery
+
+
+@dataclass(slots=True)
+class _Batch:
+    tp: TopicPartition
+    created_ms: int
+    records: list[_Record] = field(default_factory=list)
+    size: int = 0
+    retry_at_ms: int = 0
+    attempts: int = 0
+
+
+class Producer:
+    """The sans-IO producer (see module docstring). Times are the caller's milliseconds."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap: Iterable[int],
+        acks: int = -1,
+        linger_ms: int = 5,
+        batch_size: int = 16_384,
+        compression_type: str = "none",
+        retry_backoff_ms: int = 100,
+        request_timeout_ms: int = 30_000,
+        delivery_timeout_ms: int = 120_000,
+        metadata_max_age_ms: int = 300_000,
+        rng: random.Random | None = None,
+    ) -> None:
+        if acks not in (0, 1, -1):
+            raise ValueError(f"acks must be 0, 1 or -1 (all): {acks!r}")
+        self.acks = acks
+        self.linger_ms, self.batch_size = linger_ms, batch_size
+        self.compression_type = compression_type
+        self.retry_backoff_ms, self.request_timeout_ms = retry_backoff_ms, request_timeout_ms
+        self.delivery_timeout_ms = delivery_timeout_ms
+        self.metadata = ClientMetadata(topics=(), refresh_backoff_ms=retry_backoff_ms,
+                                       metadata_max_age_ms=metadata_max_age_ms)
+        self._bootstrap = tuple(bootstrap)
+        self._rng = rng or random.Random()
+        self._unpartitioned: list[tuple[str, int | None, _Record]] = []  # waiting for the topic's metadata
+        self._batches: dict[TopicPartition, list[_Batch]] = {}
+        self._sticky: dict[str, int] = {}
+        # id(request) -> (node, sent at, the batches it carries: none for a Metadata request)
+        self._in_flight: dict[int, tuple[int, int, dict[TopicPartition, _Batch]]] = {}
+        self._busy: set[TopicPartition] = set()
+        self._metadata_in_flight: int | None = None
+        self._flushing = False
+
+    # --- application ----------------------------------------------------------------------------
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None, *, partition: int | None = None,
+             headers: Iterable[tuple[str, bytes | None]] = (), timestamp_ms: int | None = None,
+             now_ms: int = 0) -> Delivery:
+        if value is None and key is None:
+            raise ValueError("a record needs a key or a value")
+        delivery = Delivery()
+        record = _Record(key, value, tuple(headers), now_ms if timestamp_ms is None else timestamp_ms, now_ms, delivery)
+        self.metadata.add_topics([topic])
+        self._unpartitioned.append((topic, partition, record))
+        self._place(now_ms)
+        return delivery
+
+    def flush(self) -> None:
+        """Send every batch now, without waiting for linger_ms (until `pending()` is 0)."""
+        self._flushing = True
+
+    def pending(self) -> int:
+        """Records not yet resolved."""
+        return (len(self._unpartitioned) + sum(len(b.records) for bs in self._batches.values() for b in bs)
+                + sum(len(b.records) for _, _, bs in self._in_flight.values() for b in bs.values()))
+
+    # --- the driver's side ----------------------------------------------------------------------
+    def poll_requests(self, now_ms: int) -> list[tuple[int, Any]]:
+        self._expire(now_ms)
+        self._place(now_ms)
+        out: list[tuple[int, Any]] = []
+        if self._metadata_in_flight is None and self.metadata.topics and self.metadata.should_update(now_ms):
+            nodes = sorted(self.metadata.brokers) or list(self._bootstrap)
+            request = self.metadata.build_request(now_ms)
+            self._metadata_in_flight = id(request)
+            self._in_flight[id(request)] = (nodes[0], now_ms, {})
+            out.append((nodes[0], request))
+        for node, chosen in sorted(self._ready_by_leader(now_ms).items()):
+            out.append((node, self._produce_request(node, chosen, now_ms)))
+        if self._flushing and self.pending() == 0:
+            self._flushing = False
+        return out
+
+    def _ready_by_leader(self, now_ms: int) -> dict[int, dict[TopicPartition, _Batch]]:
+        """The head batch of every partition that may send now, by its leader."""
+        by_node: dict[int, dict[TopicPartition, _Batch]] = {}
+        for tp, batches in self._batches.items():
+            if not batches or tp in self._busy:
+                continue
+            batch = batches[0]
+            ready = (self._flushing or batch.size >= self.batch_size or len(batches) > 1
+                     or now_ms - batch.created_ms >= self.linger_ms)
+            if not ready or now_ms < batch.retry_at_ms:
+                continue
+            leader = self.metadata.current_leader(tp)
+            if leader.leader is None:
+                self.metadata.request_update()
+                continue
+            by_node.setdefault(leader.leader, {})[tp] = batch
+        return by_node
+
+    def _produce_request(self, node: int, chosen: dict[TopicPartition, _Batch], now_ms: int) -> ProduceRequest:
+        parts = []
+        for tp, batch in chosen.items():
+            self._batches[tp].pop(0)
+            self._busy.add(tp)
+            if self._sticky.get(tp.topic) == tp.partition:
+                del self._sticky[tp.topic]  # KIP-480: the next keyless record picks a new partition
+            batch.attempts += 1
+            records = [(r.key, r.value, list(r.headers), r.timestamp) for r in batch.records]
+            raw = _core.encode_batch(records, compression=self.compression_type,
+                                     base_timestamp=batch.records[0].timestamp)
+            parts.append(ProducePartition(tp.topic, tp.partition, bytes(raw)))
+        request = ProduceRequest(tuple(parts), acks=self.acks, timeout_ms=self.request_timeout_ms)
+        if self.acks == 0:  # no answer comes: done once sent
+            for tp, batch in chosen.items():
+                self._busy.discard(tp)
+                self._complete(batch, -1, None)
+        else:
+            self._in_flight[id(request)] = (node, now_ms, chosen)
+        return request
+
+    def next_deadline_ms(self) -> int | None:
+        times: list[int] = []
+        if self._unpartitioned or self.metadata.update_requested:
+            times.append(self.metadata.next_update_ms())
+        for tp, batches in self._batches.items():
+            if batches and tp not in self._busy:
+                b = batches[0]
+                times.append(max(b.retry_at_ms, b.created_ms if self._flushing else b.created_ms + self.linger_ms))
+        times += [sent + self.request_timeout_ms for _, sent, _ in self._in_flight.values()]
+        return min(times, default=None)
+
+    def on_response(self, node_id: int, request: Any, response: Any, now_ms: int) -> None:
+        entry = self._in_flight.pop(id(request), None)
+        if entry is None:
+            return
+        if isinstance(request, MetadataRequest):
+            self._metadata_in_flight = None
+            if isinstance(response, MetadataResponse):
+                self.metadata.update(response, now_ms)
+                self._place(now_ms)  # records waiting for the topic join their batches now (linger starts)
+            return
+        _, _, batches = entry
+        assert isinstance(response, ProduceResponse)
+        answered = {p.tp: p for p in response.partitions}
+        for tp, batch in batches.items():
+            self._busy.discard(tp)
+            answer = answered.get(tp)
+            if answer is None:
+                self._retry(batch, now_ms)
+            elif answer.error_code == Errors.NONE:
+                self._complete(batch, answer.base_offset, self.metadata.current_leader(tp).epoch)
+            elif answer.error_code in RETRIABLE:
+                self.metadata.request_update()
+                self._retry(batch, now_ms)
+            else:
+                err = answer.error_code.exception(f"produce to {tp}") or EpochGuardError(answer.error_code.name)
+                self._fail(batch, err)
+
+    def on_request_failed(self, node_id: int, request: Any, now_ms: int) -> None:
+        entry = self._in_flight.pop(id(request), None)
+        if entry is None:
+            return
+        if isinstance(request, MetadataRequest):
+            self._metadata_in_flight = None
+            self.metadata.failed_update(now_ms)
+            return
+        self.metadata.request_update()
+        for tp, batch in entry[2].items():
+            self._busy.discard(tp)
+            self._retry(batch, now_ms)
+
+    # --- internals ------------------------------------------------------------------------------
+    def _place(self, now_ms: int) -> None:
+        waiting = []
+        for topic, partition, record in self._unpartitioned:
+            partitions = self.metadata.partitions_for(topic)
+            if not partitions:
+                waiting.append((topic, partition, record))
+                continue
+            if partition is None:
+                if record.key is not None:
+                    partition = partition_for_key(record.key, len(partitions))
+                else:
+                    partition = self._sticky.setdefault(topic, self._rng.randrange(len(partitions)))
+            elif not 0 <= partition < len(partitions):
+                record.delivery._resolve(None, EpochGuardError(f"{topic} has no partition {partition}"))
+                continue
+            self._append(TopicPartition(topic, partition), record, now_ms)
+        self._unpartitioned = waiting
+
+    def _append(self, tp: TopicPartition, record: _Record, now_ms: int) -> None:
+        batches = self._batches.setdefault(tp, [])
+        size = len(record.key or b"") + len(record.value or b"") + 16
+        full = bool(batches) and batches[-1].size + size > self.batch_size and bool(batches[-1].records)
+        if not batches or full or batches[-1].attempts:
+            batches.append(_Batch(tp, now_ms))
+        batches[-1].records.append(record)
+        batches[-1].size += size
+
+    def _retry(self, batch: _Batch, now_ms: int) -> None:
+        batch.retry_at_ms = now_ms + self.retry_backoff_ms
+        self._batches.setdefault(batch.tp, []).insert(0, batch)
+
+    def _expire(self, now_ms: int) -> None:
+        waiting = []
+        for topic, partition, record in self._unpartitioned:
+            if now_ms - record.added_ms >= self.delivery_timeout_ms:
+                record.delivery._resolve(None, KafkaTimeoutError(f"no metadata for topic {topic!r} within "
+                                                                 f"{self.delivery_timeout_ms} ms"))
+            else:
+                waiting.append((topic, partition, record))
+        self._unpartitioned = waiting
+        for tp, batches in self._batches.items():
+            keep = []
+            for b in batches:
+                if tp not in self._busy and now_ms - b.records[0].added_ms >= self.delivery_timeout_ms:
+                    self._fail(b, KafkaTimeoutError(f"{len(b.records)} records for {tp} expired after "
+                                                    f"{self.delivery_timeout_ms} ms"))
+                else:
+                    keep.append(b)
+            self._batches[tp] = keep
+
+    def _complete(self, batch: _Batch, base_offset: int, epoch: int | None) -> None:
+        for i, r in enumerate(batch.records):
+            r.delivery._resolve(RecordMetadata(batch.tp.topic, batch.tp.partition,
+                                               base_offset + i if base_offset >= 0 else -1, r.timestamp, epoch,
+                                               len(r.key or b""), len(r.value or b"")), None)
+
+    def _fail(self, batch: _Batch, err: EpochGuardError) -> None:
+        for r in batch.records:
+            r.delivery._resolve(None, err)

@@ -36,6 +36,9 @@ RATIOS = (
     Ratio("epochs_for_offsets 1e6 sorted vs numpy.searchsorted",
           "test_epochguard_epochs_for_offsets[sorted]", "test_numpy_searchsorted[sorted]"),
     Ratio("read_kafka_logs vs kafka-python pandas UDF", "test_read_kafka_logs", "test_kafka_python_pandas_udf"),
+    Ratio("client poll_arrow vs confluent-kafka consume(10000), serve", "test_client_poll_arrow",
+          "test_confluent_consume"),
+    Ratio("client iterator vs kafka-python iterator, serve", "test_client_iterator", "test_kafka_python_iterator"),
 )
 
 

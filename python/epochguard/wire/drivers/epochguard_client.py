@@ -4,8 +4,8 @@
 The client reports what the state machine did as data (`truncations`, `resets`) and raises
 `LogTruncationError` under `--reset none` (the driver then seeks to the divergent offsets it names, or
 to the beginning where the leader could not say); each goes into the delivery log. `ConsumerRecord`
-carries the leader epoch. It does not produce yet (the client has no producer): `--produce-interval-ms`
-is ignored.
+carries the leader epoch. It produces to the produce topic with `KafkaProducer` / `AsyncProducer`,
+acks=all, one record per `--produce-interval-ms`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from epochguard.wire.drivers.delivery_log import DeliveryLog, DriverConfig, Stop, parse_args
+from epochguard.wire.drivers.delivery_log import DeliveryLog, DriverConfig, ProduceSchedule, Stop, parse_args, payload
 
 CLIENT = "epochguard"
 ASYNC_CLIENT = "epochguard-asyncio"
@@ -63,7 +63,7 @@ class _Reporter:
 def _start_line(log: DeliveryLog, config: DriverConfig, name: str) -> None:
     from epochguard import _core
 
-    log.write("start", client=name, software="epochguard", version=_core.__version__, client_id=config.client_id,
+    log.write("start", client=name, software=name, version=_core.__version__, client_id=config.client_id,
               reset=config.reset)
 
 
@@ -87,10 +87,15 @@ class _Blocking:
 
 async def _run(config: DriverConfig, log: DeliveryLog, stop: Stop, use_asyncio: bool) -> None:
     from epochguard.client.kafka_consumer import AsyncConsumer, KafkaConsumer
+    from epochguard.client.kafka_producer import AsyncProducer, KafkaProducer
     from epochguard.errors import EpochGuardError, LogTruncationError
     from epochguard.types import TopicPartition
 
     consumer: Any = AsyncConsumer(**_settings(config)) if use_asyncio else _Blocking(KafkaConsumer(**_settings(config)))
+    producer_settings = {"bootstrap_servers": config.bootstrap, "client_id": config.client_id, "acks": "all"}
+    producer: Any = (AsyncProducer(**producer_settings) if use_asyncio
+                     else _Blocking(KafkaProducer(**producer_settings)))
+    schedule = ProduceSchedule(config)
     _start_line(log, config, ASYNC_CLIENT if use_asyncio else CLIENT)
     reporter = _Reporter(log)
     partitions: set[int] = set()
@@ -124,7 +129,33 @@ async def _run(config: DriverConfig, log: DeliveryLog, stop: Stop, use_asyncio: 
         for records in batches.values():
             for r in records:
                 log.consumed(r.topic, r.partition, r.offset, r.leader_epoch, r.value)
+        await _produce_due(producer, schedule, config, log)
+    await producer.flush(5)
+    await producer.close()
     await consumer.close()
+
+
+async def _produce_due(producer: Any, schedule: ProduceSchedule, config: DriverConfig, log: DeliveryLog) -> None:
+    from epochguard.errors import EpochGuardError
+
+    seq = schedule.due()
+    if seq is None:
+        return
+    value = payload(config.client_id, seq)
+    topic = config.produce_topic
+
+    def done(d: Any) -> None:
+        if d.metadata is not None:
+            log.produced(topic, d.metadata.partition, d.metadata.offset, value)
+        else:
+            log.produced(topic, None, None, value, error=repr(d.error))
+
+    try:
+        sent = await producer.send(topic, value)
+    except EpochGuardError as exc:
+        log.produced(topic, None, None, value, error=repr(exc))
+        return
+    getattr(sent, "delivery", sent).on_done(done)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ class Client:
     executable: str | None = None  # a program that must be on PATH
     toolchain: str | None = None  # a driver built by `toolchain` ("java", "go") before it runs
     args: tuple[str, ...] = ()  # given to the driver module before the common arguments
-    produces: bool = True  # whether the driver produces acks=all records (epochguard's client cannot yet)
 
     @property
     def client_id(self) -> str:
@@ -72,9 +71,9 @@ CLIENTS: tuple[Client, ...] = (
            args=("--client", "sarama")),
     Client("kafka-go", "epochguard.wire.drivers.go", "segmentio/kafka-go (Go toolchain)", toolchain="go",
            args=("--client", "kafka-go")),
-    Client("epochguard", "epochguard.wire.drivers.epochguard_client", "epochguard", produces=False),
-    Client("epochguard-asyncio", "epochguard.wire.drivers.epochguard_client", "epochguard", args=("--asyncio",),
-           produces=False),
+    # epochguard's own client (epochguard.client), blocking and asyncio.
+    Client("epochguard", "epochguard.wire.drivers.epochguard_client", "epochguard"),
+    Client("epochguard-asyncio", "epochguard.wire.drivers.epochguard_client", "epochguard", args=("--asyncio",)),
 )
 
 

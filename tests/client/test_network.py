@@ -164,7 +164,7 @@ def test_a_silent_broker_times_out_after_request_timeout_ms_and_the_node_backs_o
         client = NetworkClient(bootstrap, client_id="c", request_timeout_ms=300, reconnect_backoff_ms=400,
                                reconnect_backoff_max_ms=400)
         started = time.monotonic()
-        with pytest.raises(KafkaTimeoutError, match="within 300 ms"):
+        with pytest.raises(KafkaTimeoutError, match="request_timeout_ms 300"):
             await client.send(-1, MetadataRequest(("t",)))
         assert 0.25 < time.monotonic() - started < 1.5
         assert client.backoff_remaining_s(-1) > 0.25  # 400 ms +-20% from the failure
@@ -228,3 +228,24 @@ def test_parse_bootstrap() -> None:
     for bad in ("", "a:x", "a:0", ":5"):
         with pytest.raises(ValueError):
             parse_bootstrap(bad)
+
+
+def test_a_request_with_its_own_longer_limit_does_not_delay_the_timeout_of_a_shorter_one() -> None:
+    async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await handshake(reader, writer)
+        await reader.read()
+
+    async def body(bootstrap: str) -> None:
+        client = NetworkClient(bootstrap, client_id="c", request_timeout_ms=300)
+        await client.connection(-1)
+        long = asyncio.ensure_future(client.send(-1, MetadataRequest(("a",)), timeout_ms=10_000))
+        await asyncio.sleep(0.01)
+        started = time.monotonic()
+        with pytest.raises(KafkaTimeoutError):
+            await client.send(-1, MetadataRequest(("b",)))
+        assert time.monotonic() - started < 1.5  # the 300 ms one, not the 10 s one
+        with pytest.raises(KafkaTimeoutError):  # the connection closed: the long one failed with it
+            await long
+        await client.close()
+
+    run(with_server(broker, body))

@@ -174,8 +174,9 @@ class BrokerConnection:
         lo, hi = CODEC_VERSIONS.get(api_key, (0, -1))
         return self.api_versions.latest_usable_version(api_key, lo, min(hi, request_version))
 
-    async def send(self, request: Any) -> Any:
-        """Send one request; its decoded answer (acks=0 Produce: None)."""
+    async def send(self, request: Any, timeout_ms: int | None = None) -> Any:
+        """Send one request; its decoded answer (acks=0 Produce: None). `timeout_ms`: this request's
+        own limit instead of `request_timeout_ms` (a JoinGroup waits up to the rebalance timeout)."""
         await self._ready.wait()
         if self.closed is not None:
             raise self.closed
@@ -184,13 +185,13 @@ class BrokerConnection:
         if key == ApiKey.PRODUCE and request.acks == 0:
             self._write(key, version, request)  # no answer comes
             return None
-        return await self._exchange(request, key, version)
+        return await self._exchange(request, key, version, timeout_ms)
 
-    async def _exchange(self, request: Any, key: int, version: int) -> Any:
-        future = self._write(key, version, request)
+    async def _exchange(self, request: Any, key: int, version: int, timeout_ms: int | None = None) -> Any:
+        future = self._write(key, version, request, timeout_ms)
         return await future
 
-    def _write(self, key: int, version: int, request: Any) -> asyncio.Future[Any]:
+    def _write(self, key: int, version: int, request: Any, timeout_ms: int | None = None) -> asyncio.Future[Any]:
         if self.closed is not None:
             raise self.closed
         assert self._writer is not None
@@ -200,7 +201,8 @@ class BrokerConnection:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if not (key == ApiKey.PRODUCE and getattr(request, "acks", -1) == 0):
-            self._in_flight[correlation] = _InFlight(key, version, future, loop.time() + self.request_timeout_s)
+            timeout_s = self.request_timeout_s if timeout_ms is None else timeout_ms / 1000
+            self._in_flight[correlation] = _InFlight(key, version, future, loop.time() + timeout_s)
             self._arm_timer()
         else:
             future.set_result(None)
@@ -208,18 +210,24 @@ class BrokerConnection:
         return future
 
     def _arm_timer(self) -> None:
-        if self._timer is not None or not self._in_flight:
+        if not self._in_flight:
             return
         first = min(f.deadline for f in self._in_flight.values())
+        if self._timer is not None:
+            if self._timer.when() <= first:
+                return
+            self._timer.cancel()  # a request with a shorter limit came after a longer one
         self._timer = asyncio.get_running_loop().call_at(first, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None
         now = asyncio.get_running_loop().time()
-        late = [c for c, f in self._in_flight.items() if f.deadline <= now]
+        late = [(c, f) for c, f in self._in_flight.items() if f.deadline <= now]
         if late:
-            self.close(KafkaTimeoutError(f"node {self.node_id}: no answer to correlation id {late[0]} within "
-                                         f"{self.request_timeout_s * 1000:.0f} ms; disconnecting"))
+            correlation, sent = late[0]
+            self.close(KafkaTimeoutError(f"node {self.node_id}: no answer to correlation id {correlation} (api key "
+                                         f"{sent.api_key}) in time (request_timeout_ms "
+                                         f"{self.request_timeout_s * 1000:.0f}); disconnecting"))
             return
         self._arm_timer()
 
@@ -376,12 +384,12 @@ class NetworkClient:
         base = min(self.reconnect_backoff_ms * (2 ** min(n, 30)), self.reconnect_backoff_max_ms)
         self._not_before[node_id] = time.monotonic() + base * random.uniform(0.8, 1.2) / 1000
 
-    async def send(self, node_id: int, request: Any) -> Any:
+    async def send(self, node_id: int, request: Any, timeout_ms: int | None = None) -> Any:
         """Send `request` to `node_id`; the answer, or `KafkaConnectionError` / `KafkaTimeoutError`
         (its connection is then closed and the node backs off before the next connect)."""
         conn = await self.connection(node_id)
         try:
-            return await conn.send(request)
+            return await conn.send(request, timeout_ms)
         except (KafkaConnectionError, KafkaTimeoutError):
             if self._connections.get(node_id) is conn:
                 self._connections.pop(node_id, None)

@@ -305,3 +305,63 @@ def test_unknown_error_codes_read_as_unknown_server_error() -> None:
 def test_hostile_answers_are_corrupt_frame_errors(frame: bytes) -> None:
     with pytest.raises(CorruptFrameError):
         _core.decode_response(ApiKey.METADATA, 12, frame)
+
+
+# --- the classic group protocol --------------------------------------------------------------------
+@pytest.mark.parametrize("version", versions(ApiKey.JOIN_GROUP))
+def test_join_group_round_trips(version: int) -> None:
+    from epochguard.messages import JoinGroupMember, JoinGroupProtocol, JoinGroupRequest, JoinGroupResponse
+
+    request = JoinGroupRequest("g", 10_000, member_id="m-1" if version >= 1 else "",
+                               protocols=(JoinGroupProtocol("range", b"\x00\x01"), JoinGroupProtocol("roundrobin")),
+                               rebalance_timeout_ms=30_000 if version >= 1 else 10_000,
+                               group_instance_id="i" if version >= 5 else None, version=version)
+    assert request_round_trip(ApiKey.JOIN_GROUP, version, request) == request
+    response = JoinGroupResponse(
+        Errors.NONE, 3, protocol_type="consumer" if version >= 7 else None, protocol_name="range", leader="m-1",
+        member_id="m-2", members=(JoinGroupMember("m-1", b"md", "i" if version >= 5 else None), JoinGroupMember("m-2")),
+        throttle_time_ms=5 if version >= 2 else 0)
+    assert response_round_trip(ApiKey.JOIN_GROUP, version, response) == response
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.SYNC_GROUP))
+def test_sync_group_round_trips(version: int) -> None:
+    from epochguard.messages import SyncGroupAssignment, SyncGroupRequest, SyncGroupResponse
+
+    request = SyncGroupRequest("g", 3, "m-1", (SyncGroupAssignment("m-1", b"a1"), SyncGroupAssignment("m-2", b"")),
+                               group_instance_id="i" if version >= 3 else None,
+                               protocol_type="consumer" if version >= 5 else None,
+                               protocol_name="range" if version >= 5 else None, version=version)
+    assert request_round_trip(ApiKey.SYNC_GROUP, version, request) == request
+    response = SyncGroupResponse(Errors.REBALANCE_IN_PROGRESS, b"assigned",
+                                 protocol_type="consumer" if version >= 5 else None,
+                                 protocol_name="range" if version >= 5 else None,
+                                 throttle_time_ms=2 if version >= 1 else 0)
+    assert response_round_trip(ApiKey.SYNC_GROUP, version, response) == response
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.HEARTBEAT))
+def test_heartbeat_round_trips(version: int) -> None:
+    from epochguard.messages import HeartbeatRequest, HeartbeatResponse
+
+    request = HeartbeatRequest("g", 3, "m-1", group_instance_id="i" if version >= 3 else None, version=version)
+    assert request_round_trip(ApiKey.HEARTBEAT, version, request) == request
+    response = HeartbeatResponse(Errors.ILLEGAL_GENERATION, throttle_time_ms=1 if version >= 1 else 0)
+    assert response_round_trip(ApiKey.HEARTBEAT, version, response) == response
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.LEAVE_GROUP))
+def test_leave_group_round_trips(version: int) -> None:
+    from epochguard.messages import LeaveGroupMember, LeaveGroupMemberResponse, LeaveGroupRequest, LeaveGroupResponse
+
+    members = ((LeaveGroupMember("m-1", "i"), LeaveGroupMember("m-2")) if version >= 3
+               else (LeaveGroupMember("m-1"),))
+    request = LeaveGroupRequest("g", members, version=version)
+    assert request_round_trip(ApiKey.LEAVE_GROUP, version, request) == request
+    response = LeaveGroupResponse(Errors.NONE, members=(LeaveGroupMemberResponse("m-1", "i", Errors.UNKNOWN_MEMBER_ID),)
+                                  if version >= 3 else (), throttle_time_ms=1 if version >= 1 else 0)
+    assert response_round_trip(ApiKey.LEAVE_GROUP, version, response) == response
+    if version < 3:
+        with pytest.raises(ValueError, match="leaves one member"):
+            _core.encode_request(_core.RequestHeader(ApiKey.LEAVE_GROUP, version, 1, None),
+                                 LeaveGroupRequest("g", (LeaveGroupMember("a"), LeaveGroupMember("b")), version=version))

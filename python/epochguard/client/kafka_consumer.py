@@ -3,8 +3,9 @@
 Mirrors the application face of Kafka's `KafkaConsumer` (as kafka-python 3 spells it: same method
 and setting names) around its `ConsumerNetworkClient`. Every protocol decision (positions, KIP-320
 validation with OffsetsForLeaderEpoch, precise resets, `LogTruncationError`, read_committed, leader
-hints, retries) is the state machine's; this module only moves its requests to brokers
-(`network.NetworkClient`) and their answers back, and tells it the time. The two things it adds
+hints, retries) is the state machine's, and group membership (`subscribe()`) is the
+`client.coordinator.ConsumerCoordinator`'s; this module only moves their requests to brokers
+(`network.NetworkClient`) and their answers back, and tells them the time. The two things it adds
 are the group coordinator's address (FindCoordinator, forgotten on NOT_COORDINATOR /
 COORDINATOR_NOT_AVAILABLE or a failed exchange, as Kafka's `AbstractCoordinator.markCoordinatorUnknown`)
 and the waiting of the blocking calls (`commit`, `committed`, `position`).
@@ -37,6 +38,7 @@ from epochguard.errors import (
 from epochguard.messages import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
+    JoinGroupRequest,
     MetadataResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -52,6 +54,7 @@ from epochguard.types import (
     epoch_or_none,
 )
 
+from .coordinator import ConsumerCoordinator
 from .network import NetworkClient
 
 __all__ = ["AsyncConsumer", "KafkaConsumer", "CONSUMER_DEFAULTS", "UNSUPPORTED_SETTINGS", "COORDINATOR_NODE"]
@@ -86,6 +89,10 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "consumer_timeout_ms": math.inf,
     "check_crcs": True,  # always: the Rust decoder checks every batch's CRC
     "security_protocol": "PLAINTEXT",
+    "partition_assignment_strategy": ("range", "roundrobin"),  # names, or kafka-python assignor classes
+    "session_timeout_ms": 10_000,
+    "heartbeat_interval_ms": 3_000,
+    "max_poll_interval_ms": 300_000,  # the rebalance timeout of a JoinGroup
     "max_response_bytes": None,  # beyond kafka-python: the largest answer read (default: fetch_max_bytes + 1 MiB)
 }
 
@@ -100,10 +107,6 @@ UNSUPPORTED_SETTINGS: dict[str, str] = {
     "sasl_plain_username": "SASL is not implemented yet",
     "sasl_plain_password": "SASL is not implemented yet",
     "api_version": "versions always come from the ApiVersions handshake (every broker this client serves has it)",
-    "partition_assignment_strategy": "subscribe() and group membership are not implemented yet",
-    "session_timeout_ms": "subscribe() and group membership are not implemented yet",
-    "heartbeat_interval_ms": "subscribe() and group membership are not implemented yet",
-    "max_poll_interval_ms": "subscribe() and group membership are not implemented yet",
     "max_poll_records": "poll() hands out every completed fetch (bounded by max_partition_fetch_bytes)",
     "default_offset_commit_callback": "commit_async() is not implemented yet",
     "selector": "the network layer is asyncio",
@@ -117,7 +120,7 @@ UNSUPPORTED_SETTINGS: dict[str, str] = {
     "metrics_num_samples": "no metrics yet",
     "metrics_sample_window_ms": "no metrics yet",
     "metric_group_prefix": "no metrics yet",
-    "exclude_internal_topics": "subscribe() is not implemented yet",
+    "exclude_internal_topics": "subscribe() takes topic names only (no patterns)",
     "legacy_iterator": "kafka-python's old iterator is not offered",
 }
 
@@ -140,9 +143,12 @@ def consumer_config(configs: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"security_protocol {config['security_protocol']!r} is not supported: only PLAINTEXT yet")
     for name in ("fetch_max_wait_ms", "fetch_min_bytes", "fetch_max_bytes", "max_partition_fetch_bytes",
                  "request_timeout_ms", "retry_backoff_ms", "reconnect_backoff_ms", "reconnect_backoff_max_ms",
-                 "auto_commit_interval_ms", "metadata_max_age_ms"):
+                 "auto_commit_interval_ms", "metadata_max_age_ms", "session_timeout_ms",
+                 "heartbeat_interval_ms", "max_poll_interval_ms"):
         if not isinstance(config[name], int) or config[name] < 0:
             raise ValueError(f"{name} must be a non-negative int: {config[name]!r}")
+    config["partition_assignment_strategy"] = tuple(
+        getattr(a, "name", a) for a in config["partition_assignment_strategy"])  # kafka-python's classes have .name
     if config["max_response_bytes"] is None:
         config["max_response_bytes"] = config["fetch_max_bytes"] + (1 << 20)
     return config
@@ -151,8 +157,8 @@ def consumer_config(configs: Mapping[str, Any]) -> dict[str, Any]:
 class AsyncConsumer:
     """A consumer on asyncio (`async with AsyncConsumer(...) as c: async for record in c: ...`).
 
-    Settings as kafka-python's `KafkaConsumer` (see `CONSUMER_DEFAULTS`); positional topics are not
-    accepted yet (`subscribe` is not implemented): use `assign`.
+    Settings as kafka-python's `KafkaConsumer` (see `CONSUMER_DEFAULTS`); topics go to `subscribe()`
+    (group membership, `client.coordinator`) or partitions to `assign()`, not to the constructor.
     """
 
     def __init__(self, **configs: Any) -> None:
@@ -178,7 +184,17 @@ class AsyncConsumer:
             fetch_min_bytes=c["fetch_min_bytes"],
             fetch_max_bytes=c["fetch_max_bytes"],
             max_partition_fetch_bytes=c["max_partition_fetch_bytes"],
+            group_generation=self._generation,
         )
+        self._group: ConsumerCoordinator | None = None
+        if self._group_id is not None:
+            self._group = ConsumerCoordinator(
+                self._group_id, assignors=c["partition_assignment_strategy"],
+                session_timeout_ms=c["session_timeout_ms"], rebalance_timeout_ms=c["max_poll_interval_ms"],
+                heartbeat_interval_ms=c["heartbeat_interval_ms"], retry_backoff_ms=c["retry_backoff_ms"],
+                partitions_for=lambda topic: len(self._machine.metadata.partitions_for(topic)) or None,
+                on_partitions_revoked=self._revoked, on_partitions_assigned=self._assigned)
+        self._listener: Any = None
         self._coordinator: int | None = None
         self._finding: asyncio.Task[int] | None = None
         self._commit_waiters: list[tuple[dict[TopicPartition, int], asyncio.Future[None]]] = []
@@ -221,6 +237,8 @@ class AsyncConsumer:
                 await self.commit()
             except EpochGuardError as exc:
                 self.last_error = exc
+        if self._driver is not None:
+            await self._leave_group()
         self._closed = True
         for task in [self._driver, *self._tasks]:
             if task is not None:
@@ -254,9 +272,14 @@ class AsyncConsumer:
                     if offsets:
                         self._machine.commit(offsets)
                 sent = self._machine.poll_requests(now) if self._armed else []
+                if self._group is not None and self._armed:
+                    sent += [(COORDINATOR_NODE, r) for r in self._group.poll_requests(now)]
                 for node, request in sent:
                     self._dispatch(node, request)
                 deadline = self._machine.next_deadline_ms()
+                group_deadline = None if self._group is None else self._group.next_deadline_ms()
+                if group_deadline is not None:
+                    deadline = group_deadline if deadline is None else min(deadline, group_deadline)
                 delay = _IDLE_S if deadline is None else (deadline - self._now_ms()) / 1000
                 delay = min(max(delay, 0.0 if sent else _MIN_ROUND_S), _IDLE_S)
                 if self._next_auto_commit < math.inf:
@@ -287,11 +310,16 @@ class AsyncConsumer:
     async def _exchange(self, node: int, request: Any) -> None:
         try:
             target = await self._find_coordinator() if node == COORDINATOR_NODE else node
-            response = await self._network.send(target, request)
+            timeout = (self.config["max_poll_interval_ms"] + 5_000 if isinstance(request, JoinGroupRequest)
+                       else None)  # a JoinGroup waits for the whole group, up to the rebalance timeout
+            response = await self._network.send(target, request, timeout)
         except (EpochGuardError, ValueError, TypeError) as exc:  # no answer: the state machine retries
             self.last_error = exc if isinstance(exc, EpochGuardError) else KafkaConnectionError(repr(exc))
             if node == COORDINATOR_NODE:
                 self._coordinator = None
+            if self._group is not None and self._group.owns(request):
+                self._group.on_request_failed(request, self._now_ms())
+                return
             self._machine.on_request_failed(node, request, self._now_ms())
             waiter = self._sent_commits.pop(id(request), None)
             if waiter is not None:  # the commit is queued again by the state machine: wait for that one
@@ -299,6 +327,9 @@ class AsyncConsumer:
         else:
             if node == COORDINATOR_NODE and _coordinator_moved(response):
                 self._coordinator = None
+            if self._group is not None and self._group.owns(request):
+                self._group.on_response(request, response, self._now_ms())
+                return
             self._machine.on_response(node, request, response, self._now_ms())
             if isinstance(response, MetadataResponse):
                 self._network.update_brokers({b.node_id: (b.host, b.port) for b in response.brokers})
@@ -367,6 +398,8 @@ class AsyncConsumer:
     async def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly these partitions (replacing the assignment, as `KafkaConsumer.assign`)."""
         self._check_open()
+        if self._group is not None and self._group.topics:
+            raise ValueError("assign() after subscribe(): unsubscribe() first (kafka-python's IllegalStateError)")
         wanted = [TopicPartition(tp[0], tp[1]) for tp in partitions]
         gone = [tp for tp in self._machine.assignment if tp not in set(wanted)]
         if gone:
@@ -377,6 +410,60 @@ class AsyncConsumer:
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._machine.assignment)
+
+    async def subscribe(self, topics: Iterable[str], listener: Any = None) -> None:
+        """Join the group (`group_id`) for these topics; partitions come and go with rebalances.
+        `listener`: kafka-python's `ConsumerRebalanceListener` (`on_partitions_revoked(revoked)` before
+        a rejoin, after the auto-commit of their positions; `on_partitions_assigned(assigned)`)."""
+        self._check_open()
+        if self._group is None:
+            raise ValueError("subscribe() needs a group_id")
+        if self._machine.assignment and not self._group.topics:
+            raise ValueError("subscribe() after assign(): unsubscribe() first (kafka-python's IllegalStateError)")
+        names = [topics] if isinstance(topics, str) else list(topics)
+        self._listener = listener
+        self._machine.metadata.add_topics(names)
+        self._group.subscribe(names)
+        await self.start()
+        self._arm()
+
+    def subscription(self) -> set[str]:
+        return set(self._group.topics) if self._group is not None else set()
+
+    async def unsubscribe(self) -> None:
+        """Leave the group (LeaveGroup) and drop every partition."""
+        await self._leave_group()
+        self._machine.unassign(list(self._machine.assignment))
+
+    async def _leave_group(self) -> None:
+        if self._group is None:
+            return
+        self._group.subscribe(())
+        request = self._group.leave()
+        if request is None or self._coordinator is None:
+            return
+        try:
+            await self._network.send(self._coordinator, request, 2_000)
+        except EpochGuardError as exc:  # best effort: the session timeout removes the member anyway
+            self.last_error = exc
+
+    def _generation(self) -> tuple[int, str]:
+        return (-1, "") if self._group is None else self._group.generation_and_member
+
+    def _revoked(self, partitions: set[TopicPartition]) -> None:
+        if self.config["enable_auto_commit"]:
+            offsets = {tp: om for tp, om in self._machine.consumed_offsets().items() if tp in partitions}
+            if offsets:
+                self._machine.commit(offsets)  # goes out with the old generation, before the JoinGroup's answer
+        self._machine.unassign([tp for tp in partitions if tp in self._machine.assignment])
+        if self._listener is not None:
+            self._listener.on_partitions_revoked(set(partitions))
+
+    def _assigned(self, partitions: set[TopicPartition]) -> None:
+        self._machine.assign(sorted(partitions))
+        if self._listener is not None:
+            self._listener.on_partitions_assigned(set(partitions))
+        self._changed.set()
 
     async def seek(self, partition: TopicPartition, offset: int | OffsetAndMetadata) -> None:
         """`seek(tp, offset)` fetches from there as is; `seek(tp, OffsetAndMetadata(offset, leader_epoch=e))`
@@ -424,7 +511,9 @@ class AsyncConsumer:
         return pos.offset
 
     def _raise_pending(self) -> bool:
-        """Raise what the state machine holds for the application (no records are taken)."""
+        """Raise what the state machines hold for the application (no records are taken)."""
+        if self._group is not None and self._group.errors:
+            raise self._group.errors.pop(0)
         self._machine.raise_pending()
         return False
 
@@ -439,6 +528,7 @@ class AsyncConsumer:
         while True:
             self._check_open()
             self._changed.clear()
+            self._raise_pending()
             records = self._machine.poll(self._now_ms())
             if records:
                 self._poke()  # the buffer drained: the next fetch may go out
@@ -462,6 +552,7 @@ class AsyncConsumer:
         while True:
             self._check_open()
             self._changed.clear()
+            self._raise_pending()
             fetches = [f for f in self._machine.poll_fetches(self._now_ms()) if f.has_records]
             if fetches:
                 self._poke()
@@ -653,6 +744,16 @@ class KafkaConsumer:
 
     def assignment(self) -> set[TopicPartition]:
         return self._async.assignment()
+
+    def subscribe(self, topics: Iterable[str], listener: Any = None) -> None:
+        names = [topics] if isinstance(topics, str) else list(topics)
+        self._call(lambda: self._async.subscribe(names, listener))
+
+    def subscription(self) -> set[str]:
+        return self._async.subscription()
+
+    def unsubscribe(self) -> None:
+        self._call(self._async.unsubscribe)
 
     def seek(self, partition: TopicPartition, offset: int | OffsetAndMetadata) -> None:
         self._call(lambda: self._async.seek(partition, offset))

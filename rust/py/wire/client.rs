@@ -311,6 +311,81 @@ fn request_kind(r: &Bound<'_, PyAny>, api_key: i16, v: i16) -> PyResult<RequestK
             }
             RequestKind::InitProducerId(m)
         }
+        km::ApiKey::JoinGroup => {
+            let mut m = km::JoinGroupRequest::default();
+            m.group_id = get_str(r, "group_id")?.into();
+            m.session_timeout_ms = get(r, "session_timeout_ms")?;
+            if v >= 1 {
+                m.rebalance_timeout_ms = get(r, "rebalance_timeout_ms")?;
+            }
+            m.member_id = get_str(r, "member_id")?;
+            if v >= 5 {
+                m.group_instance_id = get_opt_str(r, "group_instance_id")?;
+            }
+            m.protocol_type = get_str(r, "protocol_type")?;
+            for p in items(r, "protocols")? {
+                let mut out = km::join_group_request::JoinGroupRequestProtocol::default();
+                out.name = get_str(&p, "name")?;
+                out.metadata = get_bytes(&p, "metadata")?;
+                m.protocols.push(out);
+            }
+            RequestKind::JoinGroup(m)
+        }
+        km::ApiKey::SyncGroup => {
+            let mut m = km::SyncGroupRequest::default();
+            m.group_id = get_str(r, "group_id")?.into();
+            m.generation_id = get(r, "generation_id")?;
+            m.member_id = get_str(r, "member_id")?;
+            if v >= 3 {
+                m.group_instance_id = get_opt_str(r, "group_instance_id")?;
+            }
+            if v >= 5 {
+                m.protocol_type = get_opt_str(r, "protocol_type")?;
+                m.protocol_name = get_opt_str(r, "protocol_name")?;
+            }
+            for a in items(r, "assignments")? {
+                let mut out = km::sync_group_request::SyncGroupRequestAssignment::default();
+                out.member_id = get_str(&a, "member_id")?;
+                out.assignment = get_bytes(&a, "assignment")?;
+                m.assignments.push(out);
+            }
+            RequestKind::SyncGroup(m)
+        }
+        km::ApiKey::Heartbeat => {
+            let mut m = km::HeartbeatRequest::default();
+            m.group_id = get_str(r, "group_id")?.into();
+            m.generation_id = get(r, "generation_id")?;
+            m.member_id = get_str(r, "member_id")?;
+            if v >= 3 {
+                m.group_instance_id = get_opt_str(r, "group_instance_id")?;
+            }
+            RequestKind::Heartbeat(m)
+        }
+        km::ApiKey::LeaveGroup => {
+            let mut m = km::LeaveGroupRequest::default();
+            m.group_id = get_str(r, "group_id")?.into();
+            let members = items(r, "members")?;
+            if v >= 3 {
+                for member in &members {
+                    let mut out = km::leave_group_request::MemberIdentity::default();
+                    out.member_id = get_str(member, "member_id")?;
+                    out.group_instance_id = get_opt_str(member, "group_instance_id")?;
+                    if v >= 5 {
+                        out.reason = get_opt_str(member, "reason")?;
+                    }
+                    m.members.push(out);
+                }
+            } else {
+                let [member] = members.as_slice() else {
+                    return Err(PyValueError::new_err(format!(
+                        "LeaveGroup v{v} leaves one member, got {}",
+                        members.len()
+                    )));
+                };
+                m.member_id = get_str(member, "member_id")?;
+            }
+            RequestKind::LeaveGroup(m)
+        }
         other => {
             return Err(PyValueError::new_err(format!(
                 "no request encoding for {other:?} (not yet in the client codec)"
@@ -680,6 +755,69 @@ fn response_object<'py>(py: Python<'py>, body: &ResponseKind, v: i16) -> PyResul
             producer_epoch = r.producer_epoch,
             throttle_time_ms = r.throttle_time_ms
         ),
+        ResponseKind::JoinGroup(r) => {
+            let members = tuple(
+                py,
+                r.members.iter().map(|m| {
+                    Ok(obj!(
+                        py,
+                        "JoinGroupMember",
+                        member_id = m.member_id.as_str(),
+                        metadata = PyBytes::new(py, &m.metadata),
+                        group_instance_id = m.group_instance_id.as_deref()
+                    ))
+                }),
+            )?;
+            obj!(
+                py,
+                "JoinGroupResponse",
+                error_code = error(py, r.error_code)?,
+                generation_id = r.generation_id,
+                protocol_type = r.protocol_type.as_deref(),
+                protocol_name = r.protocol_name.as_deref(),
+                leader = r.leader.as_str(),
+                member_id = r.member_id.as_str(),
+                members = members,
+                skip_assignment = r.skip_assignment,
+                throttle_time_ms = r.throttle_time_ms
+            )
+        }
+        ResponseKind::SyncGroup(r) => obj!(
+            py,
+            "SyncGroupResponse",
+            error_code = error(py, r.error_code)?,
+            assignment = PyBytes::new(py, &r.assignment),
+            protocol_type = r.protocol_type.as_deref(),
+            protocol_name = r.protocol_name.as_deref(),
+            throttle_time_ms = r.throttle_time_ms
+        ),
+        ResponseKind::Heartbeat(r) => obj!(
+            py,
+            "HeartbeatResponse",
+            error_code = error(py, r.error_code)?,
+            throttle_time_ms = r.throttle_time_ms
+        ),
+        ResponseKind::LeaveGroup(r) => {
+            let members = tuple(
+                py,
+                r.members.iter().map(|m| {
+                    Ok(obj!(
+                        py,
+                        "LeaveGroupMemberResponse",
+                        member_id = m.member_id.as_str(),
+                        group_instance_id = m.group_instance_id.as_deref(),
+                        error_code = error(py, m.error_code)?
+                    ))
+                }),
+            )?;
+            obj!(
+                py,
+                "LeaveGroupResponse",
+                error_code = error(py, r.error_code)?,
+                members = members,
+                throttle_time_ms = r.throttle_time_ms
+            )
+        }
         _ => {
             return Err(PyValueError::new_err(
                 "response kind not yet in the client codec",

@@ -43,7 +43,7 @@ unclean election this finds the first diverged offset where Kafka's rule reports
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from epochguard.client.consumer.fetch_collector import CompletedFetch, FetchCollector
 from epochguard.client.consumer.requests import (
@@ -88,8 +88,9 @@ class Consumer:
     `auto.offset.reset`, per partition overridable in `assign`. `api_versions`: brokers' versions
     already known (a driver that did the handshake itself). `fetch_*`/`max_partition_fetch_bytes`: the
     Fetch request's long-poll and sizes (Kafka's settings of those names; the default 0 ms wait suits a
-    stepped simulation, a network client passes Kafka's 500). Times are milliseconds of the caller's
-    clock (`now_ms` arguments); nothing here reads a clock.
+    stepped simulation, a network client passes Kafka's 500). `group_generation`: the (generation id,
+    member id) a group member's commits carry (its membership's, `ConsumerCoordinator.generation_and_member`).
+    Times are milliseconds of the caller's clock (`now_ms` arguments); nothing here reads a clock.
     """
 
     def __init__(
@@ -110,6 +111,7 @@ class Consumer:
         fetch_min_bytes: int = 1,
         fetch_max_bytes: int = 50 << 20,
         max_partition_fetch_bytes: int = 1 << 20,
+        group_generation: Callable[[], tuple[int, str]] | None = None,
     ) -> None:
         if reset_policy not in ("earliest", "latest", "none"):
             raise ValueError(f"invalid reset policy {reset_policy!r}")
@@ -141,7 +143,8 @@ class Consumer:
         self._api_versions = ApiVersionsManager(self._ctx)
         self._metadata = MetadataManager(self._ctx, self.bootstrap)
         self._offsets = OffsetsManager(self._ctx)
-        self._commits = CommitManager(self._ctx, group_id, coordinator_id, self._offsets.reset_or_raise)
+        self._commits = CommitManager(self._ctx, group_id, coordinator_id, self._offsets.reset_or_raise,
+                                      group_generation or (lambda: (-1, "")))
         self._validation = ValidationManager(self._ctx)
         self._fetch = FetchManager(self._ctx, self._validation.maybe_validate)
         # The order requests go out in one round.

@@ -4,7 +4,8 @@ application's commits (the offset part of Kafka's `CommitRequestManager` / `Cons
 A committed offset carries its leader epoch (OffsetFetch v5+): the position is set unvalidated with
 it, after bumping the last-seen epoch (so metadata older than the commit is not trusted), and is
 validated before fetching. Without a group or without a committed offset, the reset policy decides.
-A failed commit is queued again.
+A failed commit is queued again. A member of a group commits with its generation and member id
+(`generation`, from the group membership), a simple consumer with -1 and none.
 """
 
 from __future__ import annotations
@@ -51,9 +52,11 @@ class CommitManager(RequestManager[tuple[TopicPartition, ...]]):
         group_id: str | None,
         coordinator_id: int | None,
         reset_or_raise: Callable[[TopicPartition, ResetReason, int], None],
+        generation: Callable[[], tuple[int, str]] = lambda: (-1, ""),
     ) -> None:
         super().__init__(ctx)
         self.group_id = group_id
+        self._generation = generation  # (generation id, member id) of a group member's commits
         self.coordinator_id = coordinator_id
         self._reset_or_raise = reset_or_raise
         self._pending: list[dict[TopicPartition, OffsetAndMetadata]] = []
@@ -99,7 +102,8 @@ class CommitManager(RequestManager[tuple[TopicPartition, ...]]):
                 )
                 for tp, om in sorted(offsets.items())
             )
-            out.append(self._send(coordinator, OffsetCommitRequest(group, parts), now_ms, ()))
+            generation, member_id = self._generation()
+            out.append(self._send(coordinator, OffsetCommitRequest(group, parts, generation, member_id), now_ms, ()))
         self._pending = []
         return out
 

@@ -8,12 +8,14 @@
 use kafka_protocol::messages::{self as km, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 use pyo3::exceptions::PyValueError;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
-use pyo3::intern;
 
-use super::{by_topic, get, get_bytes, get_opt_str, get_str, items, messages, tuple, PyRequestHeader};
+use super::{
+    by_topic, get, get_bytes, get_opt_str, get_str, items, messages, tuple, PyRequestHeader,
+};
 use crate::wire::{self, client as codec};
 
 /// Encode a request frame, size prefix included, at the header's version.
@@ -42,7 +44,8 @@ fn decode_response<'py>(
     frame: &Bound<'py, PyAny>,
 ) -> PyResult<(i32, Bound<'py, PyAny>)> {
     let frame = super::frame_bytes(frame)?;
-    let (correlation_id, body) = py.detach(|| codec::decode_response(api_key, api_version, frame))?;
+    let (correlation_id, body) =
+        py.detach(|| codec::decode_response(api_key, api_version, frame))?;
     Ok((correlation_id, response_object(py, &body, api_version)?))
 }
 
@@ -163,7 +166,8 @@ fn request_kind(r: &Bound<'_, PyAny>, api_key: i16, v: i16) -> PyResult<RequestK
                 m.replica_id = km::BrokerId(get(r, "replica_id")?);
             }
             for (name, parts) in by_topic(items(r, "partitions")?, |p| {
-                let mut out = km::offset_for_leader_epoch_request::OffsetForLeaderPartition::default();
+                let mut out =
+                    km::offset_for_leader_epoch_request::OffsetForLeaderPartition::default();
                 out.partition = get(p, "partition_index")?;
                 out.leader_epoch = get(p, "leader_epoch")?;
                 out.current_leader_epoch = get(p, "current_leader_epoch")?;
@@ -232,7 +236,8 @@ fn request_kind(r: &Bound<'_, PyAny>, api_key: i16, v: i16) -> PyResult<RequestK
                 g.topics = topics.map(|ts| {
                     ts.into_iter()
                         .map(|(name, ps)| {
-                            let mut t = km::offset_fetch_request::OffsetFetchRequestTopics::default();
+                            let mut t =
+                                km::offset_fetch_request::OffsetFetchRequestTopics::default();
                             t.name = name.into();
                             t.partition_indexes = ps;
                             t
@@ -245,7 +250,8 @@ fn request_kind(r: &Bound<'_, PyAny>, api_key: i16, v: i16) -> PyResult<RequestK
                 m.topics = topics.map(|ts| {
                     ts.into_iter()
                         .map(|(name, ps)| {
-                            let mut t = km::offset_fetch_request::OffsetFetchRequestTopic::default();
+                            let mut t =
+                                km::offset_fetch_request::OffsetFetchRequestTopic::default();
                             t.name = name.into();
                             t.partition_indexes = ps;
                             t
@@ -417,14 +423,23 @@ fn error<'py>(py: Python<'py>, code: i16) -> PyResult<Bound<'py, PyAny>> {
 }
 
 fn leader<'py>(py: Python<'py>, id: i32, epoch: i32) -> PyResult<Bound<'py, PyAny>> {
-    Ok(obj!(py, "LeaderIdAndEpoch", leader_id = id, leader_epoch = epoch))
+    Ok(obj!(
+        py,
+        "LeaderIdAndEpoch",
+        leader_id = id,
+        leader_epoch = epoch
+    ))
 }
 
 fn ids(list: &[km::BrokerId]) -> Vec<i32> {
     list.iter().map(|b| b.0).collect()
 }
 
-fn response_object<'py>(py: Python<'py>, body: &ResponseKind, v: i16) -> PyResult<Bound<'py, PyAny>> {
+fn response_object<'py>(
+    py: Python<'py>,
+    body: &ResponseKind,
+    v: i16,
+) -> PyResult<Bound<'py, PyAny>> {
     Ok(match body {
         ResponseKind::ApiVersions(r) => {
             // ApiVersionRange lives next to ApiVersionsResponse, wherever the package puts it.
@@ -507,16 +522,17 @@ fn response_object<'py>(py: Python<'py>, body: &ResponseKind, v: i16) -> PyResul
         ResponseKind::Fetch(r) => {
             let parts = r.responses.iter().flat_map(|t| {
                 t.partitions.iter().map(move |p| {
-                    let diverging = if p.diverging_epoch.epoch >= 0 || p.diverging_epoch.end_offset >= 0 {
-                        Some(obj!(
-                            py,
-                            "DivergingEpoch",
-                            epoch = p.diverging_epoch.epoch,
-                            end_offset = p.diverging_epoch.end_offset
-                        ))
-                    } else {
-                        None
-                    };
+                    let diverging =
+                        if p.diverging_epoch.epoch >= 0 || p.diverging_epoch.end_offset >= 0 {
+                            Some(obj!(
+                                py,
+                                "DivergingEpoch",
+                                epoch = p.diverging_epoch.epoch,
+                                end_offset = p.diverging_epoch.end_offset
+                            ))
+                        } else {
+                            None
+                        };
                     let aborted = match &p.aborted_transactions {
                         None => None,
                         Some(list) => Some(tuple(
@@ -542,7 +558,11 @@ fn response_object<'py>(py: Python<'py>, body: &ResponseKind, v: i16) -> PyResul
                         last_stable_offset = p.last_stable_offset,
                         log_start_offset = p.log_start_offset,
                         diverging_epoch = diverging,
-                        current_leader = leader(py, p.current_leader.leader_id.0, p.current_leader.leader_epoch)?,
+                        current_leader = leader(
+                            py,
+                            p.current_leader.leader_id.0,
+                            p.current_leader.leader_epoch
+                        )?,
                         preferred_read_replica = p.preferred_read_replica.0,
                         records = records,
                         aborted_transactions = aborted
@@ -621,7 +641,12 @@ fn response_object<'py>(py: Python<'py>, body: &ResponseKind, v: i16) -> PyResul
             )
         }
         ResponseKind::OffsetFetch(r) => {
-            let partition = |topic: &str, index: i32, offset: i64, epoch: i32, md: &Option<StrBytes>, code: i16| {
+            let partition = |topic: &str,
+                             index: i32,
+                             offset: i64,
+                             epoch: i32,
+                             md: &Option<StrBytes>,
+                             code: i16| {
                 Ok(obj!(
                     py,
                     "OffsetFetchPartitionResponse",
@@ -637,7 +662,10 @@ fn response_object<'py>(py: Python<'py>, body: &ResponseKind, v: i16) -> PyResul
                 let [g] = r.groups.as_slice() else {
                     return Err(crate::Error::corrupt_frame(
                         0,
-                        format!("OffsetFetch v{v} answer for {} groups, one asked", r.groups.len()),
+                        format!(
+                            "OffsetFetch v{v} answer for {} groups, one asked",
+                            r.groups.len()
+                        ),
                     )
                     .into());
                 };
@@ -736,7 +764,11 @@ fn response_object<'py>(py: Python<'py>, body: &ResponseKind, v: i16) -> PyResul
                         base_offset = p.base_offset,
                         log_append_time_ms = p.log_append_time_ms,
                         log_start_offset = p.log_start_offset,
-                        current_leader = leader(py, p.current_leader.leader_id.0, p.current_leader.leader_epoch)?
+                        current_leader = leader(
+                            py,
+                            p.current_leader.leader_id.0,
+                            p.current_leader.leader_epoch
+                        )?
                     ))
                 })
             });

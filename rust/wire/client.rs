@@ -65,7 +65,11 @@ pub fn encode_request(header: &RequestHeader, body: &RequestKind) -> Result<Vec<
 /// anything malformed (truncated, array counts above the bytes left, bad UTF-8). Bytes after the
 /// body are ignored, as Kafka's `AbstractResponse.parseResponse` does. Never allocates more than the
 /// frame's own size for arrays and strings (the vendored crate checks every length).
-pub fn decode_response(api_key: i16, api_version: i16, frame: Bytes) -> Result<(i32, ResponseKind)> {
+pub fn decode_response(
+    api_key: i16,
+    api_version: i16,
+    frame: Bytes,
+) -> Result<(i32, ResponseKind)> {
     let Some(key) = supported(api_key, api_version) else {
         return Err(Error::UnsupportedVersion {
             api_key,
@@ -107,7 +111,10 @@ fn unsigned_varint(buf: &mut Bytes, len: usize, what: &str) -> Result<u32> {
     let mut value: u32 = 0;
     for shift in (0..35).step_by(7) {
         let byte = buf.try_get_u8().map_err(|_| {
-            Error::corrupt_frame((len - buf.remaining()) as u64, format!("truncated in {what}"))
+            Error::corrupt_frame(
+                (len - buf.remaining()) as u64,
+                format!("truncated in {what}"),
+            )
         })?;
         value |= u32::from(byte & 0x7f) << shift;
         if byte & 0x80 == 0 {
@@ -129,7 +136,10 @@ fn skip_tagged_fields(buf: &mut Bytes, len: usize) -> Result<()> {
         if buf.remaining() < size {
             return Err(Error::corrupt_frame(
                 (len - buf.remaining()) as u64,
-                format!("tagged field of {size} bytes but only {} left", buf.remaining()),
+                format!(
+                    "tagged field of {size} bytes but only {} left",
+                    buf.remaining()
+                ),
             ));
         }
         buf.advance(size);
@@ -157,12 +167,18 @@ mod tests {
             let mut fetch = km::FetchRequest::default();
             fetch.max_wait_ms = 500;
             fetch.replica_id = km::BrokerId(-1);
-            let frame = encode_request(&header(ApiKey::Fetch, version), &RequestKind::Fetch(fetch.clone())).unwrap();
+            let frame = encode_request(
+                &header(ApiKey::Fetch, version),
+                &RequestKind::Fetch(fetch.clone()),
+            )
+            .unwrap();
             let size = i32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
             assert_eq!(size, frame.len() - 4);
             let (h, body) = super::super::decode_request(Bytes::from(frame[4..].to_vec())).unwrap();
             assert_eq!(h, header(ApiKey::Fetch, version));
-            let RequestKind::Fetch(got) = body else { panic!("not a fetch") };
+            let RequestKind::Fetch(got) = body else {
+                panic!("not a fetch")
+            };
             assert_eq!(got.max_wait_ms, 500);
         }
     }
@@ -174,10 +190,16 @@ mod tests {
             r.error_code = 35;
             let h = header(ApiKey::ApiVersions, version);
             let frame = super::super::encode_response(&h, &ResponseKind::ApiVersions(r)).unwrap();
-            let (cid, body) =
-                decode_response(ApiKey::ApiVersions as i16, version, Bytes::from(frame[4..].to_vec())).unwrap();
+            let (cid, body) = decode_response(
+                ApiKey::ApiVersions as i16,
+                version,
+                Bytes::from(frame[4..].to_vec()),
+            )
+            .unwrap();
             assert_eq!(cid, 7);
-            let ResponseKind::ApiVersions(got) = body else { panic!("not api versions") };
+            let ResponseKind::ApiVersions(got) = body else {
+                panic!("not api versions")
+            };
             assert_eq!(got.error_code, 35);
         }
     }
@@ -188,7 +210,8 @@ mod tests {
         let frame = Bytes::from_static(&[0, 0, 0, 1, 0, 0, 0, 0, 0, 0x7f, 0xff, 0xff, 0xff]);
         let err = decode_response(ApiKey::Metadata as i16, 12, frame).unwrap_err();
         assert!(matches!(err, Error::CorruptFrame { .. }), "{err:?}");
-        let err = decode_response(ApiKey::Metadata as i16, 12, Bytes::from_static(&[0, 0])).unwrap_err();
+        let err =
+            decode_response(ApiKey::Metadata as i16, 12, Bytes::from_static(&[0, 0])).unwrap_err();
         assert!(matches!(err, Error::CorruptFrame { .. }), "{err:?}");
         let err = decode_response(ApiKey::Fetch as i16, 99, Bytes::new()).unwrap_err();
         assert!(matches!(err, Error::UnsupportedVersion { .. }), "{err:?}");

@@ -47,7 +47,7 @@ def test_table_rows_and_labels() -> None:
 def test_java_and_go_clients_run_in_a_group_of_their_own() -> None:
     groups = run_groups(CLIENTS)
     assert [[c.name for c in g] for g in groups] == [
-        ["confluent-kafka", "kafka-python", "aiokafka", "kcat"],
+        ["confluent-kafka", "kafka-python", "aiokafka", "kcat", "epochguard", "epochguard-asyncio"],
         ["java-classic", "java-consumer"], ["franz-go", "sarama", "kafka-go"]]
     assert run_groups([client("sarama")]) == [[client("sarama")]]
 

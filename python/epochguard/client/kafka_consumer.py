@@ -20,10 +20,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from epochguard.consumer import Consumer as ConsumerMachine
 from epochguard.consumer import FetchState
@@ -54,6 +53,7 @@ from epochguard.types import (
     epoch_or_none,
 )
 
+from .blocking import BlockingClient
 from .coordinator import ConsumerCoordinator
 from .network import NetworkClient
 
@@ -521,30 +521,31 @@ class AsyncConsumer:
         """Records fetched since the last poll, by partition (empty after `timeout_ms` without any).
         Raises `LogTruncationError` (auto_offset_reset="none", with the divergent offsets),
         `OffsetOutOfRangeError`, `NoOffsetForPartitionError` as the state machine reports them."""
-        await self.start()
-        self._arm()
-        loop = asyncio.get_running_loop()
-        end = loop.time() + timeout_ms / 1000
-        while True:
-            self._check_open()
-            self._changed.clear()
-            self._raise_pending()
+
+        def take() -> dict[TopicPartition, list[ConsumerRecord]]:
             records = self._machine.poll(self._now_ms())
-            if records:
-                self._poke()  # the buffer drained: the next fetch may go out
-                return {tp: self._deserialize(list(records[tp])) for tp in records}
-            remaining = end - loop.time()
-            if remaining <= 0:
-                return {}
-            try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
-            except TimeoutError:
-                return {}
+            return {tp: self._deserialize(list(records[tp])) for tp in records}
+
+        return await self._poll_with(take, timeout_ms)
 
     async def poll_arrow(self, timeout_ms: int = 0) -> dict[TopicPartition, Any]:
         """As `poll`, but each partition's records as one `pyarrow.RecordBatch` (offset, timestamp,
         timestamp_type, key, value, headers, leader_epoch) decoded in Rust with the GIL released; the
         deserializers do not apply. Record batches travel as bytes until here."""
+
+        def take() -> dict[TopicPartition, Any]:
+            out: dict[TopicPartition, Any] = {}
+            for f in self._machine.poll_fetches(self._now_ms()):
+                batch = f.arrow() if f.has_records else None
+                if batch is not None and batch.num_rows:
+                    out[f.tp] = batch if f.tp not in out else _concat(out[f.tp], batch)
+            return out
+
+        return await self._poll_with(take, timeout_ms)
+
+    async def _poll_with(self, take: Callable[[], dict[TopicPartition, Any]],
+                         timeout_ms: int) -> dict[TopicPartition, Any]:
+        """`take()` until it hands out something, each time an answer arrived, for up to `timeout_ms`."""
         await self.start()
         self._arm()
         loop = asyncio.get_running_loop()
@@ -553,16 +554,10 @@ class AsyncConsumer:
             self._check_open()
             self._changed.clear()
             self._raise_pending()
-            fetches = [f for f in self._machine.poll_fetches(self._now_ms()) if f.has_records]
-            if fetches:
-                self._poke()
-                out: dict[TopicPartition, Any] = {}
-                for f in fetches:
-                    batch = f.arrow()
-                    if batch.num_rows:
-                        out[f.tp] = batch if f.tp not in out else _concat(out[f.tp], batch)
-                if out:
-                    return out
+            out = take()
+            if out:
+                self._poke()  # the buffer drained: the next fetch may go out
+                return out
             remaining = end - loop.time()
             if remaining <= 0:
                 return {}
@@ -689,54 +684,15 @@ def _coordinator_moved(response: Any) -> bool:
     return any(getattr(p, "error_code", Errors.NONE) in _COORDINATOR_ERRORS for p in partitions)
 
 
-T = TypeVar("T")
-
-
-class _LoopThread:
-    """A private event loop on a daemon thread; the blocking client's calls run there."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="epochguard-client", daemon=True)
-        self.thread.start()
-
-    def run(self, make: Callable[[], Awaitable[T]]) -> T:
-        async def call() -> T:
-            return await make()
-
-        return asyncio.run_coroutine_threadsafe(call(), self.loop).result()
-
-    def stop(self) -> None:
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
-        self.loop.close()
-
-
-class KafkaConsumer:
+class KafkaConsumer(BlockingClient[AsyncConsumer]):
     """The blocking consumer (kafka-python's `KafkaConsumer` API): an `AsyncConsumer` on a private loop thread."""
+
+    _what = "consumer"
 
     def __init__(self, **configs: Any) -> None:
         consumer_config(configs)  # refuse bad settings here, before a thread exists
-        self._loop = _LoopThread()
-        try:
-            self._async = self._loop.run(lambda: _make(configs))
-        except BaseException:
-            self._loop.stop()
-            raise
+        super().__init__(lambda: AsyncConsumer(**configs))
         self.config = self._async.config
-
-    def __enter__(self) -> KafkaConsumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _call(self, make: Callable[[], Awaitable[T]]) -> T:
-        if self._loop.loop.is_closed():
-            raise ClientClosedError("this consumer is closed")
-        return self._loop.run(make)
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         parts = list(partitions)
@@ -812,16 +768,7 @@ class KafkaConsumer:
         return self._async.last_error
 
     def close(self, autocommit: bool = True) -> None:
-        if self._loop.loop.is_closed():
-            return
-        try:
-            self._loop.run(lambda: self._async.close(autocommit))
-        finally:
-            self._loop.stop()
-
-
-async def _make(configs: Mapping[str, Any]) -> AsyncConsumer:
-    return AsyncConsumer(**configs)
+        self._close(lambda: self._async.close(autocommit))
 
 
 async def _now(fn: Callable[..., None], *args: Any) -> None:

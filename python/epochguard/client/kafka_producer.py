@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from epochguard.errors import ClientClosedError, EpochGuardError, KafkaConnectionError, KafkaTimeoutError
 from epochguard.messages import MetadataResponse
 
-from .kafka_consumer import _LoopThread
+from .blocking import BlockingClient
 from .network import NetworkClient
 from .producer import Delivery, Producer, RecordMetadata
 
@@ -238,32 +238,15 @@ class AsyncProducer:
         await self._network.close()
 
 
-T = TypeVar("T")
-
-
-class KafkaProducer:
+class KafkaProducer(BlockingClient[AsyncProducer]):
     """The blocking producer (kafka-python's `KafkaProducer` API) on a private event-loop thread."""
 
+    _what = "producer"
+
     def __init__(self, **configs: Any) -> None:
-        producer_config(configs)
-        self._loop = _LoopThread()
-        try:
-            self._async = self._loop.run(lambda: _make(configs))
-        except BaseException:
-            self._loop.stop()
-            raise
+        producer_config(configs)  # refuse bad settings here, before a thread exists
+        super().__init__(lambda: AsyncProducer(**configs))
         self.config = self._async.config
-
-    def __enter__(self) -> KafkaProducer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _call(self, make: Callable[[], Awaitable[T]]) -> T:
-        if self._loop.loop.is_closed():
-            raise ClientClosedError("this producer is closed")
-        return self._loop.run(make)
 
     def send(self, topic: str, value: Any = None, key: Any = None, headers: Iterable[tuple[str, bytes | None]] = (),
              partition: int | None = None, timestamp_ms: int | None = None) -> FutureRecordMetadata:
@@ -277,13 +260,4 @@ class KafkaProducer:
         self._call(lambda: self._async.flush(timeout))
 
     def close(self, timeout: float | None = None) -> None:
-        if self._loop.loop.is_closed():
-            return
-        try:
-            self._loop.run(lambda: self._async.close(timeout))
-        finally:
-            self._loop.stop()
-
-
-async def _make(configs: Mapping[str, Any]) -> AsyncProducer:
-    return AsyncProducer(**configs)
+        self._close(lambda: self._async.close(timeout))

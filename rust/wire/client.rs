@@ -53,7 +53,8 @@ pub fn encode_request(header: &RequestHeader, body: &RequestKind) -> Result<Vec<
             "{key:?} v{version} request of {size} bytes exceeds {MAX_FRAME_BYTES}"
         )));
     }
-    let prefix = i32::try_from(size).expect("bounded by MAX_FRAME_BYTES");
+    let prefix = i32::try_from(size)
+        .map_err(|_| Error::invalid(format!("request of {size} bytes exceeds a frame")))?;
     out[..4].copy_from_slice(&prefix.to_be_bytes());
     Ok(out.to_vec())
 }
@@ -148,6 +149,7 @@ fn skip_tagged_fields(buf: &mut Bytes, len: usize) -> Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use kafka_protocol::messages as km;

@@ -23,7 +23,10 @@ from epochguard.wire.drivers.session import RunResult, run_clients
 from tests.wire.conftest import require, require_final_reader, usable
 
 MOCK = Path(__file__).with_name("mock_cluster.py")
-ON_MOCK = [c for c in CLIENTS if c.name not in ("kafka-python", "java-classic", "java-consumer", "franz-go", "sarama")]
+# epochguard's own client never gets its first metadata from the mock either (its driver logs nothing past
+# `start`; issue 19, open): it is covered against `epochguard serve` (test_serve_clients).
+ON_MOCK = [c for c in CLIENTS if c.name not in ("kafka-python", "java-classic", "java-consumer", "franz-go", "sarama",
+                                                "epochguard", "epochguard-asyncio")]
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ import struct
 import pytest
 
 from epochguard import _core
-from epochguard.api_versions import ApiKey, ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse
 from epochguard.errors import CorruptFrameError, Errors, UnsupportedVersionError
-from epochguard.messages import (
+from epochguard.protocol.api_versions import ApiKey, ApiVersionRange, ApiVersionsRequest, ApiVersionsResponse
+from epochguard.protocol.messages import (
     Coordinator,
     DivergingEpoch,
     EpochEndOffset,
@@ -310,7 +310,7 @@ def test_hostile_answers_are_corrupt_frame_errors(frame: bytes) -> None:
 # --- the classic group protocol --------------------------------------------------------------------
 @pytest.mark.parametrize("version", versions(ApiKey.JOIN_GROUP))
 def test_join_group_round_trips(version: int) -> None:
-    from epochguard.messages import JoinGroupMember, JoinGroupProtocol, JoinGroupRequest, JoinGroupResponse
+    from epochguard.protocol.messages import JoinGroupMember, JoinGroupProtocol, JoinGroupRequest, JoinGroupResponse
 
     request = JoinGroupRequest("g", 10_000, member_id="m-1" if version >= 1 else "",
                                protocols=(JoinGroupProtocol("range", b"\x00\x01"), JoinGroupProtocol("roundrobin")),
@@ -326,7 +326,7 @@ def test_join_group_round_trips(version: int) -> None:
 
 @pytest.mark.parametrize("version", versions(ApiKey.SYNC_GROUP))
 def test_sync_group_round_trips(version: int) -> None:
-    from epochguard.messages import SyncGroupAssignment, SyncGroupRequest, SyncGroupResponse
+    from epochguard.protocol.messages import SyncGroupAssignment, SyncGroupRequest, SyncGroupResponse
 
     request = SyncGroupRequest("g", 3, "m-1", (SyncGroupAssignment("m-1", b"a1"), SyncGroupAssignment("m-2", b"")),
                                group_instance_id="i" if version >= 3 else None,
@@ -342,7 +342,7 @@ def test_sync_group_round_trips(version: int) -> None:
 
 @pytest.mark.parametrize("version", versions(ApiKey.HEARTBEAT))
 def test_heartbeat_round_trips(version: int) -> None:
-    from epochguard.messages import HeartbeatRequest, HeartbeatResponse
+    from epochguard.protocol.messages import HeartbeatRequest, HeartbeatResponse
 
     request = HeartbeatRequest("g", 3, "m-1", group_instance_id="i" if version >= 3 else None, version=version)
     assert request_round_trip(ApiKey.HEARTBEAT, version, request) == request
@@ -352,7 +352,12 @@ def test_heartbeat_round_trips(version: int) -> None:
 
 @pytest.mark.parametrize("version", versions(ApiKey.LEAVE_GROUP))
 def test_leave_group_round_trips(version: int) -> None:
-    from epochguard.messages import LeaveGroupMember, LeaveGroupMemberResponse, LeaveGroupRequest, LeaveGroupResponse
+    from epochguard.protocol.messages import (
+        LeaveGroupMember,
+        LeaveGroupMemberResponse,
+        LeaveGroupRequest,
+        LeaveGroupResponse,
+    )
 
     members = ((LeaveGroupMember("m-1", "i"), LeaveGroupMember("m-2")) if version >= 3
                else (LeaveGroupMember("m-1"),))

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from epochguard.classic_group import ClassicGroups
+from epochguard.broker.group.classic_group import ClassicGroups
 from epochguard.client.assignors import Assignment, RangeAssignor, RoundRobinAssignor, Subscription
 from epochguard.client.coordinator import ConsumerCoordinator, MemberState
 from epochguard.errors import Errors, TopicAuthorizationFailedError
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupMember,

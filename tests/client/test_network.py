@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from epochguard import _core
-from epochguard.api_versions import BROKER_API_VERSIONS, ApiKey, ApiVersionsResponse, answer_api_versions
 from epochguard.client.network import NetworkClient, parse_bootstrap
 from epochguard.errors import Errors, FrameTooLargeError, KafkaConnectionError, KafkaTimeoutError
-from epochguard.messages import MetadataRequest, MetadataResponse, MetadataResponseBroker
+from epochguard.protocol.api_versions import BROKER_API_VERSIONS, ApiKey, ApiVersionsResponse, answer_api_versions
+from epochguard.protocol.messages import MetadataRequest, MetadataResponse, MetadataResponseBroker
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -14,7 +14,7 @@ import pytest
 from epochguard._core import iter_batches
 from epochguard.client.producer import Producer, murmur2, partition_for_key
 from epochguard.errors import Errors, TopicAuthorizationFailedError
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     MetadataRequest,
     MetadataResponse,
     MetadataResponseBroker,

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from epochguard.errors import EpochGuardError, Errors
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupProtocol,

@@ -1,4 +1,4 @@
-"""`AsyncConsumer` and `KafkaConsumer`: the sans-IO `epochguard.consumer.Consumer` on real sockets.
+"""`AsyncConsumer` and `KafkaConsumer`: the sans-IO `epochguard.client.consumer.Consumer` on real sockets.
 
 Mirrors the application face of Kafka's `KafkaConsumer` (as kafka-python 3 spells it: same method
 and setting names) around its `ConsumerNetworkClient`. Every protocol decision (positions, KIP-320
@@ -24,8 +24,9 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from epochguard.consumer import Consumer as ConsumerMachine
-from epochguard.consumer import FetchState
+from epochguard.client.consumer import Consumer as ConsumerMachine
+from epochguard.client.consumer import FetchState
+from epochguard.client.metadata import ClientMetadata
 from epochguard.errors import (
     ClientClosedError,
     CommitFailedError,
@@ -34,7 +35,7 @@ from epochguard.errors import (
     KafkaConnectionError,
     KafkaTimeoutError,
 )
-from epochguard.messages import (
+from epochguard.protocol.messages import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     JoinGroupRequest,
@@ -44,7 +45,6 @@ from epochguard.messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
-from epochguard.metadata import ClientMetadata
 from epochguard.types import (
     ConsumerRecord,
     IsolationLevel,

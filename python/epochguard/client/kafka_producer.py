@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from epochguard.errors import ClientClosedError, EpochGuardError, KafkaConnectionError, KafkaTimeoutError
-from epochguard.messages import MetadataResponse
+from epochguard.protocol.messages import MetadataResponse
 
 from .blocking import BlockingClient
 from .network import NetworkClient

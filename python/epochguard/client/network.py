@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from epochguard import _core
-from epochguard.api_versions import ApiKey, ApiVersionsRequest, ApiVersionsResponse, NodeApiVersions
 from epochguard.errors import (
     CorruptFrameError,
     EpochGuardError,
@@ -44,6 +43,7 @@ from epochguard.errors import (
     KafkaTimeoutError,
     UnsupportedVersionError,
 )
+from epochguard.protocol.api_versions import ApiKey, ApiVersionsRequest, ApiVersionsResponse, NodeApiVersions
 
 __all__ = ["NetworkClient", "BrokerConnection", "parse_bootstrap", "api_key_of", "CODEC_VERSIONS", "SOFTWARE_NAME"]
 
@@ -70,7 +70,7 @@ _API_KEYS: dict[str, ApiKey] = {
 
 
 def api_key_of(request: Any) -> ApiKey:
-    """The API key of a `epochguard.messages` request."""
+    """The API key of an `epochguard.protocol.messages` request."""
     try:
         return _API_KEYS[type(request).__name__]
     except KeyError:

@@ -27,9 +27,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epochguard import _core
+from epochguard.client.metadata import ClientMetadata
 from epochguard.errors import EpochGuardError, Errors, KafkaTimeoutError
-from epochguard.messages import MetadataRequest, MetadataResponse, ProducePartition, ProduceRequest, ProduceResponse
-from epochguard.metadata import ClientMetadata
+from epochguard.protocol.messages import (
+    MetadataRequest,
+    MetadataResponse,
+    ProducePartition,
+    ProduceRequest,
+    ProduceResponse,
+)
 from epochguard.types import TopicPartition
 
 __all__ = ["murmur2", "partition_for_key", "Delivery", "RecordMetadata", "Producer", "RETRIABLE"]

@@ -102,7 +102,11 @@ def _free_ports(n: int) -> list[int]:
 
 def _new_uuid() -> str:
     """A Kafka Uuid in its base64url form (Uuid.randomUuid: never one of the reserved low ids)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # Kafka's Uuid.randomUuid() draws again when the text starts with "-": StorageTool's argument parser
+    # would read such a cluster id as an option (1 start in 64 failed with "-t: expected one argument").
+    while (text := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return text
 
 
 @dataclass

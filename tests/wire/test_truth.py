@@ -124,3 +124,17 @@ def test_client_debug_chatter_is_not_forwarded(tmp_path: Path) -> None:
     log.close()
     kinds = [e["kind"] for e in read_log(tmp_path / "d.jsonl")]
     assert kinds == ["truncation", "stop"]
+
+
+def test_the_silence_before_a_divergence_counts_from_when_the_faults_started() -> None:
+    """A client that read its last phantom while the cluster was healthy (at 2 s) idles until the faults
+    (at 20 s) make it one: coming back 3 s after them is detection, not a stall (the unclean-election
+    --trigger caught-up run where the trigger waited 13 s for the slowest driver to start)."""
+    log = history(*(consumed(23.0 + o / 100, o, f"new-{o}") for o in range(10, 20)))
+    assert verdict(log) == "stuck"  # without knowing when the faults started: 21 s of silence
+    truth = judge_client(log, FINAL, stuck_after_s=5.0, faults_t=20.0)
+    assert [d.verdict for d in truth.divergences] == ["detected"]
+    late = history(*(consumed(26.0 + o / 100, o, f"new-{o}") for o in range(10, 20)))
+    assert [d.verdict for d in judge_client(late, FINAL, stuck_after_s=5.0, faults_t=20.0).divergences] == ["stuck"]
+    # faults before the last phantom change nothing
+    assert [d.verdict for d in judge_client(log, FINAL, stuck_after_s=5.0, faults_t=1.0).divergences] == ["stuck"]

@@ -1,8 +1,9 @@
 """`epochguard serve SCENARIO` and `epochguard judge TRACE`: parser setup and output.
 
-serve prints `bootstrap H:P,H:P,H:P` first, `settled` once the scenario's faults have fired (or timed
-out) and the cluster has healed, and, after SIGTERM/SIGINT, a table per client; with --json the last
-stdout line is the result object. judge prints the same from a trace, by replaying it.
+serve prints `bootstrap H:P,H:P,H:P` first, `trigger` when the scenario's faults start (its client trigger
+was met or timed out), `settled` once the scenario's faults have fired and the cluster has healed, and,
+after SIGTERM/SIGINT, a table per client; with --json the last stdout line is the result object. judge
+prints the same from a trace, by replaying it.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def _serve(args: argparse.Namespace) -> int:
     from epochguard.wire.server import WireServer, serve_until_signalled
 
     def event(kind: str, detail: dict[str, Any]) -> None:
-        if kind == "settled":
-            print("settled", flush=True)
+        if kind in ("trigger", "settled"):  # when the faults start; once they have fired and the cluster healed
+            print(kind, flush=True)
 
     server = WireServer(build(args.scenario), seed=args.seed, trigger=args.trigger, trace_path=args.trace,
                         host=args.host, port=args.port, timeout_s=args.timeout_s,

@@ -1,7 +1,9 @@
 """One judged run: a cluster process, the real clients' drivers against it, the final log, the verdicts.
 
 The cluster is any process keeping `epochguard serve`'s stdout contract: first line
-`bootstrap host:port,...`, a line `settled` once the faults have fired and the cluster has healed, and,
+`bootstrap host:port,...`, optionally a line `trigger` when the scenario's faults start (the ground truth
+measures a client's silence after a divergence from then at the earliest), a line `settled` once the
+faults have fired and the cluster has healed, and,
 after SIGTERM, with --json, a last line `{"clients": [...]}`. The drivers start as soon as the bootstrap
 line is out (faults fire on what the server sees them do), keep running `after_settle_s` past `settled`,
 then stop; the final log is read before the cluster is stopped.
@@ -69,25 +71,28 @@ class _Lines:
 
     def __init__(self, stream: IO[str]) -> None:
         self.lines: list[str] = []
-        self._queue: queue.Queue[str | None] = queue.Queue()
+        self.arrived: list[float] = []  # when each of `lines` was read (wall clock, as the delivery logs)
+        self._queue: queue.Queue[tuple[str, float] | None] = queue.Queue()
         threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
 
     def _pump(self, stream: IO[str]) -> None:
         with stream:  # closed at the child's EOF, on this thread (no race with a reader)
             for line in stream:
-                self._queue.put(line.rstrip("\n"))
+                self._queue.put((line.rstrip("\n"), time.time()))
         self._queue.put(None)
 
     def wait_for(self, predicate: Any, timeout_s: float) -> str | None:
         deadline = time.monotonic() + timeout_s
         while (left := deadline - time.monotonic()) > 0:
             try:
-                line = self._queue.get(timeout=left)
+                item = self._queue.get(timeout=left)
             except queue.Empty:
                 return None
-            if line is None:
+            if item is None:
                 return None
+            line, at = item
             self.lines.append(line)
+            self.arrived.append(at)
             if predicate(line):
                 return line
         return None
@@ -144,7 +149,9 @@ def run_clients(
         if line.startswith("{"):
             report = json.loads(line)
             break
-    truths = {name: judge_client(path, final, stuck_after_s=stuck_after_s) for name, path in logs.items()}
+    faults_t = next((at for line, at in zip(out.lines, out.arrived, strict=True) if line.strip() == "trigger"), None)
+    truths = {name: judge_client(path, final, stuck_after_s=stuck_after_s, faults_t=faults_t)
+              for name, path in logs.items()}
     return RunResult(bootstrap, logs, final, truths, report, out.lines)
 
 

@@ -10,7 +10,10 @@ truncated and replaced). What the client consumed next on that partition decides
   start), or it raised/logged a truncation and consumed nothing more;
 - reset: it jumped to the log start (drivers run with auto.offset.reset=earliest);
 - silent: it went on past the divergence point: phantoms kept, the replacing records skipped;
-- stuck: it consumed nothing on the partition for `stuck_after_s` while the final log had more.
+- stuck: it consumed nothing on the partition for `stuck_after_s` while the final log had more, counted
+  from its last phantom or, when the run says when its faults started (`faults_t`), from then if later:
+  a client that read its last phantom while the cluster was still healthy idles until the faults make it
+  a phantom (under `--trigger caught-up` the producers are paused meanwhile), and that is no stall.
 The same comparison on a run without faults shows loss, duplicates and gaps.
 """
 
@@ -122,8 +125,10 @@ def judge_client(
     *,
     consume_topic: str = CONSUME_TOPIC,
     stuck_after_s: float = 10.0,
+    faults_t: float | None = None,
 ) -> ClientTruth:
-    """The client's verdicts and producer outcome from its delivery log and the final log."""
+    """The client's verdicts and producer outcome from its delivery log and the final log; `faults_t`, when
+    known, is the wall-clock time the run's faults started (the delivery logs' clock)."""
     entries: list[Mapping[str, Any]] = list(read_log(log)) if isinstance(log, (str, Path)) else list(log)
     start = next((e for e in entries if e["kind"] == "start"), {})
     end_t = max((e["t"] for e in entries), default=0.0)
@@ -136,7 +141,7 @@ def judge_client(
             by_tp[(e["topic"], e["partition"])].append(e)
     for tp, consumed in sorted(by_tp.items()):
         truth.consumed += len(consumed)
-        _judge_partition(tp, consumed, final, surfaced, end_t, stuck_after_s, truth)
+        _judge_partition(tp, consumed, final, surfaced, end_t, stuck_after_s, truth, faults_t)
     _judge_produced(entries, final, truth)
     return truth
 
@@ -149,6 +154,7 @@ def _judge_partition(
     end_t: float,
     stuck_after_s: float,
     truth: ClientTruth,
+    faults_t: float | None = None,
 ) -> None:
     log_start = final.log_start.get(tp, 0)
     high_watermark = final.high_watermark.get(tp, 0)
@@ -173,7 +179,8 @@ def _judge_partition(
         evidence = tuple(e["text"] for e in surfaced if t0 <= e["t"] <= t1)
         truth.divergences.append(Divergence(
             tp[0], tp[1], first, last, len(run),
-            _verdict(first, last, run[-1]["t"], nxt, (log_start, high_watermark), evidence, end_t, stuck_after_s),
+            _verdict(first, last, max(run[-1]["t"], faults_t or 0.0), nxt, (log_start, high_watermark), evidence, end_t,
+                     stuck_after_s),
             nxt["offset"] if nxt is not None else None, evidence,
         ))
         i = j

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from epochguard.wire.drivers.session import RunError, _wait_started
+from epochguard.wire.drivers.session import RunError, _Lines, _wait_started, _wait_stuck_bound
 
 
 def _driver(code: str) -> subprocess.Popen[bytes]:
@@ -46,6 +46,50 @@ def test_a_driver_that_never_starts_times_out(tmp_path: Path) -> None:
     try:
         with pytest.raises(RunError, match=r"did not start within 0\.5s"):
             _wait_started({"mute": proc}, {"mute": tmp_path / "mute.jsonl"}, timeout_s=0.5)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _lines(script: str) -> tuple[subprocess.Popen[str], _Lines]:
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    out = _Lines(proc.stdout)
+    assert out.wait_for(lambda line: line == "settled", 30) == "settled"
+    return proc, out
+
+
+def test_a_serve_run_lasts_until_its_stuck_bound_in_server_steps(tmp_path: Path) -> None:
+    """serve's clock lags the wall clock under load: after `settled`, the run waits for `stuck-bound` (the
+    judge's bound passed in server steps), or the server would leave a stuck client undecided."""
+    proc, out = _lines("import time; print('trigger'); print('settled', flush=True); time.sleep(1.0); "
+                       "print('stuck-bound', flush=True); time.sleep(5)")
+    try:
+        began = time.monotonic()
+        _wait_stuck_bound(out, timeout_s=30)
+        assert time.monotonic() - began >= 0.9
+        assert out.lines[-1] == "stuck-bound"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_cluster_without_faults_is_not_waited_for() -> None:
+    proc, out = _lines("import time; print('settled', flush=True); time.sleep(5); print('stuck-bound', flush=True)")
+    try:
+        began = time.monotonic()
+        _wait_stuck_bound(out, timeout_s=30)
+        assert time.monotonic() - began < 2.0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_stuck_bound_that_never_comes_is_a_run_error() -> None:
+    proc, out = _lines("import time; print('trigger'); print('settled', flush=True); time.sleep(30)")
+    try:
+        with pytest.raises(RunError, match=r"no stuck bound within 0\.5s"):
+            _wait_stuck_bound(out, timeout_s=0.5)
     finally:
         proc.kill()
         proc.wait()

@@ -12,6 +12,7 @@ from epochguard.sim.faults import Fault
 from epochguard.types import IsolationLevel, TopicPartition
 from epochguard.wire import codec
 from epochguard.wire.engine import Connection, WireCluster
+from epochguard.wire.judge import STUCK_AFTER_STEPS
 from epochguard.wire.scenarios import PauseProducers, ResumeProducers, build
 from epochguard.wire.triggers import ClientTrigger, StageRunner
 
@@ -147,3 +148,24 @@ def test_a_read_committed_consumer_is_at_the_log_end_at_the_last_stable_offset(m
     log = wire.leader_log(EVENTS)
     assert log is not None and follower.offset == log.last_stable_offset < log.high_watermark
     assert follower.empty_at_end > 0 and trigger.met()
+
+
+@pytest.mark.parametrize("scenario", ["unclean-election", "zombie-leader"])
+def test_the_stuck_bound_passes_in_server_steps_after_settling(scenario: str) -> None:
+    """`stuck-bound` comes exactly STUCK_AFTER_STEPS after `settled`, once: by then the judge has decided
+    every divergence (the runs wait for it, not for wall-clock seconds)."""
+    wire = WireCluster(build(scenario), 1, ADDRESSES)
+    events: list[tuple[str, int]] = []
+    runner = StageRunner(wire.scenario, "served", wire.fire, clock=lambda: 0.0,
+                         on_event=lambda kind, detail: events.append((kind, detail["step"])))
+    wire.observers.append(runner)
+    follower = Follower(wire)
+    while not runner.bound_passed and wire.step_no < 5000:
+        wire.step()
+        follower.tick()
+    for _ in range(STUCK_AFTER_STEPS):
+        wire.step()
+        follower.tick()
+    steps = dict(events)
+    assert [k for k, _ in events].count("stuck-bound") == 1
+    assert steps["stuck-bound"] - steps["settled"] == STUCK_AFTER_STEPS

@@ -1,9 +1,10 @@
 """`epochguard serve SCENARIO` and `epochguard judge TRACE`: parser setup and output.
 
-serve prints `bootstrap H:P,H:P,H:P` first, `trigger` when the scenario's faults start (its client trigger
-was met or timed out), `settled` once the scenario's faults have fired and the cluster has healed, and,
-after SIGTERM/SIGINT, a table per client; with --json the last stdout line is the result object. judge
-prints the same from a trace, by replaying it.
+serve prints `bootstrap H:P,H:P,H:P` first, `trigger` when the scenario's faults start (its client
+trigger was met or timed out), `settled` once the scenario's faults have fired and the cluster has
+healed, `stuck-bound` once the judge's stuck bound has passed since (in server steps: every divergence
+is decided by then), and, after SIGTERM/SIGINT, a table per client; with --json the last stdout line is
+the result object. judge prints the same from a trace, by replaying it.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def _serve(args: argparse.Namespace) -> int:
     from epochguard.wire.server import WireServer, serve_until_signalled
 
     def event(kind: str, detail: dict[str, Any]) -> None:
-        if kind in ("trigger", "settled"):  # when the faults start; once they have fired and the cluster healed
+        if kind in ("trigger", "settled", "stuck-bound"):  # faults start; fired and healed; all decided
             print(kind, flush=True)
 
     server = WireServer(build(args.scenario), seed=args.seed, trigger=args.trigger, trace_path=args.trace,

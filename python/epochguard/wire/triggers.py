@@ -16,6 +16,8 @@ trigger stage ends, just before its faults; both are traced as faults like any o
 the cluster, the client trigger) and at least `min_steps`, then its faults are scheduled at their step
 offsets and fired through the `fire` callback (which traces them). The wall clock is consulted only
 for the trigger's time-out; once fired, a fault is a step number in the trace, so replay needs no clock.
+Once settled, the runner says when the judge's stuck bound (`STUCK_AFTER_STEPS`) has passed, so a run
+can last long enough in server steps for every divergence to be decided.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from epochguard.protocol.messages import (
 )
 from epochguard.sim.faults import Fault
 from epochguard.types import IsolationLevel
-from epochguard.wire.judge import batch_spans
+from epochguard.wire.judge import STUCK_AFTER_STEPS, batch_spans
 from epochguard.wire.scenarios import INPUT, READY, TRIGGER, PauseProducers, ResumeProducers, WireScenario
 
 __all__ = ["TRIGGERS", "ClientTrigger", "StageRunner"]
@@ -123,6 +125,7 @@ class StageRunner:
         self.scheduled: list[tuple[int, int, Fault]] = []  # (step, order, fault)
         self.last_fault_step = 0
         self.settled_step: int | None = None
+        self.bound_passed = False  # STUCK_AFTER_STEPS since `settled`: every divergence has been decided
         self.trigger_outcome: str | None = None  # "met" or "timed out"
         self._paused_producers = False  # by this runner, for `caught-up`
 
@@ -156,6 +159,11 @@ class StageRunner:
                 and step - self.last_fault_step >= self.scenario.settle_steps):
             self.settled_step = step
             self.on_event("settled", {"step": step})
+        # In steps, not seconds: under load the server's clock lags the wall clock, and a run stopped on
+        # wall time alone would end before the judge could call a client stuck (and leave it undecided).
+        if not self.bound_passed and self.settled_step is not None and step - self.settled_step >= STUCK_AFTER_STEPS:
+            self.bound_passed = True
+            self.on_event("stuck-bound", {"step": step})
 
     def _holds(self, stage: Any, wire: Any) -> bool:
         step = wire.step_no

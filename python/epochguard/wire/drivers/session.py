@@ -3,7 +3,8 @@
 The cluster is any process keeping `epochguard serve`'s stdout contract: first line
 `bootstrap host:port,...`, optionally a line `trigger` when the scenario's faults start (the ground truth
 measures a client's silence after a divergence from then at the earliest), a line `settled` once the
-faults have fired and the cluster has healed, and,
+faults have fired and the cluster has healed, after a `trigger` line a line `stuck-bound` once its own stuck
+bound has passed (the drivers run until then at least), and,
 after SIGTERM, with --json, a last line `{"clients": [...]}`. The drivers start as soon as the bootstrap
 line is out (faults fire on what the server sees them do), keep running `after_settle_s` past `settled`,
 then stop; the final log is read before the cluster is stopped.
@@ -132,6 +133,7 @@ def run_clients(
         # margin counts from when every driver has logged `start`, so none is stopped before it ran.
         _wait_started(drivers, logs, start_timeout_s)
         time.sleep(after_settle_s)
+        _wait_stuck_bound(out, settle_timeout_s)
         _stop_all(drivers)
         final = read_final_log(bootstrap)
         cluster.send_signal(signal.SIGTERM)
@@ -153,6 +155,15 @@ def run_clients(
     truths = {name: judge_client(path, final, stuck_after_s=stuck_after_s, faults_t=faults_t)
               for name, path in logs.items()}
     return RunResult(bootstrap, logs, final, truths, report, out.lines)
+
+
+def _wait_stuck_bound(out: _Lines, timeout_s: float) -> None:
+    """Until the cluster's `stuck-bound` line, if it printed `trigger` (serve does; its clock lags the wall
+    clock under load, and a run stopped on wall time alone would leave its judge's verdicts undecided)."""
+    said = {line.strip() for line in out.lines}
+    if "trigger" in said and "stuck-bound" not in said:
+        if out.wait_for(lambda line: line.strip() == "stuck-bound", timeout_s) is None:
+            raise RunError(f"the cluster passed no stuck bound within {timeout_s}s after settling")
 
 
 def _wait_started(drivers: dict[str, subprocess.Popen[bytes]], logs: dict[str, Path], timeout_s: float) -> None:

@@ -13,11 +13,13 @@ EMPTY = FinalLog({}, {}, {})
 EMPTY_PATH = Path("/nonexistent/java-classic.jsonl")
 
 
-def result(server: list[str] | None, truth: list[str], software: str = "kafka-python 3.0.12") -> RunResult:
-    divs = [Divergence("events", 0, 25, 30, 6, v, 31) for v in truth]
+def result(server: list[str] | None, truth: list[str], software: str = "kafka-python 3.0.12",
+           how: tuple[str, str] = ("", "")) -> RunResult:
+    divs = [Divergence("events", 0, 25, 30, 6, v, 31, how=how[1]) for v in truth]
     clients = [] if server is None else [{
         "client_id": "epochguard-kafka-python", "software": software,
-        "divergences": [{"topic": "events", "partition": 0, "offset": 25, "verdict": v} for v in server],
+        "divergences": [{"topic": "events", "partition": 0, "offset": 25, "verdict": v, "how": how[0]}
+                        for v in server],
     }]
     truth = ClientTruth("epochguard-kafka-python", software, divs, consumed=10)
     return RunResult("b", {}, EMPTY, {"kafka-python": truth},
@@ -32,6 +34,10 @@ def test_cells() -> None:
     assert cell(result(["silent"], ["detected"]), kp) == "silent != detected"
     assert cell(result(["silent", "reset"], ["silent"]), kp) == "reset, silent != silent"
     assert cell(result(None, []), kp) == "not seen"
+    # how each side says it was detected is part of the cell: a rewind the log saw as raised disagrees
+    assert cell(result(["detected"], ["detected"], how=("rewound", "rewound")), kp) == "detected/rewound"
+    assert cell(result(["detected"], ["detected"], how=("rewound", "raised")), kp) == \
+        "detected/rewound != detected/raised"
 
 
 def test_table_rows_and_labels() -> None:

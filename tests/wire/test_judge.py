@@ -22,7 +22,7 @@ from epochguard.sim.network import broker_node
 from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
 from epochguard.wire import codec
 from epochguard.wire.engine import WireCluster
-from epochguard.wire.judge import Judge
+from epochguard.wire.judge import STUCK_AFTER_STEPS, Judge
 from epochguard.wire.scenarios import PauseProducers, ResumeProducers, build
 
 ADDRESSES = {1: ("127.0.0.1", 9001), 2: ("127.0.0.1", 9002), 3: ("127.0.0.1", 9003)}
@@ -97,6 +97,8 @@ def test_fetching_on_from_the_old_position_is_silent(diverged) -> None:
     assert part.error_code == Errors.NONE  # the new leader's log has grown past it: nothing stops the client
     event = verdict(judge)
     assert (event["offset"], event["served_end"], event["verdict"]) == (point, served_to, "silent")
+    # it jumps over the new leader's records from the divergence point to where it went on
+    assert (event["how"], event["redelivered"], event["skipped"]) == ("", 0, served_to - point)
 
 
 def test_validating_then_fetching_from_the_divergence_point_is_detected(diverged) -> None:
@@ -106,7 +108,39 @@ def test_validating_then_fetching_from_the_divergence_point_is_detected(diverged
     end = answer.partitions[0].end_offset
     fetch(w, conn, end, epoch=1)
     event = verdict(judge)
-    assert (event["offset"], event["verdict"]) == (end, "detected")
+    assert (event["offset"], event["verdict"], event["how"], event["redelivered"]) == (end, "detected", "rewound", 0)
+
+
+def test_validating_then_fetching_below_the_divergence_point_counts_what_is_served_again(diverged) -> None:
+    w, judge, _ = diverged
+    conn = w.connect(2)
+    answer = ask(w, conn, 23, 4, OffsetsForLeaderEpochRequest((OffsetForLeaderPartition("events", 0, 0, 1),)))
+    end = answer.partitions[0].end_offset
+    assert end >= 2
+    fetch(w, conn, end - 2, epoch=1)
+    event = verdict(judge)
+    assert (event["verdict"], event["how"], event["redelivered"], event["skipped"]) == ("detected", "rewound", 2, 0)
+
+
+def test_validating_then_fetching_no_more_is_detected_raised_at_the_bound(diverged) -> None:
+    w, judge, _ = diverged
+    conn = w.connect(2)
+    ask(w, conn, 23, 4, OffsetsForLeaderEpochRequest((OffsetForLeaderPartition("events", 0, 0, 1),)))
+    bound = verdict(judge)["step"] + STUCK_AFTER_STEPS
+    while w.step_no < bound - 1:
+        w.step()
+    assert verdict(judge)["verdict"] == "undecided"
+    w.step()
+    event = verdict(judge)
+    assert (event["verdict"], event["how"], event["redelivered"]) == ("detected", "raised", 0)
+
+
+def test_no_validation_and_no_fetch_is_stuck_at_the_bound(diverged) -> None:
+    w, judge, _ = diverged
+    for _ in range(STUCK_AFTER_STEPS + 10):
+        w.step()
+    event = verdict(judge)
+    assert (event["verdict"], event["how"]) == ("stuck", "")
 
 
 def test_a_listoffsets_reset_then_a_fetch_there_is_reset(diverged) -> None:
@@ -114,7 +148,9 @@ def test_a_listoffsets_reset_then_a_fetch_there_is_reset(diverged) -> None:
     conn = w.connect(2)
     answer = ask(w, conn, 2, 7, ListOffsetsRequest((ListOffsetsPartition("events", 0, EARLIEST_TIMESTAMP, 1),)))
     fetch(w, conn, answer.partitions[0].offset, epoch=1)
-    assert verdict(judge)["verdict"] == "reset"
+    event = verdict(judge)
+    assert (event["verdict"], event["how"]) == ("reset", "back")
+    assert event["redelivered"] == event["offset"] - answer.partitions[0].offset > 0  # from the log start again
 
 
 def test_the_same_fetch_again_means_the_replaced_records_never_reached_the_client(diverged) -> None:
@@ -131,6 +167,7 @@ def test_a_refetch_from_below_the_divergence_point_without_asking_is_a_reset(div
     fetch(w, w.connect(2), 1, epoch=1)  # not the fetch it was answered: a restart from an older position
     event = verdict(judge)
     assert (event["verdict"], event["detail"]) == ("reset", "fetched again from 1 without asking")
+    assert (event["how"], event["redelivered"]) == ("back", event["offset"] - 1)
 
 
 def test_a_commit_past_the_divergence_point_or_without_an_epoch_is_reported(diverged) -> None:
@@ -217,3 +254,18 @@ def test_a_listoffsets_answer_past_the_divergence_point_then_a_fetch_there_is_si
     assert (event["verdict"], event["detail"]) == (
         "silent", f"fetched at {latest}, past the divergence point {event['offset']} after a ListOffsets "
                   f"answer of {latest}")
+
+
+def test_the_verdict_line_says_how_and_what_it_cost() -> None:
+    from epochguard.wire.cli import format_table
+
+    base = {"topic": "events", "partition": 0, "offset": 10, "served_end": 13, "served_epoch": 0, "detail": "d"}
+    client = {"client_id": "c", "software": "s", "requests": 1, "connections": 1, "epochs_sent": {},
+              "metadata_epoch_backwards": [], "commits": [], "acks_lost": [], "offset_not_available": [],
+              "divergences": [{**base, "verdict": "detected", "how": "rewound", "redelivered": 3, "skipped": 0},
+                              {**base, "verdict": "silent", "how": "", "redelivered": 0, "skipped": 12},
+                              {**base, "verdict": "stuck", "how": "", "redelivered": 0, "skipped": 0}]}
+    lines = format_table([client])
+    assert "): DETECTED (rewound, 3 redelivered) - d" in lines
+    assert "): SILENT (12 skipped) - d" in lines
+    assert "): STUCK - d" in lines

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from epochguard.wire.drivers.delivery_log import digest
-from epochguard.wire.drivers.truth import FinalLog, judge_client
+from epochguard.wire.drivers.truth import Divergence, FinalLog, judge_client
 
 TP = ("events", 0)
 # The final log: offsets 0-9 hold "old-i"; 10-19 were truncated in an election and now hold "new-i".
@@ -34,9 +34,13 @@ def history(*tail: dict[str, Any], end_t: float = 100.0) -> list[dict[str, Any]]
 
 
 def verdict(log: list[dict[str, Any]]) -> str:
+    return event(log).verdict
+
+
+def event(log: list[dict[str, Any]]) -> Divergence:
     truth = judge_client(log, FINAL, stuck_after_s=5.0)
     assert [(d.offset, d.last_phantom, d.phantoms) for d in truth.divergences] == [(10, 12, 3)]
-    return truth.divergences[0].verdict
+    return truth.divergences[0]
 
 
 def test_rereading_from_the_divergence_point_is_detected() -> None:
@@ -138,3 +142,23 @@ def test_the_silence_before_a_divergence_counts_from_when_the_faults_started() -
     assert [d.verdict for d in judge_client(late, FINAL, stuck_after_s=5.0, faults_t=20.0).divergences] == ["stuck"]
     # faults before the last phantom change nothing
     assert [d.verdict for d in judge_client(log, FINAL, stuck_after_s=5.0, faults_t=1.0).divergences] == ["stuck"]
+
+
+def test_how_and_what_each_verdict_cost() -> None:
+    """detected is rewound (re-read from at or below the first phantom) or raised (told the application and
+    consumed nothing more); a reset goes back to the log start and re-delivers what lay below the first
+    phantom; a silent client skips the final log's records from the first phantom to where it went on."""
+    rewound = event(history(*(consumed(3.0 + o / 100, o, f"new-{o}") for o in range(10, 20))))
+    assert (rewound.verdict, rewound.how, rewound.redelivered, rewound.skipped) == ("detected", "rewound", 0, 0)
+    below = event(history(*(consumed(3.0 + o / 100, o, f"{'old' if o < 10 else 'new'}-{o}") for o in range(7, 20))))
+    assert (below.verdict, below.how, below.redelivered) == ("detected", "rewound", 3)  # 7, 8, 9 again
+    raised = event(history({"t": 3.0, "kind": "truncation", "source": "poll", "text": "LogTruncationError: events-0"}))
+    assert (raised.verdict, raised.how, raised.redelivered) == ("detected", "raised", 0)
+    tail = [consumed(3.0 + o / 100, o, f"old-{o}") for o in range(10)]
+    tail += [consumed(4.0 + o / 100, o, f"new-{o}") for o in range(10, 20)]
+    reset = event(history(*tail))
+    assert (reset.verdict, reset.how, reset.redelivered, reset.skipped) == ("reset", "back", 10, 0)
+    silent = event(history(*(consumed(3.0 + o / 100, o, f"new-{o}") for o in range(13, 20))))
+    assert (silent.verdict, silent.how, silent.redelivered, silent.skipped) == ("silent", "", 0, 3)  # new-10..12
+    stuck = event(history())
+    assert (stuck.verdict, stuck.how, stuck.redelivered, stuck.skipped) == ("stuck", "", 0, 0)

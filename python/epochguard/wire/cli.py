@@ -97,7 +97,7 @@ def format_table(clients: list[dict[str, Any]]) -> str:
             lines.append("  no divergence event")
         for d in c["divergences"]:
             lines.append(f"  {d['topic']}-{d['partition']} diverged at {d['offset']} (served to {d['served_end']}, "
-                         f"epoch {d['served_epoch']}): {d['verdict'].upper()} - {d['detail']}")
+                         f"epoch {d['served_epoch']}): {_verdict_text(d)} - {d['detail']}")
         for m in c["metadata_epoch_backwards"]:
             lines.append(f"  metadata epoch went backwards ({m['api']}): {m['message']}")
         for x in c["commits"]:
@@ -107,3 +107,10 @@ def format_table(clients: list[dict[str, Any]]) -> str:
         for x in c["offset_not_available"]:
             lines.append(f"  OFFSET_NOT_AVAILABLE on {x['topic']}-{x['partition']}: then {x['then']}")
     return "\n".join(lines) if lines else "no client connected"
+
+
+def _verdict_text(d: dict[str, Any]) -> str:
+    """`DETECTED (rewound, 3 redelivered)`, `SILENT (12 skipped)`."""
+    notes = [d["how"]] if d.get("how") else []
+    notes += [f"{d[k]} {k}" for k in ("redelivered", "skipped") if d.get(k)]
+    return d["verdict"].upper() + (f" ({', '.join(notes)})" if notes else "")

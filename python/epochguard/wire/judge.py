@@ -18,6 +18,12 @@ that partition decide the verdict:
   replacements);
 - stuck: none of these within `STUCK_AFTER_STEPS` while the leader has data.
 
+Each verdict says how and what it cost: `detected` is `rewound` (fetched again at or below the point)
+or `raised` (validated, then fetched no more: the application was told); `reset` goes `back` (to a
+ListOffsets answer, or a restart from an older position); `redelivered` counts the records below the
+divergence point the client is served a second time, `skipped` the leader's records from the point
+on that a `silent` client jumps over (the replacements).
+
 Also per client: metadata epochs going backwards (the `current_leader_epoch` it sends, checked by
 `sim/invariants.py`'s `metadata-epoch-monotonic` rule, the one implementation), commits without a
 leader epoch or beyond an open divergence point, acks=all batches no longer in the leader's log (the
@@ -82,10 +88,14 @@ class Divergence:
     validated: int | None = None  # end offset of a validation answer since the event
     reset_to: int | None = None  # offset a ListOffsets answer gave since the event
     served_from: int = -1  # the fetch offset of the request whose answer carried the replaced records
+    how: str = ""  # detected: rewound / raised; reset: back
+    redelivered: int = 0  # records below the divergence point served again
+    skipped: int = 0  # records from the divergence point on that the client jumped over
 
     def to_json(self) -> dict[str, Any]:
         return {"topic": self.tp.topic, "partition": self.tp.partition, "offset": self.offset,
-                "verdict": self.verdict or "undecided", "detail": self.detail, "served_end": self.served_end,
+                "verdict": self.verdict or "undecided", "how": self.how, "redelivered": self.redelivered,
+                "skipped": self.skipped, "detail": self.detail, "served_end": self.served_end,
                 "served_epoch": self.served_epoch, "step": self.step, "verdict_step": self.verdict_step}
 
 
@@ -207,9 +217,10 @@ class Judge:
                 self.clients[name].divergences.append(d)
         for d in list(self._open.values()):
             if self.step - d.step >= STUCK_AFTER_STEPS:
-                self._decide(d, "detected" if d.validated is not None and d.validated <= d.offset else "stuck",
-                             "validated, then stopped fetching (raised)" if d.validated is not None
-                             else "no fetch, validation or reset made progress")
+                if d.validated is not None and d.validated <= d.offset:
+                    self._decide(d, "detected", "validated, then stopped fetching (raised)", how="raised")
+                else:
+                    self._decide(d, "stuck", "no fetch, validation or reset made progress")
 
     # --- rules -----------------------------------------------------------------------------------
     def _on_fetch(self, name: str, broker_id: int, request: FetchRequest, response: Any) -> None:
@@ -246,34 +257,40 @@ class Judge:
         d = self._open.get((name, tp))
         if d is None:
             return
+        back = d.offset - offset  # below the point, served again
         if d.reset_to is not None and offset == d.reset_to and offset <= d.offset:
-            self._decide(d, "reset", f"ListOffsets, then fetched at {offset}")
+            self._decide(d, "reset", f"ListOffsets, then fetched at {offset}", how="back", redelivered=back)
         elif d.validated is not None and d.validated <= d.offset and offset <= d.offset:
-            self._decide(d, "detected", f"validated (end offset {d.validated}), then fetched at {offset}")
+            self._decide(d, "detected", f"validated (end offset {d.validated}), then fetched at {offset}",
+                         how="rewound", redelivered=back)
         elif offset > d.offset:
             # Past the divergence point the client keeps what it read and skips the replacements,
             # whatever it asked first: a ListOffsets answer there (a `latest` reset, or kafka-go's reader
             # asking for the log's bounds on reconnect and staying at its own position) is no reset.
             why = "" if d.validated is None else f" after a validation answer of {d.validated}"
             why += "" if d.reset_to is None else f" after a ListOffsets answer of {d.reset_to}"
-            self._decide(d, "silent", f"fetched at {offset}, past the divergence point {d.offset}{why}")
+            self._decide(d, "silent", f"fetched at {offset}, past the divergence point {d.offset}{why}",
+                         skipped=offset - d.offset)
         elif d.validated is None and d.reset_to is None and offset == d.served_from:
             # The very fetch that was answered with the replaced records, again: the client never
             # applied that answer (lost with its connection when the old leader died), so it read none
             # of them. Not a divergence for this client.
             self._withdraw(d)
         elif d.validated is None and d.reset_to is None:
-            self._decide(d, "reset", f"fetched again from {offset} without asking")
+            self._decide(d, "reset", f"fetched again from {offset} without asking", how="back", redelivered=back)
         elif d.validated is not None:
-            self._decide(d, "detected", f"validated (end offset {d.validated}), then fetched at {offset}")
+            self._decide(d, "detected", f"validated (end offset {d.validated}), then fetched at {offset}",
+                         how="rewound", redelivered=back)
 
     def _withdraw(self, d: Divergence) -> None:
         self.clients[d.client].divergences.remove(d)
         self._open.pop((d.client, d.tp), None)
         self._served.pop((d.client, d.tp), None)
 
-    def _decide(self, d: Divergence, verdict: str, detail: str) -> None:
+    def _decide(self, d: Divergence, verdict: str, detail: str, *, how: str = "", redelivered: int = 0,
+                skipped: int = 0) -> None:
         d.verdict, d.detail, d.verdict_step = verdict, detail, self.step
+        d.how, d.redelivered, d.skipped = how, redelivered, skipped
         self._open.pop((d.client, d.tp), None)
         self._served.pop((d.client, d.tp), None)
 

@@ -128,16 +128,21 @@ def merge_runs(parts: Sequence[tuple[Sequence[Client], RunResult | str]]) -> Run
 
 
 def cell(result: RunResult, client: Client) -> str:
-    """`detected`, `silent x3`, `-`; `server != truth` where the delivery log disagrees."""
+    """`detected/rewound`, `silent x3`, `-`; `server != truth` where the delivery log disagrees."""
     if client.name in result.failed:
         return result.failed[client.name]
     server = result.server_client(client.client_id)
     if server is None:
         return "not seen"
-    verdicts = Counter(d["verdict"] for d in server.get("divergences", []))
-    truth = Counter(d.verdict for d in result.truths[client.name].divergences)
+    verdicts = Counter(_label(d["verdict"], d.get("how", "")) for d in server.get("divergences", []))
+    truth = Counter(_label(d.verdict, d.how) for d in result.truths[client.name].divergences)
     # The same verdicts agree even when the server split one divergence into several events.
     return _summary(verdicts) if set(verdicts) == set(truth) else f"{_summary(verdicts)} != {_summary(truth)}"
+
+
+def _label(verdict: str, how: str) -> str:
+    """`detected/raised`, `reset/back`, `silent`: the verdict and how, as both sides name them."""
+    return f"{verdict}/{how}" if how else verdict
 
 
 def _summary(verdicts: Counter[str]) -> str:

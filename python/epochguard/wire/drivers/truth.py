@@ -14,6 +14,9 @@ truncated and replaced). What the client consumed next on that partition decides
   from its last phantom or, when the run says when its faults started (`faults_t`), from then if later:
   a client that read its last phantom while the cluster was still healthy idles until the faults make it
   a phantom (under `--trigger caught-up` the producers are paused meanwhile), and that is no stall.
+Each verdict says how and what it cost, as the server's judge does: `detected` is `rewound` or `raised`,
+`reset` goes `back`; `redelivered` counts records below the first phantom consumed again, `skipped` the
+final log's records from the first phantom on that a `silent` client never consumed.
 The same comparison on a run without faults shows loss, duplicates and gaps.
 """
 
@@ -54,6 +57,9 @@ class Divergence:
     verdict: str
     next_offset: int | None  # what the client consumed next on the partition
     evidence: tuple[str, ...] = ()  # truncation/reset/error texts the client surfaced meanwhile
+    how: str = ""  # detected: rewound / raised; reset: back
+    redelivered: int = 0  # records below the first phantom consumed again
+    skipped: int = 0  # final-log records from the first phantom on jumped over
 
     def key(self) -> tuple[str, int, int]:
         return (self.topic, self.partition, self.offset)
@@ -177,11 +183,15 @@ def _judge_partition(
         nxt = consumed[j] if j < n else None
         t0, t1 = run[0]["t"], (nxt["t"] if nxt is not None else end_t)
         evidence = tuple(e["text"] for e in surfaced if t0 <= e["t"] <= t1)
+        verdict, how = _verdict(first, last, max(run[-1]["t"], faults_t or 0.0), nxt, (log_start, high_watermark),
+                                evidence, end_t, stuck_after_s)
+        nxt_offset = nxt["offset"] if nxt is not None else None
+        redelivered = first - nxt_offset if verdict in ("detected", "reset") and nxt_offset is not None else 0
+        skipped = 0
+        if verdict == "silent" and nxt_offset is not None:
+            skipped = sum(1 for o in final.partitions.get(tp, {}) if first <= o < nxt_offset)
         truth.divergences.append(Divergence(
-            tp[0], tp[1], first, last, len(run),
-            _verdict(first, last, max(run[-1]["t"], faults_t or 0.0), nxt, (log_start, high_watermark), evidence, end_t,
-                     stuck_after_s),
-            nxt["offset"] if nxt is not None else None, evidence,
+            tp[0], tp[1], first, last, len(run), verdict, nxt_offset, evidence, how, max(redelivered, 0), skipped,
         ))
         i = j
     truth.reread += sum(c - 1 for c in seen.values())
@@ -200,23 +210,23 @@ def _verdict(
     evidence: tuple[str, ...],
     end_t: float,
     stuck_after_s: float,
-) -> str:
-    """One divergence's verdict; `undecided` when the run ended too soon after it to tell."""
+) -> tuple[str, str]:
+    """One divergence's verdict and how; `undecided` when the run ended too soon after it to tell."""
     log_start, high_watermark = final_bounds
     if nxt is None:
         if any("truncat" in text.lower() for text in evidence):
-            return "detected"  # raised, consumed nothing more
+            return "detected", "raised"  # consumed nothing more
         if end_t - last_t < stuck_after_s:
-            return "undecided"
-        return "stuck" if high_watermark > last + 1 else "silent"
+            return "undecided", ""
+        return ("stuck" if high_watermark > last + 1 else "silent"), ""
     if nxt["t"] - last_t > stuck_after_s:
-        return "stuck"
+        return "stuck", ""
     offset = nxt["offset"]
     if offset == log_start and first > log_start:
-        return "reset"
+        return "reset", "back"
     if offset <= first:
-        return "detected"
-    return "silent"
+        return "detected", "rewound"
+    return "silent", ""
 
 
 def _judge_produced(entries: list[Mapping[str, Any]], final: FinalLog, truth: ClientTruth) -> None:

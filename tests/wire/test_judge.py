@@ -22,7 +22,7 @@ from epochguard.sim.network import broker_node
 from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
 from epochguard.wire import codec
 from epochguard.wire.engine import WireCluster
-from epochguard.wire.judge import STUCK_AFTER_STEPS, Judge
+from epochguard.wire.judge import STORM_REQUESTS, STORM_STEPS, STUCK_AFTER_STEPS, Judge, batch_spans
 from epochguard.wire.scenarios import PauseProducers, ResumeProducers, build
 
 ADDRESSES = {1: ("127.0.0.1", 9001), 2: ("127.0.0.1", 9002), 3: ("127.0.0.1", 9003)}
@@ -269,3 +269,50 @@ def test_the_verdict_line_says_how_and_what_it_cost() -> None:
     assert "): DETECTED (rewound, 3 redelivered) - d" in lines
     assert "): SILENT (12 skipped) - d" in lines
     assert "): STUCK - d" in lines
+
+
+def test_a_commit_with_an_epoch_older_than_the_served_batch_is_reported(diverged) -> None:
+    """KAFKA-19902: the committed epoch must be the one of the record before the committed offset as it
+    was served; an older one makes the next owner validate a position the log never had."""
+    w, judge, _ = diverged
+    conn = w.connect(2)
+    end = ask(w, conn, 23, 4, OffsetsForLeaderEpochRequest((OffsetForLeaderPartition("events", 0, 0, 1),)))
+    point = end.partitions[0].end_offset
+    part = fetch(w, conn, point, epoch=1).partitions[0]
+    (base, last, epoch, _crc), *_ = batch_spans(part.records)
+    assert epoch == 1 and base == point
+    for committed_epoch in (1, 0):  # the batch's own epoch: fine; the old leader's: stale
+        ask(w, conn, 8, 8, OffsetCommitRequest("g", (OffsetCommitPartition("events", 0, last + 1, committed_epoch),),
+                                                version=8))
+    (client,) = judge.report()
+    stale = [c for c in client["commits"] if "older than" in c["problem"]]
+    assert [(c["offset"], c["problem"]) for c in stale] == [
+        (last + 1, f"committed with epoch 0, older than epoch 1 of the batch holding offset {last} as served")]
+
+
+def storm(w: WireCluster, judge: Judge, asks: int, steps_between: int) -> list[dict]:
+    conn = w.connect(2)
+    for _ in range(asks):
+        ask(w, conn, 23, 4, OffsetsForLeaderEpochRequest((OffsetForLeaderPartition("events", 0, 0, 1),)))
+        for _ in range(steps_between):
+            w.step()
+    (client,) = judge.report()
+    return client["storms"]
+
+
+def test_fifty_validations_within_a_second_are_a_storm(diverged) -> None:
+    """librdkafka#4425: a validation retried at RTT speed (400K requests a minute on the brokers)."""
+    w, judge, _ = diverged
+    (found,) = storm(w, judge, STORM_REQUESTS + 10, 0)  # reported once
+    assert (found["api"], found["partition"], found["requests"]) == ("OffsetForLeaderEpoch", 0, STORM_REQUESTS)
+    assert found["within_steps"] < STORM_STEPS
+
+
+def test_one_validation_short_of_the_bound_is_no_storm(diverged) -> None:
+    w, judge, _ = diverged
+    assert storm(w, judge, STORM_REQUESTS - 1, 0) == []
+
+
+def test_validations_retried_with_back_off_are_no_storm(diverged) -> None:
+    w, judge, _ = diverged
+    assert storm(w, judge, STORM_REQUESTS * 2, 3) == []  # 30 ms apart: 33 a second, under the bound

@@ -102,6 +102,9 @@ def format_table(clients: list[dict[str, Any]]) -> str:
             lines.append(f"  metadata epoch went backwards ({m['api']}): {m['message']}")
         for x in c["commits"]:
             lines.append(f"  commit {x['topic']}-{x['partition']}@{x['offset']}: {x['problem']}")
+        for x in c.get("storms", ()):
+            lines.append(f"  {x['api']} storm on {x['topic']}-{x['partition']}: {x['requests']} requests within "
+                         f"{x['within_steps']} steps")
         for x in c["acks_lost"]:
             lines.append(f"  acks=all batch lost: {x['topic']}-{x['partition']}@{x['offset']}")
         for x in c["offset_not_available"]:

@@ -26,9 +26,13 @@ on that a `silent` client jumps over (the replacements).
 
 Also per client: metadata epochs going backwards (the `current_leader_epoch` it sends, checked by
 `sim/invariants.py`'s `metadata-epoch-monotonic` rule, the one implementation), commits without a
-leader epoch or beyond an open divergence point, acks=all batches no longer in the leader's log (the
-`acked-durable` rule at batch granularity: the leader's batch at the acknowledged offset has another
-CRC, exempt after an unclean election as there), and what it did after OFFSET_NOT_AVAILABLE (KIP-207).
+leader epoch, with an epoch older than the batch holding offset-1 as it was served (KAFKA-19902: the
+next owner validates a stale position), or beyond an open divergence point; request storms (one client
+asking OffsetsForLeaderEpoch or ListOffsets for one partition `STORM_REQUESTS` times within
+`STORM_STEPS`: librdkafka#4425's validation loop, #4620's ListOffsets loop); acks=all batches no
+longer in the leader's log (the `acked-durable` rule at batch granularity: the leader's batch at the
+acknowledged offset has another CRC, exempt after an unclean election as there), and what it did after
+OFFSET_NOT_AVAILABLE (KIP-207).
 
 The judge sees only exchanges, faults and steps, so the same trace replayed gives the same verdicts.
 """
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +65,8 @@ __all__ = ["Judge", "Divergence", "batch_spans", "STUCK_AFTER_STEPS", "VERDICTS"
 STUCK_AFTER_STEPS = 1000  # 10 s of the server's clock with no way forward
 VERDICTS = ("detected", "reset", "silent", "stuck")
 _OFFSET_COMMIT_EPOCH_VERSION = 6
+STORM_REQUESTS, STORM_STEPS = 50, 100  # 50 asks in 1 s of the server's clock; a retry with back-off asks ~10
+_SERVED_SPANS = 256  # per client and partition: enough to place any commit near the client's position
 
 
 def batch_spans(records: bytes) -> list[tuple[int, int, int, int]]:
@@ -117,6 +124,7 @@ class ClientReport:
     acks_lost: list[dict[str, Any]] = field(default_factory=list)
     offset_not_available: list[dict[str, Any]] = field(default_factory=list)
     metadata_epoch_backwards: list[dict[str, Any]] = field(default_factory=list)
+    storms: list[dict[str, Any]] = field(default_factory=list)
     epochs_sent: dict[str, int] = field(default_factory=dict)  # api name -> requests carrying an epoch >= 0
 
     def to_json(self) -> dict[str, Any]:
@@ -125,6 +133,7 @@ class ClientReport:
             "requests": self.requests, "divergences": [d.to_json() for d in self.divergences],
             "commits": self.commits, "acks_lost": self.acks_lost, "offset_not_available": self.offset_not_available,
             "metadata_epoch_backwards": self.metadata_epoch_backwards, "epochs_sent": self.epochs_sent,
+            "storms": self.storms,
         }
 
 
@@ -144,6 +153,10 @@ class Judge:
     def __init__(self) -> None:
         self.clients: dict[str, ClientReport] = {}
         self._served: dict[tuple[str, TopicPartition], _Served] = {}
+        # (base, last, epoch) of the batches each client was served, the latest last
+        self._spans: dict[tuple[str, TopicPartition], deque[tuple[int, int, int]]] = {}
+        self._asks: dict[tuple[str, str, TopicPartition], deque[int]] = {}  # steps of recent asks
+        self._storming: set[tuple[str, str, TopicPartition]] = set()
         self._open: dict[tuple[str, TopicPartition], Divergence] = {}
         self._not_available: dict[tuple[str, TopicPartition], dict[str, Any]] = {}
         self._acked: list[_Acked] = []
@@ -178,12 +191,14 @@ class Judge:
         elif isinstance(request, OffsetsForLeaderEpochRequest):
             sent = [(p.tp, p.current_leader_epoch) for p in request.partitions]
             self._sent_epochs(report, "OffsetForLeaderEpoch", sent)
+            self._count_asks(report, "OffsetForLeaderEpoch", [tp for tp, _ in sent])
             for r in getattr(response, "partitions", ()):
                 d = self._open.get((name, r.tp))
                 if d is not None and r.error_code == Errors.NONE:
                     d.validated = r.end_offset
         elif isinstance(request, ListOffsetsRequest):
             self._sent_epochs(report, "ListOffsets", [(p.tp, p.current_leader_epoch) for p in request.partitions])
+            self._count_asks(report, "ListOffsets", [p.tp for p in request.partitions])
             if isinstance(response, ListOffsetsResponse):
                 self._on_list_offsets(name, response)
         elif isinstance(request, OffsetCommitRequest):
@@ -246,6 +261,8 @@ class Judge:
             spans = batch_spans(p.records)
             fetched = offsets.get(p.tp, 0)
             spans = [s for s in spans if s[1] >= fetched]
+            kept = self._spans.setdefault((name, p.tp), deque(maxlen=_SERVED_SPANS))
+            kept.extend((base, last, epoch) for base, last, epoch, _crc in spans)
             if spans:
                 _base, last, epoch, _crc = spans[-1]
                 self._served[(name, p.tp)] = _Served(epoch, last + 1, fetched)
@@ -313,10 +330,35 @@ class Judge:
             if request.version >= _OFFSET_COMMIT_EPOCH_VERSION and p.committed_leader_epoch < 0:
                 report.commits.append({"topic": p.topic, "partition": p.partition_index, "offset": p.committed_offset,
                                        "step": self.step, "problem": "committed without a leader epoch"})
+            elif request.version >= _OFFSET_COMMIT_EPOCH_VERSION and p.committed_offset > 0:
+                served = self._served_epoch(report.client_id, p.tp, p.committed_offset - 1)
+                if served is not None and served > p.committed_leader_epoch:
+                    report.commits.append({
+                        "topic": p.topic, "partition": p.partition_index, "offset": p.committed_offset,
+                        "step": self.step, "problem": f"committed with epoch {p.committed_leader_epoch}, older than "
+                        f"epoch {served} of the batch holding offset {p.committed_offset - 1} as served"})
             if d is not None and p.committed_offset > d.offset:
                 problem = f"committed beyond the divergence point {d.offset}"
                 report.commits.append({"topic": p.topic, "partition": p.partition_index, "offset": p.committed_offset,
                                        "step": self.step, "problem": problem})
+
+    def _served_epoch(self, client: str, tp: TopicPartition, offset: int) -> int | None:
+        """The epoch of the batch holding `offset` as last served to `client` (None: not served lately)."""
+        for base, last, epoch in reversed(self._spans.get((client, tp), ())):
+            if base <= offset <= last:
+                return epoch
+        return None
+
+    def _count_asks(self, report: ClientReport, api: str, tps: list[TopicPartition]) -> None:
+        for tp in tps:
+            key = (report.client_id, api, tp)
+            steps = self._asks.setdefault(key, deque(maxlen=STORM_REQUESTS))
+            steps.append(self.step)
+            if (len(steps) == STORM_REQUESTS and self.step - steps[0] < STORM_STEPS
+                    and key not in self._storming):
+                self._storming.add(key)  # once per client, API and partition
+                report.storms.append({"api": api, "topic": tp.topic, "partition": tp.partition, "step": self.step,
+                                      "requests": STORM_REQUESTS, "within_steps": self.step - steps[0]})
 
     def _on_acked(self, name: str, request: ProduceRequest, response: ProduceResponse) -> None:
         wire = self._wire

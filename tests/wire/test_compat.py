@@ -38,6 +38,9 @@ def test_cells() -> None:
     assert cell(result(["detected"], ["detected"], how=("rewound", "rewound")), kp) == "detected/rewound"
     assert cell(result(["detected"], ["detected"], how=("rewound", "raised")), kp) == \
         "detected/rewound != detected/raised"
+    spun = result(["stuck"], ["stuck"])
+    spun.server_report["clients"][0]["divergences"][0]["spin"] = "OffsetForLeaderEpoch x412"
+    assert cell(spun, kp) == "stuck (spin)"  # only the server sees requests: a note, not a verdict
 
 
 def test_table_rows_and_labels() -> None:

@@ -22,7 +22,7 @@ from epochguard.sim.network import broker_node
 from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
 from epochguard.wire import codec
 from epochguard.wire.engine import WireCluster
-from epochguard.wire.judge import STORM_REQUESTS, STORM_STEPS, STUCK_AFTER_STEPS, Judge, batch_spans
+from epochguard.wire.judge import SPIN_REQUESTS, STORM_REQUESTS, STORM_STEPS, STUCK_AFTER_STEPS, Judge, batch_spans
 from epochguard.wire.scenarios import PauseProducers, ResumeProducers, build
 
 ADDRESSES = {1: ("127.0.0.1", 9001), 2: ("127.0.0.1", 9002), 3: ("127.0.0.1", 9003)}
@@ -316,3 +316,30 @@ def test_one_validation_short_of_the_bound_is_no_storm(diverged) -> None:
 def test_validations_retried_with_back_off_are_no_storm(diverged) -> None:
     w, judge, _ = diverged
     assert storm(w, judge, STORM_REQUESTS * 2, 3) == []  # 30 ms apart: 33 a second, under the bound
+
+
+def test_a_stuck_client_that_kept_asking_spins(diverged) -> None:
+    """librdkafka#4425's shape: the same request at round-trip speed, answered with an error each time (here
+    a fetch with the fenced epoch 0), no progress. Asking every 50 steps (a 500 ms long poll) is no spin."""
+    w, judge, served_to = diverged
+    conn = w.connect(2)
+    bound = verdict(judge)["step"] + STUCK_AFTER_STEPS
+    while w.step_no <= bound:
+        part = fetch(w, conn, served_to, epoch=0).partitions[0]
+        assert part.error_code == Errors.FENCED_LEADER_EPOCH
+        w.step()
+    event = verdict(judge)
+    assert event["verdict"] == "stuck" and event["spin"].startswith("Fetch x")
+    assert int(event["spin"].removeprefix("Fetch x")) >= SPIN_REQUESTS
+
+
+def test_a_stuck_client_long_polling_does_not_spin(diverged) -> None:
+    w, judge, served_to = diverged
+    conn = w.connect(2)
+    bound = verdict(judge)["step"] + STUCK_AFTER_STEPS
+    while w.step_no <= bound:
+        fetch(w, conn, served_to, epoch=0)
+        for _ in range(50):
+            w.step()
+    event = verdict(judge)
+    assert (event["verdict"], event["spin"]) == ("stuck", "")

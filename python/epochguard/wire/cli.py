@@ -116,4 +116,5 @@ def _verdict_text(d: dict[str, Any]) -> str:
     """`DETECTED (rewound, 3 redelivered)`, `SILENT (12 skipped)`."""
     notes = [d["how"]] if d.get("how") else []
     notes += [f"{d[k]} {k}" for k in ("redelivered", "skipped") if d.get(k)]
+    notes += [f"spinning: {d['spin']}"] if d.get("spin") else []
     return d["verdict"].upper() + (f" ({', '.join(notes)})" if notes else "")

@@ -22,7 +22,9 @@ Each verdict says how and what it cost: `detected` is `rewound` (fetched again a
 or `raised` (validated, then fetched no more: the application was told); `reset` goes `back` (to a
 ListOffsets answer, or a restart from an older position); `redelivered` counts the records below the
 divergence point the client is served a second time, `skipped` the leader's records from the point
-on that a `silent` client jumps over (the replacements).
+on that a `silent` client jumps over (the replacements). A `stuck` client that kept asking meanwhile
+(`SPIN_REQUESTS` of one request type for the partition within the bound: validations or ListOffsets
+retried at round-trip speed, librdkafka#4425; fetches answered with an error at once) is said to `spin`.
 
 Also per client: metadata epochs going backwards (the `current_leader_epoch` it sends, checked by
 `sim/invariants.py`'s `metadata-epoch-monotonic` rule, the one implementation), commits without a
@@ -66,6 +68,7 @@ STUCK_AFTER_STEPS = 1000  # 10 s of the server's clock with no way forward
 VERDICTS = ("detected", "reset", "silent", "stuck")
 _OFFSET_COMMIT_EPOCH_VERSION = 6
 STORM_REQUESTS, STORM_STEPS = 50, 100  # 50 asks in 1 s of the server's clock; a retry with back-off asks ~10
+SPIN_REQUESTS = 100  # within STUCK_AFTER_STEPS: 10 a second; a long-polling fetch at 500 ms asks 20
 _SERVED_SPANS = 256  # per client and partition: enough to place any commit near the client's position
 
 
@@ -98,11 +101,13 @@ class Divergence:
     how: str = ""  # detected: rewound / raised; reset: back
     redelivered: int = 0  # records below the divergence point served again
     skipped: int = 0  # records from the divergence point on that the client jumped over
+    asked: dict[str, int] = field(default_factory=dict)  # request type -> asks for the partition while open
+    spin: str = ""  # stuck, asking all along: "OffsetForLeaderEpoch x412"
 
     def to_json(self) -> dict[str, Any]:
         return {"topic": self.tp.topic, "partition": self.tp.partition, "offset": self.offset,
                 "verdict": self.verdict or "undecided", "how": self.how, "redelivered": self.redelivered,
-                "skipped": self.skipped, "detail": self.detail, "served_end": self.served_end,
+                "skipped": self.skipped, "spin": self.spin, "detail": self.detail, "served_end": self.served_end,
                 "served_epoch": self.served_epoch, "step": self.step, "verdict_step": self.verdict_step}
 
 
@@ -186,6 +191,8 @@ class Judge:
         report = self.client(conn)
         report.requests += 1
         name = report.client_id
+        if isinstance(request, (FetchRequest, OffsetsForLeaderEpochRequest, ListOffsetsRequest)) and self._open:
+            self._count_open(name, request)
         if isinstance(request, FetchRequest) and not request.is_from_follower:
             self._on_fetch(name, conn.broker_id, request, response)
         elif isinstance(request, OffsetsForLeaderEpochRequest):
@@ -236,6 +243,9 @@ class Judge:
                     self._decide(d, "detected", "validated, then stopped fetching (raised)", how="raised")
                 else:
                     self._decide(d, "stuck", "no fetch, validation or reset made progress")
+                    api, asks = max(d.asked.items(), key=lambda kv: kv[1], default=("", 0))
+                    if asks >= SPIN_REQUESTS:
+                        d.spin = f"{api} x{asks}"
 
     # --- rules -----------------------------------------------------------------------------------
     def _on_fetch(self, name: str, broker_id: int, request: FetchRequest, response: Any) -> None:
@@ -341,6 +351,16 @@ class Judge:
                 problem = f"committed beyond the divergence point {d.offset}"
                 report.commits.append({"topic": p.topic, "partition": p.partition_index, "offset": p.committed_offset,
                                        "step": self.step, "problem": problem})
+
+    def _count_open(self, name: str, request: Any) -> None:
+        if isinstance(request, FetchRequest) and request.is_from_follower:
+            return
+        api = {FetchRequest: "Fetch", OffsetsForLeaderEpochRequest: "OffsetForLeaderEpoch",
+               ListOffsetsRequest: "ListOffsets"}[type(request)]
+        for tp in {p.tp for p in request.partitions}:
+            d = self._open.get((name, tp))
+            if d is not None:
+                d.asked[api] = d.asked.get(api, 0) + 1
 
     def _served_epoch(self, client: str, tp: TopicPartition, offset: int) -> int | None:
         """The epoch of the batch holding `offset` as last served to `client` (None: not served lately)."""

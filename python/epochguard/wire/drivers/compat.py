@@ -137,7 +137,9 @@ def cell(result: RunResult, client: Client) -> str:
     verdicts = Counter(_label(d["verdict"], d.get("how", "")) for d in server.get("divergences", []))
     truth = Counter(_label(d.verdict, d.how) for d in result.truths[client.name].divergences)
     # The same verdicts agree even when the server split one divergence into several events.
-    return _summary(verdicts) if set(verdicts) == set(truth) else f"{_summary(verdicts)} != {_summary(truth)}"
+    text = _summary(verdicts) if set(verdicts) == set(truth) else f"{_summary(verdicts)} != {_summary(truth)}"
+    # A stuck client that kept asking: only the server sees requests, so it is a note, not a verdict.
+    return text + (" (spin)" if any(d.get("spin") for d in server.get("divergences", [])) else "")
 
 
 def _label(verdict: str, how: str) -> str:

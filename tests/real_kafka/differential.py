@@ -8,7 +8,10 @@ both backends answer the very same bytes, and both answers are decoded by kafka-
 
 Faults: `stop` is SIGTERM on Kafka (a controlled shutdown) and a crash in the simulator (which has no
 controlled shutdown: its controller drops the broker from the ISR when the session times out);
-`elect_unclean` is an ElectLeaders request of type UNCLEAN on both. `replica(b)` reads what a replica
+`elect_unclean` / `elect_preferred` are ElectLeaders requests of type UNCLEAN / PREFERRED on both;
+`pause` is SIGSTOP on Kafka (the broker neither fetches nor heartbeats, and stays in every ISR until
+`replica.lag.time.max.ms` or the controller's session timeout) and, in the simulator, the broker cut off
+from the other brokers but not from the controller (`Isolate`); `resume` is SIGCONT / `Heal`. `replica(b)` reads what a replica
 holds: on Kafka from its partition dir (`PartitionLog.open`) and root checkpoints, in the simulator
 from its log.
 """
@@ -23,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from kafka.protocol.admin import ElectLeadersRequest, ElectLeadersResponse
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 from kafka.protocol.consumer.offsets import (
     ListOffsetsRequest,
@@ -35,9 +39,11 @@ from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
 from epochguard._core import encode_batch
 from epochguard.kafka import KafkaCluster, PartitionState
-from epochguard.sim.faults import Crash, ElectUnclean, Restart
+from epochguard.sim.faults import Crash, ElectUnclean, Heal, Isolate, PreferredElection, Restart
+from epochguard.sim.network import broker_node
 from epochguard.storage.log import PartitionLog
 from epochguard.storage.logdir import read_offset_checkpoint
+from epochguard.storage.logdir_format import LEADER_EPOCH_CHECKPOINT, parse_leader_epoch_checkpoint
 from epochguard.types import TopicPartition
 from epochguard.wire.endpoint import Endpoint
 from epochguard.wire.engine import Connection, WireCluster
@@ -45,7 +51,8 @@ from epochguard.wire.scenarios import BASE, INPUT, Stage, WireScenario
 
 # Versions inside both Kafka 4.4's and epochguard's codec's ranges, each with every field the scripts use
 PRODUCE_V, FETCH_V, LIST_OFFSETS_V, OFFSET_FOR_LEADER_EPOCH_V, METADATA_V = 9, 12, 7, 4, 12
-_RESPONSES = {ProduceRequest: ProduceResponse, FetchRequest: FetchResponse, ListOffsetsRequest: ListOffsetsResponse,
+ELECT_LEADERS_V = 2
+_RESPONSES = {ElectLeadersRequest: ElectLeadersResponse, ProduceRequest: ProduceResponse, FetchRequest: FetchResponse, ListOffsetsRequest: ListOffsetsResponse,
               OffsetForLeaderEpochRequest: OffsetForLeaderEpochResponse, MetadataRequest: MetadataResponse}
 EARLIEST, LATEST = -2, -1
 
@@ -107,6 +114,12 @@ def metadata(topic: str) -> Any:
                                        include_topic_authorized_operations=False)
 
 
+def elect_leaders(topic: str, partition: int, unclean: bool) -> Any:
+    r = ElectLeadersRequest[ELECT_LEADERS_V]
+    return r(election_type=1 if unclean else 0, timeout_ms=60000,
+             topic_partitions=[r.TopicPartitions(topic=topic, partitions=[partition])])
+
+
 def records(tag: str, n: int, ts: int) -> bytes:
     """A plain (non-idempotent) v2 batch of n records with CreateTime timestamps ts, ts+1, ..."""
     return encode_batch([(f"{tag}-{i}".encode(), f"{tag}-value-{i}".encode(), [], ts + i) for i in range(n)],
@@ -146,13 +159,17 @@ class Backend:
     def stop(self, broker: int) -> None: ...
     def start(self, broker: int) -> None: ...
     def elect_unclean(self) -> None: ...
+    def elect_preferred(self) -> None: ...
+    def prefer(self, broker: int) -> None: ...
+    def pause(self, broker: int) -> None: ...
+    def resume(self, broker: int) -> None: ...
     def wait(self, predicate: Callable[[PartitionState], bool], what: str) -> PartitionState: ...
     def replica(self, broker: int) -> Replica: ...
     def settle(self, predicate: Callable[[], bool], what: str) -> None: ...
 
-    def produce(self, broker: int, batch: bytes) -> tuple[int, int]:
-        """(error code, base offset) of an acks=all produce of `batch` to `broker`."""
-        resp = self.send(broker, produce(self.topic, 0, batch))
+    def produce(self, broker: int, batch: bytes, acks: int = -1) -> tuple[int, int]:
+        """(error code, base offset) of a produce of `batch` to `broker` (acks=all unless told)."""
+        resp = self.send(broker, produce(self.topic, 0, batch, acks))
         p = resp.responses[0].partition_responses[0]
         return p.error_code, p.base_offset
 
@@ -165,6 +182,7 @@ class KafkaBackend(Backend):
         self.topic = topic
         self._socks: dict[int, socket.socket] = {}
         self._cid = 0
+        self.paused: set[int] = set()
         # retention.ms=-1: the records carry fixed 2023 timestamps (the same bytes on both backends), which
         # the 7-day time retention would delete at its next 5-minute check (seen: the new leader's log
         # start jumping to its log end between two produces)
@@ -190,6 +208,8 @@ class KafkaBackend(Backend):
         raise AssertionError("unreachable")
 
     def close(self) -> None:
+        for b in list(self.paused):  # never leave a broker stopped behind a failed script
+            self.resume(b)
         for s in self._socks.values():
             s.close()
         self._socks.clear()
@@ -204,16 +224,61 @@ class KafkaBackend(Backend):
         self.cluster.start_broker(broker)
 
     def elect_unclean(self) -> None:
-        self.cluster.elect_leaders(self.topic, 0, unclean=True)
+        self._elect(unclean=True)
+
+    def elect_preferred(self) -> None:
+        self._elect(unclean=False)
+
+    def _elect(self, unclean: bool) -> None:
+        if not self.paused:
+            self.cluster.elect_leaders(self.topic, 0, unclean=unclean)
+            return
+        # kafka-python's admin sends ElectLeaders to the broker Metadata names controller, in KRaft a random
+        # one: maybe the paused broker (a 60 s time-out). Any running broker forwards it to the controller.
+        r = self.send(self._responsive(), elect_leaders(self.topic, 0, unclean))
+        codes = {p.error_code for t in r.replica_election_results for p in t.partition_result}
+        if r.error_code or codes - {0, 84}:  # 84: ELECTION_NOT_NEEDED
+            raise RuntimeError(f"ElectLeaders {self.topic}-0: {r}")
+
+    def _responsive(self) -> int:
+        return next(b for b in self.cluster.broker_ids if self.cluster.running(b) and b not in self.paused)
+
+    def _state(self) -> PartitionState | None:
+        """The partition as a running, unpaused broker's Metadata answer shows it (the admin's own requests
+        may go to a paused broker)."""
+        p = self.send(self._responsive(), metadata(self.topic)).topics[0].partitions[0]
+        if p.error_code:
+            return None
+        return PartitionState(p.leader_id, p.leader_epoch, tuple(p.replica_nodes), tuple(p.isr_nodes))
+
+    def prefer(self, broker: int) -> None:
+        """Make `broker` the preferred (first) replica: a reassignment that only reorders the replicas."""
+        state = self.cluster.partition(self.topic, 0)
+        assert state is not None
+        self.cluster.reorder_replicas(self.topic, 0, [broker, *(r for r in state.replicas if r != broker)])
+
+    def pause(self, broker: int) -> None:
+        self.cluster.pause_broker(broker)
+        self.paused.add(broker)
+
+    def resume(self, broker: int) -> None:
+        self.cluster.resume_broker(broker)
+        self.paused.discard(broker)
 
     def wait(self, predicate: Callable[[PartitionState], bool], what: str) -> PartitionState:
-        """The state as the brokers' metadata shows it, once every running replica's own Metadata
-        answer agrees on leader and epoch (the admin may ask a broker that learnt it first)."""
-        state = self.cluster.wait_partition(self.topic, 0, predicate, what)
+        """The state as the brokers' metadata shows it, once every running (not paused) replica's own
+        Metadata answer agrees on leader and epoch (the admin may ask a broker that learnt it first)."""
+        if self.paused:
+            def check() -> PartitionState | None:
+                st = self._state()
+                return st if st is not None and predicate(st) else None
+            state = self.cluster.wait_for(check, what)
+        else:
+            state = self.cluster.wait_partition(self.topic, 0, predicate, what)
 
         def agreed() -> bool:
             for b in state.replicas:
-                if self.cluster.running(b):
+                if self.cluster.running(b) and b not in self.paused:
                     p = self.send(b, metadata(self.topic)).topics[0].partitions[0]
                     if (p.leader_id, p.leader_epoch) != (state.leader, state.leader_epoch):
                         return False
@@ -222,10 +287,14 @@ class KafkaBackend(Backend):
         return state
 
     def replica(self, broker: int) -> Replica:
+        # a paused broker's files are read all the same (what it held when it stopped)
         root = self.cluster.data_dir(broker)
         log = PartitionLog.open(root / f"{self.topic}-0", write_through=False)
         hw = read_offset_checkpoint(root / "replication-offset-checkpoint").get(TopicPartition(self.topic, 0), 0)
-        return Replica.of(log, hw)
+        # the checkpoint file as written: opening the log truncates the cache to its end, as Kafka's
+        # recovery does, and drops a new leader's entry at its log end before it has appended anything
+        epochs = parse_leader_epoch_checkpoint((root / f"{self.topic}-0" / LEADER_EPOCH_CHECKPOINT).read_bytes())
+        return replace(Replica.of(log, hw), epochs=tuple(epochs))
 
     def settle(self, predicate: Callable[[], bool], what: str) -> None:
         self.cluster.wait_for(predicate, what)
@@ -248,16 +317,17 @@ class SimBackend(Backend):
     name = "sim"
     max_steps = 20_000
 
-    def __init__(self, assignment: Sequence[int], seed: int = 0) -> None:
+    def __init__(self, assignment: Sequence[int], seed: int = 0, **config: Any) -> None:
         self.topic = INPUT
         cfg = replace(BASE, brokers=3, replication_factor=len(assignment), min_insync_replicas=1, producers=(),
-                      consumers=0, monitor=False)
+                      consumers=0, monitor=False, **config)
         assert tuple(cfg.assignment()[TopicPartition(INPUT, 0)]) == tuple(assignment), cfg.assignment()
         scenario = WireScenario("differential", cfg, (Stage("ready"),), "differential test")
         self.wire = WireCluster(scenario, seed, {b: ("127.0.0.1", 9000 + b) for b in (1, 2, 3)})
         self.endpoint = Endpoint(self.wire)
         self._conns: dict[int, Connection] = {}
         self._cid = 0
+        self.preferred: int | None = None
         self.tp = TopicPartition(INPUT, 0)
         self.settle(self.wire.ready, "every partition led")
 
@@ -288,6 +358,19 @@ class SimBackend(Backend):
 
     def elect_unclean(self) -> None:
         self.endpoint.fire(ElectUnclean(self.tp))
+
+    def elect_preferred(self) -> None:
+        first = self.preferred or self.wire.cluster.controller.partitions[self.tp].replicas[0]
+        self.endpoint.fire(PreferredElection(self.tp, first))
+
+    def prefer(self, broker: int) -> None:
+        self.preferred = broker  # the simulated controller elects any in-sync replica it is told
+
+    def pause(self, broker: int) -> None:
+        self.endpoint.fire(Isolate(broker))
+
+    def resume(self, broker: int) -> None:
+        self.endpoint.fire(Heal(broker_node(broker)))
 
     def state(self) -> PartitionState:
         st = self.wire.cluster.controller.partitions[self.tp]

@@ -12,6 +12,7 @@ by design is listed in `KNOWN_DIFFERENCES` with its reason (and in docs/real-kaf
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -71,27 +72,95 @@ def run_unclean_script(b: Backend, *, empty_follower: bool, observer: Observer |
     b.settle(settled, "replica 1 caught up, both HWs at the log end (checkpointed)")
     out["after"] = {r: b.replica(r) for r in (1, 2)}
     observer.settled(b, out["after"][2].log_end)
-    out["answers"] = queries(b, out["elected"].leader_epoch, out["after"][2].log_end)
+    out["answers"] = queries(b, 2, out["elected"].leader_epoch, out["after"][2].log_end)
     return out
 
 
-def queries(b: Backend, epoch: int, leo: int) -> dict[str, Any]:
-    """The same OffsetForLeaderEpoch, ListOffsets and Fetch requests to the leader (broker 2)."""
+def run_leader_bounce_script(b: Backend) -> dict[str, Any]:
+    """Script 1, clean replication with a leader bounce: replicas [1, 2, 3]; leader 1 takes 5 records
+    (acks=all); 1 stops, 2 is elected cleanly and takes 3; 1 starts and rejoins the ISR; a preferred
+    election makes 1 the leader again, which takes 2 more. Nothing is lost or truncated."""
+    out: dict[str, Any] = {}
+    out["created"] = b.wait(lambda s: s.leader == 1 and set(s.isr) == {1, 2, 3}, "leader 1, ISR [1, 2, 3]")
+    out["produce_a"] = b.produce(1, records("a", 5, T0))
+    b.stop(1)
+    out["bounced"] = b.wait(lambda s: s.leader == 2 and set(s.isr) == {2, 3}, "leader 2 (clean), ISR [2, 3]")
+    out["produce_b"] = b.produce(2, records("b", 3, T0 + 100))
+    b.start(1)
+    out["rejoined"] = b.wait(lambda s: set(s.isr) == {1, 2, 3}, "ISR [1, 2, 3] again")
+    b.elect_preferred()
+    out["preferred"] = b.wait(lambda s: s.leader == 1, "leader 1 again (preferred election)")
+    out["produce_c"] = b.produce(1, records("c", 2, T0 + 200))
+
+    def settled() -> bool:
+        reps = [b.replica(r) for r in (1, 2, 3)]
+        return all(r.log_end == r.high_watermark == 10 for r in reps)
+    b.settle(settled, "every replica at offset 10, its HW too (checkpointed)")
+    out["after"] = {r: b.replica(r) for r in (1, 2, 3)}
+    out["answers"] = queries(b, 1, out["preferred"].leader_epoch, 10,
+                             fetches=((0, -1), (5, 0), (5, 1), (8, 1), (8, 2), (10, 2), (15, 2)))
+    return out
+
+
+def run_lagging_leader_script(b: Backend) -> dict[str, Any]:
+    """Script 4, KIP-207: replicas [1, 2, 3], broker 2 made the preferred leader (Kafka: a reassignment
+    that only reorders the replicas); leader 1 takes 5 records (acks=all) that every replica has; 3
+    pauses (still in the ISR); 1 takes 3 records with acks=1, which 2 fetches, but the HW stays at 5
+    waiting for 3; a preferred election makes 2 the leader of epoch 1 from offset 8 with its HW at 5:
+    ListOffsets, Fetch and OffsetForLeaderEpoch are asked then; 3 resumes, fetches, the HW reaches 8:
+    asked again.
+
+    Leader 1 is moved, not stopped: a controlled shutdown waits until every unfenced broker's metadata
+    has passed the shutdown's offset (BrokerHeartbeatManager), and a paused one never does: Kafka
+    granted broker 1's shutdown only when broker 3 was fenced, 30 s later, with the ISR [2] and the HW
+    at 8 by then."""
+    out: dict[str, Any] = {}
+    out["created"] = b.wait(lambda s: s.leader == 1 and set(s.isr) == {1, 2, 3}, "leader 1, ISR [1, 2, 3]")
+    b.prefer(2)
+    out["produce_a"] = b.produce(1, records("a", 5, T0))
+    b.settle(lambda: all(b.replica(r).high_watermark == 5 for r in (1, 2, 3)), "every replica's HW at 5")
+    b.pause(3)
+    out["produce_b"] = b.produce(1, records("b", 3, T0 + 100), acks=1)
+    b.settle(lambda: b.replica(2).log_end == 8, "follower 2 fetched the acks=1 records")
+    b.elect_preferred()
+    out["elected"] = b.wait(lambda s: s.leader == 2, "leader 2 (preferred)")
+    epoch = out["elected"].leader_epoch
+    b.settle(lambda: b.replica(2).high_watermark == 5, "leader 2's HW (5) checkpointed")
+    lagging = {r: b.replica(r) for r in (2, 3)}
+    out["lagging answers"] = queries(b, 2, epoch, 8, fetches=((0, -1), (5, 0), (8, 0)))
+    # still the KIP-207 window: 3 never left the ISR (without it the HW would have reached 8)
+    out["still lagging"] = b.wait(lambda s: True, "the partition's state")
+    out["lagging"] = lagging
+    b.resume(3)
+    b.settle(lambda: all(b.replica(r).high_watermark == 8 for r in (1, 2, 3)), "3 caught up, every HW at 8")
+    out["caught-up answers"] = queries(b, 2, epoch, 8, fetches=((0, -1), (5, 0), (8, 0), (8, 1)))
+    out["after"] = {r: b.replica(r) for r in (1, 2, 3)}
+    return out
+
+
+_FETCHES = ((0, -1), (5, 0), (7, 0), (8, 0))
+
+
+def queries(b: Backend, leader: int, epoch: int, leo: int,
+            fetches: tuple[tuple[int, int], ...] | None = None) -> dict[str, Any]:
+    """The same OffsetForLeaderEpoch, ListOffsets and Fetch requests to the leader; `fetches` are
+    (offset, last fetched epoch) pairs (default: the unclean scripts', then the log end and past it)."""
     t = b.topic
     ans: dict[str, Any] = {}
     for current in (-1, epoch, epoch - 1, epoch + 1):  # unchecked, current, fenced, unknown (newer)
         for requested in (0, epoch - 1, epoch, epoch + 1):  # below/inside/at/above the cache
-            r = b.send(2, offset_for_leader_epoch(t, 0, requested, current))
+            r = b.send(leader, offset_for_leader_epoch(t, 0, requested, current))
             p = r.topics[0].partitions[0]
             ans[f"ofle current={current} requested={requested}"] = (p.error_code, p.leader_epoch, p.end_offset)
     for name, ts, iso in (("earliest", EARLIEST, 0), ("latest", LATEST, 0), ("latest committed", LATEST, 1),
                           ("max timestamp", -3, 0), ("ts a-1", T0 + 1, 0), ("ts b-0", T0 + 100, 0),
                           ("ts c-1", T0 + 201, 0), ("ts beyond", T0 + 10_000, 0)):
-        r = b.send(2, list_offsets(t, 0, ts, iso))
+        r = b.send(leader, list_offsets(t, 0, ts, iso))
         p = r.topics[0].partitions[0]
         ans[f"list_offsets {name}"] = (p.error_code, p.timestamp, p.offset, p.leader_epoch)
-    for offset, last_epoch in ((0, -1), (5, 0), (7, 0), (8, 0), (leo, epoch), (leo + 5, epoch)):
-        r = b.send(2, fetch(t, 0, offset, last_fetched_epoch=last_epoch, current_leader_epoch=epoch))
+    points = fetches if fetches is not None else (*_FETCHES, (leo, epoch), (leo + 5, epoch))
+    for offset, last_epoch in points:
+        r = b.send(leader, fetch(t, 0, offset, last_fetched_epoch=last_epoch, current_leader_epoch=epoch))
         p = r.responses[0].partitions[0]
         div = p.diverging_epoch
         ans[f"fetch offset={offset} last_fetched_epoch={last_epoch}"] = (
@@ -103,12 +172,12 @@ def queries(b: Backend, epoch: int, leo: int) -> dict[str, Any]:
 def flatten(run: dict[str, Any]) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in run.items():
-        if key in ("before", "after"):
+        if key in ("before", "after", "lagging"):
             for r, replica in value.items():
                 for field, v in asdict(replica).items():
                     flat[f"{key} replica {r} {field}"] = v
-        elif key == "answers":
-            flat.update(value)
+        elif key.endswith("answers"):
+            flat.update({f"{key.removesuffix('answers')}{k}": v for k, v in value.items()})
         elif hasattr(value, "leader_epoch"):
             flat[f"{key} leader/epoch/isr"] = (value.leader, value.leader_epoch, tuple(sorted(value.isr)))
         else:
@@ -140,3 +209,29 @@ def runs(kafka_runs: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_unclean_election_same_on_kafka_and_sim(runs: dict[str, dict[str, Any]], script: str) -> None:
     diffs = compare(runs[f"{script} kafka"], runs[f"{script} sim"])
     assert not diffs, "\n".join(diffs)
+
+
+# name -> (script, assignment of its partition, the simulator's settings beside SimBackend's)
+SCRIPTS: dict[str, tuple[Callable[[Backend], dict[str, Any]], list[int], dict[str, Any]]] = {
+    "script1": (run_leader_bounce_script, [1, 2, 3], {}),
+    # Kafka's replica.lag.time.max.ms (30 s), not serve's 500 ms: a paused follower stays in the ISR
+    "script4": (run_lagging_leader_script, [1, 2, 3], {"replica_lag_time_max_ms": 30_000}),
+}
+
+
+@pytest.mark.parametrize("script", ["script1", "script4"])
+def test_script_same_on_kafka_and_sim(kafka_script: Callable[[str], dict[str, Any]], script: str) -> None:
+    fn, assignment, config = SCRIPTS[script]
+    diffs = compare(kafka_script(script), fn(SimBackend(assignment, **config)))
+    assert not diffs, "\n".join(diffs)
+
+
+def test_lagging_leader_answers_offset_not_available(kafka_script: Callable[[str], dict[str, Any]]) -> None:
+    """KIP-207 on the real broker (script 4): while the new leader's HW (5) is below its epoch's start
+    (8), ListOffsets LATEST answers OFFSET_NOT_AVAILABLE; once a follower has caught up, 8."""
+    run = kafka_script("script4")
+    assert run["still lagging"].isr == run["elected"].isr and set(run["elected"].isr) == {1, 2, 3}, \
+        "broker 3 left the ISR during the window (paused too long?): the HW was never held back"
+    assert run["lagging"][2].high_watermark == 5 and run["lagging"][2].log_end == 8
+    assert run["lagging answers"]["list_offsets latest"][0] == 78  # OFFSET_NOT_AVAILABLE
+    assert run["caught-up answers"]["list_offsets latest"][:3] == (0, -1, 8)

@@ -166,8 +166,9 @@ class KafkaCluster:
             return common | {
                 "process.roles": "controller",
                 "listeners": f"CONTROLLER://127.0.0.1:{node.port}",
-                # two JVMs starting on 2 busy cores can pause a heartbeat past the 9 s default
-                "broker.session.timeout.ms": "18000",
+                # two JVMs starting on 2 busy cores can pause a heartbeat past the 9 s default; and a
+                # paused broker (pause_broker) stays unfenced, in its ISRs, for the 30 s of replica.lag.time.max.ms
+                "broker.session.timeout.ms": "30000",
             }
         return common | {
             "process.roles": "broker",
@@ -286,6 +287,22 @@ class KafkaCluster:
         """SIGKILL: an unclean shutdown (fenced after broker.session.timeout.ms)."""
         self._signal(broker_id, signal.SIGKILL, 30.0)
 
+    def pause_broker(self, broker_id: int) -> None:
+        """SIGSTOP: the broker neither fetches, serves nor heartbeats, yet stays registered and in every
+        ISR until its leaders' `replica.lag.time.max.ms` (30 s) or the controller's session timeout
+        passes (a follower that fell silent; KIP-207's lagging new leader needs one)."""
+        self._signal_only(broker_id, signal.SIGSTOP)
+
+    def resume_broker(self, broker_id: int) -> None:
+        """SIGCONT after `pause_broker`."""
+        self._signal_only(broker_id, signal.SIGCONT)
+
+    def _signal_only(self, node_id: int, sig: signal.Signals) -> None:
+        proc = self.nodes[node_id].proc
+        if proc is None or proc.poll() is not None:
+            raise RuntimeError(f"node {node_id} is not running")
+        proc.send_signal(sig)
+
     def running(self, node_id: int) -> bool:
         proc = self.nodes[node_id].proc
         return proc is not None and proc.poll() is None
@@ -313,6 +330,7 @@ class KafkaCluster:
         for group in (self.broker_ids, [CONTROLLER_ID]):
             procs = [p for n in group if (p := self.nodes[n].proc) is not None and p.poll() is None]
             for proc in procs:
+                proc.send_signal(signal.SIGCONT)  # a paused broker would never see the SIGTERM
                 proc.send_signal(signal.SIGTERM)
             deadline = time.monotonic() + timeout_s
             for proc in procs:
@@ -395,6 +413,19 @@ class KafkaCluster:
         (a leader is there already) is not an error."""
         self._admin_retry(lambda admin: admin.elect_leaders(1 if unclean else 0, {topic: [partition]},
                                                             timeout_ms=60000), "ElectLeaders")
+
+    def reorder_replicas(self, topic: str, partition: int, replicas: Sequence[int]) -> None:
+        """AlterPartitionReassignments to the same replicas in another order (the first is the preferred
+        leader); nothing moves, so it completes at once. Returns once the metadata shows the order."""
+        from kafka import TopicPartition as KafkaTopicPartition
+
+        order = tuple(replicas)
+        result = self._admin_retry(lambda admin: admin.alter_partition_reassignments(
+            {KafkaTopicPartition(topic, partition): list(order)}, timeout_ms=60000), "AlterPartitionReassignments")
+        if isinstance(result, dict) and any(err is not None for err in result.values()):
+            raise RuntimeError(f"AlterPartitionReassignments {topic}-{partition} -> {list(order)}: {result}")
+        self.wait_partition(topic, partition, lambda s: s.replicas == order,
+                            f"{topic}-{partition} replicas {list(order)}")
 
     def _admin_retry(self, call: Callable[[Any], Any], what: str) -> Any:
         """A request to the controller: kafka-python's admin keeps the controller id (in KRaft a broker that

@@ -14,7 +14,13 @@ import pytest
 from epochguard import _core
 from epochguard.client.network import NetworkClient, parse_bootstrap
 from epochguard.errors import Errors, FrameTooLargeError, KafkaConnectionError, KafkaTimeoutError
-from epochguard.protocol.api_versions import BROKER_API_VERSIONS, ApiKey, ApiVersionsResponse, answer_api_versions
+from epochguard.protocol.api_versions import (
+    BROKER_API_VERSIONS,
+    ApiKey,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    answer_api_versions,
+)
 from epochguard.protocol.messages import MetadataRequest, MetadataResponse, MetadataResponseBroker
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -84,6 +90,10 @@ def test_handshake_then_the_newest_common_version_with_correlation_ids() -> None
         second = await client.send(-1, MetadataRequest(("t",)))
         assert first == second == MetadataResponse((), brokers=METADATA.brokers, version=9)
         assert client.api_versions(-1).version_range(ApiKey.METADATA).max_version == 9
+        # The state machine's own ApiVersions (no software name: Kafka answers INVALID_REQUEST to that
+        # at v3) is answered from the handshake, never sent again
+        again = await client.send(-1, ApiVersionsRequest())
+        assert again.error_code == Errors.NONE and again.node_api_versions == client.api_versions(-1)
         await client.close()
 
     run(with_server(broker, body))

@@ -257,6 +257,21 @@ def test_a_raised_truncation_records_the_divergent_epoch():
     assert raised.value.offset_out_of_range_partitions == {A: 5}
 
 
+def test_a_truncation_validated_again_before_the_application_polls_is_raised_once():
+    """Policy none keeps the partition awaiting validation; asked again after the back-off, the same
+    answer replaces the pending error (Kafka keeps one, `cachedValidatePositionsException`)."""
+    c, node, request = one_request(both_on_broker_1(), A, policy="none")
+    c.on_response(node, request, answered(epoch_end(A, 0, 2)), NOW)
+    ((node, again),) = validations(c, NOW + BACKOFF)
+    c.on_response(node, again, answered(epoch_end(A, 0, 2)), NOW + BACKOFF)
+    with pytest.raises(LogTruncationError) as raised:
+        c.poll(NOW + BACKOFF)
+    assert raised.value.divergent_offsets == {A: OffsetAndMetadata(2, "", 0)}
+    c.seek(A, raised.value.divergent_offsets[A])
+    assert c.poll(NOW + BACKOFF).count() == 0  # nothing else pending: the application's seek stands
+    assert c.awaiting_validation(A) and c.position(A).offset == 2
+
+
 # --- beyond Kafka: a rewind that must be validated again (track_consumed_epochs) -------------------------
 def test_a_rewind_to_an_epoch_the_new_leader_never_had_is_validated_again():
     """Read 0-4 in epoch 0 and 5-9 in epoch 2 from broker 1; broker 2 never had epoch 2 (it has epoch 0

@@ -388,6 +388,11 @@ class NetworkClient:
         """Send `request` to `node_id`; the answer, or `KafkaConnectionError` / `KafkaTimeoutError`
         (its connection is then closed and the node backs off before the next connect)."""
         conn = await self.connection(node_id)
+        if isinstance(request, ApiVersionsRequest) and conn.api_versions is not None:
+            # The connection's handshake answered this already (Java's NetworkClient keeps the versions per
+            # connection too). Sent again, it would need the software name Kafka validates from v3 on: the
+            # state machine's empty one is INVALID_REQUEST there, and validation waited for versions forever.
+            return ApiVersionsResponse(tuple(conn.api_versions), version=request.version)
         try:
             return await conn.send(request, timeout_ms)
         except (KafkaConnectionError, KafkaTimeoutError):

@@ -153,6 +153,10 @@ class ValidationManager(RequestManager[_Positions]):
                 continue  # stale: the position moved since the request
             self._complete(answer.tp, s, request_position, answer.leader_epoch, answer.end_offset, now_ms, truncated)
         if truncated:
+            # One pending at a time, the newest (Kafka's `cachedValidatePositionsException`): a network driver
+            # re-validates after the back-off while the application is away, and each answer would queue
+            # the same truncation again, raised once per poll after the application had already seeked.
+            self.ctx.errors[:] = [e for e in self.ctx.errors if not isinstance(e, LogTruncationError)]
             self.ctx.errors.append(
                 LogTruncationError(
                     offset_out_of_range_partitions={tp: offset for tp, (offset, _) in truncated.items()},

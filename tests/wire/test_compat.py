@@ -41,6 +41,11 @@ def test_cells() -> None:
     spun = result(["stuck"], ["stuck"])
     spun.server_report["clients"][0]["divergences"][0]["spin"] = "OffsetForLeaderEpoch x412"
     assert cell(spun, kp) == "stuck (spin)"  # only the server sees requests: a note, not a verdict
+    alarmed = result([], [])
+    alarmed.server_report["clients"][0]["false_alarms"] = [{"offset": 20, "answer": 20, "served_end": 25}]
+    assert cell(alarmed, kp) == "false-alarm != -"
+    alarmed.truths["kafka-python"].rewinds.append(("events", 0, 20, 5))
+    assert cell(alarmed, kp) == "false-alarm"
 
 
 def test_table_rows_and_labels() -> None:

@@ -343,3 +343,72 @@ def test_a_stuck_client_long_polling_does_not_spin(diverged) -> None:
             w.step()
     event = verdict(judge)
     assert (event["verdict"], event["spin"]) == ("stuck", "")
+
+
+def lie(whole: bool = False) -> tuple[WireCluster, Judge, object, int, int]:
+    """false-divergence by hand: a client read events-0 from leader 1 to its end (epoch 0) in one fetch
+    from 0, the leader moved cleanly to broker 2, which answers the client's first validation 5 short (or,
+    `whole`, at 0: where that fetch began); returns the cluster, the judge, the client's connection to
+    broker 2, the end it was served and the answer it got."""
+    from epochguard.sim.faults import PreferredElection
+    from epochguard.wire.scenarios import StaleEpochAnswer
+
+    w = WireCluster(build("false-divergence"), 0, ADDRESSES)
+    judge = Judge()
+    w.observers.append(judge)
+    run_until(w, w.ready)
+    run_until(w, lambda: w.cluster.log(1, TP).high_watermark >= 20)
+    w.fire(PauseProducers())
+    for _ in range(20):
+        w.step()
+    served_to = w.cluster.log(1, TP).high_watermark
+    fetch(w, w.connect(1), 0)
+    w.fire(StaleEpochAnswer(TP, 2, served_to if whole else 5))
+    w.fire(PreferredElection(TP, 2))
+    run_until(w, lambda: w.cluster.acting_leader(TP) == 2)
+    conn = w.connect(2)
+    ask_epoch = OffsetsForLeaderEpochRequest((OffsetForLeaderPartition("events", 0, 0, 1),))
+    answer = ask(w, conn, 23, 4, ask_epoch).partitions[0]
+    assert (answer.leader_epoch, answer.end_offset) == (0, 0 if whole else served_to - 5)  # the truth: served_to
+    assert ask(w, conn, 23, 4, ask_epoch).partitions[0].end_offset == served_to  # one lie per client
+    return w, judge, conn, served_to, answer.end_offset
+
+
+@pytest.fixture
+def lied_to() -> tuple[WireCluster, Judge, object, int, int]:
+    return lie()
+
+
+def test_going_back_on_a_stale_validation_answer_is_a_false_alarm_not_a_divergence(lied_to) -> None:
+    w, judge, conn, served_to, answer = lied_to
+    fetch(w, conn, answer, epoch=1)
+    (client,) = judge.report()
+    assert client["divergences"] == []
+    assert [(a["offset"], a["answer"], a["served_end"], a["redelivered"]) for a in client["false_alarms"]] == [
+        (answer, answer, served_to, 5)]
+
+
+def test_going_on_after_a_stale_validation_answer_is_nothing(lied_to) -> None:
+    w, judge, conn, served_to, _ = lied_to
+    fetch(w, conn, served_to, epoch=1)
+    (client,) = judge.report()
+    assert client["divergences"] == [] and client["false_alarms"] == []
+
+
+def test_going_on_from_below_the_answer_is_nothing(lied_to) -> None:
+    """kafka-python in a serve run: served 0-534 in one fetch, its application at 500 when told 530: it went
+    on from 500, its own position (it had read none of 500-534 yet), not back."""
+    w, judge, conn, _, answer = lied_to
+    fetch(w, conn, answer - 3, epoch=1)
+    fetch(w, conn, answer, epoch=1)  # and later passing the answer is no reaction to it either
+    (client,) = judge.report()
+    assert client["divergences"] == [] and client["false_alarms"] == []
+
+
+def test_going_back_to_the_answer_is_a_false_alarm_even_where_the_last_fetch_began() -> None:
+    """The answer can fall where the client's last fetch began (a serve run: fetched at 530, served to 535,
+    told 530): going there is acting on the answer, not a lost answer fetched again."""
+    w, judge, conn, served_to, answer = lie(whole=True)
+    fetch(w, conn, answer, epoch=1)
+    (client,) = judge.report()
+    assert [(a["offset"], a["redelivered"]) for a in client["false_alarms"]] == [(0, served_to)]

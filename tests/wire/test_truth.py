@@ -162,3 +162,14 @@ def test_how_and_what_each_verdict_cost() -> None:
     assert (silent.verdict, silent.how, silent.redelivered, silent.skipped) == ("silent", "", 0, 3)  # new-10..12
     stuck = event(history())
     assert (stuck.verdict, stuck.how, stuck.redelivered, stuck.skipped) == ("stuck", "", 0, 0)
+
+
+def test_going_back_with_no_phantom_is_a_rewind_not_a_divergence() -> None:
+    """A false alarm as the delivery log sees it (redpanda#5435): 0-9 read, then 6-9 again though the final
+    log holds exactly what was read; a divergence's own re-read is no rewind."""
+    log = [consumed(1.0 + o / 100, o, f"old-{o}") for o in (*range(10), *range(6, 10))]
+    truth = judge_client(log, FINAL)
+    assert truth.divergences == []
+    assert truth.rewinds == [("events", 0, 6, 4)] and truth.reread == 4
+    detected = judge_client(history(*(consumed(3.0 + o / 100, o, f"new-{o}") for o in range(10, 20))), FINAL)
+    assert detected.rewinds == [] and [d.verdict for d in detected.divergences] == ["detected"]

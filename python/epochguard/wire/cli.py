@@ -102,6 +102,9 @@ def format_table(clients: list[dict[str, Any]]) -> str:
             lines.append(f"  metadata epoch went backwards ({m['api']}): {m['message']}")
         for x in c["commits"]:
             lines.append(f"  commit {x['topic']}-{x['partition']}@{x['offset']}: {x['problem']}")
+        for x in c.get("false_alarms", ()):
+            lines.append(f"  false alarm on {x['topic']}-{x['partition']}: an OffsetsForLeaderEpoch answer of "
+                         f"{x['answer']} (served to {x['served_end']}, nothing diverged), fetched at {x['offset']}")
         for x in c.get("storms", ()):
             lines.append(f"  {x['api']} storm on {x['topic']}-{x['partition']}: {x['requests']} requests within "
                          f"{x['within_steps']} steps")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol
 
 from epochguard.errors import Errors
@@ -45,12 +45,13 @@ from epochguard.protocol.messages import (
     OffsetCommitRequest,
     OffsetFetchRequest,
     OffsetsForLeaderEpochRequest,
+    OffsetsForLeaderEpochResponse,
     ProduceRequest,
     SyncGroupRequest,
 )
 from epochguard.sim.cluster import Cluster
 from epochguard.sim.faults import Fault
-from epochguard.wire.scenarios import WireScenario
+from epochguard.wire.scenarios import StaleEpochAnswer, WireScenario
 
 __all__ = ["WireCluster", "Connection", "Observer", "MAX_QUEUED_REQUESTS"]
 
@@ -125,6 +126,8 @@ class WireCluster:
         self._delayed: dict[int, _Waiting] = {}  # id(request) -> an acks=all Produce, a JoinGroup, a SyncGroup
         self._next_conn = 0
         self._next_producer_id = 1000
+        self._stale_epoch_answers: dict[tuple[int, Any], int] = {}  # (broker, tp) -> lag (StaleEpochAnswer)
+        self._lied_to: set[tuple[str, Any]] = set()  # (client id, tp) already given its stale answer
         for broker in self.cluster.brokers.values():
             broker.on_delayed_response = self._on_delayed_response
         self.groups = self.cluster.coordinator.coordinator
@@ -155,6 +158,8 @@ class WireCluster:
         """Apply a fault now (between steps), as the cluster's own schedule would."""
         self.cluster.timeline.record("fault", "cluster", fault.describe(), fault=type(fault).__name__)
         fault.apply(self.cluster)
+        if isinstance(fault, StaleEpochAnswer):  # a lie of the request layer, not of the cluster's state
+            self._stale_epoch_answers[(fault.broker, fault.tp)] = fault.lag
         for obs in self.observers:
             obs.on_fault(fault, self.step_no)
         for conn in list(self.connections.values()):
@@ -260,7 +265,23 @@ class WireCluster:
         self._poll_fetches()  # new records may complete long polls (once the HW moves)
 
     def _on_offsets(self, conn: Connection, waiting: _Waiting) -> None:
-        self._answer(waiting, self._handle_by_manager(conn, waiting))
+        response = self._handle_by_manager(conn, waiting)
+        if self._stale_epoch_answers and isinstance(response, OffsetsForLeaderEpochResponse):
+            response = self._stale(conn, response)
+        self._answer(waiting, response)
+
+    def _stale(self, conn: Connection, response: OffsetsForLeaderEpochResponse) -> OffsetsForLeaderEpochResponse:
+        """Each client's first answer for an armed partition, `lag` short (StaleEpochAnswer)."""
+        parts = []
+        for p in response.partitions:
+            lag = self._stale_epoch_answers.get((conn.broker_id, p.tp))
+            key = (conn.client_id, p.tp)
+            if lag is not None and p.error_code == Errors.NONE and p.end_offset >= 0 and key not in self._lied_to:
+                self._lied_to.add(key)
+                start = self.cluster.log(conn.broker_id, p.tp).log_start_offset
+                p = replace(p, end_offset=max(start, p.end_offset - lag))
+            parts.append(p)
+        return replace(response, partitions=tuple(parts))
 
     def _on_offset_commit_or_fetch(self, conn: Connection, waiting: _Waiting) -> None:
         self._answer(waiting, self.groups.handle(_BROKER_REPLICA_CONSUMER, waiting.request, self.now_ms))

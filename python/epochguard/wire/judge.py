@@ -36,6 +36,11 @@ longer in the leader's log (the `acked-durable` rule at batch granularity: the l
 acknowledged offset has another CRC, exempt after an unclean election as there), and what it did after
 OFFSET_NOT_AVAILABLE (KIP-207).
 
+A false alarm: with no divergence open, a client that got an OffsetsForLeaderEpoch answer below the end
+of what it was served fetches next at exactly that answer, or below where its last fetch began: it went
+back although the leader's log never lost a record (`false-divergence`: redpanda#5435). Reported, never
+blamed: the answer is indistinguishable from a truncation.
+
 The judge sees only exchanges, faults and steps, so the same trace replayed gives the same verdicts.
 """
 
@@ -130,6 +135,7 @@ class ClientReport:
     offset_not_available: list[dict[str, Any]] = field(default_factory=list)
     metadata_epoch_backwards: list[dict[str, Any]] = field(default_factory=list)
     storms: list[dict[str, Any]] = field(default_factory=list)
+    false_alarms: list[dict[str, Any]] = field(default_factory=list)
     epochs_sent: dict[str, int] = field(default_factory=dict)  # api name -> requests carrying an epoch >= 0
 
     def to_json(self) -> dict[str, Any]:
@@ -138,7 +144,7 @@ class ClientReport:
             "requests": self.requests, "divergences": [d.to_json() for d in self.divergences],
             "commits": self.commits, "acks_lost": self.acks_lost, "offset_not_available": self.offset_not_available,
             "metadata_epoch_backwards": self.metadata_epoch_backwards, "epochs_sent": self.epochs_sent,
-            "storms": self.storms,
+            "storms": self.storms, "false_alarms": self.false_alarms,
         }
 
 
@@ -162,6 +168,7 @@ class Judge:
         self._spans: dict[tuple[str, TopicPartition], deque[tuple[int, int, int]]] = {}
         self._asks: dict[tuple[str, str, TopicPartition], deque[int]] = {}  # steps of recent asks
         self._storming: set[tuple[str, str, TopicPartition]] = set()
+        self._low_answers: dict[tuple[str, TopicPartition], int] = {}  # validation answers below the served end
         self._open: dict[tuple[str, TopicPartition], Divergence] = {}
         self._not_available: dict[tuple[str, TopicPartition], dict[str, Any]] = {}
         self._acked: list[_Acked] = []
@@ -203,6 +210,9 @@ class Judge:
                 d = self._open.get((name, r.tp))
                 if d is not None and r.error_code == Errors.NONE:
                     d.validated = r.end_offset
+                served = self._served.get((name, r.tp))
+                if d is None and served is not None and r.error_code == Errors.NONE and 0 <= r.end_offset < served.end:
+                    self._low_answers[(name, r.tp)] = r.end_offset
         elif isinstance(request, ListOffsetsRequest):
             self._sent_epochs(report, "ListOffsets", [(p.tp, p.current_leader_epoch) for p in request.partitions])
             self._count_asks(report, "ListOffsets", [p.tp for p in request.partitions])
@@ -266,6 +276,7 @@ class Judge:
                 # A fetch answered with an error (out of range, fenced), or by a broker that is not the
                 # leader (a zombie still serving the old epoch), moves nothing: wait for the next move.
                 self._judge_fetch(name, p.tp, offsets[p.tp])
+                self._false_alarm(name, p.tp, offsets[p.tp])
             if p.error_code != Errors.NONE or not p.records:
                 continue
             spans = batch_spans(p.records)
@@ -308,6 +319,22 @@ class Judge:
         elif d.validated is not None:
             self._decide(d, "detected", f"validated (end offset {d.validated}), then fetched at {offset}",
                          how="rewound", redelivered=back)
+
+    def _false_alarm(self, name: str, tp: TopicPartition, offset: int) -> None:
+        answer = self._low_answers.get((name, tp))
+        served = self._served.get((name, tp))
+        if answer is None or served is None or (name, tp) in self._open:
+            return
+        # Exactly at the answer it acted on it (KIP-320 clients seek to the end offset); below where its last
+        # fetch began it went back anyway. Elsewhere below the served end it only had not consumed all it
+        # was served when it asked (kafka-python, served 0-534 in one fetch, asked at 500 after a 530).
+        if offset == answer or offset < served.fetched_at:
+            del self._low_answers[(name, tp)]
+            self.clients[name].false_alarms.append({
+                "topic": tp.topic, "partition": tp.partition, "offset": offset, "served_end": served.end,
+                "answer": answer, "redelivered": served.end - offset, "step": self.step})  # at most
+        else:
+            del self._low_answers[(name, tp)]  # it went on from its own position: the answer changed nothing
 
     def _withdraw(self, d: Divergence) -> None:
         self.clients[d.client].divergences.remove(d)

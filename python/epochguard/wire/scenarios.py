@@ -44,6 +44,7 @@ __all__ = [
     "WireScenario",
     "PauseProducers",
     "ResumeProducers",
+    "StaleEpochAnswer",
     "SCENARIOS",
     "build",
     "FAULT_TYPES",
@@ -113,10 +114,28 @@ class ResumeProducers:
         return "simulated producers resumed"
 
 
+@dataclass(frozen=True, slots=True)
+class StaleEpochAnswer:
+    """From now on, `broker` answers each client's first OffsetsForLeaderEpoch for `tp` with an end offset
+    `lag` below the truth (not below the log start), though nothing was truncated: the server race of
+    redpanda#5435, where a franz-go consumer "lost records; consumed to 219 but was reset to 163". A wire
+    fault: the simulated cluster is untouched, `WireCluster` tells the lie (see `WireCluster.fire`)."""
+
+    tp: TopicPartition
+    broker: int
+    lag: int
+
+    def apply(self, cluster: FaultTarget) -> None:
+        pass  # nothing in the cluster changes; the answers do
+
+    def describe(self) -> str:
+        return f"broker {self.broker} answers each client's first OffsetsForLeaderEpoch for {self.tp} {self.lag} short"
+
+
 FAULT_TYPES: dict[str, type] = {
     t.__name__: t
     for t in (Crash, Restart, Heal, Isolate, LinkDelay, PreferredElection, StaleMetadata, Zombie, PauseProducers,
-              ResumeProducers)
+              ResumeProducers, StaleEpochAnswer)
 }
 
 # Conditions a stage waits for, before its faults are scheduled.
@@ -263,6 +282,20 @@ def leader_bounce() -> WireScenario:
                         "leaders crash and restart one after another, clean elections only, under acks=all traffic")
 
 
+def false_divergence() -> WireScenario:
+    """A control: nothing is truncated (acks=all, clean election), yet the new leader answers each client's
+    first validation 5 offsets short of the truth. A client cannot tell that answer from a truncation, so
+    one that validates goes back (a false alarm, reported, not blamed); no client may be given a divergence
+    verdict, as none happened."""
+    cfg = replace(BASE, producers=(-1,))
+    stages = (
+        Stage(TRIGGER, ((0, StaleEpochAnswer(_tp(), 2, 5)), (1, PreferredElection(_tp(), 2))), min_steps=50),
+    )
+    return WireScenario("false-divergence", cfg, stages,
+                        "a clean leader change after which the new leader answers each client's first "
+                        "OffsetsForLeaderEpoch 5 offsets below the truth, though nothing was truncated")
+
+
 def transactions() -> WireScenario:
     cfg = replace(BASE, producers=(-1,), transactional_producers=1, abort_every=3)
     return WireScenario("transactions", cfg, (),
@@ -280,6 +313,7 @@ SCENARIOS: dict[str, Callable[[], WireScenario]] = {
     "stale-metadata": stale_metadata,
     "lagging-leader": lagging_leader,
     "leader-bounce": leader_bounce,
+    "false-divergence": false_divergence,
 }
 
 

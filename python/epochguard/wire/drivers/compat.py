@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from epochguard.wire.drivers.registry import CLIENTS, Client
-from epochguard.wire.drivers.session import SCENARIOS, TRIGGERS, RunError, RunResult, run_clients, serve_command
+from epochguard.wire.drivers.session import (
+    CONTROLS,
+    SCENARIOS,
+    TRIGGERS,
+    RunError,
+    RunResult,
+    run_clients,
+    serve_command,
+)
 from epochguard.wire.drivers.toolchain import ToolchainError
 
 __all__ = ["configure", "run_matrix", "format_table", "cell"]
@@ -33,8 +41,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "client's own delivery log.")
     parser.add_argument("--json", action="store_true", help="the last stdout line is every run's result as JSON")
     parser.add_argument("--out", type=Path, metavar="PATH", help="also write the markdown table here")
-    parser.add_argument("--scenario", action="append", choices=SCENARIOS, metavar="NAME",
-                        help=f"only this scenario (repeatable; default all: {', '.join(SCENARIOS)})")
+    parser.add_argument("--scenario", action="append", choices=SCENARIOS + CONTROLS, metavar="NAME",
+                        help=f"only this scenario (repeatable; default all: {', '.join(SCENARIOS + CONTROLS)})")
     parser.add_argument("--trigger", action="append", choices=TRIGGERS, help="only this trigger (repeatable)")
     parser.add_argument("--client", action="append", choices=[c.name for c in CLIENTS], help="only this client")
     parser.add_argument("--seed", type=int, default=1, metavar="N", help="seed of every serve run")
@@ -51,7 +59,7 @@ def _run(args: argparse.Namespace) -> int:
     if not clients:
         print("compat: no real client installed (pip install 'epochguard[dev]')", file=sys.stderr)
         return 2
-    runs = [(s, t) for s in (args.scenario or SCENARIOS) for t in (args.trigger or TRIGGERS)]
+    runs = [(s, t) for s in (args.scenario or SCENARIOS + CONTROLS) for t in (args.trigger or TRIGGERS)]
     with tempfile.TemporaryDirectory(prefix="epochguard-compat-") as tmp:
         results = run_matrix(runs, clients, Path(args.keep or tmp), seed=args.seed, progress=sys.stderr)
     table = format_table(results, clients)
@@ -128,7 +136,7 @@ def merge_runs(parts: Sequence[tuple[Sequence[Client], RunResult | str]]) -> Run
 
 
 def cell(result: RunResult, client: Client) -> str:
-    """`detected/rewound`, `silent x3`, `-`; `server != truth` where the delivery log disagrees."""
+    """`detected/rewound`, `silent x3`, `false-alarm`, `-`; `server != truth` where the delivery log disagrees."""
     if client.name in result.failed:
         return result.failed[client.name]
     server = result.server_client(client.client_id)
@@ -136,6 +144,9 @@ def cell(result: RunResult, client: Client) -> str:
         return "not seen"
     verdicts = Counter(_label(d["verdict"], d.get("how", "")) for d in server.get("divergences", []))
     truth = Counter(_label(d.verdict, d.how) for d in result.truths[client.name].divergences)
+    # Going back though nothing diverged: after a short validation answer (server), a re-read (the log).
+    verdicts.update("false-alarm" for _ in server.get("false_alarms", ()))
+    truth.update("false-alarm" for _ in result.truths[client.name].rewinds)
     # The same verdicts agree even when the server split one divergence into several events.
     text = _summary(verdicts) if set(verdicts) == set(truth) else f"{_summary(verdicts)} != {_summary(truth)}"
     # A stuck client that kept asking: only the server sees requests, so it is a note, not a verdict.

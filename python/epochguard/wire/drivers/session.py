@@ -29,6 +29,8 @@ from epochguard.wire.drivers.registry import Client
 from epochguard.wire.drivers.truth import ClientTruth, FinalLog, judge_client, read_final_log
 
 SCENARIOS = ("clean", "unclean-election", "zombie-leader", "stale-metadata", "lagging-leader", "leader-bounce")
+# Controls: nothing diverges, and no client may be given a verdict (compat runs them; tests run them alone).
+CONTROLS = ("false-divergence",)
 TRIGGERS = ("served", "caught-up")
 
 

@@ -75,6 +75,9 @@ class ClientTruth:
     lost_acked: list[str] = field(default_factory=list)  # digests of acks=all records not in the final log
     duplicated_produced: list[str] = field(default_factory=list)  # digests the final log holds twice or more
     reread: int = 0  # offsets consumed more than once outside a divergence
+    # Went back to records it had consumed with no phantom involved (nothing diverged: a false alarm, as
+    # the server's judge calls it, or Jepsen's nonmonotonic-poll): (topic, partition, to, redelivered).
+    rewinds: list[tuple[str, int, int, int]] = field(default_factory=list)
     skipped: int = 0  # final-log offsets below the client's furthest position it never consumed
 
     def verdicts(self) -> dict[tuple[str, int, int], str]:
@@ -170,9 +173,14 @@ def _judge_partition(
 
     seen: Counter[int] = Counter()
     i, n = 0, len(consumed)
+    furthest = -1  # of the records consumed that the final log holds; a divergence's rewind starts anew
     while i < n:
         if not phantom(consumed[i]):
-            seen[consumed[i]["offset"]] += 1
+            offset = consumed[i]["offset"]
+            if offset <= furthest:
+                truth.rewinds.append((tp[0], tp[1], offset, furthest + 1 - offset))
+            seen[offset] += 1
+            furthest = offset
             i += 1
             continue
         j = i
@@ -193,6 +201,7 @@ def _judge_partition(
         truth.divergences.append(Divergence(
             tp[0], tp[1], first, last, len(run), verdict, nxt_offset, evidence, how, max(redelivered, 0), skipped,
         ))
+        furthest = -1  # what comes next is judged by the divergence's verdict, not as a rewind
         i = j
     truth.reread += sum(c - 1 for c in seen.values())
     if seen:

@@ -1,0 +1,57 @@
+"""`false-divergence`, a control (issue 20; redpanda#5435): nothing is truncated, yet after a clean leader
+change the new leader answers each client's first OffsetsForLeaderEpoch 5 offsets short. No client may be
+given a divergence verdict; a client that went back on the answer is a false alarm on the server's side
+and a rewind in its own delivery log, and the two sides must agree on who did.
+
+One serve run (`--trigger caught-up`: the producers pause while the consumers catch up, so every consumer
+sits at the end the answer undercuts) with the Python-driven clients; `epochguard compat` runs every
+client under both triggers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+
+import pytest
+
+from epochguard.wire.drivers.registry import CLIENTS, client
+from epochguard.wire.drivers.session import RunResult
+from tests.wire.conftest import require, require_final_reader
+from tests.wire.serving import ServeRuns
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("epochguard.wire.cli") is None, reason="`epochguard serve` is not in this build"
+)
+
+PY_CLIENTS = tuple(c for c in CLIENTS if c.toolchain is None)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunResult]:
+    require_final_reader()
+    yield ServeRuns(tmp_path_factory.mktemp("false")).run("false-divergence", "caught-up", "python", PY_CLIENTS)
+
+
+@pytest.mark.parametrize("name", [c.name for c in PY_CLIENTS])
+def test_no_client_is_given_a_divergence_it_did_not_meet(run: RunResult, name: str) -> None:
+    require(client(name))
+    truth = run.truths[name]
+    assert truth.consumed > 100, f"{name} barely ran:\n{run.why(name)}"
+    server = run.server_client(f"epochguard-{name}")
+    assert server is not None, f"the server never saw {name}"
+    assert server["divergences"] == [] and truth.divergences == [], (server["divergences"], truth.divergences)
+    assert truth.lost_acked == [] and truth.duplicated_produced == [] and server["acks_lost"] == []
+    # who went back: the server saw a fetch below the end after the short answer; the log a re-read
+    assert bool(server["false_alarms"]) == bool(truth.rewinds), (
+        f"{name}: server false alarms {server['false_alarms']}, delivery-log rewinds {truth.rewinds}")
+
+
+def test_epochguard_client_trusts_the_answer_as_kafka_clients_do(run: RunResult) -> None:
+    """It validates after every leader change and cannot tell the short answer from a truncation: it goes
+    back to the answer, as Java's SubscriptionState.maybeCompleteValidation does, and re-reads 5 records."""
+    for name in ("epochguard", "epochguard-asyncio"):
+        server = run.server_client(f"epochguard-{name}")
+        assert server is not None
+        assert [a["served_end"] - a["answer"] for a in server["false_alarms"]] == [5], server["false_alarms"]
+        assert [r[3] for r in run.truths[name].rewinds] == [5], run.truths[name].rewinds

@@ -412,3 +412,34 @@ def test_going_back_to_the_answer_is_a_false_alarm_even_where_the_last_fetch_beg
     fetch(w, conn, answer, epoch=1)
     (client,) = judge.report()
     assert [(a["offset"], a["redelivered"]) for a in client["false_alarms"]] == [(0, served_to)]
+
+
+def test_a_client_that_keeps_asking_but_is_served_nothing_new_stalls() -> None:
+    """librdkafka#4425 (a partition never consumed again): the client asks on (here fetches fenced with a
+    stale epoch, answered with an error) for the bound while the leader's log grows; one that keeps being
+    served does not stall, nor one that stopped asking."""
+    w = WireCluster(build("false-divergence"), 0, ADDRESSES)
+    judge = Judge()
+    w.observers.append(judge)
+    run_until(w, w.ready)
+    run_until(w, lambda: w.cluster.log(1, TP).high_watermark >= 20)
+    stuck, healthy, gone = w.connect(1), w.connect(1), w.connect(1)
+    header = lambda name: codec.RequestHeader(1, 12, 1, name)  # noqa: E731
+    for conn, name in ((stuck, "stuck"), (healthy, "healthy"), (gone, "gone")):
+        w.submit(conn, header(name), FetchRequest((FetchPartition("events", 0, 0),), max_wait_ms=0, version=12))
+    w.drain()
+    position = first_end = w.cluster.log(1, TP).high_watermark
+    for i in range(STUCK_AFTER_STEPS + 50):
+        w.step()
+        if i % 20 == 0:
+            w.submit(stuck, header("stuck"), FetchRequest((FetchPartition("events", 0, 5, 7),), max_wait_ms=0,
+                                                           version=12))  # epoch 7: not yet, fenced
+            w.submit(healthy, header("healthy"), FetchRequest((FetchPartition("events", 0, position),), max_wait_ms=0,
+                                                               version=12))
+            for _, _, response in w.drain():
+                spans = batch_spans(response.partitions[0].records)
+                position = spans[-1][1] + 1 if spans else position
+    judge.finish()
+    report = {c["client_id"]: c for c in judge.report()}
+    assert [(s["partition"], s["served_end"]) for s in report["stuck"]["stalls"]] == [(0, first_end)]
+    assert report["healthy"]["stalls"] == [] and report["gone"]["stalls"] == []

@@ -173,3 +173,13 @@ def test_going_back_with_no_phantom_is_a_rewind_not_a_divergence() -> None:
     assert truth.rewinds == [("events", 0, 6, 4)] and truth.reread == 4
     detected = judge_client(history(*(consumed(3.0 + o / 100, o, f"new-{o}") for o in range(10, 20))), FINAL)
     assert detected.rewinds == [] and [d.verdict for d in detected.divergences] == ["detected"]
+
+
+def test_nothing_consumed_for_the_bound_before_the_stop_while_the_log_went_on_is_a_stall() -> None:
+    """librdkafka#4425: a partition never consumed again. Read 0-9 (the final log goes to 20), then
+    silence until the stop: a stall, with no divergence; stopping within the bound is none."""
+    read = [consumed(1.0 + o / 100, o, f"old-{o}") for o in range(10)]
+    assert judge_client([*read, {"t": 30.0, "kind": "stop"}], FINAL, stuck_after_s=5.0).stalls == [("events", 0, 9)]
+    assert judge_client([*read, {"t": 5.0, "kind": "stop"}], FINAL, stuck_after_s=5.0).stalls == []
+    whole = [consumed(1.0 + o / 100, o, f"{'old' if o < 10 else 'new'}-{o}") for o in range(20)]
+    assert judge_client([*whole, {"t": 30.0, "kind": "stop"}], FINAL, stuck_after_s=5.0).stalls == []  # at the end

@@ -105,6 +105,9 @@ def format_table(clients: list[dict[str, Any]]) -> str:
         for x in c.get("false_alarms", ()):
             lines.append(f"  false alarm on {x['topic']}-{x['partition']}: an OffsetsForLeaderEpoch answer of "
                          f"{x['answer']} (served to {x['served_end']}, nothing diverged), fetched at {x['offset']}")
+        for x in c.get("stalls", ()):
+            lines.append(f"  stalled on {x['topic']}-{x['partition']}: nothing new past {x['served_end']} from step "
+                         f"{x['served_at']} while it kept asking until step {x['asked_until']}")
         for x in c.get("storms", ()):
             lines.append(f"  {x['api']} storm on {x['topic']}-{x['partition']}: {x['requests']} requests within "
                          f"{x['within_steps']} steps")

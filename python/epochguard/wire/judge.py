@@ -36,6 +36,10 @@ longer in the leader's log (the `acked-durable` rule at batch granularity: the l
 acknowledged offset has another CRC, exempt after an unclean election as there), and what it did after
 OFFSET_NOT_AVAILABLE (KIP-207).
 
+A stall: a client that kept asking (its last request at least `STUCK_AFTER_STEPS` after it was last
+served a new record of a partition it consumes) while the leader's log went on past what it was served:
+a partition never consumed again, with or without a divergence (librdkafka#4425, #4492).
+
 A false alarm: with no divergence open, a client that got an OffsetsForLeaderEpoch answer below the end
 of what it was served fetches next at exactly that answer, or below where its last fetch began: it went
 back although the leader's log never lost a record (`false-divergence`: redpanda#5435). Reported, never
@@ -136,6 +140,7 @@ class ClientReport:
     metadata_epoch_backwards: list[dict[str, Any]] = field(default_factory=list)
     storms: list[dict[str, Any]] = field(default_factory=list)
     false_alarms: list[dict[str, Any]] = field(default_factory=list)
+    stalls: list[dict[str, Any]] = field(default_factory=list)
     epochs_sent: dict[str, int] = field(default_factory=dict)  # api name -> requests carrying an epoch >= 0
 
     def to_json(self) -> dict[str, Any]:
@@ -144,7 +149,7 @@ class ClientReport:
             "requests": self.requests, "divergences": [d.to_json() for d in self.divergences],
             "commits": self.commits, "acks_lost": self.acks_lost, "offset_not_available": self.offset_not_available,
             "metadata_epoch_backwards": self.metadata_epoch_backwards, "epochs_sent": self.epochs_sent,
-            "storms": self.storms, "false_alarms": self.false_alarms,
+            "storms": self.storms, "false_alarms": self.false_alarms, "stalls": self.stalls,
         }
 
 
@@ -169,6 +174,8 @@ class Judge:
         self._asks: dict[tuple[str, str, TopicPartition], deque[int]] = {}  # steps of recent asks
         self._storming: set[tuple[str, str, TopicPartition]] = set()
         self._low_answers: dict[tuple[str, TopicPartition], int] = {}  # validation answers below the served end
+        self._progress: dict[tuple[str, TopicPartition], tuple[int, int]] = {}  # furthest end served, at step
+        self._last_asked: dict[str, int] = {}  # client -> step of its last request
         self._open: dict[tuple[str, TopicPartition], Divergence] = {}
         self._not_available: dict[tuple[str, TopicPartition], dict[str, Any]] = {}
         self._acked: list[_Acked] = []
@@ -198,6 +205,7 @@ class Judge:
         report = self.client(conn)
         report.requests += 1
         name = report.client_id
+        self._last_asked[name] = step
         if isinstance(request, (FetchRequest, OffsetsForLeaderEpochRequest, ListOffsetsRequest)) and self._open:
             self._count_open(name, request)
         if isinstance(request, FetchRequest) and not request.is_from_follower:
@@ -287,6 +295,8 @@ class Judge:
             if spans:
                 _base, last, epoch, _crc = spans[-1]
                 self._served[(name, p.tp)] = _Served(epoch, last + 1, fetched)
+                if last + 1 > self._progress.get((name, p.tp), (-1, 0))[0]:
+                    self._progress[(name, p.tp)] = (last + 1, self.step)
 
     def _from_leader(self, broker_id: int, tp: TopicPartition) -> bool:
         return self._wire is None or self._wire.cluster.acting_leader(tp) == broker_id
@@ -442,6 +452,12 @@ class Judge:
         if wire is None:
             return
         cluster = wire.cluster
+        for (name, tp), (end, at) in sorted(self._progress.items()):
+            leader = cluster.acting_leader(tp)
+            asked = self._last_asked.get(name, at)
+            if leader is not None and asked - at >= STUCK_AFTER_STEPS and cluster.log(leader, tp).high_watermark > end:
+                self.clients[name].stalls.append({"topic": tp.topic, "partition": tp.partition, "served_end": end,
+                                                  "served_at": at, "asked_until": asked})
         for a in self._acked:
             leader = cluster.acting_leader(a.tp)
             if leader is None:

@@ -296,6 +296,21 @@ def false_divergence() -> WireScenario:
                         "OffsetsForLeaderEpoch 5 offsets below the truth, though nothing was truncated")
 
 
+def epoch_flap() -> WireScenario:
+    """Three clean leader changes 20 ms apart, inside a client's validation round trip: its
+    OffsetsForLeaderEpoch reaches a leader already fenced by the next epoch, and a Fetch answer may arrive
+    mid-validation (librdkafka#4425: a validation retried with the old epoch forever; #4261: duplicates).
+    Nothing is truncated: a client must neither stall, storm, re-read nor skip."""
+    cfg = replace(BASE, producers=(-1,))
+    tp = _tp()
+    stages = (
+        Stage(TRIGGER, ((0, PreferredElection(tp, 2)), (2, PreferredElection(tp, 3)), (4, PreferredElection(tp, 1))),
+              min_steps=50),
+    )
+    return WireScenario("epoch-flap", cfg, stages,
+                        "leadership moves 1 -> 2 -> 3 -> 1 within 40 ms, clean elections under acks=all traffic")
+
+
 def transactions() -> WireScenario:
     cfg = replace(BASE, producers=(-1,), transactional_producers=1, abort_every=3)
     return WireScenario("transactions", cfg, (),
@@ -314,6 +329,7 @@ SCENARIOS: dict[str, Callable[[], WireScenario]] = {
     "lagging-leader": lagging_leader,
     "leader-bounce": leader_bounce,
     "false-divergence": false_divergence,
+    "epoch-flap": epoch_flap,
 }
 
 

@@ -30,7 +30,7 @@ from epochguard.wire.drivers.truth import ClientTruth, FinalLog, judge_client, r
 
 SCENARIOS = ("clean", "unclean-election", "zombie-leader", "stale-metadata", "lagging-leader", "leader-bounce")
 # Controls: nothing diverges, and no client may be given a verdict (compat runs them; tests run them alone).
-CONTROLS = ("false-divergence",)
+CONTROLS = ("false-divergence", "epoch-flap")
 TRIGGERS = ("served", "caught-up")
 
 

@@ -78,6 +78,9 @@ class ClientTruth:
     # Went back to records it had consumed with no phantom involved (nothing diverged: a false alarm, as
     # the server's judge calls it, or Jepsen's nonmonotonic-poll): (topic, partition, to, redelivered).
     rewinds: list[tuple[str, int, int, int]] = field(default_factory=list)
+    # Consumed nothing on a partition for `stuck_after_s` before it stopped while the final log went on past
+    # its last record, whatever came before (a partition never consumed again): (topic, partition, last).
+    stalls: list[tuple[str, int, int]] = field(default_factory=list)
     skipped: int = 0  # final-log offsets below the client's furthest position it never consumed
 
     def verdicts(self) -> dict[tuple[str, int, int], str]:
@@ -204,6 +207,9 @@ def _judge_partition(
         furthest = -1  # what comes next is judged by the divergence's verdict, not as a rewind
         i = j
     truth.reread += sum(c - 1 for c in seen.values())
+    tail = consumed[-1]
+    if high_watermark > tail["offset"] + 1 and end_t - tail["t"] >= stuck_after_s:
+        truth.stalls.append((tp[0], tp[1], tail["offset"]))
     if seen:
         furthest = max(seen)
         truth.skipped += sum(1 for o in final.partitions.get(tp, {}) if o <= furthest and o not in seen

@@ -36,9 +36,10 @@ RATIOS = (
     Ratio("epochs_for_offsets 1e6 sorted vs numpy.searchsorted",
           "test_epochguard_epochs_for_offsets[sorted]", "test_numpy_searchsorted[sorted]"),
     Ratio("read_kafka_logs vs kafka-python pandas UDF", "test_read_kafka_logs", "test_kafka_python_pandas_udf"),
-    Ratio("client poll_arrow vs confluent-kafka consume(10000), serve", "test_client_poll_arrow",
-          "test_confluent_consume"),
-    Ratio("client iterator vs kafka-python iterator, serve", "test_client_iterator", "test_kafka_python_iterator"),
+    *(Ratio(f"client poll_arrow vs confluent-kafka consume(10000), {where}", f"test_client_poll_arrow[{where}]",
+            f"test_confluent_consume[{where}]") for where in ("serve", "kafka")),
+    *(Ratio(f"client iterator vs kafka-python iterator, {where}", f"test_client_iterator[{where}]",
+            f"test_kafka_python_iterator[{where}]") for where in ("serve", "kafka")),
 )
 
 

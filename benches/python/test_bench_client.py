@@ -1,27 +1,36 @@
-"""epochguard's client against the Python clients, reading the same records from `epochguard serve clean`.
+"""epochguard's client against the Python clients, reading the same records from the same broker:
+`epochguard serve clean` and a one-broker Apache Kafka 4.4 (epochguard.kafka; `make kafka`, skipped
+without it).
 
-One serve run; 100-byte records produced once (untimed) to partition 0 of `input` by confluent-kafka
-with acks=all; then each round reads the same RECORDS from the same offset, timed until the last one is
-in hand, with a consumer warmed up on the same endpoint (connections, metadata, ApiVersions):
+Per endpoint, 100-byte records are produced once (untimed) to partition 0 of `input` by confluent-kafka
+with acks=all, twice as many as a round reads: each round reads the same RECORDS from the same offset,
+timed until the last one is in hand, and never reaches the log end (where a fetch waits
+fetch.wait.max.ms / fetch_max_wait_ms, 500 ms, for data: a figure of that wait, not of the client,
+which the seek of the next round then also waits out behind the fetch in flight). Each consumer is
+warmed up on the same endpoint (connections, metadata, ApiVersions):
 
 - `poll_arrow` (records as one pyarrow.RecordBatch per partition, decoded in Rust) vs confluent-kafka's
   `consume(num_messages=10000)` (goal: >= 3x records/s);
 - the per-record iterator of `KafkaConsumer` vs kafka-python's (goal: >= 2x).
 
 Both clients run with their fetch sizes at the defaults but `max_partition_fetch_bytes` 16 MiB (the
-partition's whole round fits a few fetches for every client alike).
+partition's whole round fits a few fetches for every client alike). Kafka's segments are 1 GiB (its
+default; a fetch reads from one segment).
 
 Run: `pytest benches/python/test_bench_client.py --benchmark-only --benchmark-group-by=group`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,35 +40,40 @@ kafka = pytest.importorskip("kafka", reason="kafka-python is not installed (pip 
 pa = pytest.importorskip("pyarrow", reason="pyarrow is not installed")
 
 RECORDS = 40_000
+BACKLOG = 2 * RECORDS
 VALUE = bytes(range(100))
 TOPIC = "input"
 PARTITION_BYTES = 16 << 20
-RATES: dict[str, float] = {}
+RATES: dict[tuple[str, str], float] = {}
 
 
-@pytest.fixture(scope="module")
-def endpoint() -> Iterator[tuple[str, int]]:
+def _produce(bootstrap: str) -> int:
+    """BACKLOG records into input-0; the offset of the first."""
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                            "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000, "log_level": 3})
+    for _ in range(BACKLOG):
+        try:
+            producer.produce(TOPIC, VALUE, partition=0)
+        except BufferError:
+            producer.poll(0.001)
+            producer.produce(TOPIC, VALUE, partition=0)
+    assert producer.flush(60) == 0
+    watch = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "w", "log_level": 3})
+    _low, high = watch.get_watermark_offsets(ck.TopicPartition(TOPIC, 0), timeout=10)
+    watch.close()
+    return int(high) - BACKLOG
+
+
+@contextlib.contextmanager
+def _serve() -> Iterator[str]:
     if importlib.util.find_spec("epochguard.wire.cli") is None:
         pytest.skip("`epochguard serve` is not in this build")
     proc = subprocess.Popen([sys.executable, "-m", "epochguard", "serve", "clean"], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.startswith("bootstrap "), f"serve printed {line!r}"
-    bootstrap = line.split(" ", 1)[1].strip()
     try:
-        producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                                "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000, "log_level": 3})
-        for _ in range(RECORDS):
-            try:
-                producer.produce(TOPIC, VALUE, partition=0)
-            except BufferError:
-                producer.poll(0.001)
-                producer.produce(TOPIC, VALUE, partition=0)
-        assert producer.flush(60) == 0
-        _low, high = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "w"}).get_watermark_offsets(
-            ck.TopicPartition(TOPIC, 0), timeout=10)
-        yield bootstrap, int(high) - RECORDS
-        _report()
+        line = proc.stdout.readline()
+        assert line.startswith("bootstrap "), f"serve printed {line!r}"
+        yield line.split(" ", 1)[1].strip()
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -70,17 +84,42 @@ def endpoint() -> Iterator[tuple[str, int]]:
         proc.stdout.close()
 
 
+@contextlib.contextmanager
+def _kafka() -> Iterator[str]:
+    from epochguard.kafka import KafkaCluster, KafkaNotProvisioned, find_java, kafka_jars
+
+    try:
+        kafka_jars()
+        find_java()
+    except KafkaNotProvisioned as e:
+        pytest.skip(f"Apache Kafka: {e}")
+    base = Path(__file__).parents[2] / "target" / "bench-kafka"
+    shutil.rmtree(base, ignore_errors=True)
+    with KafkaCluster(base, brokers=1, broker_overrides={"log.segment.bytes": str(1 << 30)}) as cluster:
+        cluster.create_topic(TOPIC, {0: [1]})
+        yield cluster.bootstrap
+
+
+@pytest.fixture(scope="module", params=["serve", "kafka"])
+def endpoint(request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
+    with (_serve() if request.param == "serve" else _kafka()) as bootstrap:
+        yield bootstrap, _produce(bootstrap)
+        _report(request.param)
+
+
 def _rate(benchmark: Any, name: str) -> None:
-    RATES[name] = RECORDS / benchmark.stats.stats.median
-    benchmark.extra_info["records_per_second"] = round(RATES[name])
+    where = benchmark.name.rpartition("[")[2].rstrip("]")
+    RATES[where, name] = RECORDS / benchmark.stats.stats.median
+    benchmark.extra_info["records_per_second"] = round(RATES[where, name])
 
 
-def _report() -> None:
+def _report(where: str) -> None:
     pairs = (("epochguard poll_arrow", "confluent-kafka consume", 3.0), ("epochguard iterator", "kafka-python iterator", 2.0))
     for ours, theirs, goal in pairs:
-        a, b = RATES.get(ours), RATES.get(theirs)
+        a, b = RATES.get((where, ours)), RATES.get((where, theirs))
         if a and b:
-            print(f"\n{ours} {a:,.0f} records/s vs {theirs} {b:,.0f} records/s: {a / b:.2f}x (goal >= {goal}x)")
+            print(f"\n{where}: {ours} {a:,.0f} records/s vs {theirs} {b:,.0f} records/s: {a / b:.2f}x "
+                  f"(goal >= {goal}x, medians)")
 
 
 def _deadline() -> float:

@@ -102,6 +102,34 @@ def test_handshake_then_the_newest_common_version_with_correlation_ids() -> None
     assert {h.client_id for h in seen} == {"net-test"}
 
 
+def test_a_refusal_listing_no_range_is_retried_at_v0() -> None:
+    """librdkafka's mock cluster refuses ApiVersions v3 with an answer that lists no range (read as no
+    keys); Java's NetworkClient then retries at v0, and so does the handshake."""
+    seen: list[int] = []
+
+    async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                header, request = await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            seen.append(header.api_version)
+            if header.api_key != ApiKey.API_VERSIONS:
+                await answer(writer, header, METADATA)
+            elif header.api_version > 0:
+                await answer(writer, header, ApiVersionsResponse((), Errors.UNSUPPORTED_VERSION, version=0))
+            else:
+                await answer(writer, header, answer_api_versions(request))
+
+    async def body(bootstrap: str) -> None:
+        client = NetworkClient(bootstrap, client_id="c")
+        await client.send(-1, MetadataRequest(("t",)))
+        await client.close()
+
+    run(with_server(broker, body))
+    assert seen[:2] == [3, 0]
+
+
 def test_answers_are_matched_by_correlation_id_not_order() -> None:
     async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await handshake(reader, writer)

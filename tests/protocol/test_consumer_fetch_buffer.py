@@ -197,6 +197,10 @@ ARROW_CASES = {
         [AbortedTransaction(0, 0)]),
     "read_uncommitted: the marker is never a row": (
         txn(0, 0, 2) + abort_marker(0, 2) + txn(7, 3, 1), at(1), RU, [AbortedTransaction(0, 0)]),
+    "the position inside the first batch": (
+        kafka_python_batch(0, 1, [b"a", b"b", b"c"]) + kafka_python_batch(3, 2, [b"d"]), at(1), RU, None),
+    "every row from the position, two batches": (
+        kafka_python_batch(0, 1, [b"a", b"b"]) + kafka_python_batch(2, 2, [b"c", b"d"]), at(0), RU, None),
     "headers, null keys and values": (
         encode_batch([(b"k", None, [("h", b"1"), ("n", None)], 1_234), (None, b"w", [], 1_240)], base_offset=9,
                      partition_leader_epoch=4, base_timestamp=1_234), at(9), RU, None),

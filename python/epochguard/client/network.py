@@ -161,9 +161,12 @@ class BrokerConnection:
             if response.error_code == Errors.NONE:
                 return response.node_api_versions
             own = response.node_api_versions.version_range(ApiKey.API_VERSIONS)
-            if response.error_code != Errors.UNSUPPORTED_VERSION or own is None or own.max_version >= version:
+            # Java's NetworkClient: retry at the version the broker lists for ApiVersions, v0 if it lists
+            # none (brokers before 2.4; librdkafka's mock cluster, whose refusal of v3 reads as no range)
+            retry = lo if own is None else max(lo, own.max_version)
+            if response.error_code != Errors.UNSUPPORTED_VERSION or retry >= version:
                 break
-            version = max(lo, own.max_version)
+            version = retry
         err = KafkaConnectionError(f"node {self.node_id}: ApiVersions handshake failed ({response.error_code.name})")
         self.close(err)
         raise err

@@ -102,6 +102,12 @@ class CompletedFetch:
 
         table = pa.table(decode_arrow(self.raw, columns=(*_ARROW_COLUMNS, "batch_offset", "is_control"),
                                       allow_partial_tail=True))
+        offsets = table["offset"]
+        if (not self._skipped and table.num_rows and offsets[0].as_py() >= self.position.offset
+                and offsets[-1].as_py() < self.next_offset):
+            # Every row is handed out (offsets ascend within a fetch): no filter pass, no copy.
+            table = table.select(list(_ARROW_COLUMNS))
+            return table.to_batches()[0] if table.column(0).num_chunks == 1 else table.combine_chunks().to_batches()[0]
         keep = pc.and_(pc.greater_equal(table["offset"], self.position.offset),
                        pc.less(table["offset"], self.next_offset))
         if self._skipped:

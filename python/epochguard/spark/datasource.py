@@ -75,8 +75,8 @@ if DataSource is not None:
 
 
 def register(spark: SparkSession) -> bool:
-    """Register the ``kafka-log`` format on `spark`; False when this pyspark has no Python data
-    sources (3.5). Works on classic and Spark Connect sessions.
+    """Register the ``kafka-log`` format (and the ``epochguard-kafka`` streaming source) on `spark`;
+    False when this pyspark has no Python data sources (3.5). Works on classic and Spark Connect sessions.
 
     Spark refuses a reader that implements filter pushdown while
     ``spark.sql.python.filterPushdown.enabled`` is off, so the reader registered follows the conf
@@ -85,6 +85,9 @@ def register(spark: SparkSession) -> bool:
         return False
     pushdown = (spark.conf.get(PUSHDOWN_CONF, "false") or "false").lower() == "true"
     spark.dataSource.register(FilteringKafkaLogDataSource if pushdown else KafkaLogDataSource)
+    from epochguard.spark.stream import register as register_stream
+
+    register_stream(spark)  # ``spark.readStream.format("epochguard-kafka")``
     return True
 
 

@@ -15,6 +15,8 @@ from epochguard._core import iter_batches
 from epochguard.client.producer import Producer, murmur2, partition_for_key
 from epochguard.errors import Errors, TopicAuthorizationFailedError
 from epochguard.protocol.messages import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     MetadataRequest,
     MetadataResponse,
     MetadataResponseBroker,
@@ -165,7 +167,133 @@ def test_acks_zero_completes_on_send_and_delivery_timeout_expires_what_never_wen
     assert e.error is not None and "no metadata" in str(e.error)
 
 
-def test_round_trip_against_serve_acks_all() -> None:
+# --- idempotence (Java's TransactionManager for a producer without a transactional id) -------------------
+def idempotent(pid: int = 1000, epoch: int = 0, **kw: int) -> Producer:
+    """An idempotent producer with its metadata and its producer id."""
+    producer = Producer(bootstrap=[-1], linger_ms=0, retry_backoff_ms=10, idempotent=True, **kw)
+    producer.send("t", b"first", partition=0, now_ms=0)
+    (meta_node, meta), (node, init) = producer.poll_requests(0)  # both to a bootstrap broker
+    assert isinstance(meta, MetadataRequest) and meta_node == node == -1
+    assert isinstance(init, InitProducerIdRequest) and init.transactional_id is None
+    producer.on_response(meta_node, meta, metadata(), 0)
+    assert producer.poll_requests(0) == []  # no Produce before the producer id
+    assert producer.next_deadline_ms() == 30_000  # the InitProducerId's request timeout
+    producer.on_response(node, init, InitProducerIdResponse(producer_id=pid, producer_epoch=epoch), 1)
+    return producer
+
+
+def produced(producer: Producer, now: int) -> list[tuple[int, ProduceRequest]]:
+    """The Produce requests sent at `now`, a Metadata request asked meanwhile answered first."""
+    out = producer.poll_requests(now)
+    for node, request in out:
+        if isinstance(request, MetadataRequest):
+            producer.on_response(node, request, metadata(), now)
+            out += producer.poll_requests(now)
+    return [(n, r) for n, r in out if isinstance(r, ProduceRequest)]
+
+
+def headers_of(request: ProduceRequest) -> dict[int, tuple[int, int, int, int]]:
+    """partition -> (producer id, epoch, base sequence, record count) of its one batch."""
+    out = {}
+    for p in request.partitions:
+        (batch,) = list(iter_batches(p.records))
+        out[p.partition_index] = (batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.records_count)
+    return out
+
+
+def answer(producer: Producer, request: ProduceRequest, now: int, **errors: Errors) -> None:
+    """Answer every partition: NONE at offset 0, or `errors['p<n>']`."""
+    producer.on_response(1, request, ProduceResponse(tuple(
+        ProducePartitionResponse("t", p.partition_index, errors.get(f"p{p.partition_index}", Errors.NONE),
+                                 base_offset=0, log_start_offset=0)
+        for p in request.partitions)), now)
+
+
+def test_idempotent_batches_carry_the_producer_id_epoch_and_sequences_kept_across_retries() -> None:
+    producer = idempotent()
+    ((_, first),) = producer.poll_requests(1)
+    assert headers_of(first) == {0: (1000, 0, 0, 1)}
+    for i in range(3):
+        producer.send("t", b"v%d" % i, partition=0, now_ms=1)
+    producer.send("t", b"other", partition=1, now_ms=1)
+    answer(producer, first, 2)
+    ((_, second),) = producer.poll_requests(2)
+    assert headers_of(second) == {0: (1000, 0, 1, 3), 1: (1000, 0, 0, 1)}  # per partition, from 0
+    answer(producer, second, 3, p0=Errors.NOT_LEADER_OR_FOLLOWER)
+    ((_, retried),) = produced(producer, 20)
+    assert headers_of(retried) == {0: (1000, 0, 1, 3)}  # the same sequence again
+    producer.send("t", b"next", partition=0, now_ms=20)
+    answer(producer, retried, 21)
+    ((_, third),) = produced(producer, 21)
+    assert headers_of(third) == {0: (1000, 0, 4, 1)}
+
+
+@pytest.mark.parametrize("error", [Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, Errors.UNKNOWN_PRODUCER_ID])
+def test_a_lost_sequence_bumps_the_epoch_and_restarts_the_partitions_sequences(error: Errors) -> None:
+    producer = idempotent()
+    producer.send("t", b"one", partition=1, now_ms=0)
+    ((_, first),) = producer.poll_requests(1)
+    assert headers_of(first) == {0: (1000, 0, 0, 1), 1: (1000, 0, 0, 1)}
+    producer.send("t", b"two", partition=1, now_ms=1)
+    producer.send("t", b"second", partition=0, now_ms=1)
+    answer(producer, first, 2)
+    ((_, second),) = producer.poll_requests(2)
+    assert headers_of(second) == {0: (1000, 0, 1, 1), 1: (1000, 0, 1, 1)}
+    answer(producer, second, 3, p0=error)  # partition 1 succeeds under epoch 0
+    assert (producer.producer_id, producer.producer_epoch) == (1000, 1)
+    producer.send("t", b"three", partition=1, now_ms=3)
+    out = [r for _, r in produced(producer, 20)]
+    # the failed batch again under epoch 1 from sequence 0; partition 1's next batch restarts at 0 too
+    assert [headers_of(r) for r in out] == [{0: (1000, 1, 0, 1), 1: (1000, 1, 0, 1)}]
+
+
+def test_unknown_producer_id_without_a_log_start_is_retried_as_is() -> None:
+    producer = idempotent()
+    ((_, first),) = producer.poll_requests(1)
+    producer.on_response(1, first, ProduceResponse((ProducePartitionResponse(
+        "t", 0, Errors.UNKNOWN_PRODUCER_ID, log_start_offset=-1),)), 2)
+    assert producer.producer_epoch == 0  # canRetry: the leader could not say yet
+    ((_, again),) = produced(producer, 20)
+    assert headers_of(again) == {0: (1000, 0, 0, 1)}
+
+
+def test_a_duplicate_completes_and_a_fenced_epoch_fails() -> None:
+    producer = idempotent()
+    ((_, first),) = producer.poll_requests(1)
+    d = producer.send("t", b"x", partition=0, now_ms=1)
+    answer(producer, first, 2, p0=Errors.DUPLICATE_SEQUENCE_NUMBER)
+    ((_, second),) = producer.poll_requests(2)
+    assert headers_of(second) == {0: (1000, 0, 1, 1)}  # the duplicate counted as written
+    answer(producer, second, 3, p0=Errors.INVALID_PRODUCER_EPOCH)
+    assert d.error is not None and "INVALID_PRODUCER_EPOCH" in str(d.error)
+
+
+def test_past_the_last_epoch_a_new_producer_id_and_init_errors_are_retried() -> None:
+    producer = idempotent(epoch=32767)
+    ((_, first),) = producer.poll_requests(1)
+    answer(producer, first, 2, p0=Errors.OUT_OF_ORDER_SEQUENCE_NUMBER)
+    assert producer.producer_id == -1  # Short.MAX_VALUE reached: InitProducerId again
+    ((node, init),) = producer.poll_requests(12)
+    assert isinstance(init, InitProducerIdRequest)
+    producer.on_response(node, init, InitProducerIdResponse(Errors.COORDINATOR_LOAD_IN_PROGRESS), 12)
+    assert producer.poll_requests(13) == [] and producer.next_deadline_ms() == 22
+    ((node, init),) = producer.poll_requests(22)
+    producer.on_response(node, init, InitProducerIdResponse(producer_id=2000, producer_epoch=0), 23)
+    ((_, again),) = producer.poll_requests(23)
+    assert headers_of(again) == {0: (2000, 0, 0, 1)}
+
+
+def test_idempotence_needs_acks_all() -> None:
+    from epochguard.client.kafka_producer import producer_config
+
+    with pytest.raises(ValueError, match="acks=all"):
+        Producer(bootstrap=[-1], acks=1, idempotent=True)
+    with pytest.raises(ValueError, match="acks='all'"):
+        producer_config({"enable_idempotence": True, "acks": 1})
+
+
+@pytest.mark.parametrize("idempotence", [False, True])
+def test_round_trip_against_serve_acks_all(idempotence: bool) -> None:
     from epochguard.client.kafka_consumer import KafkaConsumer
     from epochguard.client.kafka_producer import KafkaProducer
     from tests.wire.serving import Served
@@ -173,7 +301,7 @@ def test_round_trip_against_serve_acks_all() -> None:
     served = Served("clean")
     try:
         producer = KafkaProducer(bootstrap_servers=served.bootstrap, acks="all", client_id="eg-producer",
-                                 compression_type="lz4")
+                                 compression_type="lz4", enable_idempotence=idempotence)
         values = [b"value-%d" % i for i in range(300)]
         futures = [producer.send("input", value=v, key=b"k") for v in values]
         producer.flush(timeout=30)

@@ -179,6 +179,36 @@ def test_asyncio_round_trip_subscribe_commit_committed(kafka_cluster: KafkaClust
     assert resumed == 150
 
 
+def test_idempotent_producer_sequences_accepted_by_kafka(kafka_cluster: KafkaCluster) -> None:
+    """Kafka checks every batch's sequence against the producer's last (ProducerStateManager): a wrong one is
+    OUT_OF_ORDER_SEQUENCE_NUMBER, which the producer answers with an epoch bump; so epoch 0 at the end
+    means Kafka accepted every sequence. The batches in the leader's log carry the producer id."""
+    from epochguard.records import batch_headers
+
+    topic = "client-idempotent"
+    kafka_cluster.create_topic(topic, {0: [2, 3], 1: [3, 2]})
+    producer = KafkaProducer(bootstrap_servers=kafka_cluster.bootstrap, client_id="eg-idempotent", acks="all",
+                             enable_idempotence=True, batch_size=2_000, linger_ms=2, compression_type="lz4")
+    try:
+        futures = [producer.send(topic, key=f"k{i}".encode(), value=bytes(100)) for i in range(600)]
+        producer.flush(60)
+        metadata = [f.get(0) for f in futures]
+        machine = producer._async._machine
+        pid, epoch = machine.producer_id, machine.producer_epoch
+    finally:
+        producer.close()
+    assert pid >= 0 and epoch == 0
+    for p in (0, 1):
+        offsets = sorted(m.offset for m in metadata if m.partition == p)
+        assert offsets == list(range(len(offsets))) and len(offsets) > 100
+        leader = (2, 3)[p]
+        segment = kafka_cluster.data_dir(leader) / f"{topic}-{p}" / "00000000000000000000.log"
+        headers = batch_headers(segment).to_pydict()
+        assert len(headers["producer_id"]) > 10  # many batches, each sequenced after the last
+        assert set(headers["producer_id"]) == {pid}
+        assert sum(headers["records_count"]) == len(offsets)
+
+
 class _Loop:
     """An event loop on a thread of its own, for the asyncio consumer next to the sync ones."""
 

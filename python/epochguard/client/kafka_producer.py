@@ -3,7 +3,8 @@
 Mirrors the application face of Kafka's `KafkaProducer` as kafka-python 3 spells it (`send` returning a
 future, `flush`, `close`, its setting names): partitioning, batching, retries and what an answer means
 are the state machine's; this module moves its requests to brokers and their answers back, and tells it
-the time. Not there yet: idempotence and transactions (InitProducerId, sequence numbers), `send_arrow`.
+the time. `enable_idempotence` as Java's idempotent producer (the state machine's). Not there yet:
+transactions, `send_arrow`.
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ def producer_config(configs: Mapping[str, Any]) -> dict[str, Any]:
     config["acks"] = -1 if acks in ("all", -1) else acks
     if config["acks"] not in (0, 1, -1):
         raise ValueError(f"acks must be 0, 1 or 'all': {acks!r}")
-    if config["enable_idempotence"]:
-        raise ValueError("enable_idempotence is not supported yet (no InitProducerId or sequence numbers)")
+    if config["enable_idempotence"] and config["acks"] != -1:
+        raise ValueError(f"enable_idempotence needs acks='all' (got {acks!r}), as Java's ProducerConfig requires")
     if config["security_protocol"] != "PLAINTEXT":
         raise ValueError(f"security_protocol {config['security_protocol']!r} is not supported: only PLAINTEXT yet")
     config["compression_type"] = config["compression_type"] or "none"
@@ -110,7 +111,8 @@ class AsyncProducer:
             bootstrap=sorted(self._network.bootstrap, reverse=True), acks=c["acks"], linger_ms=c["linger_ms"],
             batch_size=c["batch_size"], compression_type=c["compression_type"],
             retry_backoff_ms=c["retry_backoff_ms"], request_timeout_ms=c["request_timeout_ms"],
-            delivery_timeout_ms=c["delivery_timeout_ms"], metadata_max_age_ms=c["metadata_max_age_ms"])
+            delivery_timeout_ms=c["delivery_timeout_ms"], metadata_max_age_ms=c["metadata_max_age_ms"],
+            idempotent=c["enable_idempotence"])
         self._driver: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()

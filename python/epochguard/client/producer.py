@@ -1,5 +1,6 @@
-"""A producer's batching, partitioning and retries, sans-IO: Kafka's `RecordAccumulator`, `Sender` and
-`BuiltInPartitioner` (as used by `KafkaProducer` without idempotence), reduced to what epochguard needs.
+"""A producer's batching, partitioning and retries, sans-IO: Kafka's `RecordAccumulator`, `Sender`,
+`BuiltInPartitioner` and, for `enable_idempotence`, the idempotent half of `TransactionManager`,
+reduced to what epochguard needs.
 
 - partitioning: an explicit partition wins; a key goes to `toPositive(murmur2(key)) % partitions`
   (`Utils.murmur2`, the Java default partitioner's hash, bit for bit); records without a key stick to
@@ -13,6 +14,16 @@
   the batch was sent to); a retriable error (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, ...) or no
   answer puts the batch back at the head of its partition after `retry_backoff_ms` and refreshes
   metadata, until `delivery_timeout_ms` since the record was added; anything else fails its records.
+
+- idempotence (`idempotent=True`, acks=all): an InitProducerId (no transactional id) before the first
+  Produce; each batch carries the producer id and epoch and its partition's next sequence, kept across
+  its retries. OUT_OF_ORDER_SEQUENCE_NUMBER and UNKNOWN_PRODUCER_ID are retried after the producer epoch
+  is bumped locally and that partition's sequences restart at 0 (KIP-360; `TransactionManager.canRetry`
+  and `bumpIdempotentProducerEpoch` for a producer without a transactional id; past epoch 32767 a new
+  InitProducerId); another partition restarts at 0 under the new epoch with its next batch
+  (`maybeUpdateProducerIdAndEpoch`). A batch that expires after it was sent leaves its sequence
+  unresolved: the epoch is bumped the same way. DUPLICATE_SEQUENCE_NUMBER completes the batch (the
+  broker has it); INVALID_PRODUCER_EPOCH, PRODUCER_FENCED and the rest fail it.
 
 Driving it is the consumer's contract: `poll_requests(now_ms)`, `on_response`, `on_request_failed`,
 `next_deadline_ms`. Results come back as `Delivery` objects, resolved in place.
@@ -30,6 +41,8 @@ from epochguard import _core
 from epochguard.client.metadata import ClientMetadata
 from epochguard.errors import EpochGuardError, Errors, KafkaTimeoutError
 from epochguard.protocol.messages import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     MetadataRequest,
     MetadataResponse,
     ProducePartition,
@@ -46,6 +59,9 @@ RETRIABLE = frozenset({
     Errors.KAFKA_STORAGE_ERROR, Errors.FENCED_LEADER_EPOCH, Errors.UNKNOWN_LEADER_EPOCH,
 })
 _MASK = 0xFFFFFFFF
+_MAX_EPOCH = 32767  # Short.MAX_VALUE: past it, a new producer id
+# Idempotent producer: retried after an epoch bump and a restart of the partition's sequences at 0
+_SEQUENCE_LOST = frozenset({Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, Errors.UNKNOWN_PRODUCER_ID})
 
 
 def murmur2(data: bytes) -> int:
@@ -144,6 +160,8 @@ class _Batch:
     size: int = 0
     retry_at_ms: int = 0
     attempts: int = 0
+    base_sequence: int = -1  # idempotent: assigned on the first send, kept across retries
+    producer: tuple[int, int] = (-1, -1)  # the (producer id, epoch) the sequence belongs to
 
 
 class Producer:
@@ -161,10 +179,17 @@ class Producer:
         request_timeout_ms: int = 30_000,
         delivery_timeout_ms: int = 120_000,
         metadata_max_age_ms: int = 300_000,
+        idempotent: bool = False,
         rng: random.Random | None = None,
     ) -> None:
         if acks not in (0, 1, -1):
             raise ValueError(f"acks must be 0, 1 or -1 (all): {acks!r}")
+        if idempotent and acks != -1:
+            raise ValueError("an idempotent producer needs acks=all (-1), as Java's ProducerConfig requires")
+        self.idempotent = idempotent
+        self.producer_id, self.producer_epoch = -1, -1
+        self._init_at_ms = 0  # the next InitProducerId not before (its back-off)
+        self._sequences: dict[TopicPartition, tuple[tuple[int, int], int]] = {}  # tp -> ((id, epoch), next)
         self.acks = acks
         self.linger_ms, self.batch_size = linger_ms, batch_size
         self.compression_type = compression_type
@@ -179,6 +204,7 @@ class Producer:
         self._sticky: dict[str, int] = {}
         # id(request) -> (node, sent at, the batches it carries: none for a Metadata request)
         self._in_flight: dict[int, tuple[int, int, dict[TopicPartition, _Batch]]] = {}
+        self._in_flight_requests: dict[int, Any] = {}  # id -> the request (InitProducerId is looked for)
         self._busy: set[TopicPartition] = set()
         self._metadata_in_flight: int | None = None
         self._flushing = False
@@ -216,11 +242,24 @@ class Producer:
             self._metadata_in_flight = id(request)
             self._in_flight[id(request)] = (nodes[0], now_ms, {})
             out.append((nodes[0], request))
+        if self.idempotent and self.producer_id < 0:
+            if not self._init_in_flight() and now_ms >= self._init_at_ms and (self.metadata.brokers or self._bootstrap):
+                nodes = sorted(self.metadata.brokers) or list(self._bootstrap)
+                init = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1)
+                self._in_flight[id(init)] = (nodes[0], now_ms, {})
+                self._in_flight_requests[id(init)] = init
+                out.append((nodes[0], init))
+            if self._flushing and self.pending() == 0:
+                self._flushing = False
+            return out  # no Produce before the producer id
         for node, chosen in sorted(self._ready_by_leader(now_ms).items()):
             out.append((node, self._produce_request(node, chosen, now_ms)))
         if self._flushing and self.pending() == 0:
             self._flushing = False
         return out
+
+    def _init_in_flight(self) -> bool:
+        return any(isinstance(r, InitProducerIdRequest) for r in self._in_flight_requests.values())
 
     def _ready_by_leader(self, now_ms: int) -> dict[int, dict[TopicPartition, _Batch]]:
         """The head batch of every partition that may send now, by its leader."""
@@ -249,8 +288,11 @@ class Producer:
                 del self._sticky[tp.topic]  # KIP-480: the next keyless record picks a new partition
             batch.attempts += 1
             records = [(r.key, r.value, list(r.headers), r.timestamp) for r in batch.records]
+            if self.idempotent:
+                self._sequence(batch)
             raw = _core.encode_batch(records, compression=self.compression_type,
-                                     base_timestamp=batch.records[0].timestamp)
+                                     base_timestamp=batch.records[0].timestamp, producer_id=batch.producer[0],
+                                     producer_epoch=batch.producer[1], base_sequence=batch.base_sequence)
             parts.append(ProducePartition(tp.topic, tp.partition, bytes(raw)))
         request = ProduceRequest(tuple(parts), acks=self.acks, timeout_ms=self.request_timeout_ms)
         if self.acks == 0:  # no answer comes: done once sent
@@ -265,6 +307,11 @@ class Producer:
         times: list[int] = []
         if self._unpartitioned or self.metadata.update_requested:
             times.append(self.metadata.next_update_ms())
+        if self.idempotent and self.producer_id < 0:  # nothing is sent before the producer id
+            if not self._init_in_flight():
+                times.append(self._init_at_ms)
+            times += [sent + self.request_timeout_ms for _, sent, _ in self._in_flight.values()]
+            return min(times, default=None)
         for tp, batches in self._batches.items():
             if batches and tp not in self._busy:
                 b = batches[0]
@@ -276,14 +323,24 @@ class Producer:
         entry = self._in_flight.pop(id(request), None)
         if entry is None:
             return
+        self._in_flight_requests.pop(id(request), None)
+        if isinstance(request, InitProducerIdRequest):
+            if isinstance(response, InitProducerIdResponse) and response.error_code == Errors.NONE:
+                self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
+            else:  # every error of a producer without a transactional id is retried (coordinator loading...)
+                self._init_at_ms = now_ms + self.retry_backoff_ms
+            return
         if isinstance(request, MetadataRequest):
             self._metadata_in_flight = None
             if isinstance(response, MetadataResponse):
                 self.metadata.update(response, now_ms)
                 self._place(now_ms)  # records waiting for the topic join their batches now (linger starts)
             return
-        _, _, batches = entry
         assert isinstance(response, ProduceResponse)
+        self._on_produce_answer(entry[2], response, now_ms)
+
+    def _on_produce_answer(self, batches: dict[TopicPartition, _Batch], response: ProduceResponse,
+                           now_ms: int) -> None:
         answered = {p.tp: p for p in response.partitions}
         for tp, batch in batches.items():
             self._busy.discard(tp)
@@ -292,6 +349,12 @@ class Producer:
                 self._retry(batch, now_ms)
             elif answer.error_code == Errors.NONE:
                 self._complete(batch, answer.base_offset, self.metadata.current_leader(tp).epoch)
+            elif self.idempotent and answer.error_code == Errors.DUPLICATE_SEQUENCE_NUMBER:
+                self._complete(batch, -1, self.metadata.current_leader(tp).epoch)  # written before
+            elif self.idempotent and answer.error_code in _SEQUENCE_LOST:
+                if not (answer.error_code == Errors.UNKNOWN_PRODUCER_ID and answer.log_start_offset < 0):
+                    self._bump_epoch(tp, batch)  # else: the leader could not say yet, retry as is (canRetry)
+                self._retry(batch, now_ms)
             elif answer.error_code in RETRIABLE:
                 self.metadata.request_update()
                 self._retry(batch, now_ms)
@@ -302,6 +365,10 @@ class Producer:
     def on_request_failed(self, node_id: int, request: Any, now_ms: int) -> None:
         entry = self._in_flight.pop(id(request), None)
         if entry is None:
+            return
+        self._in_flight_requests.pop(id(request), None)
+        if isinstance(request, InitProducerIdRequest):
+            self._init_at_ms = now_ms + self.retry_backoff_ms
             return
         if isinstance(request, MetadataRequest):
             self._metadata_in_flight = None
@@ -357,11 +424,41 @@ class Producer:
             keep = []
             for b in batches:
                 if tp not in self._busy and now_ms - b.records[0].added_ms >= self.delivery_timeout_ms:
+                    if self.idempotent and b.base_sequence >= 0:
+                        self._bump_epoch(tp, None)  # sent, outcome unknown: its sequence is unresolved
                     self._fail(b, KafkaTimeoutError(f"{len(b.records)} records for {tp} expired after "
                                                     f"{self.delivery_timeout_ms} ms"))
                 else:
                     keep.append(b)
             self._batches[tp] = keep
+
+    # --- idempotence (TransactionManager, no transactional id) --------------------------------------
+    def _sequence(self, batch: _Batch) -> None:
+        """Give a batch its sequence on its first send (a retry keeps it); a partition whose sequences
+        belong to an older producer id or epoch restarts at 0 (`maybeUpdateProducerIdAndEpoch`)."""
+        current = (self.producer_id, self.producer_epoch)
+        if batch.base_sequence >= 0 and batch.producer == current:
+            return
+        owner, following = self._sequences.get(batch.tp, (current, 0))
+        if owner != current:
+            following = 0
+        batch.producer, batch.base_sequence = current, following
+        self._sequences[batch.tp] = (current, (following + len(batch.records)) & 0x7FFFFFFF)
+
+    def _bump_epoch(self, tp: TopicPartition, batch: _Batch | None) -> None:
+        """`bumpIdempotentProducerEpoch`: the next epoch, locally (past 32767 a new producer id), and
+        `tp`'s sequences from 0; `batch` (the one that failed) is sequenced again when resent."""
+        if batch is not None and batch.producer != (self.producer_id, self.producer_epoch):
+            return  # sent under an epoch bumped since: resent with a new sequence anyway
+        if self.producer_epoch >= _MAX_EPOCH:
+            self.producer_id, self.producer_epoch = -1, -1  # InitProducerId again before any Produce
+        else:
+            self.producer_epoch += 1
+        self._sequences.pop(tp, None)
+        for queued in self._batches.get(tp, ()):
+            queued.base_sequence = -1
+        if batch is not None:
+            batch.base_sequence = -1
 
     def _complete(self, batch: _Batch, base_offset: int, epoch: int | None) -> None:
         for i, r in enumerate(batch.records):

@@ -87,7 +87,9 @@ def test_verdicts_are_what_the_client_code_says(runs: Runs, scenario: str, trigg
         assert start["consumer_class"] == {"java-classic": "ClassicKafkaConsumer",
                                            "java-consumer": "AsyncKafkaConsumer"}[name]
     verdicts = [d.verdict for d in truth.divergences]
-    assert verdicts, f"{name} read no record that was replaced (see {result.logs[name]})"
+    outcome = (result.server_report or {}).get("trigger_outcome")
+    assert verdicts, (f"{name} read no record that was replaced (the trigger {outcome}: a client still behind "
+                      f"when the faults fired reads only the replacements)\n{result.why(name)}")
     assert set(verdicts) <= EXPECTED[name], (
         f"{name} in {scenario} --trigger {trigger}: {truth.divergences}; log {result.logs[name]}")
     server = result.server_client(f"epochguard-{name}")

@@ -34,7 +34,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "broker": _BASE | {"protocol", "storage"},
     "client": _BASE | {"protocol", "storage"},
     "sim": _STATE_MACHINES,
-    "wire": _STATE_MACHINES | {"sim"},
+    "wire": _STATE_MACHINES | {"sim", "kafka"},  # kafka: compat --cluster kafka drives a real cluster
     "spark": _STATE_MACHINES | {"sim"},
     "kafka": _BASE,  # a real Apache Kafka cluster driven from outside (processes, admin requests)
 }

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from epochguard.wire.drivers.kafka_runs import KAFKA_SCENARIOS
 from epochguard.wire.drivers.registry import CLIENTS, Client
 from epochguard.wire.drivers.session import (
     CONTROLS,
@@ -29,7 +30,7 @@ from epochguard.wire.drivers.session import (
 )
 from epochguard.wire.drivers.toolchain import ToolchainError
 
-__all__ = ["configure", "run_matrix", "format_table", "cell"]
+__all__ = ["configure", "run_matrix", "format_table", "cell", "truth_cell", "format_comparison"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -41,12 +42,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "client's own delivery log.")
     parser.add_argument("--json", action="store_true", help="the last stdout line is every run's result as JSON")
     parser.add_argument("--out", type=Path, metavar="PATH", help="also write the markdown table here")
-    parser.add_argument("--scenario", action="append", choices=SCENARIOS + CONTROLS, metavar="NAME",
+    parser.add_argument("--scenario", action="append", choices=sorted({*SCENARIOS, *CONTROLS, *KAFKA_SCENARIOS}),
+                        metavar="NAME",
                         help=f"only this scenario (repeatable; default all: {', '.join(SCENARIOS + CONTROLS)})")
     parser.add_argument("--trigger", action="append", choices=TRIGGERS, help="only this trigger (repeatable)")
     parser.add_argument("--client", action="append", choices=[c.name for c in CLIENTS], help="only this client")
     parser.add_argument("--seed", type=int, default=1, metavar="N", help="seed of every serve run")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="keep delivery logs and traces under DIR")
+    parser.add_argument("--cluster", choices=("serve", "kafka"), default="serve",
+                        help="kafka: also run the scenarios a real Apache Kafka 4.4 cluster reproduces "
+                             f"({', '.join(KAFKA_SCENARIOS)}) on one (make kafka; Java 17), and print per client "
+                             "and scenario the verdict against serve and against Kafka")
     parser.set_defaults(run=_run)
 
 
@@ -59,6 +65,8 @@ def _run(args: argparse.Namespace) -> int:
     if not clients:
         print("compat: no real client installed (pip install 'epochguard[dev]')", file=sys.stderr)
         return 2
+    if args.cluster == "kafka":
+        return _run_kafka(args, clients)
     runs = [(s, t) for s in (args.scenario or SCENARIOS + CONTROLS) for t in (args.trigger or TRIGGERS)]
     with tempfile.TemporaryDirectory(prefix="epochguard-compat-") as tmp:
         results = run_matrix(runs, clients, Path(args.keep or tmp), seed=args.seed, progress=sys.stderr)
@@ -69,6 +77,76 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_as_json(results, clients), separators=(",", ":")))
     return 0
+
+
+def _run_kafka(args: argparse.Namespace, clients: Sequence[Client]) -> int:
+    from epochguard.kafka import KafkaNotProvisioned, find_java, kafka_jars
+    from epochguard.wire.drivers.kafka_runs import run_kafka_matrix
+
+    try:
+        kafka_jars()
+        find_java()
+    except KafkaNotProvisioned as exc:
+        print(f"compat: Apache Kafka: {exc}", file=sys.stderr)
+        return 2
+    scenarios = [s for s in (args.scenario or KAFKA_SCENARIOS) if s in KAFKA_SCENARIOS]
+    runs = [(s, t) for s in scenarios for t in (args.trigger or ("served", "caught-up"))]
+    with tempfile.TemporaryDirectory(prefix="epochguard-compat-") as tmp:
+        work = Path(args.keep or tmp)
+        served = run_matrix(runs, clients, work / "serve", seed=args.seed, progress=sys.stderr)
+        real = run_kafka_matrix(runs, clients, work / "kafka", progress=sys.stderr)
+    table, agree, cells = format_comparison(served, real, clients)
+    print(table)
+    print(f"\n{agree} of {cells} cells agree")
+    if args.out:
+        args.out.write_text(table + "\n", encoding="utf-8")
+    if args.json:
+        print(json.dumps({"serve": _as_json(served, clients), "kafka": _as_json(real, clients)},
+                         separators=(",", ":")))
+    return 0
+
+
+def truth_cell(result: RunResult | str, client: Client) -> str:
+    """The client's verdicts by its delivery log alone (`-`: none of its reads was replaced), or why its
+    run broke: what a cell against Kafka, which no server judges, holds."""
+    if isinstance(result, str):
+        return "run failed"
+    if client.name in result.failed:
+        return "run failed"
+    truth = result.truths.get(client.name)
+    if truth is None:
+        return "not run"
+    return _summary(Counter(d.verdict for d in truth.divergences))
+
+
+def format_comparison(
+    served: dict[tuple[str, str], RunResult | str], real: dict[tuple[str, str], RunResult | str],
+    clients: Sequence[Client],
+) -> tuple[str, int, int]:
+    """A row per scenario x trigger, a cell per client: `serve / kafka` verdicts by the delivery-log truth
+    (the same judge on both: which verdicts, not how many events), marked `≠` where they differ. Returns
+    the table, the agreeing cells and all cells."""
+    header = "| scenario | trigger | " + " | ".join(c.name for c in clients) + " |"
+    rows = [header, "|" + "---|" * (2 + len(clients))]
+    agree = cells = 0
+    for key in real:
+        scenario, trigger = key
+        out = []
+        for c in clients:
+            s, k = _verdict_set(served.get(key, "not run"), c), _verdict_set(real[key], c)
+            same = s == k and s is not None
+            agree += same
+            cells += 1
+            text = f"{truth_cell(served.get(key, 'not run'), c)} / {truth_cell(real[key], c)}"
+            out.append(text if same else f"**≠** {text}")
+        rows.append(f"| {scenario} | {trigger} | " + " | ".join(out) + " |")
+    return "\n".join(rows), agree, cells
+
+
+def _verdict_set(result: RunResult | str, client: Client) -> frozenset[str] | None:
+    if isinstance(result, str) or client.name in result.failed or client.name not in result.truths:
+        return None
+    return frozenset(d.verdict for d in result.truths[client.name].divergences)
 
 
 def _unready(client: Client) -> str | None:

@@ -169,3 +169,29 @@ def test_the_stuck_bound_passes_in_server_steps_after_settling(scenario: str) ->
     steps = dict(events)
     assert [k for k, _ in events].count("stuck-bound") == 1
     assert steps["stuck-bound"] - steps["settled"] == STUCK_AFTER_STEPS
+
+
+@pytest.mark.parametrize(("min_consumers", "fires_at"), [(1, 30.0), (2, 120.0)])
+def test_trigger_time_out_counts_from_every_consumers_first_fetch(min_consumers: int, fires_at: float) -> None:
+    """The wall-clock time-out runs from when every expected consumer has fetched, never before: one
+    that arrives late (a JVM started under load) is waited for. A consumer present from the start but
+    never served fires at 30 s; a second one that never comes, at 4 x 30 s."""
+    wire = WireCluster(build("leader-bounce"), 1, ADDRESSES)
+    fired: list[Fault] = []
+    now = [0.0]
+    runner = StageRunner(wire.scenario, "served", fired.append, clock=lambda: now[0], min_consumers=min_consumers)
+    wire.observers.append(runner)
+    # one consumer fetches the partition, but only ever at its high watermark: present, never served
+    for _ in range(30):
+        wire.step()
+    conn = wire.connect(1)
+    assert conn is not None
+    wire.submit(conn, codec.RequestHeader(1, 12, 1, "never-served"), FetchRequest(
+        (FetchPartition(EVENTS.topic, EVENTS.partition, wire.cluster.log(1, EVENTS).high_watermark),),
+        max_wait_ms=0, version=12))
+    for t in (0.0, fires_at - 1, fires_at + 1):
+        now[0] = t
+        for _ in range(100):  # past the stage's min_steps: the trigger is armed at t=0
+            wire.step()
+        wire.drain()
+        assert (runner.trigger_outcome == "timed out") == (t > fires_at), (t, runner.trigger_outcome)

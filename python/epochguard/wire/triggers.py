@@ -43,6 +43,7 @@ from epochguard.wire.scenarios import INPUT, READY, TRIGGER, PauseProducers, Res
 __all__ = ["TRIGGERS", "ClientTrigger", "StageRunner"]
 
 TRIGGERS = ("served", "caught-up", "commit", "ack")
+ABSENT_FACTOR = 4  # how many time-outs the trigger waits for consumers that have not fetched yet
 
 
 @dataclass
@@ -87,6 +88,10 @@ class ClientTrigger:
         elif isinstance(request, ProduceRequest) and isinstance(response, ProduceResponse) and request.acks == -1:
             self.acked |= any(p.tp.topic == INPUT and p.error_code == Errors.NONE for p in response.partitions)
 
+    def present(self) -> bool:
+        """Every consumer the run expects has fetched the partition (always, for `commit` and `ack`)."""
+        return self.mode in ("commit", "ack") or len(self.progress) >= max(self.min_consumers, 1)
+
     def met(self) -> bool:
         if self.mode == "commit":
             return self.committed
@@ -122,6 +127,7 @@ class StageRunner:
         self.stage = 0
         self.stage_started_step = 0
         self.trigger_wait_since: float | None = None
+        self.consumers_present_since: float | None = None  # every expected consumer had fetched by then
         self.scheduled: list[tuple[int, int, Fault]] = []  # (step, order, fault)
         self.last_fault_step = 0
         self.settled_step: int | None = None
@@ -180,9 +186,11 @@ class StageRunner:
                 if self.trigger.mode == "caught-up" and any(p in cluster.clients for p in cluster.producers):
                     self.fire(PauseProducers())
                     self._paused_producers = True
+            if self.consumers_present_since is None and self.trigger.present():
+                self.consumers_present_since = now
             if self.trigger.met():
                 self.trigger_outcome = "met"
-            elif now - self.trigger_wait_since >= self.timeout_s:
+            elif self._timed_out(now):
                 self.trigger_outcome = "timed out"
             else:
                 return False
@@ -192,6 +200,15 @@ class StageRunner:
                 self._paused_producers = False
             return True
         return bool(stage.wait(wire.cluster))
+
+    def _timed_out(self, now: float) -> bool:
+        """`timeout_s` after every expected consumer first fetched the partition: a client that starts
+        late (a JVM on a loaded machine took more than 30 s) is waited for, never faulted before it was
+        there; if one never comes, `ABSENT_FACTOR` times `timeout_s` after the trigger was armed."""
+        assert self.trigger_wait_since is not None
+        if self.consumers_present_since is not None:
+            return now - self.consumers_present_since >= self.timeout_s
+        return now - self.trigger_wait_since >= ABSENT_FACTOR * self.timeout_s
 
     @property
     def settled(self) -> bool:

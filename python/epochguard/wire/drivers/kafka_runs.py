@@ -130,7 +130,7 @@ class KafkaRun:
     trigger_timeout_s: float = 120.0
     progress: TextIO | None = None
     fault_at: float | None = None  # wall-clock time the trigger was met and the faults began
-    served_at: float | None = None  # the partition had a leader again after them
+    served_at: float | None = None  # the partition had a leader again after them (None: it never lost one)
 
     def leader_back(self) -> None:
         self.served_at = time.time()
@@ -300,12 +300,11 @@ def run_kafka(
                 cluster.start_broker(b)
             else:
                 cluster.resume_broker(b)
-    # Stuck counts from when the partition could serve again: serve elects the new leader 20 ms after the
-    # old one dies, Kafka after a broker's stop and another's start (10-30 s of JVMs), which no client
-    # can shorten; every client read nothing meanwhile.
-    unavailable = max(0.0, run.served_at - run.fault_at) if run.served_at and run.fault_at else 0.0
-    truths = {name: judge_client(path, final, consume_topic=events, stuck_after_s=stuck_after_s + unavailable)
-              for name, path in logs.items()}
+    # Stuck counts from when the partition could serve again (serve: from when its faults started, which
+    # elect the new leader 20 ms after the old one dies); Kafka elects after a broker's stop and another's
+    # start (10-45 s of JVMs), which no client can shorten: every client read nothing meanwhile.
+    truths = {name: judge_client(path, final, consume_topic=events, stuck_after_s=stuck_after_s,
+                                 faults_t=run.served_at or run.fault_at) for name, path in logs.items()}
     return RunResult(cluster.bootstrap, logs, final, truths, None)
 
 

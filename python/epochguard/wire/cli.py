@@ -39,7 +39,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--port", type=int, default=0, metavar="P",
                        help="first broker's port (the others follow); 0 = ephemeral")
     serve.add_argument("--timeout-s", type=float, default=30.0, metavar="S",
-                       help="fire the faults anyway after waiting this long for the trigger")
+                       help="fire the faults anyway after waiting this long for the trigger, counted from when "
+                            "every expected consumer (--consumers) has fetched (4x this if one never does)")
     serve.add_argument("--consumers", type=int, default=1, metavar="N",
                        help="served/caught-up triggers wait until at least N consumers fetch the trigger partition")
     serve.set_defaults(run=_serve)

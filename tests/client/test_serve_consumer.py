@@ -83,6 +83,37 @@ def test_clean_round_trip_matches_kafka_python_and_commits_carry_the_epoch() -> 
     assert entry["divergences"] == [] and result["violations"] == []
 
 
+def test_commit_async_takes_the_offsets_at_the_call_and_calls_back() -> None:
+    served = Served("clean")
+    try:
+        seen: list[tuple[dict[TopicPartition, OffsetAndMetadata], Exception | None]] = []
+        consumer = KafkaConsumer(bootstrap_servers=served.bootstrap, client_id="eg-async-commit", group_id="g-ac",
+                                 auto_offset_reset="earliest", enable_auto_commit=False,
+                                 default_offset_commit_callback=lambda o, e: seen.append((o, e)))
+        consumer.assign([EVENTS_0])
+        got: list[tuple[int, int | None]] = []
+        end = time.monotonic() + 20
+        while len(got) < 20 and time.monotonic() < end:
+            got += [(r.offset, r.leader_epoch) for r in consumer.poll(timeout_ms=200).get(EVENTS_0, [])]
+        at_call = OffsetAndMetadata(got[-1][0] + 1, "", got[-1][1])
+        future = consumer.commit_async()
+        consumer.poll(timeout_ms=300)  # reading on does not change what that commit carries
+        assert future.result(20) is None
+        assert seen == [({EVENTS_0: at_call}, None)]
+        assert consumer.committed(EVENTS_0) == at_call
+        consumer.close()
+
+        async def on_asyncio() -> OffsetAndMetadata | None:
+            async with AsyncConsumer(bootstrap_servers=served.bootstrap, client_id="eg-async-commit2",
+                                     group_id="g-ac", enable_auto_commit=False) as c:
+                await c.commit_async({EVENTS_0: OffsetAndMetadata(3, "x", got[2][1])})
+                return await c.committed(EVENTS_0)
+
+        assert asyncio.run(on_asyncio()) == OffsetAndMetadata(3, "x", got[2][1])
+    finally:
+        served.stop()
+
+
 def _consume_sync(bootstrap: str, client_id: str, seconds: float, reset: str) -> list[LogTruncationError]:
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, auto_offset_reset=reset,
                              enable_auto_commit=False)

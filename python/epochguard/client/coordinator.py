@@ -16,7 +16,9 @@ Driving it: `poll_requests(now_ms)` returns the requests for the group coordinat
 `on_request_failed` take the outcome, `next_deadline_ms()` says when to poll again. Differences from
 Kafka: no cooperative rebalancing, no static-membership fencing, no client-side session expiry (the
 coordinator's is authoritative), and the leader assigns from the partition counts it is given (it does
-not refresh metadata for topics only other members subscribe to).
+not refresh metadata for topics only other members subscribe to). As Kafka's, a leader whose counts
+change after it assigned (a topic whose metadata had not arrived yet, partitions added) rejoins, so
+the partitions it could not see get an owner.
 """
 
 from __future__ import annotations
@@ -101,6 +103,9 @@ class ConsumerCoordinator:
         self._next_heartbeat = 0
         self._in_flight: dict[int, Any] = {}  # id(request) -> request
         self._unsent: list[Any] = []  # built by a handler (the SyncGroup after a JoinGroup answer)
+        # The leader's partition counts its assignment was made from (Kafka's `assignmentSnapshot`)
+        self._assigned_from: dict[str, int] | None = None
+        self._assigned_topics: frozenset[str] = frozenset()
 
     # --- application ----------------------------------------------------------------------------
     def subscribe(self, topics: Iterable[str]) -> None:
@@ -129,8 +134,13 @@ class ConsumerCoordinator:
     # --- the driver's side ----------------------------------------------------------------------
     def poll_requests(self, now_ms: int) -> list[Any]:
         busy = bool(self._in_flight)
+        if self.state is MemberState.STABLE and self._metadata_changed():
+            # `rejoinNeededOrPending`: the leader assigned from other partition counts than the metadata
+            # has now (a topic unknown then, or grown since), so some partitions went to nobody: rejoin
+            self._rejoin_needed = True
         if self._rejoin_needed and self.topics and not busy and now_ms >= self._retry_at:
             self._revoke()  # eager: every partition goes before the JoinGroup
+            self._assigned_from = None  # only this generation's leader assigns, from its metadata then
             self._send(self._join_request())
             self.state = MemberState.JOINING
         elif self.state is MemberState.STABLE and not busy and now_ms >= self._next_heartbeat:
@@ -192,11 +202,20 @@ class ConsumerCoordinator:
             self._error(r.error_code, "JoinGroup")
         self._rejoin(now_ms + self.retry_backoff_ms)
 
+    def _metadata_changed(self) -> bool:
+        if self._assigned_from is None:
+            return False
+        return self._counts(self._assigned_topics) != self._assigned_from
+
+    def _counts(self, topics: Iterable[str]) -> dict[str, int]:
+        return {t: n for t in topics if (n := self.partitions_for(t))}
+
     def _assign(self, r: JoinGroupResponse) -> tuple[SyncGroupAssignment, ...]:
         assignor = ASSIGNORS[r.protocol_name or self.assignors[0]]
         subscriptions = {m.member_id: Subscription.decode(m.metadata) for m in r.members}
         topics = {t for s in subscriptions.values() for t in s.topics}
-        counts = {t: n for t in topics if (n := self.partitions_for(t))}
+        counts = self._counts(topics)
+        self._assigned_topics, self._assigned_from = frozenset(topics), counts
         plan = assignor.assign(counts, subscriptions)
         return tuple(SyncGroupAssignment(m, Assignment(tuple(tps)).encode()) for m, tps in sorted(plan.items()))
 

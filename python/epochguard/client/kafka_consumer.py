@@ -18,7 +18,9 @@ private event-loop thread and blocks on it; its calls are thread-confined to tha
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
+import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
@@ -94,6 +96,7 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "heartbeat_interval_ms": 3_000,
     "max_poll_interval_ms": 300_000,  # the rebalance timeout of a JoinGroup
     "max_response_bytes": None,  # beyond kafka-python: the largest answer read (default: fetch_max_bytes + 1 MiB)
+    "default_offset_commit_callback": None,  # commit_async's callback when it is given none
 }
 
 # kafka-python settings this client refuses when set to anything but their default, and why.
@@ -108,7 +111,6 @@ UNSUPPORTED_SETTINGS: dict[str, str] = {
     "sasl_plain_password": "SASL is not implemented yet",
     "api_version": "versions always come from the ApiVersions handshake (every broker this client serves has it)",
     "max_poll_records": "poll() hands out every completed fetch (bounded by max_partition_fetch_bytes)",
-    "default_offset_commit_callback": "commit_async() is not implemented yet",
     "selector": "the network layer is asyncio",
     "sock_chunk_bytes": "the network layer is asyncio",
     "sock_chunk_buffer_count": "the network layer is asyncio",
@@ -608,6 +610,37 @@ class AsyncConsumer:
         except TimeoutError:
             raise KafkaTimeoutError(f"commit did not complete within {self.config['request_timeout_ms']} ms") from None
 
+    def commit_async(self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None,
+                     callback: Callable[[dict[TopicPartition, OffsetAndMetadata], Exception | None], Any] | None = None,
+                     ) -> asyncio.Task[None]:
+        """Commit without waiting (kafka-python's / Java's `commitAsync`): the offsets are taken now
+        (default: every consumed position, with its epoch), the answer arrives in the background.
+        `callback(offsets, exception or None)` (default: the `default_offset_commit_callback` setting)
+        runs on the event loop when it does; the returned task completes then too (and raises what failed)."""
+        self._check_open()
+        if self._group_id is None:
+            raise ValueError("commit needs a group_id")
+        chosen = dict(offsets) if offsets is not None else self._machine.consumed_offsets()
+        done = callback or self.config["default_offset_commit_callback"]
+
+        async def run() -> None:
+            error: Exception | None = None
+            try:
+                await self.commit(chosen)
+            except Exception as exc:
+                error = exc
+            if done is not None:
+                try:
+                    done(chosen, error)
+                except Exception:
+                    logging.getLogger(__name__).exception("commit_async callback failed")
+            if error is not None:
+                raise error
+
+        task = asyncio.get_running_loop().create_task(run())
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no "never retrieved" noise
+        return task
+
     async def committed(self, partition: TopicPartition) -> OffsetAndMetadata | None:
         """The group's committed offset for `partition`, with its leader epoch (an OffsetFetch to the
         coordinator), or None if nothing is committed."""
@@ -749,6 +782,17 @@ class KafkaConsumer(BlockingClient[AsyncConsumer]):
     def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None) -> None:
         self._call(lambda: self._async.commit(offsets))
 
+    def commit_async(self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None,
+                     callback: Callable[[dict[TopicPartition, OffsetAndMetadata], Exception | None], Any] | None = None,
+                     ) -> concurrent.futures.Future[None]:
+        """As `AsyncConsumer.commit_async`; a `concurrent.futures.Future` (the callback runs on the
+        client's loop thread, as kafka-python's run in its I/O thread)."""
+        async def start() -> asyncio.Task[None]:
+            return self._async.commit_async(offsets, callback)
+
+        task = self._call(start)  # the offsets are taken before any later call of the application
+        return asyncio.run_coroutine_threadsafe(_awaited(task), self._loop.loop)
+
     def committed(self, partition: TopicPartition) -> OffsetAndMetadata | None:
         return self._call(lambda: self._async.committed(partition))
 
@@ -773,3 +817,7 @@ class KafkaConsumer(BlockingClient[AsyncConsumer]):
 
 async def _now(fn: Callable[..., None], *args: Any) -> None:
     fn(*args)
+
+
+async def _awaited(task: asyncio.Task[None]) -> None:
+    await task

@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 
-.PHONY: setup kcat drivers kafka demo test test-rust test-python bench lint docs mutants mutants-changed mutants-tools
+.PHONY: setup kcat drivers kafka spark-kafka demo test test-rust test-python bench lint docs mutants mutants-changed mutants-tools
 
 setup:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -52,10 +52,24 @@ kafka:
 	  touch $(KAFKA_JARS).tmp/.complete && rm -rf $(KAFKA_JARS) && mv $(KAFKA_JARS).tmp $(KAFKA_JARS) || \
 	  echo "setup: could not fetch Kafka's jars (see $(VENV)/kafka.log); the real-cluster tests will skip"; }
 
+# Spark's own Kafka source (tools/spark-kafka/pom.xml: spark-sql-kafka-0-10 4.2.0, the newest Central serves,
+# with kafka-clients 3.9.2 and commons-pool2), for the streaming-source comparison (tests/spark/test_stream_matrix.py).
+# Only the connector's own jars: Spark, Hadoop and the compression libraries come with pyspark. Cached and tolerant
+# like `kafka`.
+SPARK_KAFKA_JARS = $(EPOCHGUARD_CACHE)/spark-kafka-$(shell sha256sum tools/spark-kafka/pom.xml | cut -c1-12)
+spark-kafka:
+	@test -f $(SPARK_KAFKA_JARS)/.complete || { echo "setup: fetching Spark's Kafka source into $(SPARK_KAFKA_JARS) (log: $(VENV)/spark-kafka.log)"; \
+	  rm -rf $(SPARK_KAFKA_JARS).tmp && mkdir -p $(SPARK_KAFKA_JARS).tmp && \
+	  mvn -B -q -f tools/spark-kafka/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	    -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2 \
+	    -DoutputDirectory=$(SPARK_KAFKA_JARS).tmp > $(VENV)/spark-kafka.log 2>&1 && \
+	  touch $(SPARK_KAFKA_JARS).tmp/.complete && rm -rf $(SPARK_KAFKA_JARS) && mv $(SPARK_KAFKA_JARS).tmp $(SPARK_KAFKA_JARS) || \
+	  echo "setup: could not fetch Spark's Kafka source (see $(VENV)/spark-kafka.log); its comparison tests will skip"; }
+
 demo: setup
 	epochguard demo
 
-test: setup kafka test-rust test-python
+test: setup kafka spark-kafka test-rust test-python
 
 test-rust:
 	cargo test --locked --features wire

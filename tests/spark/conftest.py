@@ -23,6 +23,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    session = local_session("local[2]", app_name="epochguard-tests", shuffle_partitions=2)
+    from tests.spark.stream_matrix import spark_kafka_jars
+
+    # Spark's own Kafka source on the classpath when `make spark-kafka` fetched it (test_stream_matrix.py).
+    jars = spark_kafka_jars()
+    session = local_session("local[2]", app_name="epochguard-tests", shuffle_partitions=2,
+                            conf={"spark.jars": ",".join(jars)} if jars else None)
     yield session
     session.stop()

@@ -197,9 +197,26 @@ def test_unclean_election_while_the_query_is_stopped(cluster: GuardCluster, tmp_
             run.restart()
         return
     run.restart()
+    assert run.truncations() == []
     with pytest.warns(TruncationWarning):
         run.run_to_end()
     assert judge(run.output, run.truncations(), truth) == (27, 5)
+    assert [e["detected_by"] for e in run.truncations()] == ["restart"]
+
+
+def test_a_restart_validates_every_partition_without_the_hook(cluster: GuardCluster, tmp_path: Path) -> None:
+    """Spark 4.3 gives a source with admission control no `setLatestSeenOffset` (partitions(o, o)): the first
+    trigger of a restarted driver validates the whole checkpoint itself, moved epoch or not."""
+    run = MicroBatches(cluster, "fail", tmp_path)
+    cluster.produce(5)
+    assert run.trigger()
+    run.stop()
+    run.reader = run._new_reader()  # a restart without the hook
+    cluster.produce(2)
+    assert run.trigger()
+    assert run.reader.reader.requests["OffsetsForLeaderEpoch"] == 1
+    assert run.trigger() is False
+    assert run.reader.reader.requests["OffsetsForLeaderEpoch"] == 1
 
 
 @pytest.mark.parametrize("mode", ["fail", "rewind"])

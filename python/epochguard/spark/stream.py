@@ -9,10 +9,12 @@ off), this source:
 
 - checkpoints ``{"topic": {"partition": {"offset": N, "epoch": E}}}``, E being the leader epoch of the
   same ListOffsets answer that planned N (the epoch of every record below N is at most E);
-- validates with OffsetsForLeaderEpoch every checkpointed partition on restart (`partitions(o, o)`, the
-  engine's `setLatestSeenOffset` hook) and on a replay (`partitions(s, e)` for an end this process did
-  not plan), and at each trigger only the partitions whose leader epoch moved (no extra request in the
-  steady state: the epoch comes with the ListOffsets answer a trigger needs anyway);
+- validates with OffsetsForLeaderEpoch every checkpointed partition on restart (the first trigger of a
+  driver process that did not start the query, and `partitions(o, o)`, the engine's `setLatestSeenOffset`
+  hook, which Spark 4.3 calls only for sources without admission control) and on a replay
+  (`partitions(s, e)` for an end this process did not plan), and at each trigger only the partitions
+  whose leader epoch moved (no extra request in the steady state: the epoch comes with the
+  ListOffsets answer a trigger needs anyway);
 - reads on executors with epochguard's consumer, seeking with the start's epoch (validated against the
   leader before any fetch), and emits only records whose batch epoch is at most the planned end's:
   a partition stops at the first record above it, or at a truncation of its start, without failing the
@@ -319,6 +321,7 @@ if DataSource is not None:
             self._reader: OffsetReader | None = None
             self._planned: dict[str, Any] | None = None  # the last end this process returned
             self._target: dict[TopicPartition, EpochOffset] | None = None  # Trigger.AvailableNow's
+            self._fresh = False  # initialOffset was called in this process (not a restart)
             self.detected: list[Truncation] = []  # every truncation this driver found (tests, logs)
 
         def __getstate__(self) -> dict[str, Any]:  # executors get the options, not the driver's sockets
@@ -347,6 +350,7 @@ if DataSource is not None:
             return self.reader.partitions_of(self.options.topics)
 
         def initialOffset(self) -> dict[str, Any]:
+            self._fresh = True  # a new query: its first start comes from here, validated below
             tps = self._partitions()
             starting = self.options.starting
             if starting in ("earliest", "latest"):
@@ -387,10 +391,13 @@ if DataSource is not None:
             starts: dict[TopicPartition, EpochOffset] = {}
             if new:  # as Spark: partitions added while the query runs are read from their start
                 starts.update(self.reader.list_offsets(new, latest=False))
-            # Validate only where the leader epoch moved since the checkpoint's planning.
+            # Validate where the leader epoch moved since the checkpoint's planning; on the first trigger of
+            # a process that did not plan the start itself (a restart), every partition: Spark 4.3 calls the
+            # `setLatestSeenOffset` hook (partitions(o, o)) only for sources without admission control.
+            restart = self._planned is None and not self._fresh
             moved = {tp: pos for tp, pos in previous.items()
-                     if pos.epoch is not None and latest[tp].epoch != pos.epoch}
-            for t in self._truncations(moved, "trigger"):
+                     if pos.epoch is not None and (restart or latest[tp].epoch != pos.epoch)}
+            for t in self._truncations(moved, "restart" if restart else "trigger"):
                 assert t.divergence is not None
                 starts[t.tp] = t.divergence
             begin = {tp: starts[tp] if tp in starts else previous[tp] for tp in tps}

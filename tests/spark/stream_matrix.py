@@ -1,0 +1,194 @@
+"""The same unclean-election cells for Spark's own Kafka source and for ``epochguard-kafka``, in a live query.
+
+A cell: a running query (file sink, 200 ms triggers, `processAllAvailable`) reads 10 committed records and
+5 more that only the isolated leader has; the leader dies, a lagging replica is elected uncleanly and the
+log is refilled, either below the checkpoint (3 records: the log ends at 13 < 15) or past it (12: it ends
+at 22), before the next trigger, or while the query is stopped (then restarted on its checkpoint). What
+the query did is judged by the cluster's final log, by (offset, value): `exact` (the final log once,
+phantoms only where a truncation log names them), `fails` (with what the message names), or `SILENT`
+(records of the final log never emitted, phantoms nobody named, duplicates).
+
+`run_cell` is shared by `test_stream_matrix.py` (a few cells in `make test`) and
+`tools/stream_matrix.py`, which runs every cell and writes the table in docs/streaming.md.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from epochguard.types import TopicPartition
+from tests.spark.guard_cluster import TOPIC, GuardCluster
+
+REPO = Path(__file__).resolve().parents[2]
+POM = REPO / "tools" / "spark-kafka" / "pom.xml"
+RESULTS = REPO / "docs" / "stream-matrix.json"
+DOC = REPO / "docs" / "streaming.md"
+START, END = "<!-- stream-matrix:start -->", "<!-- stream-matrix:end -->"
+TP = TopicPartition(TOPIC, 0)
+
+CELLS = {
+    "refill-below": "election before a trigger, log refilled below the checkpoint (ends at 13 < 15)",
+    "refill-above": "election before a trigger, log refilled past the checkpoint (ends at 22 > 15)",
+    "while-stopped": "election while the query is stopped, log refilled past the checkpoint, restart",
+}
+SOURCES = {
+    "kafka": "Spark's Kafka source (failOnDataLoss=true)",
+    "epochguard-kafka/fail": "epochguard-kafka, onTruncation=fail",
+    "epochguard-kafka/rewind": "epochguard-kafka, onTruncation=rewind",
+}
+
+
+def spark_kafka_jars() -> list[str]:
+    """The jars `make spark-kafka` cached for tools/spark-kafka/pom.xml, or [] when not fetched."""
+    root = Path(os.environ.get("EPOCHGUARD_CACHE") or Path.home() / ".cache" / "epochguard")
+    cache = root / f"spark-kafka-{hashlib.sha256(POM.read_bytes()).hexdigest()[:12]}"
+    return sorted(glob.glob(str(cache / "*.jar"))) if (cache / ".complete").exists() else []
+
+
+@dataclass
+class CellResult:
+    source: str
+    cell: str
+    verdict: str  # exact | fails | SILENT
+    detail: str
+    emitted: int
+    lost: int  # records of the final log never emitted
+    phantoms: int  # emitted records not in the final log
+    named: int  # of those, named by the truncation log
+    duplicates: int
+
+
+def _start(spark: Any, source: str, cluster: GuardCluster, tmp: Path) -> Any:
+    fmt, _, mode = source.partition("/")
+    reader = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", cluster.bootstrap)
+              .option("subscribe", TOPIC).option("startingOffsets", "earliest")
+              .option("kafka.request.timeout.ms", "5000"))
+    columns = ["partition", "offset", "value"]
+    if mode:
+        reader = reader.option("onTruncation", mode).option("truncationLog", str(tmp / "truncations.jsonl"))
+        columns.append("leaderEpoch")
+    return (reader.load().select(*columns).writeStream.format("parquet")
+            .option("checkpointLocation", str(tmp / "checkpoint")).trigger(processingTime="200 milliseconds")
+            .start(str(tmp / "out")))
+
+
+def run_cell(spark: Any, source: str, cell: str) -> CellResult:
+    from pyspark.errors import StreamingQueryException
+
+    if source.startswith("epochguard"):
+        from epochguard.spark.stream import register
+
+        register(spark)
+    tmp = Path(tempfile.mkdtemp(prefix="stream-matrix-"))
+    cluster = GuardCluster()
+    try:
+        cluster.produce(10)
+        query = _start(spark, source, cluster, tmp)
+        query.processAllAvailable()
+        old = cluster.isolate_leader(TP, 5)
+        query.processAllAvailable()
+        if cell == "while-stopped":
+            query.stop()
+        cluster.unclean_election(TP, old)
+        cluster.produce(3 if cell == "refill-below" else 12)
+        truth = {o: v for o, (_, v) in cluster.truth(TP).items()}
+        error = None
+        try:
+            if cell == "while-stopped":
+                query = _start(spark, source, cluster, tmp)
+            query.processAllAvailable()
+        except StreamingQueryException as exc:
+            error = str(exc)
+        finally:
+            query.stop()
+        rows = spark.read.parquet(str(tmp / "out")).collect() if (tmp / "out").exists() else []
+        log = tmp / "truncations.jsonl"
+        entries = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        return judge(source, cell, rows, entries, truth, error)
+    finally:
+        cluster.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def judge(source: str, cell: str, rows: list[Any], entries: list[dict[str, Any]], truth: dict[int, bytes | None],
+          error: str | None) -> CellResult:
+    emitted = [(r["offset"], bytes(r["value"])) for r in rows]
+    epochs = [r["leaderEpoch"] if "leaderEpoch" in r else None for r in rows]
+    named = sum(1 for (o, v), e in zip(emitted, epochs, strict=True) if truth.get(o) != v and e is not None and any(
+        x["phantoms"]["from"] <= o < x["phantoms"]["until"] and e <= x["phantoms"]["max_epoch"] for x in entries))
+    phantoms = sum(1 for o, v in emitted if truth.get(o) != v)
+    seen = set(emitted)
+    lost = sum(1 for o, v in truth.items() if (o, v) not in seen)
+    duplicates = len(emitted) - len(seen)
+    if error is not None:
+        named_divergence = re.search(r"diverges at offset (\d+) \(epoch (-?\d+)\)", error)
+        spark_change = re.search(r"offset was changed from (\d+) to (\d+)", error)
+        if named_divergence:
+            detail = f"fails naming the divergence at offset {named_divergence.group(1)}"
+        elif spark_change:
+            detail = (f"fails: offset changed from {spark_change.group(1)} to {spark_change.group(2)} "
+                      "(no divergence point; the phantoms stay unnamed)")
+        else:
+            detail = "fails: " + error.splitlines()[0][:160]
+        return CellResult(source, cell, "fails", detail, len(emitted), lost, phantoms, named, duplicates)
+    if phantoms == named and lost == 0 and duplicates == 0:
+        detail = f"the final log exactly once, {named} phantoms named in the truncation log" if named else \
+            "the final log exactly once"
+        return CellResult(source, cell, "exact", detail, len(emitted), lost, phantoms, named, duplicates)
+    parts = [f"{lost} records of the final log never read"] if lost else []
+    if phantoms - named:
+        parts.append(f"{phantoms - named} phantoms in the output, unnamed")
+    if duplicates:
+        parts.append(f"{duplicates} duplicates")
+    return CellResult(source, cell, "SILENT", ", ".join(parts), len(emitted), lost, phantoms, named, duplicates)
+
+
+# --- the table in the docs ----------------------------------------------------------------------
+def render(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    by = {(r["source"], r["cell"]): r for r in results}
+    head = "| cell | " + " | ".join(SOURCES.values()) + " |"
+    lines = [START, f"Generated by `python tools/stream_matrix.py` ({meta.get('versions', '')}); "
+             "do not edit by hand.", "", head, "|---" * (len(SOURCES) + 1) + "|"]
+    for cell, what in CELLS.items():
+        cells = []
+        for source in SOURCES:
+            r = by.get((source, cell))
+            cells.append("not run" if r is None else f"**{r['verdict']}**: {r['detail']}")
+        lines.append(f"| {what} | " + " | ".join(cells) + " |")
+    silent = sorted({r["cell"] for r in results if r["verdict"] == "SILENT" and r["source"] == "kafka"})
+    lines += ["", f"Silent cells of Spark's source: {len(silent)} of {sum(1 for r in results if r['source'] == 'kafka')}"
+              f" ({', '.join(silent) or 'none'}); of epochguard-kafka: "
+              f"{sum(1 for r in results if r['verdict'] == 'SILENT' and r['source'] != 'kafka')}.", END]
+    return "\n".join(lines)
+
+
+def write_docs(results: list[CellResult], meta: dict[str, Any]) -> None:
+    data: dict[str, Any] = {"meta": meta, "results": [asdict(r) for r in results]}
+    RESULTS.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    text = DOC.read_text()
+    before, rest = text.split(START, 1)
+    _, after = rest.split(END, 1)
+    DOC.write_text(before + render(data["results"], meta) + after)
+
+
+def previous_results() -> list[CellResult]:
+    if not RESULTS.exists():
+        return []
+    return [CellResult(**r) for r in json.loads(RESULTS.read_text())["results"]]
+
+
+def table_in_docs() -> tuple[str, str]:
+    """(the table in docs/streaming.md, the table rendered from docs/stream-matrix.json)."""
+    text = DOC.read_text()
+    table = START + text.split(START, 1)[1].split(END, 1)[0] + END
+    data = json.loads(RESULTS.read_text())
+    return table, render(data["results"], data["meta"])

@@ -206,3 +206,11 @@ def unanswered(trace: Path) -> dict[str, list[str]]:
     for client, what in asked.values():
         out[client].append(what)
     return dict(out)
+
+
+def python_clients_run(tmp_path_factory: Any, scenario: str, trigger: str) -> RunResult:
+    """One serve run of `scenario --trigger trigger` with the Python-driven clients (a module's fixture)."""
+    from epochguard.wire.drivers.registry import CLIENTS
+
+    here = tuple(c for c in CLIENTS if c.toolchain is None)
+    return ServeRuns(tmp_path_factory.mktemp(scenario)).run(scenario, trigger, "python", here)

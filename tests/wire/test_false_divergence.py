@@ -18,7 +18,7 @@ import pytest
 from epochguard.wire.drivers.registry import CLIENTS, client
 from epochguard.wire.drivers.session import RunResult
 from tests.wire.conftest import require, require_final_reader
-from tests.wire.serving import ServeRuns
+from tests.wire.serving import python_clients_run
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("epochguard.wire.cli") is None, reason="`epochguard serve` is not in this build"
@@ -30,7 +30,7 @@ PY_CLIENTS = tuple(c for c in CLIENTS if c.toolchain is None)
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunResult]:
     require_final_reader()
-    yield ServeRuns(tmp_path_factory.mktemp("false")).run("false-divergence", "caught-up", "python", PY_CLIENTS)
+    yield python_clients_run(tmp_path_factory, "false-divergence", "caught-up")
 
 
 @pytest.mark.parametrize("name", [c.name for c in PY_CLIENTS])

@@ -141,6 +141,23 @@ def test_a_retriable_error_retries_after_the_backoff_and_asks_for_metadata() -> 
     assert (d.metadata.offset, d.metadata.leader_epoch) == (7, 5)
 
 
+def test_metadata_goes_to_the_next_bootstrap_node_after_a_failure_and_waits_when_none_may_be_tried() -> None:
+    producer = Producer(bootstrap=[-1, -2], linger_ms=0, retry_backoff_ms=100)
+    producer.send("t", b"v", partition=0, now_ms=0)
+    ((node, request),) = producer.poll_requests(0)
+    assert node == -1
+    producer.on_request_failed(node, request, 5)  # -1 refused the connection
+    ((node, request),) = producer.poll_requests(105)
+    assert node == -2 and isinstance(request, MetadataRequest)
+    # With the network's chooser: a None (every node in its back-off) sends nothing until the back-off
+    offered: list[list[int]] = []
+    waiting = Producer(bootstrap=[-1, -2], linger_ms=0, retry_backoff_ms=100,
+                       least_loaded=lambda nodes: offered.append(list(nodes)) and None)
+    waiting.send("t", b"v", partition=0, now_ms=0)
+    assert waiting.poll_requests(0) == [] and waiting.poll_requests(50) == []
+    assert offered == [[-1, -2]] and waiting.next_deadline_ms() == 100
+
+
 def test_a_lost_connection_retries_and_a_fatal_error_fails_the_records() -> None:
     producer = Producer(bootstrap=[-1], linger_ms=0, retry_backoff_ms=10)
     d = producer.send("t", b"v", partition=1, now_ms=0)

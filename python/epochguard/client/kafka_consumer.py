@@ -181,7 +181,8 @@ class AsyncConsumer:
             retry_backoff_ms=c["retry_backoff_ms"],
             request_timeout_ms=c["request_timeout_ms"],
             metadata=ClientMetadata(topics=(), refresh_backoff_ms=c["retry_backoff_ms"],
-                                    metadata_max_age_ms=c["metadata_max_age_ms"]),
+                                    metadata_max_age_ms=c["metadata_max_age_ms"],
+                                    least_loaded=self._network.least_loaded_node),
             fetch_max_wait_ms=c["fetch_max_wait_ms"],
             fetch_min_bytes=c["fetch_min_bytes"],
             fetch_max_bytes=c["fetch_max_bytes"],
@@ -357,8 +358,10 @@ class AsyncConsumer:
 
     async def _ask_coordinator(self) -> int:
         assert self._group_id is not None
-        brokers = sorted(self._machine.metadata.brokers) or sorted(self._network.bootstrap, reverse=True)
-        response = await self._network.send(brokers[0], FindCoordinatorRequest(key=self._group_id,
+        node = self._machine.metadata.any_node(self._machine.bootstrap)
+        if node is None:
+            raise KafkaConnectionError("every broker is in its reconnect back-off")
+        response = await self._network.send(node, FindCoordinatorRequest(key=self._group_id,
                                                                                 coordinator_keys=(self._group_id,)))
         assert isinstance(response, FindCoordinatorResponse)
         if not response.coordinators:

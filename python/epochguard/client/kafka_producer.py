@@ -112,7 +112,7 @@ class AsyncProducer:
             batch_size=c["batch_size"], compression_type=c["compression_type"],
             retry_backoff_ms=c["retry_backoff_ms"], request_timeout_ms=c["request_timeout_ms"],
             delivery_timeout_ms=c["delivery_timeout_ms"], metadata_max_age_ms=c["metadata_max_age_ms"],
-            idempotent=c["enable_idempotence"])
+            idempotent=c["enable_idempotence"], least_loaded=self._network.least_loaded_node)
         self._driver: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()

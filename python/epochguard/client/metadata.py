@@ -4,11 +4,15 @@ Mirrors Kafka's `org.apache.kafka.clients.Metadata` (`updateLatestMetadata`, `up
 `partitionMetadataIfCurrent`, `currentLeader`, `updatePartitionLeadership`) and `MetadataCache`.
 Sans-IO: the owner sends `build_request()` when `should_update(now_ms)` and feeds the answer to `update()`.
 Under `protocol="pre-kip-320"` there is no epoch check: every response is accepted as is.
+
+`any_node` picks where a request for any broker goes (Metadata, FindCoordinator, InitProducerId): the
+driver's `least_loaded` chooser (the network's `leastLoadedNode`, which knows connections and back-offs),
+or without one a rotation through the candidates, so a node that does not answer is not asked forever.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from epochguard.errors import Errors
@@ -20,7 +24,10 @@ from epochguard.protocol.messages import (
 )
 from epochguard.types import EpochProtocol, LeaderAndEpoch, TopicPartition
 
-__all__ = ["PartitionMetadata", "MetadataUpdate", "ClientMetadata"]
+__all__ = ["PartitionMetadata", "MetadataUpdate", "ClientMetadata", "NodeChooser"]
+
+# candidates -> the node to send to, or None when none may be tried now
+NodeChooser = Callable[[Sequence[int]], "int | None"]
 
 _EPOCH_TRUSTED_FROM_VERSION = 9
 
@@ -62,8 +69,11 @@ class ClientMetadata:
         topics: Iterable[str] | None = None,
         refresh_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
+        least_loaded: NodeChooser | None = None,
     ) -> None:
         self.protocol: EpochProtocol = protocol
+        self.least_loaded = least_loaded
+        self._rotation = 0
         self.topics: set[str] | None = set(topics) if topics is not None else None
         self.refresh_backoff_ms = refresh_backoff_ms
         self.metadata_max_age_ms = metadata_max_age_ms
@@ -75,6 +85,18 @@ class ClientMetadata:
         self._last_refresh_ms = 0  # read only once an update() has set it (until then an update is requested)
         self._last_attempt_ms: int | None = None
         self.updates = 0  # accepted responses, for observers
+
+    def any_node(self, bootstrap: Iterable[int]) -> int | None:
+        """Where a request any broker can answer goes: a known broker (the bootstrap nodes until metadata
+        names them), chosen by `least_loaded`, else the next in rotation; None when none may be tried."""
+        candidates = sorted(self._brokers) or list(bootstrap)
+        if not candidates:
+            return None
+        if self.least_loaded is not None:
+            return self.least_loaded(candidates)
+        node = candidates[self._rotation % len(candidates)]
+        self._rotation += 1
+        return node
 
     # --- refresh scheduling -------------------------------------------------------------------
     def add_topics(self, topics: Iterable[str]) -> None:

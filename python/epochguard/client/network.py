@@ -19,7 +19,10 @@ an answer that does not parse or a correlation id nobody asked for fails the con
 decides anything about the protocol beyond the connection: callers get an answer or an exception.
 
 Node ids: brokers by their ids from metadata; bootstrap addresses as -1, -2, ... (as Kafka's
-bootstrap `Node`s), until metadata names the brokers.
+bootstrap `Node`s), until metadata names the brokers. Requests that may go to any broker (Metadata,
+FindCoordinator, InitProducerId) go to `least_loaded_node` (Java's `NetworkClient.leastLoadedNode`): a
+connected node with the fewest requests in flight, else one connecting, else the node out of its back-off
+whose last connect attempt is oldest; with every candidate in its back-off, none (the caller waits).
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import random
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -325,6 +329,7 @@ class NetworkClient:
         self._connecting: dict[int, asyncio.Task[BrokerConnection]] = {}
         self._failures: dict[int, int] = {}  # node -> consecutive failed connects
         self._not_before: dict[int, float] = {}  # node -> monotonic time of the next attempt
+        self._last_attempt: dict[int, float] = {}  # node -> monotonic time of its last connect attempt
         self.closed = False
 
     def update_brokers(self, brokers: Mapping[int, tuple[str, int]]) -> None:
@@ -335,12 +340,45 @@ class NetworkClient:
             if old is not None and old != addr and node in self._connections:
                 self._connections.pop(node).close()
 
+    def in_flight(self, node_id: int) -> int:
+        conn = self._connections.get(node_id)
+        return 0 if conn is None or conn.closed is not None else len(conn._in_flight)
+
     def api_versions(self, node_id: int) -> NodeApiVersions | None:
         conn = self._connections.get(node_id)
         return None if conn is None or conn.closed is not None else conn.api_versions
 
     def backoff_remaining_s(self, node_id: int) -> float:
         return max(0.0, self._not_before.get(node_id, 0.0) - time.monotonic())
+
+    def least_loaded_node(self, candidates: Sequence[int]) -> int | None:
+        """Java's `NetworkClient.leastLoadedNode`: from a random starting point, the first connected
+        candidate with nothing in flight, else the connected one with the fewest requests in flight, else
+        one that is connecting, else the one out of its back-off whose last connect attempt is oldest (a
+        node never tried first); None if every candidate is in its back-off (or has no address)."""
+        if not candidates:
+            return None
+        start = random.randrange(len(candidates))
+        ready, fewest, connecting, can_connect = None, None, None, None
+        for i in range(len(candidates)):
+            node = candidates[(start + i) % len(candidates)]
+            conn = self._connections.get(node)
+            if conn is not None and conn.closed is None and conn.api_versions is not None:
+                load = len(conn._in_flight)
+                if load == 0:
+                    return node
+                if fewest is None or load < fewest:
+                    ready, fewest = node, load
+            elif node in self._connecting:
+                connecting = node
+            elif node in self.addresses and self.backoff_remaining_s(node) == 0:
+                if can_connect is None or self._last_attempt.get(node, -math.inf) < self._last_attempt.get(
+                        can_connect, -math.inf):
+                    can_connect = node
+        for found in (ready, connecting, can_connect):
+            if found is not None:
+                return found
+        return None
 
     async def connection(self, node_id: int) -> BrokerConnection:
         """The open connection to `node_id`, connecting (after its back-off) if needed."""
@@ -361,6 +399,7 @@ class NetworkClient:
         return await asyncio.shield(task)
 
     async def _connect(self, node_id: int) -> BrokerConnection:
+        self._last_attempt[node_id] = time.monotonic()
         try:
             addr = self.addresses.get(node_id)
             if addr is None:

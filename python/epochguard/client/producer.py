@@ -25,8 +25,9 @@ reduced to what epochguard needs.
   unresolved: the epoch is bumped the same way. DUPLICATE_SEQUENCE_NUMBER completes the batch (the
   broker has it); INVALID_PRODUCER_EPOCH, PRODUCER_FENCED and the rest fail it.
 
-Driving it is the consumer's contract: `poll_requests(now_ms)`, `on_response`, `on_request_failed`,
-`next_deadline_ms`. Results come back as `Delivery` objects, resolved in place.
+Metadata and InitProducerId go to `ClientMetadata.any_node` (the driver's least loaded node: a dead first
+bootstrap address is not asked forever). Driving it is the consumer's contract: `poll_requests(now_ms)`,
+`on_response`, `on_request_failed`, `next_deadline_ms`. Results come back as `Delivery` objects, resolved in place.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from epochguard import _core
-from epochguard.client.metadata import ClientMetadata
+from epochguard.client.metadata import ClientMetadata, NodeChooser
 from epochguard.errors import EpochGuardError, Errors, KafkaTimeoutError
 from epochguard.protocol.messages import (
     InitProducerIdRequest,
@@ -181,6 +182,7 @@ class Producer:
         metadata_max_age_ms: int = 300_000,
         idempotent: bool = False,
         rng: random.Random | None = None,
+        least_loaded: NodeChooser | None = None,
     ) -> None:
         if acks not in (0, 1, -1):
             raise ValueError(f"acks must be 0, 1 or -1 (all): {acks!r}")
@@ -196,7 +198,7 @@ class Producer:
         self.retry_backoff_ms, self.request_timeout_ms = retry_backoff_ms, request_timeout_ms
         self.delivery_timeout_ms = delivery_timeout_ms
         self.metadata = ClientMetadata(topics=(), refresh_backoff_ms=retry_backoff_ms,
-                                       metadata_max_age_ms=metadata_max_age_ms)
+                                       metadata_max_age_ms=metadata_max_age_ms, least_loaded=least_loaded)
         self._bootstrap = tuple(bootstrap)
         self._rng = rng or random.Random()
         self._unpartitioned: list[tuple[str, int | None, _Record]] = []  # waiting for the topic's metadata
@@ -237,18 +239,24 @@ class Producer:
         self._place(now_ms)
         out: list[tuple[int, Any]] = []
         if self._metadata_in_flight is None and self.metadata.topics and self.metadata.should_update(now_ms):
-            nodes = sorted(self.metadata.brokers) or list(self._bootstrap)
-            request = self.metadata.build_request(now_ms)
-            self._metadata_in_flight = id(request)
-            self._in_flight[id(request)] = (nodes[0], now_ms, {})
-            out.append((nodes[0], request))
+            node = self.metadata.any_node(self._bootstrap)
+            if node is None:  # every broker in its reconnect back-off: after the refresh back-off
+                self.metadata.failed_update(now_ms)
+            else:
+                request = self.metadata.build_request(now_ms)
+                self._metadata_in_flight = id(request)
+                self._in_flight[id(request)] = (node, now_ms, {})
+                out.append((node, request))
         if self.idempotent and self.producer_id < 0:
-            if not self._init_in_flight() and now_ms >= self._init_at_ms and (self.metadata.brokers or self._bootstrap):
-                nodes = sorted(self.metadata.brokers) or list(self._bootstrap)
-                init = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1)
-                self._in_flight[id(init)] = (nodes[0], now_ms, {})
-                self._in_flight_requests[id(init)] = init
-                out.append((nodes[0], init))
+            if not self._init_in_flight() and now_ms >= self._init_at_ms:
+                node = self.metadata.any_node(self._bootstrap)
+                if node is None:
+                    self._init_at_ms = now_ms + self.retry_backoff_ms
+                else:
+                    init = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1)
+                    self._in_flight[id(init)] = (node, now_ms, {})
+                    self._in_flight_requests[id(init)] = init
+                    out.append((node, init))
             if self._flushing and self.pending() == 0:
                 self._flushing = False
             return out  # no Produce before the producer id

@@ -1,7 +1,8 @@
 """Metadata refreshes (Kafka's `NetworkClient.DefaultMetadataUpdater` for the consumer's `Metadata`).
 
-One request at a time, when `ClientMetadata` says a refresh is due (requested, or aged out), to the
-brokers in turn (the bootstrap nodes until brokers are known), so one dead node cannot starve refreshes.
+One request at a time, when `ClientMetadata` says a refresh is due (requested, or aged out), to the node
+`ClientMetadata.any_node` picks (the network's least loaded node, or the brokers in turn), so one dead
+node cannot starve refreshes; with every node in its reconnect back-off, after the refresh back-off.
 """
 
 from __future__ import annotations
@@ -21,21 +22,13 @@ class MetadataManager(RequestManager[None]):
     def __init__(self, ctx: ConsumerContext, bootstrap: tuple[int, ...]) -> None:
         super().__init__(ctx)
         self.bootstrap = bootstrap
-        self._next_node = 0
-
-    def _node(self) -> int | None:
-        nodes = sorted(self.ctx.metadata.brokers) or list(self.bootstrap)
-        if not nodes:
-            return None
-        node = nodes[self._next_node % len(nodes)]
-        self._next_node += 1
-        return node
 
     def poll(self, now_ms: int) -> list[tuple[int, ClientRequest]]:
         if self._in_flight or not self.ctx.metadata.should_update(now_ms):
             return []
-        node = self._node()
-        if node is None:
+        node = self.ctx.metadata.any_node(self.bootstrap)
+        if node is None:  # every broker in its reconnect back-off: try again after the refresh back-off
+            self.ctx.metadata.failed_update(now_ms)
             return []
         return [self._send(node, self.ctx.metadata.build_request(now_ms), now_ms, None)]
 

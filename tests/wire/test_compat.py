@@ -7,7 +7,7 @@ from pathlib import Path
 from epochguard.wire.drivers.compat import cell, format_table, merge_runs, run_groups
 from epochguard.wire.drivers.registry import CLIENTS, client
 from epochguard.wire.drivers.session import RunResult
-from epochguard.wire.drivers.truth import ClientTruth, Divergence, FinalLog
+from epochguard.wire.drivers.truth import ClientTruth, Divergence, FinalLog, OutOfRange
 
 EMPTY = FinalLog({}, {}, {})
 EMPTY_PATH = Path("/nonexistent/java-classic.jsonl")
@@ -46,6 +46,11 @@ def test_cells() -> None:
     assert cell(alarmed, kp) == "false-alarm != -"
     alarmed.truths["kafka-python"].rewinds.append(("events", 0, 20, 5))
     assert cell(alarmed, kp) == "false-alarm"
+    jumped = result([], [])
+    jumped.server_report["clients"][0]["out_of_range"] = [{"offset": 5, "log_start": 12, "how": "start"}]
+    assert cell(jumped, kp) == "out-of-range/start != -"
+    jumped.truths["kafka-python"].out_of_range.append(OutOfRange("events", 0, 5, 12, 17, "forward", 5))
+    assert cell(jumped, kp) == "out-of-range/start != out-of-range/forward"
 
 
 def test_table_rows_and_labels() -> None:

@@ -443,3 +443,82 @@ def test_a_client_that_keeps_asking_but_is_served_nothing_new_stalls() -> None:
     report = {c["client_id"]: c for c in judge.report()}
     assert [(s["partition"], s["served_end"]) for s in report["stuck"]["stalls"]] == [(0, first_end)]
     assert report["healthy"]["stalls"] == [] and report["gone"]["stalls"] == []
+
+
+def jumped() -> tuple[WireCluster, Judge, object, int, int]:
+    """log-start-jump by hand: a client read events-0 from leader 1 to its end (epoch 0); the leader moved
+    cleanly to broker 2, which read no client request for 1.5 s (`SlowClients`) while the producer wrote to
+    it and DeleteRecords moved its log start to its high watermark; then the client's fetch at its position
+    is answered OFFSET_OUT_OF_RANGE. Returns the cluster, the judge, the connection to broker 2, the
+    position and the new log start."""
+    from epochguard.sim.faults import DeleteRecords, PreferredElection
+    from epochguard.wire.scenarios import SlowClients
+
+    w = WireCluster(build("log-start-jump"), 0, ADDRESSES)
+    judge = Judge()
+    w.observers.append(judge)
+    run_until(w, w.ready)
+    run_until(w, lambda: w.cluster.log(1, TP).high_watermark >= 20)
+    position = fetch(w, w.connect(1), 0).partitions[0].high_watermark
+    w.fire(SlowClients(2, 1500))
+    slow_from = w.step_no
+    w.fire(PreferredElection(TP, 2))
+    conn = w.connect(2)
+    held = FetchRequest((FetchPartition("events", 0, position, 1),), max_wait_ms=0, version=12)
+    w.submit(conn, codec.RequestHeader(1, 12, 1, "scripted"), held)
+    run_until(w, lambda: w.cluster.log(2, TP).high_watermark >= position + 10)
+    w.fire(DeleteRecords(TP))
+    start = w.cluster.log(2, TP).log_start_offset
+    assert start >= position + 10
+    answers: list = []
+    while not answers:
+        assert w.step_no < 2000
+        w.step()
+        answered_at = w.step_no
+        answers.extend(r for c, _, r in w.drain() if c is conn)
+    assert answered_at >= slow_from + 150  # read once the 1.5 s were over, not before
+    assert answers[0].partitions[0].error_code == Errors.OFFSET_OUT_OF_RANGE
+    assert w.cluster.log(3, TP).log_start_offset == start  # the followers followed meanwhile
+    return w, judge, conn, position, start
+
+
+def test_resuming_at_the_log_start_after_out_of_range_is_start() -> None:
+    w, judge, conn, position, start = jumped()
+    # Validating the old epoch is no divergence: epoch 0 is below the cache's first, the answer its start.
+    answer = ask(w, conn, 23, 4, OffsetsForLeaderEpochRequest((OffsetForLeaderPartition("events", 0, 0, 1),)))
+    assert (answer.partitions[0].leader_epoch, answer.partitions[0].end_offset) == (0, start)
+    assert fetch(w, conn, start, epoch=1).partitions[0].error_code == Errors.NONE
+    (client,) = judge.report()
+    assert client["divergences"] == []
+    assert [(o["offset"], o["log_start"], o["how"], o["to"], o["skipped"]) for o in client["out_of_range"]] == [
+        (position, start, "start", start, 0)]
+
+
+def test_going_past_the_log_start_after_out_of_range_is_forward_and_counts_what_it_skipped() -> None:
+    w, judge, conn, position, start = jumped()
+    end = w.cluster.log(2, TP).high_watermark
+    assert end > start
+    fetch(w, conn, end, epoch=1)
+    (client,) = judge.report()
+    assert [(o["how"], o["to"], o["skipped"]) for o in client["out_of_range"]] == [("forward", end, end - start)]
+
+
+def test_no_fetch_after_out_of_range_is_stopped_after_the_bound() -> None:
+    w, judge, conn, position, start = jumped()
+    fetch(w, conn, position, epoch=1)  # out of range again: still one event, undecided
+    for _ in range(STUCK_AFTER_STEPS - 1):
+        w.step()
+    assert [o["how"] for o in judge.report()[0]["out_of_range"]] == [""]
+    for _ in range(20):
+        w.step()
+    assert [o["how"] for o in judge.report()[0]["out_of_range"]] == ["stopped"]
+
+
+def test_out_of_range_above_the_log_end_is_not_a_log_start_event() -> None:
+    w = WireCluster(build("log-start-jump"), 0, ADDRESSES)
+    judge = Judge()
+    w.observers.append(judge)
+    run_until(w, w.ready)
+    end = w.cluster.log(1, TP).log_end_offset
+    assert fetch(w, w.connect(1), end + 100).partitions[0].error_code == Errors.OFFSET_OUT_OF_RANGE
+    assert judge.report()[0]["out_of_range"] == []

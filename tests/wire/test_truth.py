@@ -183,3 +183,36 @@ def test_nothing_consumed_for_the_bound_before_the_stop_while_the_log_went_on_is
     assert judge_client([*read, {"t": 5.0, "kind": "stop"}], FINAL, stuck_after_s=5.0).stalls == []
     whole = [consumed(1.0 + o / 100, o, f"{'old' if o < 10 else 'new'}-{o}") for o in range(20)]
     assert judge_client([*whole, {"t": 30.0, "kind": "stop"}], FINAL, stuck_after_s=5.0).stalls == []  # at the end
+
+
+# log-start-jump: DeleteRecords moved the start to 12; 0-11 are gone from the final log, 12-19 retained.
+JUMPED = FinalLog(partitions={TP: {o: digest(f"v-{o}".encode()) for o in range(12, 20)}},
+                  log_start={TP: 12}, high_watermark={TP: 20})
+
+
+def jumped(*offsets: int, end_t: float = 30.0) -> list[dict[str, Any]]:
+    return [*(consumed(1.0 + i / 100, o, f"v-{o}") for i, o in enumerate(offsets)), {"t": end_t, "kind": "stop"}]
+
+
+def test_records_below_the_log_start_are_deleted_not_phantoms_and_resuming_there_is_start() -> None:
+    truth = judge_client(jumped(*range(5), *range(12, 20)), JUMPED, stuck_after_s=5.0)
+    assert truth.divergences == [] and truth.skipped == 0
+    assert [(o.offset, o.log_start, o.to, o.how, o.skipped) for o in truth.out_of_range] == [(5, 12, 12, "start", 0)]
+
+
+def test_going_on_past_the_log_start_is_forward_and_counts_the_retained_records_skipped() -> None:
+    truth = judge_client(jumped(*range(5), 17, 18, 19), JUMPED, stuck_after_s=5.0)
+    assert [(o.to, o.how, o.skipped) for o in truth.out_of_range] == [(17, "forward", 5)]
+    assert truth.skipped == 5  # Jepsen's poll-skip sees the same records
+
+
+def test_nothing_consumed_after_falling_below_the_log_start_is_stopped_or_undecided() -> None:
+    assert [(o.to, o.how) for o in judge_client(jumped(*range(5)), JUMPED, stuck_after_s=5.0).out_of_range] == [
+        (None, "stopped")]
+    early = judge_client(jumped(*range(5), end_t=2.0), JUMPED, stuck_after_s=5.0)
+    assert [o.how for o in early.out_of_range] == [""]
+
+
+def test_reading_up_to_the_log_start_is_no_out_of_range() -> None:
+    assert judge_client(jumped(*range(20)), JUMPED).out_of_range == []
+    assert judge_client(jumped(*range(12), *range(12, 20)), JUMPED).out_of_range == []

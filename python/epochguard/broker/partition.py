@@ -1,9 +1,9 @@
 """Partition leadership on one broker, sans-IO: requests in, responses and controller requests out.
 
 Mirrors Kafka's `kafka.cluster.Partition` (`makeLeader`, `makeFollower`, `fetchRecords`,
-`lastOffsetForLeaderEpoch`, `fetchOffsetForTimestamp`, `appendRecordsToLeader`, `maybeExpandIsr`,
-`maybeShrinkIsr`, `maybeIncrementLeaderHW`, `isReplicaIsrEligible`) and `kafka.cluster.Replica` (follower
-state on the leader). The broker around them (`kafka.server.ReplicaManager`) is
+`lastOffsetForLeaderEpoch`, `fetchOffsetForTimestamp`, `appendRecordsToLeader`, `deleteRecordsOnLeader`,
+`maybeExpandIsr`, `maybeShrinkIsr`, `maybeIncrementLeaderHW`, `isReplicaIsrEligible`) and
+`kafka.cluster.Replica` (follower state on the leader). The broker around them (`kafka.server.ReplicaManager`) is
 `epochguard.broker.replica_manager`. Every epoch answer comes from the Rust core: `LeaderEpochCache.end_offset_for` for
 OffsetsForLeaderEpoch and `find_diverging_epoch` for Fetch.
 
@@ -53,11 +53,12 @@ from epochguard.types import (
     TopicPartition,
 )
 
-__all__ = ["ReplicaState", "Partition", "DEFAULT_REPLICA_LAG_TIME_MAX_MS"]
+__all__ = ["ReplicaState", "Partition", "DEFAULT_REPLICA_LAG_TIME_MAX_MS", "DELETE_TO_HIGH_WATERMARK"]
 
 DEFAULT_REPLICA_LAG_TIME_MAX_MS = 30_000  # replica.lag.time.max.ms
 DEFAULT_ALTER_PARTITION_RETRY_MS = 5_000  # an unanswered AlterPartition is sent again after this
 _CONSUMER_FETCH_FROM_FOLLOWER_VERSION = 11  # KIP-392
+DELETE_TO_HIGH_WATERMARK = -1  # DeleteRecordsRequest.HIGH_WATERMARK
 _OFFSET_NOT_AVAILABLE_VERSION = 5
 
 
@@ -455,6 +456,20 @@ class Partition:
         )
         self.maybe_increment_high_watermark(now_ms)
         return Errors.NONE, info
+
+    def delete_records_on_leader(self, offset: int) -> tuple[Errors, int]:
+        """DeleteRecords (KIP-107) on the leader: move the log start up to `offset` (-1: the high
+        watermark), as Kafka's `deleteRecordsOnLeader`; followers follow the leader's log start from its
+        fetch answers. Returns (error, low watermark); past the high watermark is OFFSET_OUT_OF_RANGE, as
+        `UnifiedLog.maybeIncrementLogStartOffset` throws. The low watermark here is the leader's log start
+        (Kafka's `lowWatermarkIfLeader` also waits for the followers' starts: the fault needs no wait)."""
+        if not self.is_leader:
+            return Errors.NOT_LEADER_OR_FOLLOWER, NO_OFFSET
+        converted = self.log.high_watermark if offset == DELETE_TO_HIGH_WATERMARK else offset
+        if converted < 0 or converted > self.log.high_watermark:
+            return Errors.OFFSET_OUT_OF_RANGE, NO_OFFSET
+        self.log.increment_log_start_offset(converted)
+        return Errors.NONE, self.log.log_start_offset
 
     def check_enough_replicas_reach_offset(self, required_offset: int, min_insync_replicas: int) -> Errors | None:
         """For a pending acks=all produce: None while waiting, else its final error code. The ISR

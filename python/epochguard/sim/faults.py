@@ -168,6 +168,27 @@ class PreferredElection:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteRecords:
+    """An admin's DeleteRecords (KIP-107), or retention, on the partition's leader: its log start moves up to
+    `offset` (-1: its high watermark, as `DeleteRecordsRequest.HIGH_WATERMARK`); the followers follow from
+    the leader's fetch answers. Nothing happens while the partition has no live leader."""
+
+    tp: TopicPartition
+    offset: int = -1
+
+    def apply(self, cluster: FaultTarget) -> None:
+        leader = cluster.controller.state(self.tp).leader
+        broker = cluster.broker(leader) if leader in cluster.broker_ids else None
+        partition = None if broker is None or not broker.alive else broker.manager.partitions.get(self.tp)
+        if partition is not None:
+            partition.delete_records_on_leader(self.offset)
+
+    def describe(self) -> str:
+        to = "its high watermark" if self.offset == -1 else str(self.offset)
+        return f"delete the records of {self.tp} below {to} on its leader"
+
+
+@dataclass(frozen=True, slots=True)
 class ElectUnclean:
     """An ElectLeaders request of type UNCLEAN for one leaderless partition (Kafka's admin
     `electLeaders(ElectionType.UNCLEAN, ...)`), whatever `unclean.leader.election.enable` says."""

@@ -51,7 +51,7 @@ from epochguard.protocol.messages import (
 )
 from epochguard.sim.cluster import Cluster
 from epochguard.sim.faults import Fault
-from epochguard.wire.scenarios import StaleEpochAnswer, WireScenario
+from epochguard.wire.scenarios import SlowClients, StaleEpochAnswer, WireScenario
 
 __all__ = ["WireCluster", "Connection", "Observer", "MAX_QUEUED_REQUESTS"]
 
@@ -128,6 +128,7 @@ class WireCluster:
         self._next_producer_id = 1000
         self._stale_epoch_answers: dict[tuple[int, Any], int] = {}  # (broker, tp) -> lag (StaleEpochAnswer)
         self._lied_to: set[tuple[str, Any]] = set()  # (client id, tp) already given its stale answer
+        self._slow_until: dict[int, int] = {}  # broker -> until when it reads no client request (SlowClients)
         for broker in self.cluster.brokers.values():
             broker.on_delayed_response = self._on_delayed_response
         self.groups = self.cluster.coordinator.coordinator
@@ -160,6 +161,8 @@ class WireCluster:
         fault.apply(self.cluster)
         if isinstance(fault, StaleEpochAnswer):  # a lie of the request layer, not of the cluster's state
             self._stale_epoch_answers[(fault.broker, fault.tp)] = fault.lag
+        elif isinstance(fault, SlowClients):
+            self._slow_until[fault.broker] = self.now_ms + fault.duration_ms
         for obs in self.observers:
             obs.on_fault(fault, self.step_no)
         for conn in list(self.connections.values()):
@@ -206,8 +209,11 @@ class WireCluster:
         """One request at a time per connection, as Kafka's muted channel; except that produces may
         follow produces still waiting for their acks=all (appended in order, answered in order), so
         a pipelining producer is not held to one ISR round trip per request. Nothing runs on a broker
-        without metadata yet (see the module docstring); `step` runs the queue again."""
+        without metadata yet (see the module docstring), nor while it reads no client request
+        (`SlowClients`); `step` runs the queue again."""
         if self.cluster.brokers[conn.broker_id].metadata is None:
+            return
+        if self.now_ms < self._slow_until.get(conn.broker_id, 0):
             return
         while conn.queue and not conn.closed:
             if conn.inflight and not (isinstance(conn.queue[0][1], ProduceRequest)

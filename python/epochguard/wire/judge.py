@@ -45,6 +45,13 @@ of what it was served fetches next at exactly that answer, or below where its la
 back although the leader's log never lost a record (`false-divergence`: redpanda#5435). Reported, never
 blamed: the answer is indistinguishable from a truncation.
 
+Out of range: a fetch from the leader answered OFFSET_OUT_OF_RANGE at an offset below its log start
+(DeleteRecords or retention moved it: `log-start-jump`). Not a divergence: the records were deleted, not
+replaced. The client's next successful fetch from the leader says what it did: `start` (at the log start:
+it lost only what was deleted), `forward` (past it: `skipped` retained records, a reset to the log end;
+franz-go #1416/#1428, Aiven tiered-storage#663), or `stopped` (none within `STUCK_AFTER_STEPS`: raised, as
+auto.offset.reset=none asks, or stuck).
+
 The judge sees only exchanges, faults and steps, so the same trace replayed gives the same verdicts.
 """
 
@@ -141,6 +148,7 @@ class ClientReport:
     storms: list[dict[str, Any]] = field(default_factory=list)
     false_alarms: list[dict[str, Any]] = field(default_factory=list)
     stalls: list[dict[str, Any]] = field(default_factory=list)
+    out_of_range: list[dict[str, Any]] = field(default_factory=list)
     epochs_sent: dict[str, int] = field(default_factory=dict)  # api name -> requests carrying an epoch >= 0
 
     def to_json(self) -> dict[str, Any]:
@@ -150,6 +158,7 @@ class ClientReport:
             "commits": self.commits, "acks_lost": self.acks_lost, "offset_not_available": self.offset_not_available,
             "metadata_epoch_backwards": self.metadata_epoch_backwards, "epochs_sent": self.epochs_sent,
             "storms": self.storms, "false_alarms": self.false_alarms, "stalls": self.stalls,
+            "out_of_range": self.out_of_range,
         }
 
 
@@ -178,6 +187,7 @@ class Judge:
         self._last_asked: dict[str, int] = {}  # client -> step of its last request
         self._open: dict[tuple[str, TopicPartition], Divergence] = {}
         self._not_available: dict[tuple[str, TopicPartition], dict[str, Any]] = {}
+        self._below_start: dict[tuple[str, TopicPartition], dict[str, Any]] = {}  # OFFSET_OUT_OF_RANGE, undecided
         self._acked: list[_Acked] = []
         self._decided: set[tuple[str, TopicPartition, int, int]] = set()
         self._conns: set[int] = set()
@@ -255,6 +265,7 @@ class Judge:
                                served_from=served.fetched_at)
                 self._open[(name, tp)] = d
                 self.clients[name].divergences.append(d)
+        self._stop_out_of_range()
         for d in list(self._open.values()):
             if self.step - d.step >= STUCK_AFTER_STEPS:
                 if d.validated is not None and d.validated <= d.offset:
@@ -277,6 +288,8 @@ class Judge:
         if not isinstance(response, FetchResponse):
             return
         for p in response.partitions:
+            if p.tp in offsets and self._from_leader(broker_id, p.tp):
+                self._out_of_range(name, p.tp, offsets[p.tp], p.error_code)
             d = self._open.get((name, p.tp))
             if d is not None and p.diverging_epoch is not None:
                 d.validated = p.diverging_epoch.end_offset
@@ -297,6 +310,29 @@ class Judge:
                 self._served[(name, p.tp)] = _Served(epoch, last + 1, fetched)
                 if last + 1 > self._progress.get((name, p.tp), (-1, 0))[0]:
                     self._progress[(name, p.tp)] = (last + 1, self.step)
+
+    def _out_of_range(self, name: str, tp: TopicPartition, offset: int, error: int) -> None:
+        leader = None if self._wire is None else self._wire.leader_log(tp)
+        if leader is None:
+            return
+        key = (name, tp)
+        if error == Errors.OFFSET_OUT_OF_RANGE and offset < leader.log_start_offset:
+            if key not in self._below_start:
+                entry = {"topic": tp.topic, "partition": tp.partition, "offset": offset,
+                         "log_start": leader.log_start_offset, "step": self.step, "how": "", "to": None, "skipped": 0}
+                self.clients[name].out_of_range.append(entry)
+                self._below_start[key] = entry
+        elif error == Errors.NONE and key in self._below_start:
+            # Below the log start it would be answered out of range again: at it, or past it (skipping).
+            entry = self._below_start.pop(key)
+            start = leader.log_start_offset
+            entry.update(to=offset, how="start" if offset <= start else "forward", skipped=max(0, offset - start))
+
+    def _stop_out_of_range(self) -> None:
+        for key, entry in list(self._below_start.items()):
+            if self.step - entry["step"] >= STUCK_AFTER_STEPS:
+                entry["how"] = "stopped"
+                del self._below_start[key]
 
     def _from_leader(self, broker_id: int, tp: TopicPartition) -> bool:
         return self._wire is None or self._wire.cluster.acting_leader(tp) == broker_id

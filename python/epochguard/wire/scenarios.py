@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from epochguard.sim.cluster import ClusterConfig
 from epochguard.sim.faults import (
     Crash,
+    DeleteRecords,
     Fault,
     Heal,
     Isolate,
@@ -45,6 +46,7 @@ __all__ = [
     "PauseProducers",
     "ResumeProducers",
     "StaleEpochAnswer",
+    "SlowClients",
     "SCENARIOS",
     "build",
     "FAULT_TYPES",
@@ -132,10 +134,27 @@ class StaleEpochAnswer:
         return f"broker {self.broker} answers each client's first OffsetsForLeaderEpoch for {self.tp} {self.lag} short"
 
 
+@dataclass(frozen=True, slots=True)
+class SlowClients:
+    """For `duration_ms`, `broker` reads no request from a real client (its network threads saturated, or a
+    congested path between the clients and it): they wait, in order, and are handled when it ends. The
+    cluster's own traffic (replication, the simulated producers) is not slowed. A wire fault, as
+    `StaleEpochAnswer`: `WireCluster` holds the requests."""
+
+    broker: int
+    duration_ms: int
+
+    def apply(self, cluster: FaultTarget) -> None:
+        pass  # nothing in the cluster changes; the request layer waits
+
+    def describe(self) -> str:
+        return f"broker {self.broker} reads no client request for {self.duration_ms} ms"
+
+
 FAULT_TYPES: dict[str, type] = {
     t.__name__: t
-    for t in (Crash, Restart, Heal, Isolate, LinkDelay, PreferredElection, StaleMetadata, Zombie, PauseProducers,
-              ResumeProducers, StaleEpochAnswer)
+    for t in (Crash, Restart, Heal, Isolate, LinkDelay, PreferredElection, StaleMetadata, Zombie, DeleteRecords,
+              PauseProducers, ResumeProducers, StaleEpochAnswer, SlowClients)
 }
 
 # Conditions a stage waits for, before its faults are scheduled.
@@ -311,6 +330,29 @@ def epoch_flap() -> WireScenario:
                         "leadership moves 1 -> 2 -> 3 -> 1 within 40 ms, clean elections under acks=all traffic")
 
 
+def log_start_jump() -> WireScenario:
+    """A clean leader change whose new leader the clients cannot reach for 1.5 s (`SlowClients`), while the
+    simulated producer writes to it and DeleteRecords then moves its log start to its high watermark: each
+    client's position is below the log start when its requests are read, and its fetch is answered
+    OFFSET_OUT_OF_RANGE. The records below the start are gone by the operator's will, not lost. Correct:
+    resume at the log start (auto.offset.reset=earliest; `none` raises); a client that goes to the log end
+    skips retained records (franz-go #1416/#1428, Aiven tiered-storage#663). Nothing diverges: validation
+    of the old epoch answers the log start (Kafka's `endOffsetFor` of an epoch below the cache's first)."""
+    cfg = replace(BASE, producers=(-1,))
+    tp = _tp()
+    stages = (
+        Stage(TRIGGER, (
+            (0, SlowClients(2, 1500)),
+            (0, PreferredElection(tp, 2)),
+            (100, DeleteRecords(tp)),  # 1 s of the producer's records on the new leader, then deleted
+        ), min_steps=50),
+    )
+    return WireScenario("log-start-jump", cfg, stages,
+                        "after a clean leader change the clients cannot reach the new leader for 1.5 s; meanwhile "
+                        "DeleteRecords moves its log start past their positions: a fetch answered "
+                        "OFFSET_OUT_OF_RANGE must resume at the log start")
+
+
 def transactions() -> WireScenario:
     cfg = replace(BASE, producers=(-1,), transactional_producers=1, abort_every=3)
     return WireScenario("transactions", cfg, (),
@@ -330,6 +372,7 @@ SCENARIOS: dict[str, Callable[[], WireScenario]] = {
     "leader-bounce": leader_bounce,
     "false-divergence": false_divergence,
     "epoch-flap": epoch_flap,
+    "log-start-jump": log_start_jump,
 }
 
 

@@ -214,7 +214,8 @@ def merge_runs(parts: Sequence[tuple[Sequence[Client], RunResult | str]]) -> Run
 
 
 def cell(result: RunResult, client: Client) -> str:
-    """`detected/rewound`, `silent x3`, `false-alarm`, `-`; `server != truth` where the delivery log disagrees."""
+    """`detected/rewound`, `silent x3`, `false-alarm`, `out-of-range/start`, `-`; `server != truth` where the
+    delivery log disagrees."""
     if client.name in result.failed:
         return result.failed[client.name]
     server = result.server_client(client.client_id)
@@ -225,6 +226,9 @@ def cell(result: RunResult, client: Client) -> str:
     # Going back though nothing diverged: after a short validation answer (server), a re-read (the log).
     verdicts.update("false-alarm" for _ in server.get("false_alarms", ()))
     truth.update("false-alarm" for _ in result.truths[client.name].rewinds)
+    # A position below the log start (log-start-jump): where the client went on, as each side saw it.
+    verdicts.update(_label("out-of-range", o["how"]) for o in server.get("out_of_range", ()))
+    truth.update(_label("out-of-range", o.how) for o in result.truths[client.name].out_of_range)
     # The same verdicts agree even when the server split one divergence into several events.
     text = _summary(verdicts) if set(verdicts) == set(truth) else f"{_summary(verdicts)} != {_summary(truth)}"
     # A stuck client that kept asking: only the server sees requests, so it is a note, not a verdict.

@@ -29,8 +29,9 @@ from epochguard.wire.drivers.registry import Client
 from epochguard.wire.drivers.truth import ClientTruth, FinalLog, judge_client, read_final_log
 
 SCENARIOS = ("clean", "unclean-election", "zombie-leader", "stale-metadata", "lagging-leader", "leader-bounce")
-# Controls: nothing diverges, and no client may be given a verdict (compat runs them; tests run them alone).
-CONTROLS = ("false-divergence", "epoch-flap")
+# Nothing diverges, and no client may be given a divergence verdict (compat runs them; tests run each alone):
+# the controls, and a log start that jumps past the clients' positions.
+CONTROLS = ("false-divergence", "epoch-flap", "log-start-jump")
 TRIGGERS = ("served", "caught-up")
 
 

@@ -17,6 +17,10 @@ truncated and replaced). What the client consumed next on that partition decides
 Each verdict says how and what it cost, as the server's judge does: `detected` is `rewound` or `raised`,
 `reset` goes `back`; `redelivered` counts records below the first phantom consumed again, `skipped` the
 final log's records from the first phantom on that a `silent` client never consumed.
+Records below the final log's start were deleted (DeleteRecords, retention), not replaced: they are
+never phantoms. A client that consumed below the start and next at or above it jumped the log start
+(`log-start-jump`): `start` when it went on at the log start, `forward` when past it (`skipped` the
+retained records between), `stopped` when it consumed nothing more for `stuck_after_s` (raised or stuck).
 The same comparison on a run without faults shows loss, duplicates and gaps.
 """
 
@@ -65,6 +69,19 @@ class Divergence:
         return (self.topic, self.partition, self.offset)
 
 
+@dataclass(frozen=True)
+class OutOfRange:
+    """A client whose position fell below the final log's start, and what it consumed next."""
+
+    topic: str
+    partition: int
+    offset: int  # the position: one past the last record it consumed below the log start
+    log_start: int
+    to: int | None  # the next offset it consumed (None: nothing more)
+    how: str  # start / forward / stopped; "" when the run ended too soon to tell
+    skipped: int = 0  # retained records between the log start and `to`
+
+
 @dataclass
 class ClientTruth:
     client_id: str
@@ -82,6 +99,7 @@ class ClientTruth:
     # its last record, whatever came before (a partition never consumed again): (topic, partition, last).
     stalls: list[tuple[str, int, int]] = field(default_factory=list)
     skipped: int = 0  # final-log offsets below the client's furthest position it never consumed
+    out_of_range: list[OutOfRange] = field(default_factory=list)  # its position fell below the log start
 
     def verdicts(self) -> dict[tuple[str, int, int], str]:
         return {d.key(): d.verdict for d in self.divergences}
@@ -171,8 +189,8 @@ def _judge_partition(
     log_start = final.log_start.get(tp, 0)
     high_watermark = final.high_watermark.get(tp, 0)
 
-    def phantom(e: Mapping[str, Any]) -> bool:
-        return final.digest_at(tp, e["offset"]) != e["digest"]
+    def phantom(e: Mapping[str, Any]) -> bool:  # below the log start: deleted, not replaced
+        return e["offset"] >= log_start and final.digest_at(tp, e["offset"]) != e["digest"]
 
     seen: Counter[int] = Counter()
     i, n = 0, len(consumed)
@@ -207,6 +225,7 @@ def _judge_partition(
         furthest = -1  # what comes next is judged by the divergence's verdict, not as a rewind
         i = j
     truth.reread += sum(c - 1 for c in seen.values())
+    _judge_log_start(tp, consumed, final, end_t, stuck_after_s, truth)
     tail = consumed[-1]
     if high_watermark > tail["offset"] + 1 and end_t - tail["t"] >= stuck_after_s:
         truth.stalls.append((tp[0], tp[1], tail["offset"]))
@@ -214,6 +233,29 @@ def _judge_partition(
         furthest = max(seen)
         truth.skipped += sum(1 for o in final.partitions.get(tp, {}) if o <= furthest and o not in seen
                              and not any(d.offset <= o for d in truth.divergences if (d.topic, d.partition) == tp))
+
+
+def _judge_log_start(
+    tp: TopicPartition, consumed: list[Mapping[str, Any]], final: FinalLog, end_t: float, stuck_after_s: float,
+    truth: ClientTruth,
+) -> None:
+    """The first time the client's position fell below the log start (it consumed up to below it), and
+    what it consumed next: at the start, past it, or nothing."""
+    log_start = final.log_start.get(tp, 0)
+    below = [i for i, e in enumerate(consumed) if e["offset"] < log_start]
+    if not below or consumed[below[-1]]["offset"] + 1 >= log_start:  # none, or it read up to the start
+        return
+    i = below[-1]
+    position = consumed[i]["offset"] + 1
+    nxt = next((e for e in consumed[i + 1:] if e["offset"] >= log_start), None)
+    if nxt is not None:
+        to = nxt["offset"]
+        skipped = sum(1 for o in final.partitions.get(tp, {}) if log_start <= o < to)
+        truth.out_of_range.append(OutOfRange(tp[0], tp[1], position, log_start, to,
+                                             "start" if to == log_start else "forward", skipped))
+    elif final.high_watermark.get(tp, 0) > log_start:
+        how = "stopped" if end_t - consumed[i]["t"] >= stuck_after_s else ""
+        truth.out_of_range.append(OutOfRange(tp[0], tp[1], position, log_start, None, how))
 
 
 def _verdict(

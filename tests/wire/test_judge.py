@@ -445,12 +445,13 @@ def test_a_client_that_keeps_asking_but_is_served_nothing_new_stalls() -> None:
     assert report["healthy"]["stalls"] == [] and report["gone"]["stalls"] == []
 
 
-def jumped() -> tuple[WireCluster, Judge, object, int, int]:
+def jumped(ask_bounds: bool = False) -> tuple[WireCluster, Judge, object, int, int]:
     """log-start-jump by hand: a client read events-0 from leader 1 to its end (epoch 0); the leader moved
     cleanly to broker 2, which read no client request for 1.5 s (`SlowClients`) while the producer wrote to
     it and DeleteRecords moved its log start to its high watermark; then the client's fetch at its position
-    is answered OFFSET_OUT_OF_RANGE. Returns the cluster, the judge, the connection to broker 2, the
-    position and the new log start."""
+    is answered OFFSET_OUT_OF_RANGE (`ask_bounds`: it asks ListOffsets(earliest) instead, as kafka-go's
+    reader does on a new connection, and is answered the log start). Returns the cluster, the judge, the
+    connection to broker 2, the position and the new log start."""
     from epochguard.sim.faults import DeleteRecords, PreferredElection
     from epochguard.wire.scenarios import SlowClients
 
@@ -464,8 +465,12 @@ def jumped() -> tuple[WireCluster, Judge, object, int, int]:
     slow_from = w.step_no
     w.fire(PreferredElection(TP, 2))
     conn = w.connect(2)
-    held = FetchRequest((FetchPartition("events", 0, position, 1),), max_wait_ms=0, version=12)
-    w.submit(conn, codec.RequestHeader(1, 12, 1, "scripted"), held)
+    if ask_bounds:
+        held = ListOffsetsRequest((ListOffsetsPartition("events", 0, EARLIEST_TIMESTAMP, 1),))
+        w.submit(conn, codec.RequestHeader(2, 7, 1, "scripted"), held)
+    else:
+        held = FetchRequest((FetchPartition("events", 0, position, 1),), max_wait_ms=0, version=12)
+        w.submit(conn, codec.RequestHeader(1, 12, 1, "scripted"), held)
     run_until(w, lambda: w.cluster.log(2, TP).high_watermark >= position + 10)
     w.fire(DeleteRecords(TP))
     start = w.cluster.log(2, TP).log_start_offset
@@ -477,7 +482,10 @@ def jumped() -> tuple[WireCluster, Judge, object, int, int]:
         answered_at = w.step_no
         answers.extend(r for c, _, r in w.drain() if c is conn)
     assert answered_at >= slow_from + 150  # read once the 1.5 s were over, not before
-    assert answers[0].partitions[0].error_code == Errors.OFFSET_OUT_OF_RANGE
+    if ask_bounds:
+        assert answers[0].partitions[0].offset == start
+    else:
+        assert answers[0].partitions[0].error_code == Errors.OFFSET_OUT_OF_RANGE
     assert w.cluster.log(3, TP).log_start_offset == start  # the followers followed meanwhile
     return w, judge, conn, position, start
 
@@ -522,3 +530,14 @@ def test_out_of_range_above_the_log_end_is_not_a_log_start_event() -> None:
     end = w.cluster.log(1, TP).log_end_offset
     assert fetch(w, w.connect(1), end + 100).partitions[0].error_code == Errors.OFFSET_OUT_OF_RANGE
     assert judge.report()[0]["out_of_range"] == []
+
+
+def test_going_to_the_log_start_without_an_out_of_range_answer_is_judged_too() -> None:
+    """kafka-go's reader asks for the log's bounds on every new connection and goes to the first offset
+    when its own is below it: it never fetches out of range, yet it went on at the log start."""
+    w, judge, conn, position, start = jumped(ask_bounds=True)
+    assert judge.report()[0]["out_of_range"] == []
+    fetch(w, conn, start, epoch=1)
+    fetch(w, conn, start + 1, epoch=1)  # once only
+    (client,) = judge.report()
+    assert [(o["offset"], o["how"], o["to"]) for o in client["out_of_range"]] == [(position, "start", start)]

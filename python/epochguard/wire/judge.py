@@ -46,8 +46,9 @@ back although the leader's log never lost a record (`false-divergence`: redpanda
 blamed: the answer is indistinguishable from a truncation.
 
 Out of range: a fetch from the leader answered OFFSET_OUT_OF_RANGE at an offset below its log start
-(DeleteRecords or retention moved it: `log-start-jump`). Not a divergence: the records were deleted, not
-replaced. The client's next successful fetch from the leader says what it did: `start` (at the log start:
+(DeleteRecords or retention moved it: `log-start-jump`), or a first fetch at or past the log start when
+what the client had been served ends below it (it asked for the log's bounds instead). Not a divergence:
+the records were deleted, not replaced. The client's next successful fetch from the leader says what it did: `start` (at the log start:
 it lost only what was deleted), `forward` (past it: `skipped` retained records, a reset to the log end;
 franz-go #1416/#1428, Aiven tiered-storage#663), or `stopped` (none within `STUCK_AFTER_STEPS`: raised, as
 auto.offset.reset=none asks, or stuck).
@@ -188,6 +189,7 @@ class Judge:
         self._open: dict[tuple[str, TopicPartition], Divergence] = {}
         self._not_available: dict[tuple[str, TopicPartition], dict[str, Any]] = {}
         self._below_start: dict[tuple[str, TopicPartition], dict[str, Any]] = {}  # OFFSET_OUT_OF_RANGE, undecided
+        self._jumped: set[tuple[str, TopicPartition, int]] = set()  # (client, tp, log start) it went past
         self._acked: list[_Acked] = []
         self._decided: set[tuple[str, TopicPartition, int, int]] = set()
         self._conns: set[int] = set()
@@ -322,11 +324,20 @@ class Judge:
                          "log_start": leader.log_start_offset, "step": self.step, "how": "", "to": None, "skipped": 0}
                 self.clients[name].out_of_range.append(entry)
                 self._below_start[key] = entry
-        elif error == Errors.NONE and key in self._below_start:
+        elif error == Errors.NONE:
             # Below the log start it would be answered out of range again: at it, or past it (skipping).
-            entry = self._below_start.pop(key)
             start = leader.log_start_offset
-            entry.update(to=offset, how="start" if offset <= start else "forward", skipped=max(0, offset - start))
+            entry = self._below_start.pop(key, None)
+            served_end = self._progress.get(key, (start, 0))[0]
+            if entry is None and served_end < start <= offset and (name, tp, start) not in self._jumped:
+                # Past the log start with no out-of-range answer first: it asked for the log's bounds
+                # (kafka-go's reader does on every new connection) and went there.
+                entry = {"topic": tp.topic, "partition": tp.partition, "offset": served_end, "log_start": start,
+                         "step": self.step}
+                self.clients[name].out_of_range.append(entry)
+            if entry is not None:
+                self._jumped.add((name, tp, start))
+                entry.update(to=offset, how="start" if offset <= start else "forward", skipped=max(0, offset - start))
 
     def _stop_out_of_range(self) -> None:
         for key, entry in list(self._below_start.items()):

@@ -503,7 +503,7 @@ def test_resuming_at_the_log_start_after_out_of_range_is_start() -> None:
 
 
 def test_going_past_the_log_start_after_out_of_range_is_forward_and_counts_what_it_skipped() -> None:
-    w, judge, conn, position, start = jumped()
+    w, judge, conn, _position, start = jumped()
     end = w.cluster.log(2, TP).high_watermark
     assert end > start
     fetch(w, conn, end, epoch=1)
@@ -512,7 +512,7 @@ def test_going_past_the_log_start_after_out_of_range_is_forward_and_counts_what_
 
 
 def test_no_fetch_after_out_of_range_is_stopped_after_the_bound() -> None:
-    w, judge, conn, position, start = jumped()
+    w, judge, conn, position, _start = jumped()
     fetch(w, conn, position, epoch=1)  # out of range again: still one event, undecided
     for _ in range(STUCK_AFTER_STEPS - 1):
         w.step()

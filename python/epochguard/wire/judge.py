@@ -48,10 +48,10 @@ blamed: the answer is indistinguishable from a truncation.
 Out of range: a fetch from the leader answered OFFSET_OUT_OF_RANGE at an offset below its log start
 (DeleteRecords or retention moved it: `log-start-jump`), or a first fetch at or past the log start when
 what the client had been served ends below it (it asked for the log's bounds instead). Not a divergence:
-the records were deleted, not replaced. The client's next successful fetch from the leader says what it did: `start` (at the log start:
-it lost only what was deleted), `forward` (past it: `skipped` retained records, a reset to the log end;
-franz-go #1416/#1428, Aiven tiered-storage#663), or `stopped` (none within `STUCK_AFTER_STEPS`: raised, as
-auto.offset.reset=none asks, or stuck).
+the records were deleted, not replaced. The client's next successful fetch from the leader says what it
+did: `start` (at the log start: it lost only what was deleted), `forward` (past it: `skipped` retained
+records, a reset to the log end; franz-go #1416/#1428, Aiven tiered-storage#663), or `stopped` (none
+within `STUCK_AFTER_STEPS`: raised, as auto.offset.reset=none asks, or stuck).
 
 The judge sees only exchanges, faults and steps, so the same trace replayed gives the same verdicts.
 """
@@ -320,14 +320,15 @@ class Judge:
         key = (name, tp)
         if error == Errors.OFFSET_OUT_OF_RANGE and offset < leader.log_start_offset:
             if key not in self._below_start:
-                entry = {"topic": tp.topic, "partition": tp.partition, "offset": offset,
-                         "log_start": leader.log_start_offset, "step": self.step, "how": "", "to": None, "skipped": 0}
-                self.clients[name].out_of_range.append(entry)
-                self._below_start[key] = entry
+                answered = {"topic": tp.topic, "partition": tp.partition, "offset": offset,
+                            "log_start": leader.log_start_offset, "step": self.step, "how": "", "to": None,
+                            "skipped": 0}
+                self.clients[name].out_of_range.append(answered)
+                self._below_start[key] = answered
         elif error == Errors.NONE:
             # Below the log start it would be answered out of range again: at it, or past it (skipping).
             start = leader.log_start_offset
-            entry = self._below_start.pop(key, None)
+            entry: dict[str, Any] | None = self._below_start.pop(key, None)
             served_end = self._progress.get(key, (start, 0))[0]
             if entry is None and served_end < start <= offset and (name, tp, start) not in self._jumped:
                 # Past the log start with no out-of-range answer first: it asked for the log's bounds

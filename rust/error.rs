@@ -22,6 +22,9 @@ pub enum Error {
         correlation_id: i32,
         client_id: Option<String>,
     },
+    /// Input columns of the wrong type (or missing) for what reads them, e.g. `send_arrow`'s table.
+    #[error("column {column}: {reason}")]
+    Schema { column: String, reason: String },
     /// A caller passed an argument outside its domain (negative epoch, bad codec id, ...).
     #[error("{0}")]
     InvalidArgument(String),

@@ -48,16 +48,20 @@ __all__ = [
     "decode_response",
     "divergence_point",
     "divergence_points",
+    "encode_arrow_batches",
     "encode_batch",
     "encode_request",
     "encode_response",
     "find_diverging_epoch",
     "iter_batches",
+    "murmur2",
     "parse_leader_epoch_checkpoint",
+    "partition_for_key",
     "record_columns",
     "scan_headers",
     "stamp_batches",
     "truncation_offset",
+    "with_producer_state",
 ]
 
 # --- errors --------------------------------------------------------------------------------------
@@ -261,6 +265,21 @@ def encode_batch(
     is_transactional: bool = False,
     is_control: bool = False,
 ) -> bytes: ...
+
+# The producer's side (rust/records/produce.rs): Java's default partitioner, send_arrow's encoder, and the
+# idempotent producer's fields written into an encoded batch. Wrong column types: ArrowSchemaError.
+def murmur2(key: bytes) -> int: ...
+def partition_for_key(key: bytes, partitions: int) -> int: ...
+def encode_arrow_batches(
+    data: object,
+    *,
+    partitions: int,
+    sticky_partition: int,
+    default_timestamp: int,
+    batch_size: int,
+    compression: str = "none",
+) -> list[tuple[int, bytes, bytes]]: ...
+def with_producer_state(batch: bytes, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes: ...
 
 # --- Kafka wire codec (cargo feature "wire") -----------------------------------------------------
 MAX_FRAME_BYTES: int  # the largest request frame the server reads (checked on the size prefix)

@@ -20,6 +20,7 @@ __all__ = [
     "CheckpointError",
     "CorruptFrameError",
     "MalformedFileError",
+    "ArrowSchemaError",
     "KafkaConnectionError",
     "FrameTooLargeError",
     "KafkaTimeoutError",
@@ -56,6 +57,15 @@ class MalformedFileError(EpochGuardError, ValueError):
     def __init__(self, path: str, line: int, reason: str) -> None:
         super().__init__(f"{path}" + (f" line {line}" if line else "") + f": {reason}")
         self.path, self.line, self.reason = str(path), line, reason
+
+
+class ArrowSchemaError(EpochGuardError, TypeError):
+    """An Arrow input whose columns have the wrong types (or lack one that is needed), e.g. the table
+    given to `KafkaProducer.send_arrow`: `column` names it, `reason` says what was expected."""
+
+    def __init__(self, message: str, column: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.column, self.reason = column, reason
 
 
 class ApiError(EpochGuardError):

@@ -1,4 +1,5 @@
-"""Kafka record batches: decode log segments, fetch responses and message sets; encode v2 batches.
+"""Kafka record batches: decode log segments, fetch responses and message sets; encode v2 batches
+(one by one, or a pyarrow table's rows partitioned as Java's default partitioner does, for a producer).
 
 Decoding is done by the Rust core (GIL released). `iter_batches` yields one `RecordBatch` at a
 time; `decode_to_arrow` returns every record as one row of a `pyarrow.Table` (pyarrow is imported
@@ -24,11 +25,15 @@ from epochguard._core import (
     RecordBatch,
     batch_index,
     decode_arrow,
+    encode_arrow_batches,
     encode_batch,
     iter_batches,
+    murmur2,
+    partition_for_key,
     record_columns,
     scan_headers,
     stamp_batches,
+    with_producer_state,
 )
 
 if TYPE_CHECKING:
@@ -47,11 +52,15 @@ __all__ = [
     "batch_index",
     "decode_arrow",
     "decode_to_arrow",
+    "encode_arrow_batches",
     "encode_batch",
     "iter_batches",
+    "murmur2",
+    "partition_for_key",
     "record_columns",
     "scan_headers",
     "stamp_batches",
+    "with_producer_state",
 ]
 
 DEFAULT_MAX_DECOMPRESSED_SIZE = 64 * 1024 * 1024

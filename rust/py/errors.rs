@@ -52,6 +52,23 @@ fn with_fields(err: PyErr, number_name: &str, number: u64, reason: &str) -> PyEr
     err
 }
 
+/// `epochguard.errors.ArrowSchemaError` (an EpochGuardError and a TypeError) with `column` and `reason`.
+fn schema_error(msg: String, column: &str, reason: &str) -> PyErr {
+    Python::attach(|py| {
+        let made = (|| -> PyResult<PyErr> {
+            let cls = py
+                .import("epochguard.errors")?
+                .getattr("ArrowSchemaError")?;
+            Ok(PyErr::from_value(cls.call1((
+                msg.clone(),
+                column,
+                reason,
+            ))?))
+        })();
+        made.unwrap_or_else(|_| pyo3::exceptions::PyTypeError::new_err(msg))
+    })
+}
+
 impl From<Error> for PyErr {
     fn from(e: Error) -> PyErr {
         let msg = e.to_string();
@@ -91,6 +108,7 @@ impl From<Error> for PyErr {
             }),
             #[cfg(not(feature = "wire"))]
             Error::UnsupportedVersion { .. } => EpochGuardError::new_err(msg),
+            Error::Schema { column, reason } => schema_error(msg, &column, &reason),
             Error::InvalidArgument(_) => PyValueError::new_err(msg),
             // pyo3 maps io::ErrorKind to the matching OSError subclass (FileNotFoundError, ...).
             Error::Io(io) => io.into(),

@@ -644,7 +644,118 @@ fn encode_batch<'py>(
     Ok(PyBytes::new(py, &bytes))
 }
 
+/// Kafka's `Utils.murmur2` of `key` (the default partitioner's hash), a signed 32-bit int.
+#[pyfunction]
+fn murmur2(key: &[u8]) -> i32 {
+    crate::records::produce::murmur2(key)
+}
+
+/// `toPositive(murmur2(key)) % partitions`: the partition Java's default partitioner gives a key.
+#[pyfunction]
+fn partition_for_key(key: &[u8], partitions: i32) -> PyResult<i32> {
+    if partitions <= 0 {
+        return Err(PyValueError::new_err(format!(
+            "partitions must be positive: {partitions}"
+        )));
+    }
+    Ok(crate::records::produce::partition_for_key(key, partitions))
+}
+
+/// The `RecordBatch`es of an object that exports an Arrow stream (`__arrow_c_stream__`: a
+/// pyarrow Table, RecordBatchReader...). Imported with the GIL held (a stream may call into Python).
+fn import_arrow_stream(data: &Bound<'_, PyAny>) -> PyResult<Vec<arrow_array::RecordBatch>> {
+    if !data.hasattr("__arrow_c_stream__")? {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "expected an Arrow table (an object with __arrow_c_stream__), not {}",
+            data.get_type().name()?
+        )));
+    }
+    let capsule = data.call_method0("__arrow_c_stream__")?;
+    let capsule = capsule.cast::<PyCapsule>()?;
+    let name =
+        CString::new("arrow_array_stream").map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let pointer = capsule.pointer_checked(Some(name.as_c_str()))?;
+    // SAFETY: the capsule holds an ArrowArrayStream (checked by name); from_raw moves it out and leaves
+    // a released stream behind, so the capsule's destructor does not release it twice.
+    let stream =
+        unsafe { FFI_ArrowArrayStream::from_raw(pointer.as_ptr().cast::<FFI_ArrowArrayStream>()) };
+    let reader = arrow_array::ffi_stream::ArrowArrayStreamReader::try_new(stream)
+        .map_err(|e| PyValueError::new_err(format!("cannot read the Arrow stream: {e}")))?;
+    reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| PyValueError::new_err(format!("cannot read the Arrow stream: {e}")))
+}
+
+/// One encoded batch as Python sees it: (partition, batch bytes, row indices as little-endian u32).
+type ProducedTuple<'py> = (i32, Bound<'py, PyBytes>, Bound<'py, PyBytes>);
+
+/// `send_arrow`'s encoder: the rows of `data` (an Arrow table) partitioned as the producer's `send`
+/// (an explicit `partition`, else murmur2 of the key, else `sticky_partition`) and cut into v2 batches
+/// of at most `batch_size` bytes per partition, with the GIL released. A list of `(partition, batch
+/// bytes, row indices)`, the indices as little-endian u32 (the input rows the batch holds, in order).
+#[pyfunction]
+#[pyo3(signature = (data, *, partitions, sticky_partition, default_timestamp, batch_size, compression="none"))]
+fn encode_arrow_batches<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyAny>,
+    partitions: i32,
+    sticky_partition: i32,
+    default_timestamp: i64,
+    batch_size: usize,
+    compression: &str,
+) -> PyResult<Vec<ProducedTuple<'py>>> {
+    let compression = Compression::from_name(compression).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "unknown compression {compression:?} (none, gzip, snappy, lz4 or zstd)"
+        ))
+    })?;
+    let batches = import_arrow_stream(data)?;
+    let opts = crate::records::produce::ArrowProduceOptions {
+        partitions,
+        sticky_partition,
+        default_timestamp,
+        batch_size,
+        compression,
+    };
+    let produced = py.detach(|| crate::records::produce::encode_arrow(&batches, &opts))?;
+    Ok(produced
+        .into_iter()
+        .map(|b| {
+            let rows: Vec<u8> = b.rows.iter().flat_map(|r| r.to_le_bytes()).collect();
+            (
+                b.partition,
+                PyBytes::new(py, &b.bytes),
+                PyBytes::new(py, &rows),
+            )
+        })
+        .collect())
+}
+
+/// A copy of one encoded v2 batch with an idempotent producer's id, epoch and base sequence, and
+/// its CRC, written in (the producer does this when the batch is first sent).
+#[pyfunction]
+fn with_producer_state<'py>(
+    py: Python<'py>,
+    batch: &[u8],
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let mut copy = batch.to_vec();
+    crate::records::produce::set_producer_state(
+        &mut copy,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+    )?;
+    Ok(PyBytes::new(py, &copy))
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(murmur2, m)?)?;
+    m.add_function(wrap_pyfunction!(partition_for_key, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_arrow_batches, m)?)?;
+    m.add_function(wrap_pyfunction!(with_producer_state, m)?)?;
     m.add_class::<PyRecord>()?;
     m.add_class::<PyRecordBatch>()?;
     m.add_class::<PyBatchIterator>()?;

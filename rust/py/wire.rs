@@ -135,7 +135,9 @@ fn frame_bytes(frame: &Bound<'_, PyAny>) -> PyResult<Bytes> {
 fn messages(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     static MESSAGES: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
     Ok(MESSAGES
-        .get_or_try_init(py, || py.import("epochguard.protocol.messages").map(Bound::unbind))?
+        .get_or_try_init(py, || {
+            py.import("epochguard.protocol.messages").map(Bound::unbind)
+        })?
         .bind(py))
 }
 

@@ -12,6 +12,7 @@ pub mod digest;
 pub mod encode;
 pub mod headers;
 mod legacy;
+pub mod produce;
 pub mod reader;
 pub mod record;
 pub mod stamp;

@@ -31,15 +31,6 @@ async def serve_metadata(reader: asyncio.StreamReader, writer: asyncio.StreamWri
         await answer(writer, header, METADATA)
 
 
-@pytest.fixture(scope="module")
-def served() -> Iterator[Served]:
-    server = Served("clean")
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture
 def dead_first(served: Served) -> Iterator[str]:
     """A bootstrap list whose first address refuses connections (bound, never listening)."""

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import random
 import time
+from typing import Any
 
 import pytest
 
+from epochguard import _core
 from epochguard._core import iter_batches
 from epochguard.client.producer import Producer, murmur2, partition_for_key
 from epochguard.errors import Errors, TopicAuthorizationFailedError
@@ -243,6 +245,34 @@ def test_idempotent_batches_carry_the_producer_id_epoch_and_sequences_kept_acros
     answer(producer, retried, 21)
     ((_, third),) = produced(producer, 21)
     assert headers_of(third) == {0: (1000, 0, 4, 1)}
+
+
+def test_an_encoded_batch_takes_its_place_and_its_sequence_between_records() -> None:
+    producer = idempotent()
+    ((_, first),) = producer.poll_requests(1)
+    assert headers_of(first) == {0: (1000, 0, 0, 1)}
+    ((_, raw, rows),) = _core.encode_arrow_batches(
+        _pa().table({"value": [b"a", b"b", b"c"]}), partitions=3, sticky_partition=0, default_timestamp=5,
+        batch_size=16_384)
+    producer.send("t", b"before", partition=0, now_ms=1)
+    arrow = producer.send_encoded("t", 0, raw, rows, now_ms=1)
+    producer.send("t", b"after", partition=0, now_ms=1)
+    assert producer.pending() == 1 + 1 + 3 + 1
+    answer(producer, first, 2)
+    sent = []
+    for now in (2, 3, 4):  # one batch in flight per partition: before, the encoded batch, after
+        ((_, request),) = produced(producer, now)
+        sent.append(headers_of(request)[0])
+        answer(producer, request, now)
+    assert sent == [(1000, 0, 1, 1), (1000, 0, 2, 3), (1000, 0, 5, 1)]  # CRC-checked by iter_batches
+    assert arrow.metadata is not None and arrow.metadata.record_count == 3 and arrow.metadata.leader_epoch == 4
+    assert arrow.metadata.row_indices().to_pylist() == [0, 1, 2] and producer.pending() == 0
+    with pytest.raises(ValueError, match="no partition 3"):
+        producer.send_encoded("t", 3, raw, rows, now_ms=5)
+
+
+def _pa() -> Any:
+    return pytest.importorskip("pyarrow")
 
 
 @pytest.mark.parametrize("error", [Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, Errors.UNKNOWN_PRODUCER_ID])

@@ -19,8 +19,10 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import pyarrow as pa
 import pytest
 
 from epochguard.client.kafka_consumer import AsyncConsumer, KafkaConsumer
@@ -179,10 +181,17 @@ def test_asyncio_round_trip_subscribe_commit_committed(kafka_cluster: KafkaClust
     assert resumed == 150
 
 
+@dataclass(frozen=True)
+class _Written:
+    partition: int
+    offset: int
+
+
 def test_idempotent_producer_sequences_accepted_by_kafka(kafka_cluster: KafkaCluster) -> None:
     """Kafka checks every batch's sequence against the producer's last (ProducerStateManager): a wrong one is
     OUT_OF_ORDER_SEQUENCE_NUMBER, which the producer answers with an epoch bump; so epoch 0 at the end
-    means Kafka accepted every sequence. The batches in the leader's log carry the producer id."""
+    means Kafka accepted every sequence. The batches in the leader's log carry the producer id. send_arrow's
+    batches (encoded in Rust, the producer's fields and CRC written in when sent) follow in the same stream."""
     from epochguard.records import batch_headers
 
     topic = "client-idempotent"
@@ -193,6 +202,11 @@ def test_idempotent_producer_sequences_accepted_by_kafka(kafka_cluster: KafkaClu
         futures = [producer.send(topic, key=f"k{i}".encode(), value=bytes(100)) for i in range(600)]
         producer.flush(60)
         metadata = [f.get(0) for f in futures]
+        # send_arrow's batches carry the same producer's next sequences (written in when sent)
+        arrow = producer.send_arrow(topic, pa.table({"key": [f"a{i}".encode() for i in range(600)],
+                                                     "value": [bytes(100)] * 600})).offsets(60)
+        metadata += [_Written(p, o) for p, o in zip(arrow.column("partition").to_pylist(),
+                                                     arrow.column("offset").to_pylist(), strict=True)]
         machine = producer._async._machine
         pid, epoch = machine.producer_id, machine.producer_epoch
     finally:
@@ -200,7 +214,7 @@ def test_idempotent_producer_sequences_accepted_by_kafka(kafka_cluster: KafkaClu
     assert pid >= 0 and epoch == 0
     for p in (0, 1):
         offsets = sorted(m.offset for m in metadata if m.partition == p)
-        assert offsets == list(range(len(offsets))) and len(offsets) > 100
+        assert offsets == list(range(len(offsets))) and len(offsets) > 200
         leader = (2, 3)[p]
         segment = kafka_cluster.data_dir(leader) / f"{topic}-{p}" / "00000000000000000000.log"
         headers = batch_headers(segment).to_pydict()

@@ -4,24 +4,41 @@ Mirrors the application face of Kafka's `KafkaProducer` as kafka-python 3 spells
 future, `flush`, `close`, its setting names): partitioning, batching, retries and what an answer means
 are the state machine's; this module moves its requests to brokers and their answers back, and tells it
 the time. `enable_idempotence` as Java's idempotent producer (the state machine's). Not there yet:
-transactions, `send_arrow`.
+transactions.
+
+`send_arrow(topic, table)` produces the rows of a pyarrow Table / RecordBatch (or any object with
+`__arrow_c_stream__`): columns `key`, `value` (bytes or strings; at least one), `headers`
+(list<struct<key: string, value: binary>> as `poll_arrow` hands them out, or map<string, binary>),
+`partition` and `timestamp` (optional; null rows are partitioned / stamped now); other columns are
+ignored. It waits for the topic's metadata (up to `max_block_ms`), then Rust partitions the rows as
+`send` does (an explicit partition, else murmur2 of the key, else the topic's sticky partition, one
+implementation: `_core.partition_for_key`) and encodes them into batches of at most `batch_size` bytes
+per partition with `compression_type`, off the event loop with the GIL released; the batches join the
+same queues as `send`'s records (order per partition kept). The result is one delivery per batch
+(`BatchMetadata`: partition, base offset, record count, leader epoch and the input rows it holds, in
+offset order), and `offsets()` maps every input row to its (partition, offset). Columns of the wrong
+type raise `ArrowSchemaError` (a TypeError) and bad values (a partition out of range, a row with
+neither key nor value) ValueError, before anything is queued. The serializers do not apply to it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from epochguard import _core
 from epochguard.errors import ClientClosedError, EpochGuardError, KafkaConnectionError, KafkaTimeoutError
 from epochguard.protocol.messages import MetadataResponse
 
 from .blocking import BlockingClient
 from .network import NetworkClient
-from .producer import Delivery, Producer, RecordMetadata
+from .producer import BatchMetadata, Delivery, Producer, RecordMetadata
 
-__all__ = ["AsyncProducer", "KafkaProducer", "PRODUCER_DEFAULTS", "FutureRecordMetadata"]
+__all__ = ["AsyncProducer", "KafkaProducer", "PRODUCER_DEFAULTS", "FutureRecordMetadata", "ArrowDelivery",
+           "FutureArrowMetadata"]
 
 _IDLE_S = 1.0
 _MIN_ROUND_S = 0.002
@@ -41,6 +58,7 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "reconnect_backoff_ms": 50,
     "reconnect_backoff_max_ms": 1_000,
     "metadata_max_age_ms": 300_000,
+    "max_block_ms": 60_000,  # send_arrow's wait for the topic's metadata (send queues without waiting)
     "enable_idempotence": False,
     "security_protocol": "PLAINTEXT",
 }
@@ -66,7 +84,7 @@ def producer_config(configs: Mapping[str, Any]) -> dict[str, Any]:
 class FutureRecordMetadata:
     """kafka-python's future: `get(timeout)`, `add_callback`, `add_errback`, `succeeded()`."""
 
-    def __init__(self, delivery: Delivery, wait: Callable[[float | None], None]) -> None:
+    def __init__(self, delivery: Delivery[RecordMetadata], wait: Callable[[float | None], None]) -> None:
         self._delivery = delivery
         self._wait = wait
 
@@ -80,7 +98,7 @@ class FutureRecordMetadata:
         return self._delivery.metadata
 
     @property
-    def delivery(self) -> Delivery:
+    def delivery(self) -> Delivery[RecordMetadata]:
         return self._delivery
 
     def is_done(self) -> bool:
@@ -96,6 +114,75 @@ class FutureRecordMetadata:
     def add_errback(self, fn: Callable[[EpochGuardError], Any]) -> FutureRecordMetadata:
         self._delivery.on_done(lambda d: fn(d.error) if d.error is not None else None)
         return self
+
+
+class ArrowDelivery:
+    """What one `send_arrow` queued: one `Delivery[BatchMetadata]` per encoded batch (`batches`)."""
+
+    def __init__(self, batches: list[Delivery[BatchMetadata]]) -> None:
+        self.batches = batches
+
+    @property
+    def done(self) -> bool:
+        return all(d.done for d in self.batches)
+
+    @property
+    def error(self) -> EpochGuardError | None:
+        """The first failed batch's error (None while none failed)."""
+        return next((d.error for d in self.batches if d.error is not None), None)
+
+    def metadata(self) -> list[BatchMetadata]:
+        """Every batch's metadata; raises the first batch's error, or KafkaTimeoutError if not all are done."""
+        if self.error is not None:
+            raise self.error
+        out = [d.metadata for d in self.batches]
+        if any(m is None for m in out):
+            raise KafkaTimeoutError(f"{sum(m is None for m in out)} of {len(out)} batches not answered yet")
+        return [m for m in out if m is not None]
+
+    def offsets(self) -> Any:
+        """A pyarrow Table with one row per input row, in input order: `partition` (int32) and `offset`
+        (int64; -1 with acks=0). Raises as `metadata()` while a batch failed or is not answered."""
+        import numpy as np
+        import pyarrow as pa
+
+        done = self.metadata()
+        n = sum(m.record_count for m in done)
+        partitions = np.empty(n, dtype=np.int32)
+        offsets = np.empty(n, dtype=np.int64)
+        for m in done:
+            rows = np.frombuffer(m.rows, dtype="<u4")
+            partitions[rows] = m.partition
+            offsets[rows] = m.base_offset + np.arange(m.record_count) if m.base_offset >= 0 else -1
+        return pa.table({"partition": partitions, "offset": offsets})
+
+
+class FutureArrowMetadata:
+    """`send_arrow`'s future on the blocking producer: `get(timeout)` -> every batch's `BatchMetadata`
+    (raising the first batch's error), `offsets(timeout)` -> (partition, offset) per input row."""
+
+    def __init__(self, sent: ArrowDelivery, wait: Callable[[float | None], None]) -> None:
+        self._sent = sent
+        self._wait = wait
+
+    @property
+    def delivery(self) -> ArrowDelivery:
+        return self._sent
+
+    def is_done(self) -> bool:
+        return self._sent.done
+
+    def succeeded(self) -> bool:
+        return self._sent.done and self._sent.error is None
+
+    def get(self, timeout: float | None = None) -> list[BatchMetadata]:
+        if not self._sent.done and self._sent.error is None:
+            self._wait(timeout)
+        return self._sent.metadata()
+
+    def offsets(self, timeout: float | None = None) -> Any:
+        self.get(timeout)
+        return self._sent.offsets()
 
 
 class AsyncProducer:
@@ -197,6 +284,35 @@ class AsyncProducer:
         self._wake.set()
         return delivery
 
+    async def send_arrow(self, topic: str, data: Any) -> ArrowDelivery:
+        """Queue the rows of an Arrow table (see the module docstring); the `ArrowDelivery` resolves
+        batch by batch. Waits for the topic's metadata first, up to `max_block_ms`."""
+        self._check_open()
+        await self.start()
+        if not hasattr(data, "__arrow_c_stream__"):
+            raise TypeError(f"send_arrow needs a pyarrow Table or RecordBatch (an object with __arrow_c_stream__), "
+                            f"not {type(data).__name__}")
+        if self._machine.partitions_for(topic) == 0:
+            self._wake.set()
+            try:
+                await self.wait_for(lambda: self._machine.partitions_for(topic) > 0,
+                                    self.config["max_block_ms"] / 1000)
+            except KafkaTimeoutError:
+                raise KafkaTimeoutError(f"no metadata for topic {topic!r} within max_block_ms "
+                                        f"({self.config['max_block_ms']} ms)") from None
+        encode = functools.partial(
+            _core.encode_arrow_batches, data, partitions=self._machine.partitions_for(topic),
+            sticky_partition=self._machine.sticky_partition(topic), default_timestamp=int(time.time() * 1000),
+            batch_size=self.config["batch_size"], compression=self.config["compression_type"])
+        # Off the loop (the GIL is released while Rust encodes): sends and answers go on meanwhile.
+        encoded = await asyncio.get_running_loop().run_in_executor(None, encode)
+        self._check_open()
+        now = self._now_ms()
+        sent = ArrowDelivery([self._machine.send_encoded(topic, partition, raw, rows, now)
+                              for partition, raw, rows in encoded])
+        self._wake.set()
+        return sent
+
     async def wait_for(self, done: Callable[[], bool], timeout_s: float | None) -> None:
         loop = asyncio.get_running_loop()
         end = None if timeout_s is None else loop.time() + timeout_s
@@ -257,6 +373,13 @@ class KafkaProducer(BlockingClient[AsyncProducer]):
                                                        timestamp_ms=timestamp_ms))
         return FutureRecordMetadata(delivery, lambda timeout: self._call(
             lambda: self._async.wait_for(lambda: delivery.done, timeout)))
+
+    def send_arrow(self, topic: str, data: Any) -> FutureArrowMetadata:
+        """Produce the rows of a pyarrow Table / RecordBatch (see the module docstring): a future of
+        every batch's `BatchMetadata` (`get`) and of each row's partition and offset (`offsets`)."""
+        sent = self._call(lambda: self._async.send_arrow(topic, data))
+        return FutureArrowMetadata(sent, lambda timeout: self._call(
+            lambda: self._async.wait_for(lambda: sent.done or sent.error is not None, timeout)))
 
     def flush(self, timeout: float | None = None) -> None:
         self._call(lambda: self._async.flush(timeout))

@@ -3,8 +3,9 @@
 reduced to what epochguard needs.
 
 - partitioning: an explicit partition wins; a key goes to `toPositive(murmur2(key)) % partitions`
-  (`Utils.murmur2`, the Java default partitioner's hash, bit for bit); records without a key stick to
-  one partition until its batch is sent (KIP-480), then move on at random;
+  (`Utils.murmur2`, the Java default partitioner's hash, bit for bit, in Rust: `send_arrow` partitions
+  with the same); records without a key stick to one partition until its batch is sent (KIP-480), then
+  move on at random;
 - batching: one open batch per partition, ready when it reaches `batch_size` bytes of record payload or
   is `linger_ms` old (or on `flush()`); one batch in flight per partition (`max.in.flight.requests.per
   .connection=1`), so a retry never reorders;
@@ -36,7 +37,7 @@ import logging
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from epochguard import _core
 from epochguard.client.metadata import ClientMetadata, NodeChooser
@@ -50,50 +51,19 @@ from epochguard.protocol.messages import (
     ProduceRequest,
     ProduceResponse,
 )
+from epochguard.records import murmur2, partition_for_key  # Java's partitioner, in Rust (send_arrow's too)
 from epochguard.types import TopicPartition
 
-__all__ = ["murmur2", "partition_for_key", "Delivery", "RecordMetadata", "Producer", "RETRIABLE"]
+__all__ = ["murmur2", "partition_for_key", "Delivery", "RecordMetadata", "BatchMetadata", "Producer", "RETRIABLE"]
 
 RETRIABLE = frozenset({
     Errors.NOT_LEADER_OR_FOLLOWER, Errors.LEADER_NOT_AVAILABLE, Errors.NOT_ENOUGH_REPLICAS,
     Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, Errors.REQUEST_TIMED_OUT, Errors.UNKNOWN_TOPIC_OR_PARTITION,
     Errors.KAFKA_STORAGE_ERROR, Errors.FENCED_LEADER_EPOCH, Errors.UNKNOWN_LEADER_EPOCH,
 })
-_MASK = 0xFFFFFFFF
 _MAX_EPOCH = 32767  # Short.MAX_VALUE: past it, a new producer id
 # Idempotent producer: retried after an epoch bump and a restart of the partition's sequences at 0
 _SEQUENCE_LOST = frozenset({Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, Errors.UNKNOWN_PRODUCER_ID})
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's `Utils.murmur2` (32-bit MurmurHash2, seed 0x9747b28c) as a signed int."""
-    m, r = 0x5BD1E995, 24
-    length = len(data)
-    h = (0x9747B28C ^ length) & _MASK
-    for i in range(0, length - length % 4, 4):
-        k = data[i] | data[i + 1] << 8 | data[i + 2] << 16 | data[i + 3] << 24
-        k = (k * m) & _MASK
-        k ^= k >> r
-        k = (k * m) & _MASK
-        h = ((h * m) & _MASK) ^ k
-    tail = length & ~3
-    extra = length % 4
-    if extra == 3:
-        h ^= data[tail + 2] << 16
-    if extra >= 2:
-        h ^= data[tail + 1] << 8
-    if extra >= 1:
-        h ^= data[tail]
-        h = (h * m) & _MASK
-    h ^= h >> 13
-    h = (h * m) & _MASK
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for_key(key: bytes, partitions: int) -> int:
-    """`BuiltInPartitioner.partitionForKey`: toPositive(murmur2(key)) % partitions."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,27 +83,55 @@ class RecordMetadata:
         return TopicPartition(self.topic, self.partition)
 
 
-class Delivery:
-    """One record's outcome, resolved by the producer (`FutureRecordMetadata`)."""
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """Where one batch of `send_arrow`'s rows was written: its records are at `base_offset` ..
+    `base_offset + record_count - 1` of the partition (-1 with acks=0), holding the input rows `rows`
+    (little-endian u32 row numbers, see `row_indices`) in that order."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    record_count: int
+    leader_epoch: int | None
+    rows: bytes = field(repr=False)
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    def row_indices(self) -> Any:
+        """The input rows of this batch, in offset order, as a `pyarrow.UInt32Array` (zero-copy)."""
+        import pyarrow as pa
+
+        return pa.UInt32Array.from_buffers(pa.uint32(), self.record_count, [None, pa.py_buffer(self.rows)])
+
+
+_M = TypeVar("_M", RecordMetadata, BatchMetadata)
+
+
+class Delivery(Generic[_M]):
+    """One record's outcome (`RecordMetadata`), or one `send_arrow` batch's (`BatchMetadata`),
+    resolved by the producer (`FutureRecordMetadata`)."""
 
     __slots__ = ("_callbacks", "error", "metadata")
 
     def __init__(self) -> None:
-        self.metadata: RecordMetadata | None = None
+        self.metadata: _M | None = None
         self.error: EpochGuardError | None = None
-        self._callbacks: list[Callable[[Delivery], None]] = []
+        self._callbacks: list[Callable[[Delivery[_M]], None]] = []
 
     @property
     def done(self) -> bool:
         return self.metadata is not None or self.error is not None
 
-    def on_done(self, callback: Callable[[Delivery], None]) -> None:
+    def on_done(self, callback: Callable[[Delivery[_M]], None]) -> None:
         if self.done:
             callback(self)
         else:
             self._callbacks.append(callback)
 
-    def _resolve(self, metadata: RecordMetadata | None, error: EpochGuardError | None) -> None:
+    def _resolve(self, metadata: _M | None, error: EpochGuardError | None) -> None:
         self.metadata, self.error = metadata, error
         callbacks, self._callbacks = self._callbacks, []
         for cb in callbacks:
@@ -150,7 +148,17 @@ class _Record:
     headers: tuple[tuple[str, bytes | None], ...]
     timestamp: int
     added_ms: int
-    delivery: Delivery
+    delivery: Delivery[RecordMetadata]
+
+
+@dataclass(slots=True)
+class _Encoded:
+    """A batch `send_arrow` encoded whole: its bytes, the input rows it holds, one delivery for all."""
+
+    raw: bytes
+    rows: bytes
+    count: int
+    delivery: Delivery[BatchMetadata]
 
 
 @dataclass(slots=True)
@@ -163,6 +171,15 @@ class _Batch:
     attempts: int = 0
     base_sequence: int = -1  # idempotent: assigned on the first send, kept across retries
     producer: tuple[int, int] = (-1, -1)  # the (producer id, epoch) the sequence belongs to
+    encoded: _Encoded | None = None  # send_arrow's: sent as encoded, never appended to
+
+    @property
+    def count(self) -> int:
+        return self.encoded.count if self.encoded is not None else len(self.records)
+
+    @property
+    def added_ms(self) -> int:
+        return self.created_ms if self.encoded is not None else self.records[0].added_ms
 
 
 class Producer:
@@ -217,11 +234,39 @@ class Producer:
              now_ms: int = 0) -> Delivery:
         if value is None and key is None:
             raise ValueError("a record needs a key or a value")
-        delivery = Delivery()
+        delivery: Delivery[RecordMetadata] = Delivery()
         record = _Record(key, value, tuple(headers), now_ms if timestamp_ms is None else timestamp_ms, now_ms, delivery)
         self.metadata.add_topics([topic])
         self._unpartitioned.append((topic, partition, record))
         self._place(now_ms)
+        return delivery
+
+    def partitions_for(self, topic: str) -> int:
+        """The topic's partition count as metadata has it (0 while unknown); asks for it if not known."""
+        self.metadata.add_topics([topic])
+        return len(self.metadata.partitions_for(topic))
+
+    def sticky_partition(self, topic: str) -> int:
+        """Where keyless records of `topic` go now (KIP-480: until that partition's batch is sent)."""
+        partitions = self.partitions_for(topic)
+        if partitions <= 0:
+            raise ValueError(f"no metadata for topic {topic!r} yet")
+        return self._sticky.setdefault(topic, self._rng.randrange(partitions))
+
+    def send_encoded(self, topic: str, partition: int, raw: bytes, rows: bytes, now_ms: int) -> Delivery[BatchMetadata]:
+        """Queue one batch `_core.encode_arrow_batches` encoded for `partition` (after the records
+        queued before it there); it is sent whole, as soon as its partition may send."""
+        count = len(rows) // 4
+        if count <= 0:
+            raise ValueError("an encoded batch holds at least one record")
+        partitions = self.partitions_for(topic)
+        if not 0 <= partition < partitions:
+            raise ValueError(f"{topic} has no partition {partition} ({partitions} known)")
+        delivery: Delivery[BatchMetadata] = Delivery()
+        tp = TopicPartition(topic, partition)
+        self._place(now_ms)  # records sent before this batch keep their place ahead of it
+        self._batches.setdefault(tp, []).append(
+            _Batch(tp, now_ms, size=len(raw), encoded=_Encoded(raw, rows, count, delivery)))
         return delivery
 
     def flush(self) -> None:
@@ -230,8 +275,8 @@ class Producer:
 
     def pending(self) -> int:
         """Records not yet resolved."""
-        return (len(self._unpartitioned) + sum(len(b.records) for bs in self._batches.values() for b in bs)
-                + sum(len(b.records) for _, _, bs in self._in_flight.values() for b in bs.values()))
+        return (len(self._unpartitioned) + sum(b.count for bs in self._batches.values() for b in bs)
+                + sum(b.count for _, _, bs in self._in_flight.values() for b in bs.values()))
 
     # --- the driver's side ----------------------------------------------------------------------
     def poll_requests(self, now_ms: int) -> list[tuple[int, Any]]:
@@ -277,7 +322,7 @@ class Producer:
                 continue
             batch = batches[0]
             ready = (self._flushing or batch.size >= self.batch_size or len(batches) > 1
-                     or now_ms - batch.created_ms >= self.linger_ms)
+                     or batch.encoded is not None or now_ms - batch.created_ms >= self.linger_ms)
             if not ready or now_ms < batch.retry_at_ms:
                 continue
             leader = self.metadata.current_leader(tp)
@@ -295,12 +340,16 @@ class Producer:
             if self._sticky.get(tp.topic) == tp.partition:
                 del self._sticky[tp.topic]  # KIP-480: the next keyless record picks a new partition
             batch.attempts += 1
-            records = [(r.key, r.value, list(r.headers), r.timestamp) for r in batch.records]
             if self.idempotent:
                 self._sequence(batch)
-            raw = _core.encode_batch(records, compression=self.compression_type,
-                                     base_timestamp=batch.records[0].timestamp, producer_id=batch.producer[0],
-                                     producer_epoch=batch.producer[1], base_sequence=batch.base_sequence)
+            if batch.encoded is not None:
+                raw = batch.encoded.raw if not self.idempotent else _core.with_producer_state(
+                    batch.encoded.raw, batch.producer[0], batch.producer[1], batch.base_sequence)
+            else:
+                records = [(r.key, r.value, list(r.headers), r.timestamp) for r in batch.records]
+                raw = _core.encode_batch(records, compression=self.compression_type,
+                                         base_timestamp=batch.records[0].timestamp, producer_id=batch.producer[0],
+                                         producer_epoch=batch.producer[1], base_sequence=batch.base_sequence)
             parts.append(ProducePartition(tp.topic, tp.partition, bytes(raw)))
         request = ProduceRequest(tuple(parts), acks=self.acks, timeout_ms=self.request_timeout_ms)
         if self.acks == 0:  # no answer comes: done once sent
@@ -408,9 +457,10 @@ class Producer:
 
     def _append(self, tp: TopicPartition, record: _Record, now_ms: int) -> None:
         batches = self._batches.setdefault(tp, [])
-        size = len(record.key or b"") + len(record.value or b"") + 16
+        size = (len(record.key or b"") + len(record.value or b"") + 16  # as Rust's produce::record_size
+                + sum(len(k) + len(v or b"") for k, v in record.headers))
         full = bool(batches) and batches[-1].size + size > self.batch_size and bool(batches[-1].records)
-        if not batches or full or batches[-1].attempts:
+        if not batches or full or batches[-1].attempts or batches[-1].encoded is not None:
             batches.append(_Batch(tp, now_ms))
         batches[-1].records.append(record)
         batches[-1].size += size
@@ -431,10 +481,10 @@ class Producer:
         for tp, batches in self._batches.items():
             keep = []
             for b in batches:
-                if tp not in self._busy and now_ms - b.records[0].added_ms >= self.delivery_timeout_ms:
+                if tp not in self._busy and now_ms - b.added_ms >= self.delivery_timeout_ms:
                     if self.idempotent and b.base_sequence >= 0:
                         self._bump_epoch(tp, None)  # sent, outcome unknown: its sequence is unresolved
-                    self._fail(b, KafkaTimeoutError(f"{len(b.records)} records for {tp} expired after "
+                    self._fail(b, KafkaTimeoutError(f"{b.count} records for {tp} expired after "
                                                     f"{self.delivery_timeout_ms} ms"))
                 else:
                     keep.append(b)
@@ -451,7 +501,7 @@ class Producer:
         if owner != current:
             following = 0
         batch.producer, batch.base_sequence = current, following
-        self._sequences[batch.tp] = (current, (following + len(batch.records)) & 0x7FFFFFFF)
+        self._sequences[batch.tp] = (current, (following + batch.count) & 0x7FFFFFFF)
 
     def _bump_epoch(self, tp: TopicPartition, batch: _Batch | None) -> None:
         """`bumpIdempotentProducerEpoch`: the next epoch, locally (past 32767 a new producer id), and
@@ -469,11 +519,18 @@ class Producer:
             batch.base_sequence = -1
 
     def _complete(self, batch: _Batch, base_offset: int, epoch: int | None) -> None:
+        if batch.encoded is not None:
+            e = batch.encoded
+            e.delivery._resolve(BatchMetadata(batch.tp.topic, batch.tp.partition, base_offset, e.count, epoch, e.rows),
+                                None)
+            return
         for i, r in enumerate(batch.records):
             r.delivery._resolve(RecordMetadata(batch.tp.topic, batch.tp.partition,
                                                base_offset + i if base_offset >= 0 else -1, r.timestamp, epoch,
                                                len(r.key or b""), len(r.value or b"")), None)
 
     def _fail(self, batch: _Batch, err: EpochGuardError) -> None:
+        if batch.encoded is not None:
+            batch.encoded.delivery._resolve(None, err)
         for r in batch.records:
             r.delivery._resolve(None, err)

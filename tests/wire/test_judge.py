@@ -541,3 +541,57 @@ def test_going_to_the_log_start_without_an_out_of_range_answer_is_judged_too() -
     fetch(w, conn, start + 1, epoch=1)  # once only
     (client,) = judge.report()
     assert [(o["offset"], o["how"], o["to"]) for o in client["out_of_range"]] == [(position, "start", start)]
+
+
+def read_committed(w: WireCluster, conn, offset: int = 0, isolation: int = 1) -> FetchResponse:
+    request = FetchRequest((FetchPartition("events", 0, offset, -1),), max_wait_ms=0, isolation_level=isolation,
+                           version=12)
+    return ask(w, conn, 1, 12, request)
+
+
+def marker_lost() -> tuple[WireCluster, Judge, list[int]]:
+    """marker-truncated by hand: the ABORT marker of a replicated transaction reaches broker 1 alone, broker
+    1 dies, broker 2 is elected uncleanly and the producer writes its next transactions there. Returns the
+    cluster, the judge, and the offsets of the orphaned (aborted, as the producer was told) records."""
+    from epochguard.wire.scenarios import abort_pending
+
+    w = WireCluster(build("marker-truncated"), 0, ADDRESSES)
+    judge = Judge()
+    w.observers.append(judge)
+    producer = w.cluster.producers[0]
+    run_until(w, w.ready)
+    run_until(w, lambda: abort_pending(TP)(w.cluster))
+    w.fire(Isolate(1))
+    run_until(w, lambda: producer.pending_marker(TP) is None and w.cluster.controller.state(TP).isr == (1,))
+    w.fire(PauseProducers())
+    orphan = [b for b in w.cluster.log(2, TP).batch_infos() if b.is_transactional and b.control is None]
+    start = w.cluster.log(2, TP).last_stable_offset
+    orphaned = [o for b in orphan for o in range(b.base_offset, b.next_offset) if o >= start]
+    assert orphaned and w.cluster.log(1, TP).last_stable_offset > max(orphaned)  # aborted on 1, open on 2
+    w.fire(Crash(1))
+    w.fire(Heal(broker_node(1)))
+    w.fire(ResumeProducers())
+    run_until(w, lambda: w.cluster.acting_leader(TP) == 2 and w.cluster.log(2, TP).last_stable_offset > max(orphaned))
+    return w, judge, orphaned
+
+
+def test_records_of_an_aborted_transaction_served_to_read_committed_are_aborted_reads() -> None:
+    w, judge, orphaned = marker_lost()
+    conn = w.connect(2)
+    read_committed(w, conn)
+    (client,) = judge.report()
+    assert [r["offset"] for r in client["aborted_reads"]] == orphaned
+    read_committed(w, conn)  # served again: each record once
+    assert len(judge.report()[0]["aborted_reads"]) == len(orphaned)
+
+
+def test_read_uncommitted_and_an_intact_abort_are_no_aborted_reads() -> None:
+    w, judge, _ = marker_lost()
+    read_committed(w, w.connect(2), isolation=0)  # read_uncommitted: every record is the client's to take
+    assert judge.report()[0]["aborted_reads"] == []
+    w = WireCluster(build("transactions"), 0, ADDRESSES)  # markers intact: the filter removes the aborted
+    judge = Judge()
+    w.observers.append(judge)
+    run_until(w, lambda: len(w.cluster.producers[0].aborted) >= 20)
+    read_committed(w, w.connect(w.cluster.acting_leader(TP)))
+    assert judge.report()[0]["aborted_reads"] == []

@@ -93,6 +93,11 @@ class Producer(Client):
     def transactional(self) -> bool:
         return self.producer_id is not None
 
+    def pending_marker(self, tp: TopicPartition) -> bool | None:
+        """The marker this transactional producer is about to write for `tp`: True COMMIT, False ABORT,
+        None when its transaction is still taking records (or it is not transactional)."""
+        return self._ending.get(tp)
+
     def work(self) -> None:
         now = self.now_ms
         for tp in self.ctx.topic_partitions:

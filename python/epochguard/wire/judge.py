@@ -53,6 +53,11 @@ did: `start` (at the log start: it lost only what was deleted), `forward` (past 
 records, a reset to the log end; franz-go #1416/#1428, Aiven tiered-storage#663), or `stopped` (none
 within `STUCK_AFTER_STEPS`: raised, as auto.offset.reset=none asks, or stuck).
 
+An aborted read: a read_committed Fetch answer that hands a client (after the client's own filtering of
+control batches and of the aborted transactions the answer names) a record whose transaction the
+scenario's simulated producer had aborted, its ABORT acknowledged (Jepsen's G1a; `marker-truncated`,
+KAFKA-20716: an unclean election lost the marker). The cluster's doing: reported, never blamed.
+
 The judge sees only exchanges, faults and steps, so the same trace replayed gives the same verdicts.
 """
 
@@ -64,6 +69,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from epochguard.client.consumer.fetch_collector import CompletedFetch
 from epochguard.errors import Errors
 from epochguard.protocol.messages import (
     FetchRequest,
@@ -77,7 +83,7 @@ from epochguard.protocol.messages import (
 )
 from epochguard.records import batch_index
 from epochguard.sim.invariants import METADATA_EPOCH_MONOTONIC
-from epochguard.types import TopicPartition
+from epochguard.types import FetchPosition, IsolationLevel, TopicPartition
 
 __all__ = ["Judge", "Divergence", "batch_spans", "STUCK_AFTER_STEPS", "VERDICTS"]
 
@@ -150,6 +156,7 @@ class ClientReport:
     false_alarms: list[dict[str, Any]] = field(default_factory=list)
     stalls: list[dict[str, Any]] = field(default_factory=list)
     out_of_range: list[dict[str, Any]] = field(default_factory=list)
+    aborted_reads: list[dict[str, Any]] = field(default_factory=list)
     epochs_sent: dict[str, int] = field(default_factory=dict)  # api name -> requests carrying an epoch >= 0
 
     def to_json(self) -> dict[str, Any]:
@@ -159,7 +166,7 @@ class ClientReport:
             "commits": self.commits, "acks_lost": self.acks_lost, "offset_not_available": self.offset_not_available,
             "metadata_epoch_backwards": self.metadata_epoch_backwards, "epochs_sent": self.epochs_sent,
             "storms": self.storms, "false_alarms": self.false_alarms, "stalls": self.stalls,
-            "out_of_range": self.out_of_range,
+            "out_of_range": self.out_of_range, "aborted_reads": self.aborted_reads,
         }
 
 
@@ -302,6 +309,8 @@ class Judge:
                 self._false_alarm(name, p.tp, offsets[p.tp])
             if p.error_code != Errors.NONE or not p.records:
                 continue
+            if request.isolation_level == IsolationLevel.READ_COMMITTED:
+                self._aborted_read(name, p, offsets.get(p.tp, 0))
             spans = batch_spans(p.records)
             fetched = offsets.get(p.tp, 0)
             spans = [s for s in spans if s[1] >= fetched]
@@ -339,6 +348,22 @@ class Judge:
             if entry is not None:
                 self._jumped.add((name, tp, start))
                 entry.update(to=offset, how="start" if offset <= start else "forward", skipped=max(0, offset - start))
+
+    def _aborted_read(self, name: str, p: Any, fetched: int) -> None:
+        aborted: set[bytes] = set()
+        for producer in () if self._wire is None else self._wire.cluster.producers:
+            aborted |= producer.aborted
+        if not aborted:
+            return
+        # What the client hands out: the consumer's own read_committed rule (Kafka's isBatchAborted).
+        delivered = CompletedFetch.decode(p.tp, FetchPosition(fetched, None), p.records,
+                                          IsolationLevel.READ_COMMITTED, p.aborted_transactions).records
+        report = self.clients[name]
+        seen = {(r["topic"], r["partition"], r["offset"]) for r in report.aborted_reads}
+        for r in delivered:
+            if r.value in aborted and (p.tp.topic, p.tp.partition, r.offset) not in seen:
+                report.aborted_reads.append({"topic": p.tp.topic, "partition": p.tp.partition, "offset": r.offset,
+                                             "step": self.step})
 
     def _stop_out_of_range(self) -> None:
         for key, entry in list(self._below_start.items()):

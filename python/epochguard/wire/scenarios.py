@@ -199,6 +199,14 @@ def hw_behind(broker: int, tp: TopicPartition) -> Condition:
     return check
 
 
+def abort_pending(tp: TopicPartition) -> Condition:
+    def check(cluster: Cluster) -> bool:
+        return any(p.pending_marker(tp) is False for p in cluster.producers)
+
+    check.__name__ = f"a transactional producer is about to abort its transaction on {tp}"
+    return check
+
+
 def _tp() -> TopicPartition:
     return TopicPartition(EVENTS, 0)
 
@@ -353,6 +361,35 @@ def log_start_jump() -> WireScenario:
                         "OFFSET_OUT_OF_RANGE must resume at the log start")
 
 
+def marker_truncated() -> WireScenario:
+    """KAFKA-20716: an unclean election keeps a transaction's data and loses its ABORT marker. The
+    transactional producer's records are replicated (acks=all), then broker 1's followers stop
+    replicating just before it writes the ABORT marker, which only broker 1 then holds; the producer has
+    its abort acknowledged. Broker 1 dies and broker 2 is elected uncleanly: it holds the transaction open
+    (its last stable offset stops there) until the producer's next transaction, whose marker also closes
+    the orphaned records, as Kafka's `ProducerStateManager` keeps one ongoing transaction per producer
+    from its first offset. So read_committed clients are served records whose transaction was aborted
+    (Jepsen's G1a, aborted read): the cluster's doing, not the client's, which no client can detect."""
+    cfg = replace(BASE, producers=(-1,), transactional_producers=1, abort_every=3,
+                  unclean_leader_election=True, min_insync_replicas=1)
+    tp = _tp()
+    stages = (
+        Stage(READY, (), min_steps=50),
+        Stage(abort_pending(tp), ((0, Isolate(1)),)),  # the ABORT marker reaches broker 1 alone
+        Stage(lambda c: c.producers[0].pending_marker(tp) is None and c.controller.state(tp).isr == (1,),
+              ((0, PauseProducers()),)),
+        Stage(TRIGGER, (
+            (0, Crash(1)),
+            (2, Heal(broker_node(1))),
+            (3, ResumeProducers()),  # the next transaction's marker closes the orphaned records too
+            (300, Restart(1)),
+        ), min_steps=30),
+    )
+    return WireScenario("marker-truncated", cfg, stages,
+                        "an unclean election keeps an aborted transaction's records and loses its ABORT marker: "
+                        "the producer's next transaction commits them, and read_committed clients read them")
+
+
 def transactions() -> WireScenario:
     cfg = replace(BASE, producers=(-1,), transactional_producers=1, abort_every=3)
     return WireScenario("transactions", cfg, (),
@@ -373,6 +410,7 @@ SCENARIOS: dict[str, Callable[[], WireScenario]] = {
     "false-divergence": false_divergence,
     "epoch-flap": epoch_flap,
     "log-start-jump": log_start_jump,
+    "marker-truncated": marker_truncated,
 }
 
 

@@ -13,6 +13,15 @@ warmed up on the same endpoint (connections, metadata, ApiVersions):
   `consume(num_messages=10000)` (goal: >= 3x records/s);
 - the per-record iterator of `KafkaConsumer` vs kafka-python's (goal: >= 2x).
 
+Producing, each round PRODUCE_RECORDS 100-byte values to partition 0 with acks=all, timed from the first
+send until the last is acknowledged (flush), every producer with linger 5 ms and batches of up to
+1,000,000 bytes (librdkafka's default batch.size; kafka-python's and Java's 16 KiB default would cut
+a 1,000-record batch into seven), warmed up on the endpoint first:
+
+- `send_arrow` of a pyarrow table (value and partition columns, built once, untimed) vs
+  confluent-kafka's `produce()` loop (goal: >= 1x);
+- `KafkaProducer.send` per record vs kafka-python's `send` (goal: >= 2x).
+
 Both clients run with their fetch sizes at the defaults but `max_partition_fetch_bytes` 16 MiB (the
 partition's whole round fits a few fetches for every client alike). Kafka's segments are 1 GiB (its
 default; a fetch reads from one segment).
@@ -45,6 +54,8 @@ VALUE = bytes(range(100))
 TOPIC = "input"
 PARTITION_BYTES = 16 << 20
 RATES: dict[tuple[str, str], float] = {}
+PRODUCE_RECORDS = 20_000
+BATCH_BYTES = 1_000_000
 
 
 def _produce(bootstrap: str) -> int:
@@ -107,14 +118,15 @@ def endpoint(request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
         _report(request.param)
 
 
-def _rate(benchmark: Any, name: str) -> None:
+def _rate(benchmark: Any, name: str, records: int = RECORDS) -> None:
     where = benchmark.name.rpartition("[")[2].rstrip("]")
-    RATES[where, name] = RECORDS / benchmark.stats.stats.median
+    RATES[where, name] = records / benchmark.stats.stats.median
     benchmark.extra_info["records_per_second"] = round(RATES[where, name])
 
 
 def _report(where: str) -> None:
-    pairs = (("epochguard poll_arrow", "confluent-kafka consume", 3.0), ("epochguard iterator", "kafka-python iterator", 2.0))
+    pairs = (("epochguard poll_arrow", "confluent-kafka consume", 3.0), ("epochguard iterator", "kafka-python iterator", 2.0),
+             ("epochguard send_arrow", "confluent-kafka produce", 1.0), ("epochguard send", "kafka-python send", 2.0))
     for ours, theirs, goal in pairs:
         a, b = RATES.get((where, ours)), RATES.get((where, theirs))
         if a and b:
@@ -215,3 +227,80 @@ def test_kafka_python_iterator(benchmark: Any, endpoint: tuple[str, int]) -> Non
     benchmark.pedantic(read, rounds=5, warmup_rounds=1, iterations=1)
     consumer.close()
     _rate(benchmark, "kafka-python iterator")
+
+
+@pytest.mark.benchmark(group="client-produce-batch")
+def test_client_send_arrow(benchmark: Any, endpoint: tuple[str, int]) -> None:
+    from epochguard.client.kafka_producer import KafkaProducer
+
+    bootstrap, _ = endpoint
+    table = pa.table({"value": pa.array([VALUE] * PRODUCE_RECORDS, pa.binary()),
+                      "partition": pa.array([0] * PRODUCE_RECORDS, pa.int32())})
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, batch_size=BATCH_BYTES)
+    producer.send_arrow(TOPIC, table.slice(0, 100)).get(60)  # connections, metadata
+
+    def produce() -> None:
+        batches = producer.send_arrow(TOPIC, table).get(60)
+        assert sum(b.record_count for b in batches) == PRODUCE_RECORDS
+
+    benchmark.pedantic(produce, rounds=5, warmup_rounds=1, iterations=1)
+    producer.close()
+    _rate(benchmark, "epochguard send_arrow", PRODUCE_RECORDS)
+
+
+@pytest.mark.benchmark(group="client-produce-batch")
+def test_confluent_produce(benchmark: Any, endpoint: tuple[str, int]) -> None:
+    bootstrap, _ = endpoint
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                            "batch.size": BATCH_BYTES, "queue.buffering.max.messages": 1_000_000, "log_level": 3})
+    producer.produce(TOPIC, VALUE, partition=0)
+    assert producer.flush(60) == 0
+
+    def produce() -> None:
+        send = producer.produce
+        for _ in range(PRODUCE_RECORDS):
+            send(TOPIC, VALUE, partition=0)
+        assert producer.flush(60) == 0
+
+    benchmark.pedantic(produce, rounds=5, warmup_rounds=1, iterations=1)
+    _rate(benchmark, "confluent-kafka produce", PRODUCE_RECORDS)
+
+
+@pytest.mark.benchmark(group="client-produce-records")
+def test_client_send(benchmark: Any, endpoint: tuple[str, int]) -> None:
+    from epochguard.client.kafka_producer import KafkaProducer
+
+    bootstrap, _ = endpoint
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, batch_size=BATCH_BYTES)
+    producer.send(TOPIC, VALUE, partition=0).get(60)
+
+    def produce() -> None:
+        send = producer.send
+        for _ in range(PRODUCE_RECORDS - 1):
+            send(TOPIC, VALUE, partition=0)
+        last = send(TOPIC, VALUE, partition=0)
+        producer.flush(60)
+        assert last.get(0).offset >= 0
+
+    benchmark.pedantic(produce, rounds=5, warmup_rounds=1, iterations=1)
+    producer.close()
+    _rate(benchmark, "epochguard send", PRODUCE_RECORDS)
+
+
+@pytest.mark.benchmark(group="client-produce-records")
+def test_kafka_python_send(benchmark: Any, endpoint: tuple[str, int]) -> None:
+    bootstrap, _ = endpoint
+    producer = kafka.KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, batch_size=BATCH_BYTES)
+    producer.send(TOPIC, VALUE, partition=0).get(60)
+
+    def produce() -> None:
+        send = producer.send
+        for _ in range(PRODUCE_RECORDS - 1):
+            send(TOPIC, VALUE, partition=0)
+        last = send(TOPIC, VALUE, partition=0)
+        producer.flush(60)
+        assert last.get(0).offset >= 0
+
+    benchmark.pedantic(produce, rounds=5, warmup_rounds=1, iterations=1)
+    producer.close()
+    _rate(benchmark, "kafka-python send", PRODUCE_RECORDS)

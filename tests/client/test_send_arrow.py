@@ -228,3 +228,27 @@ def test_bad_input_through_the_producer_raises_before_anything_is_queued(served:
         assert producer._async._machine.pending() == 0
     finally:
         producer.close()
+
+
+def test_blocking_send_queues_from_the_callers_thread_and_keeps_order_with_send_arrow(served: Served) -> None:
+    from epochguard.client.kafka_producer import KafkaProducer
+    from epochguard.errors import ClientClosedError
+
+    producer = KafkaProducer(bootstrap_servers=served.bootstrap, acks="all", linger_ms=20)
+    try:
+        with pytest.raises(TypeError, match="value must be bytes"):
+            producer.send("input", value="not bytes")
+        with pytest.raises(ValueError, match="key or a value"):
+            producer.send("input")
+        before = [producer.send("input", value=b"b%d" % i) for i in range(300)]
+        arrow = producer.send_arrow("input", pa.table({"value": [b"a%d" % i for i in range(300)]}))
+        after = producer.send("input", value=b"after")
+        offsets = [f.get(30).offset for f in before]
+        arrow_offsets = arrow.offsets(30).column("offset").to_pylist()
+        assert offsets == list(range(offsets[0], offsets[0] + 300))
+        assert arrow_offsets == list(range(offsets[-1] + 1, offsets[-1] + 301))
+        assert after.get(30).offset == arrow_offsets[-1] + 1
+    finally:
+        producer.close()
+    with pytest.raises(ClientClosedError):
+        producer.send("input", value=b"late")

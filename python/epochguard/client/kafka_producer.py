@@ -24,6 +24,7 @@ neither key nor value) ValueError, before anything is queued. The serializers do
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -208,6 +209,11 @@ class AsyncProducer:
         self._failure: BaseException | None = None
         self._epoch = time.monotonic()
         self.last_error: EpochGuardError | None = None
+        # Records the blocking face queues from its callers' threads (`submit`), taken in on the loop: a
+        # send costs no thread hop (as kafka-python's accumulator, which its sender thread drains).
+        self._intake: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._intake_signalled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def __aenter__(self) -> AsyncProducer:
         await self.start()
@@ -228,12 +234,14 @@ class AsyncProducer:
     async def start(self) -> None:
         self._check_open()
         if self._driver is None:
-            self._driver = asyncio.get_running_loop().create_task(self._drive(), name="epochguard-producer")
+            self._loop = asyncio.get_running_loop()
+            self._driver = self._loop.create_task(self._drive(), name="epochguard-producer")
 
     async def _drive(self) -> None:
         try:
             while not self._closed:
                 self._wake.clear()
+                self._take_intake()
                 sent = self._machine.poll_requests(self._now_ms())
                 for node, request in sent:
                     task = asyncio.get_running_loop().create_task(self._exchange(node, request))
@@ -271,18 +279,56 @@ class AsyncProducer:
             self._changed.set()
 
     async def send(self, topic: str, value: Any = None, key: Any = None, *, partition: int | None = None,
-                   headers: Iterable[tuple[str, bytes | None]] = (), timestamp_ms: int | None = None) -> Delivery:
+                   headers: Iterable[tuple[str, bytes | None]] = (),
+                   timestamp_ms: int | None = None) -> Delivery[RecordMetadata]:
         """Queue one record; its `Delivery` resolves when the broker answers (or the record fails)."""
         self._check_open()
         await self.start()
-        ks, vs = self.config["key_serializer"], self.config["value_serializer"]
-        key_bytes = ks(key) if ks is not None and key is not None else key
-        value_bytes = vs(value) if vs is not None and value is not None else value
-        stamp = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        self._take_intake()  # what the blocking face queued before goes first
+        key_bytes, value_bytes, stamp = self._serialized(key, value, timestamp_ms)
         delivery = self._machine.send(topic, value_bytes, key_bytes, partition=partition, headers=headers,
                                       timestamp_ms=stamp, now_ms=self._now_ms())
         self._wake.set()
         return delivery
+
+    def _serialized(self, key: Any, value: Any, timestamp_ms: int | None) -> tuple[Any, Any, int]:
+        ks, vs = self.config["key_serializer"], self.config["value_serializer"]
+        key_bytes = ks(key) if ks is not None and key is not None else key
+        value_bytes = vs(value) if vs is not None and value is not None else value
+        for what, got in (("key", key_bytes), ("value", value_bytes)):
+            if got is not None and not isinstance(got, bytes | bytearray | memoryview):
+                raise TypeError(f"the {what} must be bytes (or set a {what}_serializer), not {type(got).__name__}")
+        return key_bytes, value_bytes, timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+
+    def submit(self, topic: str, value: Any, key: Any, partition: int | None,
+               headers: tuple[tuple[str, bytes | None], ...], timestamp_ms: int | None) -> Delivery[RecordMetadata]:
+        """`send` from another thread (the blocking face), once `start()` has run: the record is queued
+        for the loop, which is woken only if it has not been since it last took the queue in."""
+        self._check_open()
+        key_bytes, value_bytes, stamp = self._serialized(key, value, timestamp_ms)
+        if key_bytes is None and value_bytes is None:
+            raise ValueError("a record needs a key or a value")
+        delivery: Delivery[RecordMetadata] = Delivery()
+        self._intake.append((topic, value_bytes, key_bytes, partition, headers, stamp, delivery))
+        if not self._intake_signalled:
+            assert self._loop is not None, "submit() before start()"
+            self._intake_signalled = True
+            self._loop.call_soon_threadsafe(self._wake.set)
+        return delivery
+
+    def _take_intake(self) -> None:
+        """Move the records `submit` queued into the state machine (on the loop)."""
+        self._intake_signalled = False  # before taking: a record queued from now on signals again
+        if not self._intake:
+            return
+        now = self._now_ms()
+        while self._intake:
+            topic, value, key, partition, headers, stamp, delivery = self._intake.popleft()
+            try:
+                self._machine.send(topic, value, key, partition=partition, headers=headers, timestamp_ms=stamp,
+                                   now_ms=now, delivery=delivery)
+            except (ValueError, TypeError) as exc:
+                delivery._resolve(None, EpochGuardError(f"record refused: {exc}"))
 
     async def send_arrow(self, topic: str, data: Any) -> ArrowDelivery:
         """Queue the rows of an Arrow table (see the module docstring); the `ArrowDelivery` resolves
@@ -307,6 +353,7 @@ class AsyncProducer:
         # Off the loop (the GIL is released while Rust encodes): sends and answers go on meanwhile.
         encoded = await asyncio.get_running_loop().run_in_executor(None, encode)
         self._check_open()
+        self._take_intake()  # records the blocking face sent before this call go ahead of it
         now = self._now_ms()
         sent = ArrowDelivery([self._machine.send_encoded(topic, partition, raw, rows, now)
                               for partition, raw, rows in encoded])
@@ -331,6 +378,7 @@ class AsyncProducer:
 
     async def flush(self, timeout: float | None = None) -> None:
         """Send everything now and wait until every record is answered."""
+        self._take_intake()
         self._machine.flush()
         self._wake.set()
         await self.wait_for(lambda: self._machine.pending() == 0, timeout)
@@ -365,12 +413,13 @@ class KafkaProducer(BlockingClient[AsyncProducer]):
         producer_config(configs)  # refuse bad settings here, before a thread exists
         super().__init__(lambda: AsyncProducer(**configs))
         self.config = self._async.config
+        self._call(self._async.start)  # the driver runs from here on: `send` queues without a thread hop
 
     def send(self, topic: str, value: Any = None, key: Any = None, headers: Iterable[tuple[str, bytes | None]] = (),
              partition: int | None = None, timestamp_ms: int | None = None) -> FutureRecordMetadata:
-        hs = list(headers)
-        delivery = self._call(lambda: self._async.send(topic, value, key, partition=partition, headers=hs,
-                                                       timestamp_ms=timestamp_ms))
+        if self._loop.loop.is_closed():
+            raise ClientClosedError("this producer is closed")
+        delivery = self._async.submit(topic, value, key, partition, tuple(headers), timestamp_ms)
         return FutureRecordMetadata(delivery, lambda timeout: self._call(
             lambda: self._async.wait_for(lambda: delivery.done, timeout)))
 

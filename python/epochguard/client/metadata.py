@@ -78,6 +78,7 @@ class ClientMetadata:
         self.refresh_backoff_ms = refresh_backoff_ms
         self.metadata_max_age_ms = metadata_max_age_ms
         self._partitions: dict[TopicPartition, PartitionMetadata] = {}
+        self._counts: dict[str, int] = {}  # topic -> partitions cached; the set changes only in update()
         self._last_seen_epochs: dict[TopicPartition, int] = {}
         self._topic_ids: dict[str, str] = {}
         self._brokers: dict[int, MetadataResponseBroker] = {}
@@ -153,6 +154,7 @@ class ClientMetadata:
         # Last-seen epochs stay: a position may wait on one, and topic re-creation resets it.
         old_partitions, old_topic_ids = self._partitions, self._topic_ids
         self._partitions, self._topic_ids = {}, {}
+        self._counts = {}
         for topic in response.topics:
             if topic.topic_id is not None:
                 self._topic_ids[topic.name] = topic.topic_id
@@ -273,3 +275,10 @@ class ClientMetadata:
 
     def partitions_for(self, topic: str) -> list[TopicPartition]:
         return sorted(tp for tp in self._partitions if tp.topic == topic)
+
+    def partition_count(self, topic: str) -> int:
+        """`len(partitions_for(topic))`, without a scan per call (a producer asks once per record)."""
+        count = self._counts.get(topic)
+        if count is None:
+            count = self._counts[topic] = sum(1 for tp in self._partitions if tp.topic == topic)
+        return count

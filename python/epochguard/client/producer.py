@@ -227,24 +227,33 @@ class Producer:
         self._busy: set[TopicPartition] = set()
         self._metadata_in_flight: int | None = None
         self._flushing = False
+        self._topics: set[str] = set()  # every topic sent to (in metadata's topics)
 
     # --- application ----------------------------------------------------------------------------
     def send(self, topic: str, value: bytes | None, key: bytes | None = None, *, partition: int | None = None,
              headers: Iterable[tuple[str, bytes | None]] = (), timestamp_ms: int | None = None,
-             now_ms: int = 0) -> Delivery:
+             now_ms: int = 0, delivery: Delivery[RecordMetadata] | None = None) -> Delivery[RecordMetadata]:
+        """Queue one record; `delivery`: the one to resolve (a driver that made it on another thread)."""
         if value is None and key is None:
             raise ValueError("a record needs a key or a value")
-        delivery: Delivery[RecordMetadata] = Delivery()
+        delivery = Delivery() if delivery is None else delivery
         record = _Record(key, value, tuple(headers), now_ms if timestamp_ms is None else timestamp_ms, now_ms, delivery)
-        self.metadata.add_topics([topic])
-        self._unpartitioned.append((topic, partition, record))
-        self._place(now_ms)
+        if topic not in self._topics:
+            self._topics.add(topic)
+            self.metadata.add_topics([topic])
+        if not self._unpartitioned and self.metadata.partition_count(topic):
+            self._place_one(topic, partition, record, now_ms)  # the common case: no list to go through
+        else:
+            self._unpartitioned.append((topic, partition, record))
+            self._place(now_ms)
         return delivery
 
     def partitions_for(self, topic: str) -> int:
         """The topic's partition count as metadata has it (0 while unknown); asks for it if not known."""
-        self.metadata.add_topics([topic])
-        return len(self.metadata.partitions_for(topic))
+        if topic not in self._topics:
+            self._topics.add(topic)
+            self.metadata.add_topics([topic])
+        return self.metadata.partition_count(topic)
 
     def sticky_partition(self, topic: str) -> int:
         """Where keyless records of `topic` go now (KIP-480: until that partition's batch is sent)."""
@@ -440,25 +449,30 @@ class Producer:
     def _place(self, now_ms: int) -> None:
         waiting = []
         for topic, partition, record in self._unpartitioned:
-            partitions = self.metadata.partitions_for(topic)
-            if not partitions:
+            if not self.metadata.partition_count(topic):
                 waiting.append((topic, partition, record))
                 continue
-            if partition is None:
-                if record.key is not None:
-                    partition = partition_for_key(record.key, len(partitions))
-                else:
-                    partition = self._sticky.setdefault(topic, self._rng.randrange(len(partitions)))
-            elif not 0 <= partition < len(partitions):
-                record.delivery._resolve(None, EpochGuardError(f"{topic} has no partition {partition}"))
-                continue
-            self._append(TopicPartition(topic, partition), record, now_ms)
+            self._place_one(topic, partition, record, now_ms)
         self._unpartitioned = waiting
+
+    def _place_one(self, topic: str, partition: int | None, record: _Record, now_ms: int) -> None:
+        """Partition one record of a topic whose partitions are known, and batch it."""
+        partitions = self.metadata.partition_count(topic)
+        if partition is None:
+            if record.key is not None:
+                partition = partition_for_key(record.key, partitions)
+            else:
+                partition = self._sticky.setdefault(topic, self._rng.randrange(partitions))
+        elif not 0 <= partition < partitions:
+            record.delivery._resolve(None, EpochGuardError(f"{topic} has no partition {partition}"))
+            return
+        self._append(TopicPartition(topic, partition), record, now_ms)
 
     def _append(self, tp: TopicPartition, record: _Record, now_ms: int) -> None:
         batches = self._batches.setdefault(tp, [])
-        size = (len(record.key or b"") + len(record.value or b"") + 16  # as Rust's produce::record_size
-                + sum(len(k) + len(v or b"") for k, v in record.headers))
+        size = len(record.key or b"") + len(record.value or b"") + 16  # as Rust's produce::record_size
+        if record.headers:
+            size += sum(len(k) + len(v or b"") for k, v in record.headers)
         full = bool(batches) and batches[-1].size + size > self.batch_size and bool(batches[-1].records)
         if not batches or full or batches[-1].attempts or batches[-1].encoded is not None:
             batches.append(_Batch(tp, now_ms))

@@ -40,6 +40,10 @@ RATIOS = (
             f"test_confluent_consume[{where}]") for where in ("serve", "kafka")),
     *(Ratio(f"client iterator vs kafka-python iterator, {where}", f"test_client_iterator[{where}]",
             f"test_kafka_python_iterator[{where}]") for where in ("serve", "kafka")),
+    *(Ratio(f"client send_arrow vs confluent-kafka produce() loop, {where}", f"test_client_send_arrow[{where}]",
+            f"test_confluent_produce[{where}]") for where in ("serve", "kafka")),
+    *(Ratio(f"client send vs kafka-python send, {where}", f"test_client_send[{where}]",
+            f"test_kafka_python_send[{where}]") for where in ("serve", "kafka")),
 )
 
 

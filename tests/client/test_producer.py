@@ -125,6 +125,29 @@ def test_batch_size_closes_a_batch_and_one_batch_per_partition_is_in_flight() ->
     assert records_of(second)[TopicPartition("t", 0)]
 
 
+def test_max_in_flight_pipelines_a_partitions_batches_up_to_the_limit_per_broker() -> None:
+    producer = Producer(bootstrap=[-1], linger_ms=0, batch_size=100, max_in_flight=2)
+    for _ in range(3):  # three batches of one 100-byte record for partition 0, one for partition 1
+        producer.send("t", bytes(100), partition=0, now_ms=0)
+    producer.send("t", b"p1", partition=1, now_ms=0)
+    ready(producer)
+    ((node, first),) = producer.poll_requests(0)
+    ((_, second),) = producer.poll_requests(0)  # partition 0's next batch while the first is unanswered
+    assert node == 1 and sorted(records_of(first)) == [TopicPartition("t", 0), TopicPartition("t", 1)]
+    assert list(records_of(second)) == [TopicPartition("t", 0)]
+    assert producer.poll_requests(0) == [] and producer.next_deadline_ms() == 30_000  # two in flight to broker 1
+    producer.on_response(1, second, ProduceResponse((ProducePartitionResponse("t", 0, base_offset=1),)), 1)
+    ((_, third),) = producer.poll_requests(1)
+    assert list(records_of(third)) == [TopicPartition("t", 0)]
+    # idempotence keeps one batch in flight per partition whatever the limit: sequences stay in order
+    muted = idempotent(max_in_flight=5)
+    for _ in range(3):
+        muted.send("t", bytes(16_384), partition=0, now_ms=1)
+    sent = produced(muted, 1)
+    assert [list(records_of(r)) for _, r in sent] == [[TopicPartition("t", 0)]]
+    assert produced(muted, 2) == []
+
+
 def test_a_retriable_error_retries_after_the_backoff_and_asks_for_metadata() -> None:
     producer = Producer(bootstrap=[-1], linger_ms=0, retry_backoff_ms=100)
     d = producer.send("t", b"v", partition=2, now_ms=0)

@@ -3,7 +3,9 @@
 Mirrors the application face of Kafka's `KafkaProducer` as kafka-python 3 spells it (`send` returning a
 future, `flush`, `close`, its setting names): partitioning, batching, retries and what an answer means
 are the state machine's; this module moves its requests to brokers and their answers back, and tells it
-the time. `enable_idempotence` as Java's idempotent producer (the state machine's). Not there yet:
+the time. `enable_idempotence` as Java's idempotent producer (the state machine's);
+`max_in_flight_requests_per_connection` (5) requests in flight per broker. The blocking `send` queues
+from the caller's thread (`AsyncProducer.submit`) without waiting for the loop thread. Not there yet:
 transactions.
 
 `send_arrow(topic, table)` produces the rows of a pyarrow Table / RecordBatch (or any object with
@@ -61,6 +63,8 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "metadata_max_age_ms": 300_000,
     "max_block_ms": 60_000,  # send_arrow's wait for the topic's metadata (send queues without waiting)
     "enable_idempotence": False,
+    # kafka-python's and Java's default; an idempotent producer keeps one batch in flight per partition
+    "max_in_flight_requests_per_connection": 5,
     "security_protocol": "PLAINTEXT",
 }
 
@@ -79,6 +83,9 @@ def producer_config(configs: Mapping[str, Any]) -> dict[str, Any]:
     if config["security_protocol"] != "PLAINTEXT":
         raise ValueError(f"security_protocol {config['security_protocol']!r} is not supported: only PLAINTEXT yet")
     config["compression_type"] = config["compression_type"] or "none"
+    in_flight = config["max_in_flight_requests_per_connection"]
+    if not isinstance(in_flight, int) or in_flight < 1:
+        raise ValueError(f"max_in_flight_requests_per_connection must be a positive int: {in_flight!r}")
     return config
 
 
@@ -200,7 +207,8 @@ class AsyncProducer:
             batch_size=c["batch_size"], compression_type=c["compression_type"],
             retry_backoff_ms=c["retry_backoff_ms"], request_timeout_ms=c["request_timeout_ms"],
             delivery_timeout_ms=c["delivery_timeout_ms"], metadata_max_age_ms=c["metadata_max_age_ms"],
-            idempotent=c["enable_idempotence"], least_loaded=self._network.least_loaded_node)
+            idempotent=c["enable_idempotence"], least_loaded=self._network.least_loaded_node,
+            max_in_flight=c["max_in_flight_requests_per_connection"])
         self._driver: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()

@@ -7,8 +7,11 @@ reduced to what epochguard needs.
   with the same); records without a key stick to one partition until its batch is sent (KIP-480), then
   move on at random;
 - batching: one open batch per partition, ready when it reaches `batch_size` bytes of record payload or
-  is `linger_ms` old (or on `flush()`); one batch in flight per partition (`max.in.flight.requests.per
-  .connection=1`), so a retry never reorders;
+  is `linger_ms` old (or on `flush()`); up to `max_in_flight` Produce requests in flight per broker
+  (`max.in.flight.requests.per.connection`): with 1, or with idempotence, one batch in flight per
+  partition (Java's muted partitions), so a retry never reorders; with more, a partition's next batch
+  goes out while the last is unanswered (pipelining), and a retried batch may land after a later one,
+  as Java's and kafka-python's producers warn for that setting without idempotence;
 - sending: ready batches grouped by their partition's leader into one Produce per broker, encoded in
   Rust (`_core.encode_batch`, any codec); acks=0 completes on send;
 - answers: NONE completes every record of the batch (offset = base offset + index, the leader epoch
@@ -200,12 +203,17 @@ class Producer:
         idempotent: bool = False,
         rng: random.Random | None = None,
         least_loaded: NodeChooser | None = None,
+        max_in_flight: int = 1,
     ) -> None:
         if acks not in (0, 1, -1):
             raise ValueError(f"acks must be 0, 1 or -1 (all): {acks!r}")
         if idempotent and acks != -1:
             raise ValueError("an idempotent producer needs acks=all (-1), as Java's ProducerConfig requires")
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1: {max_in_flight!r}")
         self.idempotent = idempotent
+        self.max_in_flight = max_in_flight
+        self._mute = max_in_flight == 1 or idempotent  # one batch in flight per partition: order kept
         self.producer_id, self.producer_epoch = -1, -1
         self._init_at_ms = 0  # the next InitProducerId not before (its back-off)
         self._sequences: dict[TopicPartition, tuple[tuple[int, int], int]] = {}  # tp -> ((id, epoch), next)
@@ -323,9 +331,18 @@ class Producer:
     def _init_in_flight(self) -> bool:
         return any(isinstance(r, InitProducerIdRequest) for r in self._in_flight_requests.values())
 
+    def _full_nodes(self) -> set[int]:
+        """Brokers with `max_in_flight` Produce requests unanswered: nothing more goes to them now."""
+        requests: dict[int, int] = {}
+        for node, _, carried in self._in_flight.values():
+            if carried:
+                requests[node] = requests.get(node, 0) + 1
+        return {node for node, n in requests.items() if n >= self.max_in_flight}
+
     def _ready_by_leader(self, now_ms: int) -> dict[int, dict[TopicPartition, _Batch]]:
         """The head batch of every partition that may send now, by its leader."""
         by_node: dict[int, dict[TopicPartition, _Batch]] = {}
+        full = self._full_nodes()
         for tp, batches in self._batches.items():
             if not batches or tp in self._busy:
                 continue
@@ -338,6 +355,8 @@ class Producer:
             if leader.leader is None:
                 self.metadata.request_update()
                 continue
+            if leader.leader in full:
+                continue
             by_node.setdefault(leader.leader, {})[tp] = batch
         return by_node
 
@@ -345,7 +364,8 @@ class Producer:
         parts = []
         for tp, batch in chosen.items():
             self._batches[tp].pop(0)
-            self._busy.add(tp)
+            if self._mute:
+                self._busy.add(tp)
             if self._sticky.get(tp.topic) == tp.partition:
                 del self._sticky[tp.topic]  # KIP-480: the next keyless record picks a new partition
             batch.attempts += 1
@@ -378,8 +398,9 @@ class Producer:
                 times.append(self._init_at_ms)
             times += [sent + self.request_timeout_ms for _, sent, _ in self._in_flight.values()]
             return min(times, default=None)
+        full = self._full_nodes()  # their partitions wait for an answer, which wakes the driver anyway
         for tp, batches in self._batches.items():
-            if batches and tp not in self._busy:
+            if batches and tp not in self._busy and self.metadata.current_leader(tp).leader not in full:
                 b = batches[0]
                 times.append(max(b.retry_at_ms, b.created_ms if self._flushing else b.created_ms + self.linger_ms))
         times += [sent + self.request_timeout_ms for _, sent, _ in self._in_flight.values()]

@@ -50,6 +50,8 @@ def test_a_marker_is_kafkas_end_transaction_marker(commit, control, coordinator_
     [record] = marker.records()
     assert record.key == struct.pack(">hh", 0, control)
     assert record.value == struct.pack(">hi", 0, coordinator_epoch)
+    assert log.first_unstable_offset == 0  # ended, but unstable until the HW passes the marker
+    log.update_high_watermark(2)
     assert log.first_unstable_offset is None
 
 

@@ -77,9 +77,13 @@ def test_last_stable_offset_stops_at_the_first_open_transaction_and_truncation_r
     log.append_as_follower(marker(7, 4, commit=True))
     log.append_as_follower(txn_batch(8, 5, "x", "y"))  # 5-6, producer 8
     log.append_as_follower(marker(8, 7, commit=False))
-    assert log.first_unstable_offset is None
-    assert log.last_stable_offset == 4  # nothing open: the HW
+    # both ended, but the HW (4) has not passed their markers: still unstable (ProducerStateManager's
+    # unreplicatedTxns until onHighWatermarkUpdated), the LSO stays at the first one's first offset
+    assert log.first_unstable_offset == 0 and log.last_stable_offset == 0
+    log.update_high_watermark(5)  # past producer 7's COMMIT (4), not producer 8's ABORT (7)
+    assert log.first_unstable_offset == 5 and log.last_stable_offset == 5
     log.update_high_watermark(8)
+    assert log.first_unstable_offset is None  # nothing open, every marker replicated: the HW
     assert log.last_stable_offset == 8
     assert log.aborted_transactions == [AbortedTxn(8, 5, 7)]
     assert log.collect_aborted_transactions(0, 8) == [AbortedTxn(8, 5, 7)]
@@ -98,7 +102,10 @@ def test_transactional_append_as_leader_and_markers():
     p.write_txn_marker(2, 0, commit=False, coordinator_epoch=0)
     control = next(iter_batches(p.log.read(3)))
     assert control.is_control and control.base_offset == 3 and control.partition_leader_epoch == 5
-    assert p.log.first_unstable_offset is None and p.log.aborted_transactions == [AbortedTxn(2, 0, 3)]
+    assert p.log.aborted_transactions == [AbortedTxn(2, 0, 3)]
+    assert p.log.first_unstable_offset == 0  # follower 2 has not fetched the marker: the HW is below it
+    p.log.update_high_watermark(4)
+    assert p.log.first_unstable_offset is None
 
 
 # --- the leader ---------------------------------------------------------------------------------------

@@ -39,9 +39,10 @@ from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
 from epochguard._core import encode_batch
 from epochguard.kafka import KafkaCluster, PartitionState
+from epochguard.protocol.messages import TxnMarker, WriteTxnMarkersRequest, WriteTxnMarkersResponse
 from epochguard.sim.faults import Crash, ElectUnclean, Heal, Isolate, PreferredElection, Restart
 from epochguard.sim.network import broker_node
-from epochguard.storage.log import PartitionLog
+from epochguard.storage.log import PartitionLog, control_type
 from epochguard.storage.logdir import read_offset_checkpoint
 from epochguard.storage.logdir_format import LEADER_EPOCH_CHECKPOINT, parse_leader_epoch_checkpoint
 from epochguard.types import TopicPartition
@@ -75,10 +76,10 @@ def decode(request: Any, frame: bytes) -> Any:
 
 
 # --- requests -------------------------------------------------------------------------------------------
-def produce(topic: str, partition: int, batch: bytes, acks: int = -1) -> Any:
+def produce(topic: str, partition: int, batch: bytes, acks: int = -1, transactional_id: str | None = None) -> Any:
     t = ProduceRequest.TopicProduceData
     return ProduceRequest[PRODUCE_V](
-        transactional_id=None, acks=acks, timeout_ms=30000,
+        transactional_id=transactional_id, acks=acks, timeout_ms=30000,
         topic_data=[t(name=topic, partition_data=[t.PartitionProduceData(index=partition, records=batch)])])
 
 
@@ -141,6 +142,89 @@ class Replica:
                    tuple((b.base_offset, b.last_offset, b.partition_leader_epoch, b.crc) for b in log.batches()))
 
 
+@dataclass(frozen=True)
+class TxnReplica:
+    """What a replica holds, transactions included (script 5): every batch's (base offset, last offset,
+    partition leader epoch, producer id, producer epoch, transactional, control type (0 ABORT, 1 COMMIT,
+    None: data), CRC); a marker's CRC is None, as it covers the marker's timestamp, the leader's clock at
+    the write. `aborted` is the transaction index: (producer id, first offset, last offset) per aborted
+    transaction (Kafka's `.txnindex` files; the simulator's log)."""
+
+    epochs: tuple[tuple[int, int], ...]
+    log_start: int
+    log_end: int
+    high_watermark: int
+    batches: tuple[tuple[int, int, int, int, int, bool, int | None, int | None], ...]
+    aborted: tuple[tuple[int, int, int], ...]
+
+    @classmethod
+    def of(cls, log: PartitionLog, high_watermark: int, epochs: tuple[tuple[int, int], ...],
+           aborted: Sequence[tuple[int, int, int]]) -> TxnReplica:
+        rows = []
+        for b in log.batches():
+            control = control_type(b) if b.is_control else None
+            rows.append((b.base_offset, b.last_offset, b.partition_leader_epoch, b.producer_id, b.producer_epoch,
+                         b.is_transactional, control, None if b.is_control else b.crc))
+        return cls(epochs, log.log_start_offset, log.log_end_offset, high_watermark, tuple(rows), tuple(aborted))
+
+
+def read_txn_index(partition_dir: Path) -> list[tuple[int, int, int, int]]:
+    """Kafka's transaction index files of a partition dir, in segment order: (producer id, first offset,
+    last offset, last stable offset) per entry (`AbortedTxn`: version int16 0, then four int64)."""
+    out = []
+    for path in sorted(partition_dir.glob("*.txnindex")):
+        data = path.read_bytes()
+        for pos in range(0, len(data) - len(data) % 34, 34):
+            version, pid, first, last, lso = struct.unpack_from(">hqqqq", data, pos)
+            if version != 0:
+                raise ValueError(f"{path}: transaction index entry version {version}")
+            out.append((pid, first, last, lso))
+    return out
+
+
+class TxnProducer:
+    """A transactional producer of script 5, one partition: `send` n records (timestamps ts, ts+1, ...)
+    in the open transaction, acknowledged before it returns; `end` the transaction."""
+
+    def begin(self) -> None: ...
+    def send(self, tag: str, n: int, ts: int) -> None: ...
+    def end(self, commit: bool) -> None: ...
+    def close(self) -> None: ...
+
+
+class KafkaTxnProducer(TxnProducer):
+    """confluent-kafka's transactional producer (librdkafka): InitProducerId, AddPartitionsToTxn, acks=all
+    idempotent batches, EndTxn; the coordinator writes the markers."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        import confluent_kafka as ck
+
+        self.topic = topic
+        self._p = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": f"epochguard-{topic}",
+                               "linger.ms": 50, "log_level": 3, "transaction.timeout.ms": 120000})
+        self._p.init_transactions(60)
+
+    def begin(self) -> None:
+        self._p.begin_transaction()
+
+    def send(self, tag: str, n: int, ts: int) -> None:
+        errors: list[Any] = []
+        for i in range(n):
+            self._p.produce(self.topic, key=f"{tag}-{i}".encode(), value=f"{tag}-value-{i}".encode(), partition=0,
+                            timestamp=ts + i, on_delivery=lambda err, _msg: errors.append(err) if err else None)
+        if self._p.flush(60) or errors:
+            raise RuntimeError(f"transactional produce of {tag}: {errors or 'not delivered in 60 s'}")
+
+    def end(self, commit: bool) -> None:
+        if commit:
+            self._p.commit_transaction(60)
+        else:
+            self._p.abort_transaction(60)
+
+    def close(self) -> None:
+        self._p.flush(10)
+
+
 class Observer:
     """Hooks into a script run (the real-log-dir audit watches the Kafka run with them)."""
 
@@ -166,6 +250,9 @@ class Backend:
     def wait(self, predicate: Callable[[PartitionState], bool], what: str) -> PartitionState: ...
     def replica(self, broker: int) -> Replica: ...
     def settle(self, predicate: Callable[[], bool], what: str) -> None: ...
+
+    def txn_replica(self, broker: int) -> TxnReplica: ...
+    def transactional_producer(self) -> TxnProducer: ...
 
     def produce(self, broker: int, batch: bytes, acks: int = -1) -> tuple[int, int]:
         """(error code, base offset) of a produce of `batch` to `broker` (acks=all unless told)."""
@@ -299,6 +386,31 @@ class KafkaBackend(Backend):
     def settle(self, predicate: Callable[[], bool], what: str) -> None:
         self.cluster.wait_for(predicate, what)
 
+    def txn_replica(self, broker: int) -> TxnReplica:
+        r = self.replica(broker)
+        part = self.cluster.data_dir(broker) / f"{self.topic}-0"
+        aborted = [(pid, first, last) for pid, first, last, _ in read_txn_index(part)]
+        return TxnReplica.of(PartitionLog.open(part, write_through=False), r.high_watermark, r.epochs, aborted)
+
+    def transactional_producer(self) -> TxnProducer:
+        return KafkaTxnProducer(self.cluster.bootstrap, self.topic)
+
+    def written(self, broker: int) -> list[tuple[Any, ...]]:
+        """What the producer and the coordinator wrote, in log order, for the simulator to replay:
+        ("data", the batch's bytes, its record count) and ("marker", (producer id, producer epoch,
+        commit, coordinator epoch))."""
+        log = PartitionLog.open(self.cluster.data_dir(broker) / f"{self.topic}-0", write_through=False)
+        out: list[tuple[Any, ...]] = []
+        for b in log.batches():
+            if b.is_control:
+                rec = b.records()[0]
+                assert rec.value is not None
+                coordinator_epoch = struct.unpack_from(">hi", rec.value)[1]
+                out.append(("marker", (b.producer_id, b.producer_epoch, control_type(b) == 1, coordinator_epoch)))
+            else:
+                out.append(("data", log.read(b.base_offset, upper_bound=b.last_offset + 1), b.records_count))
+        return out
+
 
 def _recv(sock: socket.socket, n: int) -> bytes:
     buf = bytearray()
@@ -393,12 +505,71 @@ class SimBackend(Backend):
         log = self.wire.cluster.log(broker, self.tp)
         return Replica.of(log, log.high_watermark)
 
+    def txn_replica(self, broker: int) -> TxnReplica:
+        log = self.wire.cluster.log(broker, self.tp)
+        return TxnReplica.of(log, log.high_watermark, tuple(log.leader_epoch_cache.entries()),
+                             [(t.producer_id, t.first_offset, t.last_offset) for t in log.aborted_transactions])
+
+    def transactional_producer(self) -> TxnProducer:
+        return ReplayTxnProducer(self, list(self.replay))
+
+    replay: Sequence[tuple[Any, ...]] = ()  # script 5: what Kafka's producer and coordinator wrote
+
+    def write_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int) -> None:
+        """The coordinator's WriteTxnMarkers to the partition's leader (the simulator has no transaction
+        coordinator and serve's codec no WriteTxnMarkers: handed to the leader's ReplicaManager, as
+        Kafka's marker channel does), then until the ISR has it."""
+        leader = self.state().leader
+        manager = self.wire.cluster.brokers[leader].manager
+        marker = TxnMarker(producer_id, producer_epoch, commit, coordinator_epoch, self.topic, 0)
+        log = self.wire.cluster.log(leader, self.tp)
+        end = log.log_end_offset
+        response = manager.handle(leader, WriteTxnMarkersRequest((marker,)), self.wire.now_ms)
+        if isinstance(response, WriteTxnMarkersResponse) and response.partitions[0].error_code:
+            raise RuntimeError(f"sim WriteTxnMarkers: {response}")
+        self.settle(lambda: log.log_end_offset > end and log.high_watermark >= log.log_end_offset,
+                    "the marker replicated")
+
     def settle(self, predicate: Callable[[], bool], what: str) -> None:
         for _ in range(self.max_steps):
             if predicate():
                 return
             self.endpoint.step()
         raise TimeoutError(f"sim: {what} not reached in {self.max_steps} steps")
+
+
+class ReplayTxnProducer(TxnProducer):
+    """The simulator's side of script 5: the batches the real producer wrote on Kafka, byte for byte, as
+    transactional acks=all produces to the current leader, and the coordinator's markers as it wrote
+    them (producer id and epoch, coordinator epoch). So both clusters get the same input; what each
+    leader makes of it (offsets, epochs, LSO, HW, the aborted-transaction index) is compared."""
+
+    TXN_ID = "epochguard-replay"
+
+    def __init__(self, b: SimBackend, source: list[tuple[Any, ...]]) -> None:
+        self.b, self.source = b, source
+
+    def begin(self) -> None:
+        pass
+
+    def send(self, tag: str, n: int, ts: int) -> None:
+        covered = 0
+        while covered < n:
+            item = self.source.pop(0)
+            kind, data, count = item[0], item[1], item[-1]
+            assert kind == "data", f"replay: expected {tag}'s records, Kafka's log has a marker next"
+            r = self.b.send(self.b.state().leader, produce(self.b.topic, 0, data, -1, self.TXN_ID))
+            code = r.responses[0].partition_responses[0].error_code
+            if code:
+                raise RuntimeError(f"sim transactional produce of {tag}: error {code}")
+            covered += count
+        assert covered == n, f"replay: {tag}'s batches hold {covered} records, not {n}"
+
+    def end(self, commit: bool) -> None:
+        kind, what, *_ = self.source.pop(0)
+        assert kind == "marker" and what[2] == commit, f"replay: Kafka's log has {kind} next, not this marker"
+        pid, epoch, _, coordinator_epoch = what
+        self.b.write_marker(pid, epoch, commit, coordinator_epoch)
 
 
 def wait_real(predicate: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
@@ -409,5 +580,6 @@ def wait_real(predicate: Callable[[], bool], what: str, timeout_s: float = 60.0)
         time.sleep(0.1)
 
 
-__all__ = ["Backend", "Observer", "KafkaBackend", "SimBackend", "Replica", "produce", "fetch", "list_offsets",
+__all__ = ["Backend", "Observer", "KafkaBackend", "SimBackend", "Replica", "TxnReplica", "TxnProducer",
+           "KafkaTxnProducer", "ReplayTxnProducer", "read_txn_index", "produce", "fetch", "list_offsets",
            "offset_for_leader_epoch", "metadata", "records", "EARLIEST", "LATEST", "Path"]

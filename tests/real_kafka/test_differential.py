@@ -5,6 +5,8 @@ Script 2 (unclean election of the stale follower, the old leader rejoins and tru
 then every replica's leader-epoch checkpoint, log start/end, high watermark and batches (base offset,
 last offset, partition leader epoch, CRC), before and after the old leader truncates, are compared field
 by field, and so are the answers to the same OffsetForLeaderEpoch, ListOffsets and Fetch requests.
+Scripts 1 (a clean leader bounce), 4 (KIP-207's lagging leader) and 5 (a transaction aborted across a
+leader change: markers, LSO, the aborted-transaction index, read_committed answers) likewise.
 
 ELR (KIP-966) is off on the session's cluster, as in Kafka's UncleanLeaderElectionTest. What differs
 by design is listed in `KNOWN_DIFFERENCES` with its reason (and in docs/real-kafka.md).
@@ -12,21 +14,26 @@ by design is listed in `KNOWN_DIFFERENCES` with its reason (and in docs/real-kaf
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
 import pytest
 
+from epochguard._core import iter_batches
+
 from .differential import (
     EARLIEST,
     LATEST,
     Backend,
+    KafkaBackend,
     Observer,
     SimBackend,
     fetch,
     list_offsets,
     offset_for_leader_epoch,
+    read_txn_index,
     records,
 )
 
@@ -138,6 +145,89 @@ def run_lagging_leader_script(b: Backend) -> dict[str, Any]:
     return out
 
 
+def run_txn_script(b: Backend) -> dict[str, Any]:
+    """Script 5, a transactional producer with one aborted transaction across a leader change: replicas
+    [1, 2, 3], broker 2 made the preferred leader; transaction A takes 3 records on leader 1 (epoch 0);
+    a preferred election makes 2 the leader (epoch 1) while A is open: asked then (the new leader, which
+    learnt of A as a follower, must hold the LSO at A's first offset); A takes 2 more records on leader
+    2 and is aborted (its marker in epoch 1): asked; transaction B takes 2 records and commits; every
+    replica settles: compared, asked again.
+
+    On Kafka the producer is confluent-kafka's transactional producer and the coordinator writes the
+    markers; on the simulator, which has no transaction coordinator, the same batches are replayed byte
+    for byte and the markers handed to the leader as the coordinator's WriteTxnMarkers
+    (`ReplayTxnProducer`)."""
+    out: dict[str, Any] = {}
+    out["created"] = b.wait(lambda s: s.leader == 1 and set(s.isr) == {1, 2, 3}, "leader 1, ISR [1, 2, 3]")
+    b.prefer(2)
+    # Record timestamps of now, not T0 (2023): a marker carries the broker's clock, and Kafka rolls a
+    # segment when a batch's timestamp is segment.ms (7 days) past the segment's first (seen: a new
+    # segment at the ABORT marker, so one Fetch answer, which holds one segment, stopped there). The
+    # simulator replays Kafka's batches, timestamps included.
+    now = int(time.time() * 1000)
+    txn = b.transactional_producer()
+    try:
+        txn.begin()
+        txn.send("a", 3, now)
+        a_end = b.txn_replica(1).log_end
+        b.settle(lambda: all(b.replica(r).high_watermark == a_end for r in (1, 2, 3)), "every replica's HW after A")
+        b.elect_preferred()
+        out["elected"] = b.wait(lambda s: s.leader == 2 and set(s.isr) == {1, 2, 3}, "leader 2 (preferred)")
+        epoch = out["elected"].leader_epoch
+        out["open answers"] = txn_queries(b, 2, epoch, (0, a_end))
+        txn.send("b", 2, now + 100)
+        txn.end(commit=False)
+
+        def abort_replicated() -> bool:
+            r = b.txn_replica(2)
+            return r.batches[-1][6] == 0 and r.high_watermark == r.log_end
+        # asked once the HW has passed the marker: until then Kafka's LSO stays at the transaction's first
+        # offset (ProducerStateManager's unreplicatedTxns), seen in this script's first run
+        b.settle(abort_replicated, "leader 2 wrote the ABORT marker and the HW passed it (checkpointed)")
+        aborted_end = b.txn_replica(2).log_end
+        out["aborted answers"] = txn_queries(b, 2, epoch, (0, a_end, aborted_end))
+        txn.begin()
+        txn.send("c", 2, now + 200)
+        txn.end(commit=True)
+    finally:
+        txn.close()
+
+    def settled() -> bool:
+        reps = [b.txn_replica(r) for r in (1, 2, 3)]
+        return (reps[1].batches[-1][6] == 1 and len({r.log_end for r in reps}) == 1
+                and all(r.high_watermark == r.log_end for r in reps))
+    b.settle(settled, "every replica has the COMMIT marker, every HW at the log end (checkpointed)")
+    out["after"] = {r: b.txn_replica(r) for r in (1, 2, 3)}
+    leo = out["after"][2].log_end
+    out["committed answers"] = txn_queries(b, 2, epoch, (0, a_end, aborted_end, leo - 1, leo))
+    out["answers"] = queries(b, 2, epoch, leo, fetches=((0, -1), (a_end, 0), (a_end, 1), (leo, epoch)))
+    if isinstance(b, KafkaBackend):
+        out["_written"] = b.written(2)  # what the simulator replays
+        out["_txnindex"] = {r: read_txn_index(b.cluster.data_dir(r) / f"{b.topic}-0") for r in (1, 2, 3)}
+    return out
+
+
+def txn_queries(b: Backend, leader: int, epoch: int, offsets: tuple[int, ...]) -> dict[str, Any]:
+    """ListOffsets earliest / latest / latest read_committed, and Fetch read_uncommitted and read_committed
+    at `offsets`: (error, HW, LSO, log start, aborted transactions, the batches returned as (base, last,
+    control))."""
+    t = b.topic
+    ans: dict[str, Any] = {}
+    for name, ts, iso in (("earliest", EARLIEST, 0), ("latest", LATEST, 0), ("latest committed", LATEST, 1)):
+        p = b.send(leader, list_offsets(t, 0, ts, iso, current_leader_epoch=epoch)).topics[0].partitions[0]
+        ans[f"list_offsets {name}"] = (p.error_code, p.offset, p.leader_epoch)
+    for iso, name in ((0, "uncommitted"), (1, "committed")):
+        for offset in offsets:
+            r = b.send(leader, fetch(t, 0, offset, current_leader_epoch=epoch, isolation_level=iso))
+            p = r.responses[0].partitions[0]
+            aborted = None if p.aborted_transactions is None else tuple(
+                (a.producer_id, a.first_offset) for a in p.aborted_transactions)
+            got = tuple((x.base_offset, x.last_offset, x.is_control) for x in iter_batches(bytes(p.records or b"")))
+            ans[f"fetch read_{name} offset={offset}"] = (
+                p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset, aborted, got)
+    return ans
+
+
 _FETCHES = ((0, -1), (5, 0), (7, 0), (8, 0))
 
 
@@ -172,6 +262,8 @@ def queries(b: Backend, leader: int, epoch: int, leo: int,
 def flatten(run: dict[str, Any]) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in run.items():
+        if key.startswith("_"):  # a run's by-products (what the simulator replays), not compared
+            continue
         if key in ("before", "after", "lagging"):
             for r, replica in value.items():
                 for field, v in asdict(replica).items():
@@ -189,11 +281,11 @@ def flatten(run: dict[str, Any]) -> dict[str, Any]:
 KNOWN_DIFFERENCES: dict[str, str] = {}
 
 
-def compare(kafka: dict[str, Any], sim: dict[str, Any]) -> list[str]:
+def compare(kafka: dict[str, Any], sim: dict[str, Any], known: dict[str, str] = KNOWN_DIFFERENCES) -> list[str]:
     k, s = flatten(kafka), flatten(sim)
     assert k.keys() == s.keys()
     return [f"{key}: kafka {k[key]!r} != sim {s[key]!r}" for key in k
-            if k[key] != s[key] and key not in KNOWN_DIFFERENCES]
+            if k[key] != s[key] and key not in known]
 
 
 @pytest.fixture(scope="module")
@@ -216,6 +308,7 @@ SCRIPTS: dict[str, tuple[Callable[[Backend], dict[str, Any]], list[int], dict[st
     "script1": (run_leader_bounce_script, [1, 2, 3], {}),
     # Kafka's replica.lag.time.max.ms (30 s), not serve's 500 ms: a paused follower stays in the ISR
     "script4": (run_lagging_leader_script, [1, 2, 3], {"replica_lag_time_max_ms": 30_000}),
+    "script5": (run_txn_script, [1, 2, 3], {}),
 }
 
 
@@ -235,3 +328,38 @@ def test_lagging_leader_answers_offset_not_available(kafka_script: Callable[[str
     assert run["lagging"][2].high_watermark == 5 and run["lagging"][2].log_end == 8
     assert run["lagging answers"]["list_offsets latest"][0] == 78  # OFFSET_NOT_AVAILABLE
     assert run["caught-up answers"]["list_offsets latest"][:3] == (0, -1, 8)
+
+
+# Script 5's reasoned differences: a marker's timestamp is its leader's clock when it wrote it (Kafka:
+# the wall clock; the simulator: its own clock, from 0), so the answers that meet a marker's timestamp
+# differ, and nothing else does.
+TXN_KNOWN_DIFFERENCES = {
+    "list_offsets max timestamp": "Kafka: the COMMIT marker (the latest timestamp, the broker's clock); the "
+                                  "simulator: the last data record (its markers carry its clock, from 0)",
+}
+
+
+def test_transactions_same_on_kafka_and_sim(kafka_script: Callable[[str], dict[str, Any]]) -> None:
+    """Script 5: the real producer's batches and the coordinator's markers replayed on the simulator;
+    every replica's batches (markers included, with their epochs), HW, LSO, epoch cache and aborted-
+    transaction index, and the read_committed answers, equal."""
+    kafka = kafka_script("script5")
+    fn, assignment, config = SCRIPTS["script5"]
+    sim_backend = SimBackend(assignment, **config)
+    sim_backend.replay = kafka["_written"]
+    sim = fn(sim_backend)
+    diffs = compare(kafka, sim, TXN_KNOWN_DIFFERENCES)
+    assert not diffs, "\n".join(diffs)
+    # the known difference is the one reasoned: Kafka's max timestamp is the COMMIT marker's
+    after = kafka["after"][2]
+    assert kafka["answers"]["list_offsets max timestamp"][2] == after.batches[-1][0] == after.log_end - 1
+    # what the script claims: A's first batch in epoch 0, its second and its ABORT marker in epoch 1 after
+    # the leader change, A listed as aborted from its first offset, B committed
+    a_end = kafka["open answers"]["list_offsets latest"][1]
+    epochs = {b[0]: (b[2], b[6]) for b in after.batches}
+    assert epochs[0] == (0, None) and epochs[a_end] == (1, None)
+    [(pid, first, last)] = after.aborted
+    assert first == 0 and epochs[last] == (1, 0) and after.batches[-1][6] == 1
+    assert kafka["committed answers"]["fetch read_committed offset=0"][4] == ((pid, 0),)
+    # Kafka's own transaction index: the entry's LSO is the marker's offset + 1 (no other transaction open)
+    assert [e[:3] for e in kafka["_txnindex"][2]] == [(pid, 0, last)] and kafka["_txnindex"][2][0][3] == last + 1

@@ -49,8 +49,8 @@ def wire() -> WireCluster:
     for _ in range(3000):
         w.step()
         log = w.leader_log(EVENTS)
-        if (log is not None and len(log.aborted_transactions) >= 2 and log.first_unstable_offset is not None
-                and log.first_unstable_offset < log.high_watermark):
+        if (log is not None and len(log.aborted_transactions) >= 2 and log.first_undecided_offset is not None
+                and log.first_undecided_offset < log.high_watermark):
             return w
     pytest.fail("the transactions scenario never aborted two transactions with one open above them")
 

@@ -134,7 +134,7 @@ def test_a_read_committed_consumer_is_at_the_log_end_at_the_last_stable_offset(m
     for _ in range(3000):
         wire.step()
         log = wire.leader_log(EVENTS)
-        if log is not None and log.aborted_transactions and log.first_unstable_offset is not None:
+        if log is not None and log.aborted_transactions and log.first_undecided_offset is not None:
             break
     wire.fire(PauseProducers())  # the open transaction stays open: the LSO stays below the HW
     for _ in range(100):  # what was in flight is committed

@@ -223,6 +223,8 @@ class PartitionLog:
         self._high_watermark = log_start_offset
         self._log_end_offset = log_start_offset
         self._open_txns: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        # first offset -> marker offset of a transaction ended by a marker the HW has not passed yet
+        self._unreplicated: dict[int, int] = {}
         self._aborted: list[AbortedTxn] = []
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -249,9 +251,21 @@ class PartitionLog:
 
     # --- transactions (Kafka's ProducerStateManager and transaction index) ----------------------
     @property
-    def first_unstable_offset(self) -> int | None:
-        """The first offset of the oldest open transaction, None if none is open."""
+    def first_undecided_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (no marker yet), None if none is open
+        (`ProducerStateManager.firstUndecidedOffset`)."""
         return min(self._open_txns.values(), default=None)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction that is open or whose marker the HW has not passed
+        yet, None if there is none (`ProducerStateManager.firstUnstableOffset`: a completed transaction
+        stays in `unreplicatedTxns` until the high watermark passes its marker; differential script 5
+        saw Kafka's LSO at an aborted transaction's first offset while its marker was unreplicated)."""
+        hw = self._high_watermark
+        for first in [f for f, marker in self._unreplicated.items() if marker < hw]:
+            del self._unreplicated[first]
+        return min((*self._open_txns.values(), *self._unreplicated), default=None)
 
     @property
     def last_stable_offset(self) -> int:
@@ -278,13 +292,15 @@ class PartitionLog:
             if info.control is None:
                 continue  # no marker in it (Kafka: an empty control batch leaves the producer state alone)
             first = self._open_txns.pop(info.producer_id, None)
+            if first is not None:
+                self._unreplicated[first] = info.last_offset
             if info.control == CONTROL_ABORT and first is not None:
                 self._aborted.append(AbortedTxn(info.producer_id, first, info.last_offset))
 
     def _rebuild_transactions(self) -> None:
         """After truncation, recovery or a new log start: replay the kept batches (Kafka reloads the
         producer state from a snapshot and the log after it, and truncates the transaction index)."""
-        self._open_txns, self._aborted = {}, []
+        self._open_txns, self._unreplicated, self._aborted = {}, {}, []
         self._track_transactions(list(self.batch_infos()))
 
     def update_high_watermark(self, offset: int) -> int:
@@ -466,7 +482,7 @@ class PartitionLog:
             segment.delete_file()
         self.segments = [self._new_segment(offset)]
         self._log_start_offset = self._log_end_offset = self._high_watermark = offset
-        self._open_txns, self._aborted = {}, []
+        self._open_txns, self._unreplicated, self._aborted = {}, {}, []
         self.leader_epoch_cache.clear()
         self._write_checkpoint()
 

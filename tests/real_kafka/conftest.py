@@ -107,18 +107,6 @@ def kafka_script(kafka_cluster: KafkaCluster) -> Any:
     return run
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """The suite's one local[2] Spark session (the same `getOrCreate` as tests/spark's fixture, which
-    then finds it running)."""
-    pytest.importorskip("pyspark")
-    from epochguard.spark import local_session
-
-    session = local_session("local[2]", app_name="epochguard-tests", shuffle_partitions=2)
-    yield session
-    session.stop()
-
-
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if "start_s" in _START:
         terminalreporter.write_line(f"kafka: cluster (1 controller + 3 brokers) started in {_START['start_s']:.1f} s, "

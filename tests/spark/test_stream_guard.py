@@ -368,11 +368,8 @@ def _query(spark: Any, cluster: GuardCluster, tmp: Path, mode: str) -> Any:
             .trigger(availableNow=True).start(str(tmp / "out")))
 
 
-# Deselected by default (`-m slow` runs it): Spark waits a hard-coded 10 s for a Python streaming source's
-# worker to connect back (PythonWorkerFactory.createSimpleWorker), and at load 12-22 on 2 cores it failed 4
-# runs in 5 with "Python worker failed to connect back" before the source ran. The reader-level tests above
-# cover the same behaviour without a Spark session.
-@pytest.mark.slow
+# Spark gives a Python streaming source's worker a hard-coded 10 s to connect back (PythonWorkerFactory.
+# createSimpleWorker); the `spark` fixture (tests/conftest.py) keeps that worker from compiling pyspark first.
 def test_spark_query_fails_then_rewinds_across_an_unclean_election(spark: Any, cluster: GuardCluster,
                                                                      tmp_path: Path) -> None:
     """A real query (file sink, Trigger.AvailableNow) reads the acks=1 records; the isolated leader dies, a

@@ -21,10 +21,6 @@ def test_the_table_in_the_docs_is_the_generated_one() -> None:
     assert "**SILENT**" in table  # Spark's source in the refill cells
 
 
-# Deselected by default (`-m slow`): in a full run it failed with KAFKA_DATA_SOURCE_NOT_ENABLED, the shared
-# session having been started without the connector's jars (an earlier Spark session wins getOrCreate);
-# alone it passes. Fix the session's jars, then bring it back.
-@pytest.mark.slow
 def test_sparks_kafka_source_reads_a_refilled_log_silently(spark: Any) -> None:
     """What Spark's source does when the log is truncated and refilled past its checkpoint before a
     trigger: no check fires; the 5 replacement records below the checkpoint are never read and the 5

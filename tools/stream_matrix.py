@@ -1,9 +1,10 @@
 """Run the unclean-election cells for Spark's Kafka source and epochguard-kafka; write the comparison table.
 
-    python tools/stream_matrix.py [--cells refill-above,...] [--sources kafka,...]
+    python tools/stream_matrix.py [--cells refill-above,...] [--sources kafka,...] [--cluster serve|kafka]
 
 Needs Spark's Kafka source's jars (`make spark-kafka`). Starts one local Spark session with them, runs each
-(source, cell) of `tests.spark.stream_matrix` against `epochguard serve`'s cluster in-process, and writes
+(source, cell) of `tests.spark.stream_matrix` against `epochguard serve`'s cluster in-process (or, with
+`--cluster kafka`, against a real Kafka cluster of 1 controller and 3 brokers, `make kafka`), and writes
 docs/stream-matrix.json and the table between the stream-matrix markers of docs/streaming.md (cells not run
 this time keep their last result; a run that stops early keeps the cells it finished).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -23,6 +25,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", default=",".join(CELLS))
     parser.add_argument("--sources", default=",".join(SOURCES))
+    parser.add_argument("--cluster", choices=("serve", "kafka"), default="serve")
     args = parser.parse_args()
     jars = spark_kafka_jars()
     if not jars:
@@ -37,16 +40,31 @@ def main() -> int:
     connector = next(Path(j).name for j in jars if "spark-sql-kafka" in j)
     clients = next(Path(j).name for j in jars if "kafka-clients" in j)
     meta = {"versions": f"pyspark {pyspark.__version__}, {connector}, {clients}"}
-    results = {(r.source, r.cell): r for r in previous_results()}  # cells not run this time are kept
+    results = {(r.cluster, r.source, r.cell): r for r in previous_results()}  # cells not run this time are kept
+    kafka = None
     try:
+        if args.cluster == "kafka":
+            from epochguard.kafka import KafkaCluster
+
+            kafka = KafkaCluster(Path(__file__).resolve().parents[1] / "target" / "real-kafka" / "stream-matrix",
+                                 brokers=3, elr=False)
+            kafka.start()
         for source in args.sources.split(","):
             for cell in args.cells.split(","):
-                result = run_cell(spark, source, cell)
-                print(f"{source:26} {cell:14} {result.verdict:7} {result.detail}", flush=True)
-                results[(source, cell)] = result
+                if kafka is not None:
+                    from tests.spark.guard_kafka import KafkaGuardCluster
+
+                    topic = f"stream-{source.replace('/', '-')}-{cell}"
+                    result = run_cell(spark, source, cell, partial(KafkaGuardCluster, kafka, topic), "kafka")
+                else:
+                    result = run_cell(spark, source, cell)
+                print(f"{args.cluster:6} {source:26} {cell:14} {result.verdict:7} {result.detail}", flush=True)
+                results[(result.cluster, source, cell)] = result
                 write_docs(list(results.values()), meta)  # after each cell: a crash keeps what ran
     finally:
         spark.stop()
+        if kafka is not None:
+            kafka.close()
     return 0
 
 

@@ -39,6 +39,7 @@ class GuardCluster:
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="guard-cluster")
         self.thread.start()
         self.partitions = [TopicPartition(TOPIC, p) for p in range(partitions)]
+        self.topic, self.tp = TOPIC, TopicPartition(TOPIC, 0)
         self.wait(lambda: self.server.endpoint is not None and self.server.endpoint.wire.ready(), "ready")
         self._producers: dict[str, KafkaProducer] = {}
         self.crashed: set[int] = set()

@@ -10,10 +10,13 @@ from epochguard.protocol.messages import (
     FetchPartition,
     FetchRequest,
     FetchResponse,
+    LeaveGroupMember,
+    LeaveGroupRequest,
     ListOffsetsPartition,
     ListOffsetsRequest,
     OffsetCommitPartition,
     OffsetCommitRequest,
+    OffsetFetchRequest,
     OffsetForLeaderPartition,
     OffsetsForLeaderEpochRequest,
 )
@@ -38,8 +41,8 @@ def run_until(w: WireCluster, predicate, limit: int = 2000) -> None:
     raise AssertionError("condition never held")
 
 
-def ask(w: WireCluster, conn, api_key: int, version: int, request):
-    w.submit(conn, codec.RequestHeader(api_key, version, 1, "scripted"), request)
+def ask(w: WireCluster, conn, api_key: int, version: int, request, client: str = "scripted"):
+    w.submit(conn, codec.RequestHeader(api_key, version, 1, client), request)
     for _ in range(100):
         answers = [r for c, _, r in w.drain() if c is conn]
         if answers:
@@ -595,3 +598,92 @@ def test_read_uncommitted_and_an_intact_abort_are_no_aborted_reads() -> None:
     run_until(w, lambda: len(w.cluster.producers[0].aborted) >= 20)
     read_committed(w, w.connect(w.cluster.acting_leader(TP)))
     assert judge.report()[0]["aborted_reads"] == []
+
+
+def handed_over(committed_epoch: int = 0) -> tuple[WireCluster, Judge, int, int]:
+    """handoff-truncation by hand: member A of group g read events-0 to its end from broker 1 (records only
+    broker 1 has among them), committed that position with `committed_epoch` and left;
+    broker 1 died and broker 2 was elected uncleanly and took new records past it. Returns the cluster, the
+    judge, A's position and the divergence point."""
+    w = WireCluster(build("handoff-truncation"), 0, ADDRESSES)
+    judge = Judge()
+    w.observers.append(judge)
+    run_until(w, w.ready)
+    for _ in range(50):
+        w.step()
+    w.fire(Isolate(1))
+    run_until(w, lambda: w.cluster.controller.state(TP).isr == (1,))
+    for _ in range(20):
+        w.step()
+    w.fire(PauseProducers())
+    for _ in range(10):
+        w.step()
+    conn = w.connect(1)
+    request = FetchRequest((FetchPartition("events", 0, 0, -1),), max_wait_ms=0, version=12)
+    served_to = ask(w, conn, 1, 12, request, client="A").partitions[0].high_watermark
+    position = served_to
+    commit = OffsetCommitRequest("g", (OffsetCommitPartition("events", 0, position, committed_epoch),), version=8)
+    ask(w, conn, 8, 8, commit, client="A")
+    ask(w, conn, 13, 4, LeaveGroupRequest("g", (LeaveGroupMember("A-1"),)), client="A")
+    w.fire(Crash(1))
+    w.fire(Heal(broker_node(1)))
+    w.fire(ResumeProducers())
+    run_until(w, lambda: w.cluster.acting_leader(TP) == 2)
+    run_until(w, lambda: w.cluster.log(2, TP).high_watermark > served_to)
+    point = w.cluster.log(2, TP).leader_epoch_cache.end_offset_for(0, w.cluster.log(2, TP).log_end_offset)[1]
+    assert point < position
+    return w, judge, position, point
+
+
+def take_over(w: WireCluster) -> tuple[object, int, int]:
+    conn = w.connect(2)
+    (p,) = ask(w, conn, 9, 8, OffsetFetchRequest("g", (TP,), version=8), client="B").partitions
+    return conn, p.committed_offset, p.committed_leader_epoch
+
+
+def clients(judge: Judge) -> dict[str, dict]:
+    return {c["client_id"]: c for c in judge.report()}
+
+
+def test_a_member_handed_a_truncated_position_that_fetches_from_it_is_silent() -> None:
+    w, judge, position, point = handed_over()
+    conn, offset, epoch = take_over(w)
+    assert (offset, epoch) == (position, 0)
+    assert ask(w, conn, 1, 12, FetchRequest((FetchPartition("events", 0, offset, 1),), max_wait_ms=0, version=12),
+               client="B").partitions[0].error_code == Errors.NONE
+    seen = clients(judge)
+    assert seen["A"]["divergences"] == []  # it left: it fetches no more
+    (event,) = seen["B"]["divergences"]
+    assert (event["from"], event["offset"], event["served_end"], event["verdict"], event["skipped"]) == (
+        "commit", point, position, "silent", position - point)
+
+
+def test_a_member_that_validates_the_committed_epoch_and_goes_back_detected_it() -> None:
+    w, judge, _position, point = handed_over()
+    conn, _offset, epoch = take_over(w)
+    answer = ask(w, conn, 23, 4, OffsetsForLeaderEpochRequest((OffsetForLeaderPartition("events", 0, epoch, 1),)),
+                 client="B").partitions[0]
+    assert answer.end_offset == point
+    ask(w, conn, 1, 12, FetchRequest((FetchPartition("events", 0, point, 1),), max_wait_ms=0, version=12), client="B")
+    (event,) = clients(judge)["B"]["divergences"]
+    assert (event["from"], event["verdict"], event["how"]) == ("commit", "detected", "rewound")
+
+
+def test_a_commit_without_an_epoch_is_placed_by_what_the_committer_was_served() -> None:
+    """kafka-python before KIP-320 commits epoch -1: the new member cannot validate, but the position still
+    lies past what the log kept: the event is there (from the batch A was served at offset-1)."""
+    w, judge, _position, _point = handed_over(committed_epoch=-1)
+    conn, offset, epoch = take_over(w)
+    assert epoch == -1
+    ask(w, conn, 1, 12, FetchRequest((FetchPartition("events", 0, offset, 1),), max_wait_ms=0, version=12), client="B")
+    (event,) = clients(judge)["B"]["divergences"]
+    assert (event["from"], event["verdict"]) == ("commit", "silent")
+
+
+def test_a_position_the_log_kept_is_no_event() -> None:
+    w, judge, _position, point = handed_over()
+    conn, _, _ = take_over(w)
+    commit = OffsetCommitRequest("g", (OffsetCommitPartition("events", 0, point, 1),), version=8)
+    ask(w, conn, 8, 8, commit, client="B")  # the member that took over commits the divergence point
+    ask(w, w.connect(2), 9, 8, OffsetFetchRequest("g", (TP,), version=8), client="C")
+    assert clients(judge)["C"]["divergences"] == []

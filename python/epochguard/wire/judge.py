@@ -18,6 +18,14 @@ that partition decide the verdict:
   replacements);
 - stuck: none of these within `STUCK_AFTER_STEPS` while the leader has data.
 
+A divergence is also handed over (`handoff-truncation`; librdkafka#5158, sarama#1181, KAFKA-19902): a
+member commits a position, an unclean election truncates below it, and the member taking the partition
+over is answered that position by OffsetFetch. Its epoch is that of the batch holding offset-1 as the
+committer was served it (the committed epoch when the committer was not seen fetching); when the leader
+ends that epoch below the position, the new member has an event of its own (`from` is `commit`), judged
+by its next moves as above. A member that leaves its group (LeaveGroup) is no longer judged on what it
+was served: it cannot fetch again.
+
 Each verdict says how and what it cost: `detected` is `rewound` (fetched again at or below the point)
 or `raised` (validated, then fetched no more: the application was told); `reset` goes `back` (to a
 ListOffsets answer, or a restart from an older position); `redelivered` counts the records below the
@@ -74,9 +82,12 @@ from epochguard.errors import Errors
 from epochguard.protocol.messages import (
     FetchRequest,
     FetchResponse,
+    LeaveGroupRequest,
     ListOffsetsRequest,
     ListOffsetsResponse,
     OffsetCommitRequest,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     OffsetsForLeaderEpochRequest,
     ProduceRequest,
     ProduceResponse,
@@ -126,12 +137,14 @@ class Divergence:
     skipped: int = 0  # records from the divergence point on that the client jumped over
     asked: dict[str, int] = field(default_factory=dict)  # request type -> asks for the partition while open
     spin: str = ""  # stuck, asking all along: "OffsetForLeaderEpoch x412"
+    source: str = "served"  # "commit": a position handed over through a committed offset
 
     def to_json(self) -> dict[str, Any]:
         return {"topic": self.tp.topic, "partition": self.tp.partition, "offset": self.offset,
                 "verdict": self.verdict or "undecided", "how": self.how, "redelivered": self.redelivered,
                 "skipped": self.skipped, "spin": self.spin, "detail": self.detail, "served_end": self.served_end,
-                "served_epoch": self.served_epoch, "step": self.step, "verdict_step": self.verdict_step}
+                "served_epoch": self.served_epoch, "step": self.step, "verdict_step": self.verdict_step,
+                "from": self.source}
 
 
 @dataclass
@@ -197,6 +210,7 @@ class Judge:
         self._not_available: dict[tuple[str, TopicPartition], dict[str, Any]] = {}
         self._below_start: dict[tuple[str, TopicPartition], dict[str, Any]] = {}  # OFFSET_OUT_OF_RANGE, undecided
         self._jumped: set[tuple[str, TopicPartition, int]] = set()  # (client, tp, log start) it went past
+        self._committed: dict[tuple[str, TopicPartition], tuple[int, int]] = {}  # (group, tp) -> (offset, epoch)
         self._acked: list[_Acked] = []
         self._decided: set[tuple[str, TopicPartition, int, int]] = set()
         self._conns: set[int] = set()
@@ -230,16 +244,7 @@ class Judge:
         if isinstance(request, FetchRequest) and not request.is_from_follower:
             self._on_fetch(name, conn.broker_id, request, response)
         elif isinstance(request, OffsetsForLeaderEpochRequest):
-            sent = [(p.tp, p.current_leader_epoch) for p in request.partitions]
-            self._sent_epochs(report, "OffsetForLeaderEpoch", sent)
-            self._count_asks(report, "OffsetForLeaderEpoch", [tp for tp, _ in sent])
-            for r in getattr(response, "partitions", ()):
-                d = self._open.get((name, r.tp))
-                if d is not None and r.error_code == Errors.NONE:
-                    d.validated = r.end_offset
-                served = self._served.get((name, r.tp))
-                if d is None and served is not None and r.error_code == Errors.NONE and 0 <= r.end_offset < served.end:
-                    self._low_answers[(name, r.tp)] = r.end_offset
+            self._on_validation(report, request, response)
         elif isinstance(request, ListOffsetsRequest):
             self._sent_epochs(report, "ListOffsets", [(p.tp, p.current_leader_epoch) for p in request.partitions])
             self._count_asks(report, "ListOffsets", [p.tp for p in request.partitions])
@@ -247,8 +252,26 @@ class Judge:
                 self._on_list_offsets(name, response)
         elif isinstance(request, OffsetCommitRequest):
             self._on_commit(report, request)
+        elif isinstance(request, OffsetFetchRequest) and isinstance(response, OffsetFetchResponse):
+            self._on_offset_fetch(name, request, response)
+        elif isinstance(request, LeaveGroupRequest):
+            for key in [k for k in self._served if k[0] == name]:  # it fetches no more: nothing to judge
+                del self._served[key]
         elif isinstance(request, ProduceRequest) and isinstance(response, ProduceResponse) and request.acks == -1:
             self._on_acked(name, request, response)
+
+    def _on_validation(self, report: ClientReport, request: OffsetsForLeaderEpochRequest, response: Any) -> None:
+        name = report.client_id
+        sent = [(p.tp, p.current_leader_epoch) for p in request.partitions]
+        self._sent_epochs(report, "OffsetForLeaderEpoch", sent)
+        self._count_asks(report, "OffsetForLeaderEpoch", [tp for tp, _ in sent])
+        for r in getattr(response, "partitions", ()):
+            d = self._open.get((name, r.tp))
+            if d is not None and r.error_code == Errors.NONE:
+                d.validated = r.end_offset
+            served = self._served.get((name, r.tp))
+            if d is None and served is not None and r.error_code == Errors.NONE and 0 <= r.end_offset < served.end:
+                self._low_answers[(name, r.tp)] = r.end_offset
 
     def on_step(self, wire: Any) -> None:
         self._wire = wire
@@ -447,6 +470,9 @@ class Judge:
     def _on_commit(self, report: ClientReport, request: OffsetCommitRequest) -> None:
         for p in request.partitions:
             d = self._open.get((report.client_id, p.tp))
+            served_epoch = self._served_epoch(report.client_id, p.tp, p.committed_offset - 1)
+            epoch = p.committed_leader_epoch if served_epoch is None else served_epoch
+            self._committed[(request.group_id, p.tp)] = (p.committed_offset, epoch)
             if request.version >= _OFFSET_COMMIT_EPOCH_VERSION and p.committed_leader_epoch < 0:
                 report.commits.append({"topic": p.topic, "partition": p.partition_index, "offset": p.committed_offset,
                                        "step": self.step, "problem": "committed without a leader epoch"})
@@ -461,6 +487,27 @@ class Judge:
                 problem = f"committed beyond the divergence point {d.offset}"
                 report.commits.append({"topic": p.topic, "partition": p.partition_index, "offset": p.committed_offset,
                                        "step": self.step, "problem": problem})
+
+    def _on_offset_fetch(self, name: str, request: OffsetFetchRequest, response: OffsetFetchResponse) -> None:
+        """A committed position handed to `name`: an event of its own when the leader ends its epoch below it."""
+        for p in response.partitions:
+            if p.error_code != Errors.NONE or p.committed_offset < 0 or (name, p.tp) in self._open:
+                continue
+            answered = (p.committed_offset, p.committed_leader_epoch)
+            offset, epoch = self._committed.get((request.group_id, p.tp), answered)
+            leader = None if self._wire is None else self._wire.leader_log(p.tp)
+            if offset != p.committed_offset or epoch < 0 or leader is None:
+                continue  # another commit since, or nothing to validate with
+            _epoch, end = leader.leader_epoch_cache.end_offset_for(epoch, leader.log_end_offset)
+            if end < 0:
+                end = leader.log_start_offset
+            leader_epoch = self._wire.cluster.controller.state(p.tp).leader_epoch
+            key = (name, p.tp, end, leader_epoch)
+            if end < offset and key not in self._decided:
+                self._decided.add(key)
+                d = Divergence(name, p.tp, end, offset, epoch, leader_epoch, self.step, source="commit")
+                self._open[(name, p.tp)] = d
+                self.clients[name].divergences.append(d)
 
     def _count_open(self, name: str, request: Any) -> None:
         if isinstance(request, FetchRequest) and request.is_from_follower:

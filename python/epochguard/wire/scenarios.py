@@ -232,6 +232,17 @@ def unclean_election() -> WireScenario:
                         "elected uncleanly: the records a consumer was served are replaced")
 
 
+def handoff_truncation() -> WireScenario:
+    """`unclean-election`'s faults, meant for `--trigger commit`: group members read the records only broker
+    1 has and commit their positions; then broker 1 dies and broker 2 is elected uncleanly, truncating below
+    the commits; the members that take the partitions over start from positions the log no longer has
+    (librdkafka#5158, sarama#1181, KAFKA-19902). The judge opens an event for each member handed such a
+    position by OffsetFetch."""
+    return replace(unclean_election(), name="handoff-truncation",
+                   description="members commit positions in records only the leader has; an unclean election "
+                               "truncates below the commits, and the members taking over start from them")
+
+
 def unclean_empty_leader() -> WireScenario:
     """As `unclean-election`, but broker 1 is cut off from the start: the replica elected uncleanly has
     no record at all, so it knows no epoch at or below the consumers' (OffsetsForLeaderEpoch: -1/-1)."""
@@ -403,6 +414,7 @@ SCENARIOS: dict[str, Callable[[], WireScenario]] = {
     "transactions": transactions,
     "unclean-election": unclean_election,
     "unclean-empty-leader": unclean_empty_leader,
+    "handoff-truncation": handoff_truncation,
     "zombie-leader": zombie_leader,
     "stale-metadata": stale_metadata,
     "lagging-leader": lagging_leader,

@@ -4,8 +4,8 @@
 the log end (the last record it got is the last one below the high watermark, or under read_committed
 the last stable offset). `--trigger caught-up`:
 and it has since received an empty fetch at the log end. The two differ for clients that forget a
-position's epoch on an empty fetch. `--trigger commit` waits for a commit on the partition, `--trigger
-ack` for an acknowledged acks=all produce to `input`.
+position's epoch on an empty fetch. `--trigger commit` waits for a commit on the partition from as many
+clients as the run expects consumers, `--trigger ack` for an acknowledged acks=all produce to `input`.
 
 A consumer is only ever caught up when nothing new arrives for a whole long poll (real clients wait
 500 ms; the scenario's producer writes every 50 ms). So while `caught-up` waits, the runner pauses the
@@ -64,7 +64,7 @@ class ClientTrigger:
         # them waits for N, or a slow starter would first see the cluster after the faults.
         self.min_consumers = min_consumers
         self.progress: dict[str, _Progress] = {}
-        self.committed = False
+        self.committers: set[str] = set()  # clients that committed an offset of the partition
         self.acked = False
 
     def observe(self, client: str, request: Any, response: Any) -> None:
@@ -84,7 +84,8 @@ class ClientTrigger:
                     fetched = next((q.fetch_offset for q in request.partitions if q.tp == self.tp), -1)
                     prog.empty_at_end = fetched >= end
         elif isinstance(request, OffsetCommitRequest):
-            self.committed |= any(p.tp == self.tp for p in request.partitions)
+            if any(p.tp == self.tp for p in request.partitions):
+                self.committers.add(client)
         elif isinstance(request, ProduceRequest) and isinstance(response, ProduceResponse) and request.acks == -1:
             self.acked |= any(p.tp.topic == INPUT and p.error_code == Errors.NONE for p in response.partitions)
 
@@ -94,7 +95,7 @@ class ClientTrigger:
 
     def met(self) -> bool:
         if self.mode == "commit":
-            return self.committed
+            return len(self.committers) >= max(self.min_consumers, 1)
         if self.mode == "ack":
             return self.acked
         if len(self.progress) < max(self.min_consumers, 1):

@@ -600,9 +600,25 @@ def test_read_uncommitted_and_an_intact_abort_are_no_aborted_reads() -> None:
     assert judge.report()[0]["aborted_reads"] == []
 
 
-def handed_over(committed_epoch: int = 0) -> tuple[WireCluster, Judge, int, int]:
+class _Answers:
+    """An observer keeping the answers to one request."""
+
+    def __init__(self, request: object, out: list) -> None:
+        self.request, self.out = request, out
+
+    def on_exchange(self, conn, header, request, response, applied_step, step) -> None:
+        if request is self.request:
+            self.out.append(response)
+
+    def on_fault(self, fault, step) -> None: ...
+
+    def on_step(self, wire) -> None: ...
+
+
+def handed_over(committed_epoch: int = 0, in_flight: bool = False) -> tuple[WireCluster, Judge, int, int]:
     """handoff-truncation by hand: member A of group g read events-0 to its end from broker 1 (records only
-    broker 1 has among them), committed that position with `committed_epoch` and left;
+    broker 1 has among them), committed that position with `committed_epoch` and left (`in_flight`: with a
+    fetch from 0 still parked on broker 1, answered with records after it left);
     broker 1 died and broker 2 was elected uncleanly and took new records past it. Returns the cluster, the
     judge, A's position and the divergence point."""
     w = WireCluster(build("handoff-truncation"), 0, ADDRESSES)
@@ -624,7 +640,15 @@ def handed_over(committed_epoch: int = 0) -> tuple[WireCluster, Judge, int, int]
     position = served_to
     commit = OffsetCommitRequest("g", (OffsetCommitPartition("events", 0, position, committed_epoch),), version=8)
     ask(w, conn, 8, 8, commit, client="A")
-    ask(w, conn, 13, 4, LeaveGroupRequest("g", (LeaveGroupMember("A-1"),)), client="A")
+    late: list = []  # answers to A's parked fetch
+    if in_flight:  # min_bytes out of reach: parked until max_wait, then answered with what there is
+        parked = FetchRequest((FetchPartition("events", 0, 0, -1),), max_wait_ms=300, min_bytes=1 << 30, version=12)
+        w.observers.append(_Answers(parked, late))
+        w.submit(conn, codec.RequestHeader(1, 12, 2, "A"), parked)
+    ask(w, w.connect(3), 13, 4, LeaveGroupRequest("g", (LeaveGroupMember("A-1"),)), client="A")
+    if in_flight:
+        run_until(w, lambda: late)
+        assert late[0].partitions[0].records  # records, answered after it left
     w.fire(Crash(1))
     w.fire(Heal(broker_node(1)))
     w.fire(ResumeProducers())
@@ -687,3 +711,11 @@ def test_a_position_the_log_kept_is_no_event() -> None:
     ask(w, conn, 8, 8, commit, client="B")  # the member that took over commits the divergence point
     ask(w, w.connect(2), 9, 8, OffsetFetchRequest("g", (TP,), version=8), client="C")
     assert clients(judge)["C"]["divergences"] == []
+
+
+def test_a_fetch_in_flight_when_the_member_left_is_not_judged() -> None:
+    w, judge, _position, _point = handed_over(in_flight=True)
+    take_over(w)
+    for _ in range(STUCK_AFTER_STEPS + 10):
+        w.step()
+    assert clients(judge)["A"]["divergences"] == []

@@ -24,7 +24,7 @@ over is answered that position by OffsetFetch. Its epoch is that of the batch ho
 committer was served it (the committed epoch when the committer was not seen fetching); when the leader
 ends that epoch below the position, the new member has an event of its own (`from` is `commit`), judged
 by its next moves as above. A member that leaves its group (LeaveGroup) is no longer judged on what it
-was served: it cannot fetch again.
+was served, nor on answers to fetches it had in flight then: it consumes no more of them.
 
 Each verdict says how and what it cost: `detected` is `rewound` (fetched again at or below the point)
 or `raised` (validated, then fetched no more: the application was told); `reset` goes `back` (to a
@@ -211,6 +211,7 @@ class Judge:
         self._below_start: dict[tuple[str, TopicPartition], dict[str, Any]] = {}  # OFFSET_OUT_OF_RANGE, undecided
         self._jumped: set[tuple[str, TopicPartition, int]] = set()  # (client, tp, log start) it went past
         self._committed: dict[tuple[str, TopicPartition], tuple[int, int]] = {}  # (group, tp) -> (offset, epoch)
+        self._left: dict[str, int] = {}  # client -> step its LeaveGroup was applied
         self._acked: list[_Acked] = []
         self._decided: set[tuple[str, TopicPartition, int, int]] = set()
         self._conns: set[int] = set()
@@ -242,7 +243,8 @@ class Judge:
         if isinstance(request, (FetchRequest, OffsetsForLeaderEpochRequest, ListOffsetsRequest)) and self._open:
             self._count_open(name, request)
         if isinstance(request, FetchRequest) and not request.is_from_follower:
-            self._on_fetch(name, conn.broker_id, request, response)
+            if applied_step > self._left.get(name, -1):  # not a fetch in flight when it left its group
+                self._on_fetch(name, conn.broker_id, request, response)
         elif isinstance(request, OffsetsForLeaderEpochRequest):
             self._on_validation(report, request, response)
         elif isinstance(request, ListOffsetsRequest):
@@ -255,6 +257,7 @@ class Judge:
         elif isinstance(request, OffsetFetchRequest) and isinstance(response, OffsetFetchResponse):
             self._on_offset_fetch(name, request, response)
         elif isinstance(request, LeaveGroupRequest):
+            self._left[name] = applied_step
             for key in [k for k in self._served if k[0] == name]:  # it fetches no more: nothing to judge
                 del self._served[key]
         elif isinstance(request, ProduceRequest) and isinstance(response, ProduceResponse) and request.acks == -1:

@@ -238,9 +238,14 @@ def handoff_truncation() -> WireScenario:
     the commits; the members that take the partitions over start from positions the log no longer has
     (librdkafka#5158, sarama#1181, KAFKA-19902). The judge opens an event for each member handed such a
     position by OffsetFetch."""
-    return replace(unclean_election(), name="handoff-truncation",
-                   description="members commit positions in records only the leader has; an unclean election "
-                               "truncates below the commits, and the members taking over start from them")
+    base = unclean_election()
+    *before, trigger = base.stages
+    # 1 s for the members to leave their groups after committing (a LeaveGroup to broker 1 once it died
+    # would never be sent); nothing is produced meanwhile.
+    later = replace(trigger, faults=tuple((at + 100, fault) for at, fault in trigger.faults))
+    return replace(base, name="handoff-truncation", stages=(*before, later),
+                   description="members commit positions in records only the leader has and leave; an unclean "
+                               "election truncates below the commits, and the members taking over start from them")
 
 
 def unclean_empty_leader() -> WireScenario:

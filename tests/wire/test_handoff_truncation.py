@@ -1,0 +1,181 @@
+"""`handoff-truncation` (issue 20; librdkafka#5158, sarama#1181, KAFKA-19902): member A of a group reads
+records only the leader has, commits its position and leaves; an unclean election truncates below the
+commit and the new leader takes other records at those offsets; member B joins the group after the
+cluster settled and starts from the committed position. A KIP-320 client validates the committed
+(offset, leader epoch) and goes back to the divergence point; one that does not fetches on from the
+commit and skips the replacements (silent).
+
+One serve run (`--trigger commit --consumers 3`: the faults fire once each A committed), with confluent-
+kafka, kafka-python and epochguard's own client, one group each. Ground truth here: A's records against
+the final log give the divergence point; B's first record says where it started. The server's judge
+opens B's event from the OffsetFetch answer (`from: commit`); both must agree.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from epochguard.wire.drivers.registry import client
+from epochguard.wire.drivers.truth import read_final_log
+from tests.wire.conftest import require, require_final_reader
+from tests.wire.serving import Served
+
+# Deselected from `make test` until serve's FindCoordinator is fixed: every broker answers "me" for any group
+# (engine._on_find_coordinator), so a librdkafka member that asks a second broker mid-join is sent to
+# another coordinator, its first JoinGroup stays pending there, and the group waits tens of seconds: about
+# one run in five the commit trigger times out before confluent-kafka's member A joined (seen at load
+# 12-18). Kafka answers one coordinator per group (the leader of its __consumer_offsets partition).
+pytestmark = pytest.mark.slow
+
+KINDS = ("confluent-kafka", "kafka-python", "epochguard")
+QUIET_S = 1.5  # no new record for this long: the producers paused, A read everything there is
+B_FOR_S = 6.0  # B consumes this long after its first record
+
+
+@dataclass
+class Member:
+    kind: str
+    role: str
+    read: list[tuple[int, bytes]] = field(default_factory=list)
+    committed: int | None = None
+    error: str = ""
+
+    @property
+    def client_id(self) -> str:
+        return f"handoff-{self.kind}-{self.role}"
+
+    @property
+    def group(self) -> str:
+        return f"handoff-{self.kind}"
+
+
+def _consume(m: Member, bootstrap: str, stop: Callable[[Member, float], bool], commit: bool) -> None:
+    """Subscribe `m` to events in its group, poll until `stop(m, seconds since the last new record)`, commit
+    what it read if `commit`, close (leaving the group)."""
+    last_new = time.monotonic()
+    if m.kind == "confluent-kafka":
+        import confluent_kafka as ck
+
+        c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": m.group, "client.id": m.client_id,
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest", "log_level": 3})
+        c.subscribe(["events"])
+        try:
+            while not stop(m, time.monotonic() - last_new):
+                msg = c.poll(0.2)
+                if msg is not None and msg.error() is None:
+                    m.read.append((msg.offset(), bytes(msg.value())))
+                    last_new = time.monotonic()
+            if commit:
+                c.commit(asynchronous=False)
+                m.committed = m.read[-1][0] + 1
+        finally:
+            c.close()
+        return
+    if m.kind == "kafka-python":
+        from kafka import KafkaConsumer
+    else:
+        from epochguard.client.kafka_consumer import KafkaConsumer  # type: ignore[assignment]
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=m.group, client_id=m.client_id,
+                             enable_auto_commit=False, auto_offset_reset="earliest")
+    consumer.subscribe(["events"])
+    try:
+        while not stop(m, time.monotonic() - last_new):
+            for records in consumer.poll(timeout_ms=200).values():
+                m.read.extend((r.offset, bytes(r.value)) for r in records)
+                last_new = time.monotonic() if records else last_new
+        if commit:
+            consumer.commit()
+            m.committed = m.read[-1][0] + 1
+    finally:
+        consumer.close()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    require_final_reader()
+    kinds = [k for k in KINDS if client(k).missing() is None]
+    trace = tmp_path_factory.mktemp("handoff") / "trace.jsonl"
+    served = Served("handoff-truncation", "--trigger", "commit", "--consumers", str(len(kinds)), trace=trace)
+    a = {k: Member(k, "A") for k in kinds}
+    b = {k: Member(k, "B") for k in kinds}
+
+    def go(m: Member, stop: Callable[[Member, float], bool], commit: bool) -> None:
+        try:
+            _consume(m, served.bootstrap, stop, commit)
+        except Exception as exc:  # said in the test's failure message
+            m.error = repr(exc)
+
+    def a_done(m: Member, quiet: float) -> bool:
+        return len(m.read) >= 20 and quiet >= QUIET_S
+
+    first: dict[str, float] = {}
+
+    def b_done(m: Member, _quiet: float) -> bool:
+        if m.read and m.kind not in first:
+            first[m.kind] = time.monotonic()
+        return m.kind in first and time.monotonic() - first[m.kind] >= B_FOR_S
+
+    final = None
+    try:
+        threads = [threading.Thread(target=go, args=(m, a_done, True)) for m in a.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert served.settled.wait(120), "serve never settled: " + "; ".join(served.lines[-5:])
+        threads = [threading.Thread(target=go, args=(m, b_done, False)) for m in b.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        final = read_final_log(served.bootstrap, ("events",))
+    finally:
+        result = served.stop()
+    return {"a": a, "b": b, "final": final, "server": {c["client_id"]: c for c in result["clients"]}}
+
+
+def truth_verdict(a: Member, b: Member, final: Any) -> tuple[int, str]:
+    """The divergence point (A's first record the final log does not hold) and B's verdict from where it
+    started: at or below the point (detected), at the log start (reset), past the point (silent)."""
+    held = final.partitions[("events", 0)]
+    point = next(o for o, v in a.read if held.get(o) != _digest(v))
+    start = b.read[0][0]
+    if start == final.log_start[("events", 0)] and point > start:
+        return point, "reset"
+    return point, "detected" if start <= point else "silent"
+
+
+def _digest(value: bytes) -> str:
+    from epochguard.wire.drivers.delivery_log import digest
+
+    return digest(value)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_member_taking_over_a_truncated_commit_is_judged_alike_by_both_sides(run, kind: str) -> None:
+    require(client(kind))
+    a, b = run["a"][kind], run["b"][kind]
+    assert not a.error and not b.error, (a.error, b.error)
+    assert a.committed is not None and b.read, f"{kind}: A committed {a.committed}, B read {len(b.read)}"
+    point, verdict = truth_verdict(a, b, run["final"])
+    assert point < a.committed  # the commit lies past what the log kept
+    server = run["server"]
+    assert server[a.client_id]["divergences"] == []  # A left before the election
+    events = [(d["from"], d["offset"], d["verdict"]) for d in server[b.client_id]["divergences"]]
+    assert events == [("commit", point, verdict)], f"{kind}: server {events}, truth ({point}, {verdict})"
+
+
+def test_epochguard_validates_the_committed_epoch_and_goes_back_to_the_divergence_point(run) -> None:
+    """As Kafka's consumer does (a committed position is validated like any other: SubscriptionState's
+    AWAIT_VALIDATION): OffsetForLeaderEpoch for the committed epoch, then the divergence point, so no
+    replacement record is skipped. (librdkafka 2.16 fetches on from the committed offset without asking:
+    silent, librdkafka#5158; kafka-python 3.0 commits no epoch and cannot ask: silent.)"""
+    require(client("epochguard"))
+    point, verdict = truth_verdict(run["a"]["epochguard"], run["b"]["epochguard"], run["final"])
+    assert (verdict, run["b"]["epochguard"].read[0][0]) == ("detected", point)

@@ -12,6 +12,7 @@ this time keep their last result; a run that stops early keeps the cells it fini
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from functools import partial
 from pathlib import Path
@@ -46,8 +47,9 @@ def main() -> int:
         if args.cluster == "kafka":
             from epochguard.kafka import KafkaCluster
 
-            kafka = KafkaCluster(Path(__file__).resolve().parents[1] / "target" / "real-kafka" / "stream-matrix",
-                                 brokers=3, elr=False)
+            base = Path(__file__).resolve().parents[1] / "target" / "real-kafka" / "stream-matrix"
+            shutil.rmtree(base, ignore_errors=True)  # a fresh cluster id: the last run's log dirs would refuse it
+            kafka = KafkaCluster(base, brokers=3, elr=False)
             kafka.start()
         for source in args.sources.split(","):
             for cell in args.cells.split(","):

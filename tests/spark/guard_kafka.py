@@ -35,6 +35,9 @@ class KafkaGuardCluster:
         self.topic = topic
         self.tp = TopicPartition(topic, 0)
         self.backend = KafkaBackend(cluster, topic, [1, 2])
+        # every replica's own metadata, not only the admin's broker: a broker restarted by the previous
+        # cell answered the first produce UNKNOWN_TOPIC_OR_PARTITION (seen once)
+        self.backend.wait(lambda s: s.leader == 1 and s.isr == (1, 2), "leader 1, ISR [1, 2]")
         self.bootstrap = cluster.bootstrap
         self.leader = 1
         self.stopped: set[int] = set()

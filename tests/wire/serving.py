@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import importlib.util
 import json
 import os
 import signal
@@ -16,7 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from epochguard.wire.drivers.registry import Client
+import pytest
+
+from epochguard.wire.drivers.registry import CLIENTS, Client
 from epochguard.wire.drivers.session import RunResult, run_clients, serve_command
 from tests.wire.conftest import usable
 
@@ -208,9 +211,13 @@ def unanswered(trace: Path) -> dict[str, list[str]]:
     return dict(out)
 
 
+# The single-run modules (one serve run with the Python-driven clients): what they share.
+NEEDS_SERVE = pytest.mark.skipif(
+    importlib.util.find_spec("epochguard.wire.cli") is None, reason="`epochguard serve` is not in this build"
+)
+PY_CLIENTS = tuple(c for c in CLIENTS if c.toolchain is None)
+
+
 def python_clients_run(tmp_path_factory: Any, scenario: str, trigger: str) -> RunResult:
     """One serve run of `scenario --trigger trigger` with the Python-driven clients (a module's fixture)."""
-    from epochguard.wire.drivers.registry import CLIENTS
-
-    here = tuple(c for c in CLIENTS if c.toolchain is None)
-    return ServeRuns(tmp_path_factory.mktemp(scenario)).run(scenario, trigger, "python", here)
+    return ServeRuns(tmp_path_factory.mktemp(scenario)).run(scenario, trigger, "python", PY_CLIENTS)

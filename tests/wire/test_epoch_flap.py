@@ -9,21 +9,16 @@ One serve run (`--trigger served`, the producers writing throughout) with the Py
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 
 import pytest
 
-from epochguard.wire.drivers.registry import CLIENTS, client
+from epochguard.wire.drivers.registry import client
 from epochguard.wire.drivers.session import RunResult
 from tests.wire.conftest import require, require_final_reader
-from tests.wire.serving import python_clients_run
+from tests.wire.serving import NEEDS_SERVE, PY_CLIENTS, python_clients_run
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("epochguard.wire.cli") is None, reason="`epochguard serve` is not in this build"
-)
-
-PY_CLIENTS = tuple(c for c in CLIENTS if c.toolchain is None)
+pytestmark = NEEDS_SERVE
 
 
 @pytest.fixture(scope="module")

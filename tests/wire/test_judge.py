@@ -55,11 +55,10 @@ def fetch(w: WireCluster, conn, offset: int, epoch: int = -1) -> FetchResponse:
     return ask(w, conn, 1, 12, FetchRequest((FetchPartition("events", 0, offset, epoch),), max_wait_ms=0, version=12))
 
 
-@pytest.fixture
-def diverged() -> tuple[WireCluster, Judge, int]:
-    """The unclean-election scenario's faults by hand; returns the cluster, its judge, and how far
-    the scripted client had been served (epoch 0) when broker 1 died."""
-    w = WireCluster(build("unclean-election"), 0, ADDRESSES)
+def leader_alone(scenario: str) -> tuple[WireCluster, Judge]:
+    """`scenario`'s cluster, judged, once broker 1's followers stopped replicating, the ISR shrank to [1],
+    broker 1 alone took acks=1 records, and the simulated producers paused."""
+    w = WireCluster(build(scenario), 0, ADDRESSES)
     judge = Judge()
     w.observers.append(judge)
     run_until(w, w.ready)
@@ -72,6 +71,14 @@ def diverged() -> tuple[WireCluster, Judge, int]:
     w.fire(PauseProducers())
     for _ in range(10):
         w.step()
+    return w, judge
+
+
+@pytest.fixture
+def diverged() -> tuple[WireCluster, Judge, int]:
+    """The unclean-election scenario's faults by hand; returns the cluster, its judge, and how far
+    the scripted client had been served (epoch 0) when broker 1 died."""
+    w, judge = leader_alone("unclean-election")
     conn = w.connect(1)
     response = fetch(w, conn, 0)
     part = response.partitions[0]
@@ -621,19 +628,7 @@ def handed_over(committed_epoch: int = 0, in_flight: bool = False) -> tuple[Wire
     fetch from 0 still parked on broker 1, answered with records after it left);
     broker 1 died and broker 2 was elected uncleanly and took new records past it. Returns the cluster, the
     judge, A's position and the divergence point."""
-    w = WireCluster(build("handoff-truncation"), 0, ADDRESSES)
-    judge = Judge()
-    w.observers.append(judge)
-    run_until(w, w.ready)
-    for _ in range(50):
-        w.step()
-    w.fire(Isolate(1))
-    run_until(w, lambda: w.cluster.controller.state(TP).isr == (1,))
-    for _ in range(20):
-        w.step()
-    w.fire(PauseProducers())
-    for _ in range(10):
-        w.step()
+    w, judge = leader_alone("handoff-truncation")
     conn = w.connect(1)
     request = FetchRequest((FetchPartition("events", 0, 0, -1),), max_wait_ms=0, version=12)
     served_to = ask(w, conn, 1, 12, request, client="A").partitions[0].high_watermark

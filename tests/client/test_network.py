@@ -287,3 +287,28 @@ def test_a_request_with_its_own_longer_limit_does_not_delay_the_timeout_of_a_sho
         await client.close()
 
     run(with_server(broker, body))
+
+
+def test_closing_during_a_handshake_closes_the_half_open_connection() -> None:
+    """The client closing while a connection waits for its ApiVersions answer (a consumer closed right
+    after it found a new coordinator): the socket is closed, not left for the garbage collector to find
+    after the loop is gone ("unclosed transport")."""
+    handshaking = asyncio.Event()
+    eof = asyncio.Event()
+
+    async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)  # the ApiVersions request, never answered
+        handshaking.set()
+        await reader.read()  # until the client's side is closed
+        eof.set()
+
+    async def body(bootstrap: str) -> None:
+        client = NetworkClient(bootstrap, client_id="c", request_timeout_ms=10_000)
+        pending = asyncio.ensure_future(client.send(-1, MetadataRequest(("t",))))
+        await handshaking.wait()
+        await client.close()
+        await asyncio.wait_for(eof.wait(), 2)  # the broker saw the connection close
+        with pytest.raises((KafkaConnectionError, asyncio.CancelledError)):
+            await pending
+
+    run(with_server(broker, body))

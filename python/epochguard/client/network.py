@@ -413,6 +413,9 @@ class NetworkClient:
             except EpochGuardError:
                 self._backoff(node_id)
                 raise
+            except BaseException:  # cancelled mid-handshake (the client closing): leave no socket open
+                conn.close()
+                raise
             self._failures.pop(node_id, None)
             self._connections[node_id] = conn
             return conn

@@ -235,3 +235,30 @@ def test_a_restarted_broker_answers_nothing_until_the_controller_updates_its_met
     ((_, _, response),) = answers
     assert wire.cluster.brokers[3].metadata is not None
     assert [b.node_id for b in response.brokers] == [1, 2, 3]
+
+
+def test_a_group_has_one_coordinator_whichever_broker_is_asked_until_it_dies(wire: WireCluster) -> None:
+    """Kafka answers FindCoordinator with the leader of the group's __consumer_offsets partition, the same
+    from every broker; it moves only when that broker goes."""
+    from epochguard.protocol.messages import FindCoordinatorRequest
+
+    def coordinator(broker: int, group: str) -> int:
+        conn = wire.connect(broker)
+        wire.submit(conn, header(10, 4), FindCoordinatorRequest("", 0, (group,), version=4))
+        for _ in range(20):
+            answers = [r for c, _, r in wire.drain() if c is conn]
+            if answers:
+                return answers[0].coordinators[0].node_id
+            wire.step()
+        raise AssertionError("no answer")
+
+    groups = [f"g{i}" for i in range(6)]
+    chosen = {g: {coordinator(b, g) for b in (1, 2, 3)} for g in groups}
+    assert all(len(nodes) == 1 for nodes in chosen.values()), chosen
+    assert len({n for nodes in chosen.values() for n in nodes}) > 1  # spread over the brokers
+    g = groups[0]
+    (node,) = chosen[g]
+    wire.fire(Crash(node))
+    other = next(b for b in (1, 2, 3) if b != node)
+    moved = {coordinator(b, g) for b in (1, 2, 3) if b != node}
+    assert moved == {coordinator(other, g)} and node not in moved

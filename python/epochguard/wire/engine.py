@@ -22,6 +22,7 @@ Time is the cluster's step counter: nothing here reads a clock, so a recorded ru
 
 from __future__ import annotations
 
+import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -301,12 +302,19 @@ class WireCluster:
             self._answer(waiting, response)
 
     def _on_find_coordinator(self, conn: Connection, waiting: _Waiting) -> None:
-        # Every broker hosts the (never failing) coordinator: a client is sent to the broker it asked.
+        # Every broker hosts the one (never failing) group state, but each group has one coordinator, as
+        # Kafka's (the leader of the group's __consumer_offsets partition): the live brokers in order from
+        # crc32(key). Answering "the broker asked" sent a client that asked a second broker mid-join to a
+        # second coordinator, and its first JoinGroup stayed pending at the first.
         request: FindCoordinatorRequest = waiting.request
-        host, port = self.addresses[conn.broker_id]
+        alive = sorted(b for b, broker in self.cluster.brokers.items() if broker.alive)
         keys = request.coordinator_keys or (request.key,)
-        self._answer(waiting, FindCoordinatorResponse(
-            tuple(Coordinator(k, conn.broker_id, host, port) for k in keys)))
+        coordinators = []
+        for key in keys:
+            node = alive[zlib.crc32(key.encode()) % len(alive)] if alive else conn.broker_id
+            host, port = self.addresses[node]
+            coordinators.append(Coordinator(key, node, host, port))
+        self._answer(waiting, FindCoordinatorResponse(tuple(coordinators)))
 
     def _on_init_producer_id(self, conn: Connection, waiting: _Waiting) -> None:
         self._next_producer_id += 1

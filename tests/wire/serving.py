@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from epochguard.wire.drivers.registry import CLIENTS, Client
+from epochguard.wire.drivers.registry import CLIENTS, Client, client
 from epochguard.wire.drivers.session import RunResult, run_clients, serve_command
-from tests.wire.conftest import usable
+from tests.wire.conftest import require, usable
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -216,6 +216,19 @@ NEEDS_SERVE = pytest.mark.skipif(
     importlib.util.find_spec("epochguard.wire.cli") is None, reason="`epochguard serve` is not in this build"
 )
 PY_CLIENTS = tuple(c for c in CLIENTS if c.toolchain is None)
+
+
+def undiverged(run: RunResult, name: str) -> tuple[Any, dict[str, Any]]:
+    """`name`'s ground truth and server entry in a run where nothing diverged, after what every such run
+    asserts: the client ran, the server saw it, neither side gave it a divergence, no acks=all record lost."""
+    require(client(name))
+    truth = run.truths[name]
+    assert truth.consumed > 100, f"{name} barely ran:\n{run.why(name)}"
+    server = run.server_client(f"epochguard-{name}")
+    assert server is not None, f"the server never saw {name}"
+    assert server["divergences"] == [] and truth.divergences == [], (server["divergences"], truth.divergences)
+    assert truth.lost_acked == [] and server["acks_lost"] == []
+    return truth, server
 
 
 def python_clients_run(tmp_path_factory: Any, scenario: str, trigger: str) -> RunResult:

@@ -13,10 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from epochguard.wire.drivers.registry import client
 from epochguard.wire.drivers.session import RunResult
-from tests.wire.conftest import require, require_final_reader
-from tests.wire.serving import NEEDS_SERVE, PY_CLIENTS, python_clients_run
+from tests.wire.conftest import require_final_reader
+from tests.wire.serving import NEEDS_SERVE, PY_CLIENTS, python_clients_run, undiverged
 
 pytestmark = NEEDS_SERVE
 
@@ -29,12 +28,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunResult]:
 
 @pytest.mark.parametrize("name", [c.name for c in PY_CLIENTS])
 def test_every_client_keeps_consuming_through_the_flap(run: RunResult, name: str) -> None:
-    require(client(name))
-    truth = run.truths[name]
-    assert truth.consumed > 100, f"{name} barely ran:\n{run.why(name)}"
-    server = run.server_client(f"epochguard-{name}")
-    assert server is not None, f"the server never saw {name}"
-    assert server["divergences"] == [] and truth.divergences == []
+    truth, server = undiverged(run, name)
     assert server["stalls"] == [] and truth.stalls == [], (server["stalls"], truth.stalls, run.why(name))
     assert server["storms"] == [], server["storms"]
     assert truth.reread == 0 and truth.skipped == 0 and truth.rewinds == []

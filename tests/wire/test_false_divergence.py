@@ -14,10 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from epochguard.wire.drivers.registry import client
 from epochguard.wire.drivers.session import RunResult
-from tests.wire.conftest import require, require_final_reader
-from tests.wire.serving import NEEDS_SERVE, PY_CLIENTS, python_clients_run
+from tests.wire.conftest import require_final_reader
+from tests.wire.serving import NEEDS_SERVE, PY_CLIENTS, python_clients_run, undiverged
 
 pytestmark = NEEDS_SERVE
 
@@ -30,13 +29,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunResult]:
 
 @pytest.mark.parametrize("name", [c.name for c in PY_CLIENTS])
 def test_no_client_is_given_a_divergence_it_did_not_meet(run: RunResult, name: str) -> None:
-    require(client(name))
-    truth = run.truths[name]
-    assert truth.consumed > 100, f"{name} barely ran:\n{run.why(name)}"
-    server = run.server_client(f"epochguard-{name}")
-    assert server is not None, f"the server never saw {name}"
-    assert server["divergences"] == [] and truth.divergences == [], (server["divergences"], truth.divergences)
-    assert truth.lost_acked == [] and truth.duplicated_produced == [] and server["acks_lost"] == []
+    truth, server = undiverged(run, name)
+    assert truth.duplicated_produced == []
     # who went back: the server saw a fetch below the end after the short answer; the log a re-read
     assert bool(server["false_alarms"]) == bool(truth.rewinds), (
         f"{name}: server false alarms {server['false_alarms']}, delivery-log rewinds {truth.rewinds}")

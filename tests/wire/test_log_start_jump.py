@@ -15,10 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from epochguard.wire.drivers.registry import client
 from epochguard.wire.drivers.session import RunResult
-from tests.wire.conftest import require, require_final_reader
-from tests.wire.serving import NEEDS_SERVE, PY_CLIENTS, python_clients_run
+from tests.wire.conftest import require_final_reader
+from tests.wire.serving import NEEDS_SERVE, PY_CLIENTS, python_clients_run, undiverged
 
 pytestmark = NEEDS_SERVE
 
@@ -36,13 +35,7 @@ def test_the_log_start_moved_past_what_the_clients_had_read(run: RunResult) -> N
 
 @pytest.mark.parametrize("name", [c.name for c in PY_CLIENTS])
 def test_each_client_goes_on_at_the_log_start_and_both_sides_agree(run: RunResult, name: str) -> None:
-    require(client(name))
-    truth = run.truths[name]
-    assert truth.consumed > 100, f"{name} barely ran:\n{run.why(name)}"
-    server = run.server_client(f"epochguard-{name}")
-    assert server is not None, f"the server never saw {name}"
-    assert server["divergences"] == [] and truth.divergences == [], (server["divergences"], truth.divergences)
-    assert truth.lost_acked == [] and server["acks_lost"] == []
+    truth, server = undiverged(run, name)
     served = [(o["how"], o["to"]) for o in server["out_of_range"]]
     logged = [(o.how, o.to) for o in truth.out_of_range]
     assert served == logged, f"{name}: server {server['out_of_range']}, delivery log {truth.out_of_range}"

@@ -143,7 +143,7 @@ def _deadline() -> float:
 
 @pytest.mark.benchmark(group="client-consume-batch")
 def test_client_poll_arrow(benchmark: Any, endpoint: tuple[str, int]) -> None:
-    from epochguard.client.kafka_consumer import KafkaConsumer
+    from epochguard.client import KafkaConsumer
     from epochguard.types import TopicPartition
 
     bootstrap, start = endpoint
@@ -187,7 +187,7 @@ def test_confluent_consume(benchmark: Any, endpoint: tuple[str, int]) -> None:
 
 @pytest.mark.benchmark(group="client-consume-records")
 def test_client_iterator(benchmark: Any, endpoint: tuple[str, int]) -> None:
-    from epochguard.client.kafka_consumer import KafkaConsumer
+    from epochguard.client import KafkaConsumer
     from epochguard.types import TopicPartition
 
     bootstrap, start = endpoint
@@ -234,7 +234,7 @@ def test_kafka_python_iterator(benchmark: Any, endpoint: tuple[str, int]) -> Non
 
 @pytest.mark.benchmark(group="client-produce-batch")
 def test_client_send_arrow(benchmark: Any, endpoint: tuple[str, int]) -> None:
-    from epochguard.client.kafka_producer import KafkaProducer
+    from epochguard.client import KafkaProducer
 
     bootstrap, _ = endpoint
     table = pa.table({"value": pa.array([VALUE] * PRODUCE_BATCH_RECORDS, pa.binary()),
@@ -288,7 +288,7 @@ def _per_record_rounds(benchmark: Any, producer: Any, name: str) -> None:
 
 @pytest.mark.benchmark(group="client-produce-records")
 def test_client_send(benchmark: Any, endpoint: tuple[str, int]) -> None:
-    from epochguard.client.kafka_producer import KafkaProducer
+    from epochguard.client import KafkaProducer
 
     _per_record_rounds(benchmark, KafkaProducer(bootstrap_servers=endpoint[0], acks="all", linger_ms=5,
                                                 batch_size=BATCH_BYTES), "epochguard send")

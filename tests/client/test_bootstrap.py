@@ -13,8 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from epochguard.client.kafka_consumer import AsyncConsumer, KafkaConsumer
-from epochguard.client.kafka_producer import AsyncProducer, KafkaProducer
+from epochguard.client import AsyncConsumer, AsyncProducer, KafkaConsumer, KafkaProducer
 from epochguard.client.network import NetworkClient
 from epochguard.errors import KafkaConnectionError
 from epochguard.types import OffsetAndMetadata, TopicPartition

@@ -364,8 +364,7 @@ def test_idempotence_needs_acks_all() -> None:
 
 @pytest.mark.parametrize("idempotence", [False, True])
 def test_round_trip_against_serve_acks_all(idempotence: bool) -> None:
-    from epochguard.client.kafka_consumer import KafkaConsumer
-    from epochguard.client.kafka_producer import KafkaProducer
+    from epochguard.client import KafkaConsumer, KafkaProducer
     from tests.wire.serving import Served
 
     served = Served("clean")

@@ -153,7 +153,7 @@ def test_not_a_table_and_bad_arguments() -> None:
 
 # --- against serve --------------------------------------------------------------------------------
 def read_back(bootstrap: str, start: int, count: int) -> list[dict[str, Any]]:
-    from epochguard.client.kafka_consumer import KafkaConsumer
+    from epochguard.client import KafkaConsumer
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     consumer.assign([INPUT_0])
@@ -169,7 +169,7 @@ def read_back(bootstrap: str, start: int, count: int) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_round_trip_through_serve(served: Served, codec: str) -> None:
-    from epochguard.client.kafka_producer import KafkaProducer
+    from epochguard.client import KafkaProducer
 
     data = table(2000, seed=len(codec))
     data = data.append_column("timestamp", pa.array(range(1_000, 1_000 + data.num_rows), pa.int64()))
@@ -195,7 +195,7 @@ def test_round_trip_through_serve(served: Served, codec: str) -> None:
 
 
 def test_idempotent_asyncio_send_arrow_keeps_order_with_send(served: Served) -> None:
-    from epochguard.client.kafka_producer import AsyncProducer
+    from epochguard.client import AsyncProducer
 
     async def body() -> tuple[int, list[int], list[Any]]:
         async with AsyncProducer(bootstrap_servers=served.bootstrap, acks="all", enable_idempotence=True,
@@ -215,7 +215,7 @@ def test_idempotent_asyncio_send_arrow_keeps_order_with_send(served: Served) -> 
 
 
 def test_bad_input_through_the_producer_raises_before_anything_is_queued(served: Served) -> None:
-    from epochguard.client.kafka_producer import KafkaProducer
+    from epochguard.client import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=served.bootstrap, acks="all")
     try:
@@ -231,7 +231,7 @@ def test_bad_input_through_the_producer_raises_before_anything_is_queued(served:
 
 
 def test_blocking_send_queues_from_the_callers_thread_and_keeps_order_with_send_arrow(served: Served) -> None:
-    from epochguard.client.kafka_producer import KafkaProducer
+    from epochguard.client import KafkaProducer
     from epochguard.errors import ClientClosedError
 
     producer = KafkaProducer(bootstrap_servers=served.bootstrap, acks="all", linger_ms=20)

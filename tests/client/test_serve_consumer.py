@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from epochguard.client.kafka_consumer import AsyncConsumer, KafkaConsumer
+from epochguard.client import AsyncConsumer, KafkaConsumer
 from epochguard.errors import ClientClosedError, LogTruncationError
 from epochguard.types import OffsetAndMetadata, TopicPartition
 from tests.wire.serving import Served

@@ -25,8 +25,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pytest
 
-from epochguard.client.kafka_consumer import AsyncConsumer, KafkaConsumer
-from epochguard.client.kafka_producer import AsyncProducer, KafkaProducer
+from epochguard.client import AsyncConsumer, AsyncProducer, KafkaConsumer, KafkaProducer
 from epochguard.errors import LogTruncationError
 from epochguard.kafka import KafkaCluster
 from epochguard.types import OffsetAndMetadata, TopicPartition

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from epochguard.client.kafka_producer import KafkaProducer
+from epochguard.client import KafkaProducer
 from epochguard.sim.faults import Crash, Heal, Isolate, Restart
 from epochguard.sim.network import broker_node
 from epochguard.types import TopicPartition

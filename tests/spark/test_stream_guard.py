@@ -400,7 +400,7 @@ def test_spark_query_fails_then_rewinds_across_an_unclean_election(spark: Any, c
 def test_rows_have_sparks_kafka_schema_with_headers(cluster: GuardCluster, tmp_path: Path) -> None:
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from epochguard.client.kafka_producer import KafkaProducer
+    from epochguard.client import KafkaProducer
 
     with KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all") as producer:
         producer.send(TOPIC, value=b"v", key=b"k", headers=[("h", b"1"), ("n", None)], partition=0,

@@ -73,7 +73,7 @@ def _consume(m: Member, bootstrap: str, stop: Callable[[Member, float], bool], c
     if m.kind == "kafka-python":
         from kafka import KafkaConsumer
     else:
-        from epochguard.client.kafka_consumer import KafkaConsumer  # type: ignore[assignment]
+        from epochguard.client import KafkaConsumer  # type: ignore[assignment]
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=m.group, client_id=m.client_id,
                              enable_auto_commit=False, auto_offset_reset="earliest")
     consumer.subscribe(["events"])

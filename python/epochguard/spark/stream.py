@@ -496,7 +496,7 @@ def read_range(options: StreamOptions, tp: TopicPartition, start: EpochOffset, u
     import pyarrow.compute as pc
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from epochguard.client.kafka_consumer import KafkaConsumer
+    from epochguard.client import KafkaConsumer
 
     target = to_arrow_schema(schema, timezone="UTC")
     consumer = KafkaConsumer(bootstrap_servers=options.bootstrap, auto_offset_reset="none",

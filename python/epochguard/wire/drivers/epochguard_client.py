@@ -86,8 +86,7 @@ class _Blocking:
 
 
 async def _run(config: DriverConfig, log: DeliveryLog, stop: Stop, use_asyncio: bool) -> None:
-    from epochguard.client.kafka_consumer import AsyncConsumer, KafkaConsumer
-    from epochguard.client.kafka_producer import AsyncProducer, KafkaProducer
+    from epochguard.client import AsyncConsumer, AsyncProducer, KafkaConsumer, KafkaProducer
     from epochguard.errors import EpochGuardError, LogTruncationError
     from epochguard.types import TopicPartition
 

@@ -16,7 +16,8 @@ that partition decide the verdict:
 - silent: a fetch above the divergence point with no such exchange, or after an answer that told it
   to go back, or after a ListOffsets answer above it (it keeps phantom records and skips the
   replacements);
-- stuck: none of these within `STUCK_AFTER_STEPS` while the leader has data.
+- stuck: none of these within `STUCK_AFTER_STEPS` of the event or of the last records it was served
+  since (a zombie still serving its old epoch), while the leader has data.
 
 A divergence is also handed over (`handoff-truncation`; librdkafka#5158, sarama#1181, KAFKA-19902): a
 member commits a position, an unclean election truncates below it, and the member taking the partition
@@ -301,8 +302,10 @@ class Judge:
                 self._open[(name, tp)] = d
                 self.clients[name].divergences.append(d)
         self._stop_out_of_range()
-        for d in list(self._open.values()):
-            if self.step - d.step >= STUCK_AFTER_STEPS:
+        for (name, tp), d in list(self._open.items()):
+            # From the last records it was served: a zombie serving its old epoch is progress as the
+            # client sees it, and the delivery log counts from the last of them it consumed.
+            if self.step - max(d.step, self._progress.get((name, tp), (0, 0))[1]) >= STUCK_AFTER_STEPS:
                 if d.validated is not None and d.validated <= d.offset:
                     self._decide(d, "detected", "validated, then stopped fetching (raised)", how="raised")
                 else:

@@ -338,9 +338,10 @@ class Judge:
             d = self._open.get((name, p.tp))
             if d is not None and p.diverging_epoch is not None:
                 d.validated = p.diverging_epoch.end_offset
-            elif p.error_code == Errors.NONE and p.tp in offsets and self._from_leader(broker_id, p.tp):
-                # A fetch answered with an error (out of range, fenced), or by a broker that is not the
-                # leader (a zombie still serving the old epoch), moves nothing: wait for the next move.
+            elif p.error_code == Errors.NONE and p.tp in offsets and self._in_current_epoch(broker_id, p.tp):
+                # A fetch answered with an error (out of range, fenced), or by a broker not in the current
+                # epoch (a zombie still serving the old one), moves nothing: wait for the next move. A
+                # follower of the current leader answers Fetch v11+ as the leader would (KIP-392).
                 self._judge_fetch(name, p.tp, offsets[p.tp])
                 self._false_alarm(name, p.tp, offsets[p.tp])
             if p.error_code != Errors.NONE or not p.records:
@@ -409,6 +410,9 @@ class Judge:
 
     def _from_leader(self, broker_id: int, tp: TopicPartition) -> bool:
         return self._wire is None or self._wire.cluster.acting_leader(tp) == broker_id
+
+    def _in_current_epoch(self, broker_id: int, tp: TopicPartition) -> bool:
+        return self._wire is None or self._wire.cluster.in_current_epoch(tp, broker_id)
 
     def _judge_fetch(self, name: str, tp: TopicPartition, offset: int) -> None:
         d = self._open.get((name, tp))

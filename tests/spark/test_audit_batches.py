@@ -146,3 +146,34 @@ def test_a_compacted_partition_is_compared_on_records(spark, tmp_path) -> None:
     results = _same_results(spark, dirs, tmp_path / "out")
     [one_row] = [r for r in results["batches"].replicas if r.broker == 1]
     assert (one_row.kind, one_row.lost_count, one_row.record_count) == ("diverged", 1, 5)
+
+
+def test_the_driver_finds_what_spark_jobs_find_without_a_job(spark, scenario, tmp_path) -> None:
+    """A small divergent part is decoded and compared on the driver (the default), in no Spark job;
+    Spark's jobs (local_bytes=0) and the hand-over when the tails exceed the driver's budget
+    (local_bytes=1: the driver decoded what it had, Spark the tails) find the same, table for table,
+    aborted transactions included."""
+    from . import test_audit_transactions
+
+    cases = [
+        ([str(d) for d in scenario["dirs"].values()], (0, 1)),
+        ([str(d) for d in test_audit_transactions.replicas(tmp_path / "txn")], (0,)),
+    ]
+    tracker = spark.sparkContext.statusTracker()
+    for i, (dirs, budgets) in enumerate(cases):
+        out = tmp_path / f"case-{i}"
+        spark.sparkContext.setJobGroup(f"driver-{i}", "the audit on the driver")
+        try:
+            driver = audit(spark, dirs, out=str(out / "driver"), html=False)
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        assert tracker.getJobIdsForGroup(f"driver-{i}") == []
+        for local_bytes in budgets:
+            audit(spark, dirs, out=str(out / f"spark-{local_bytes}"), html=False, local_bytes=local_bytes)
+        for name in TABLES:
+            expected = _table(out / "spark-0", name)
+            for got in ("driver", *(f"spark-{b}" for b in budgets[1:])):
+                assert repr(_table(out / got, name)) == repr(expected), (name, got)
+        assert driver.lost_count == (13 if i == 0 else 1)
+    lost = _table(tmp_path / "case-1" / "driver", "lost_records")
+    assert [(r["offset"], r["kind"]) for r in lost] == [(4, "aborted"), (5, "aborted"), (6, "aborted"), (7, "lost")]

@@ -44,14 +44,25 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import StructType
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import BooleanType, StructField, StructType
 
 from epochguard import _core
-from epochguard.spark.batches import BatchPlan, Divergence, divergence, plan
+from epochguard.spark import local
+from epochguard.spark.batches import Divergence, Stat, divergence, plan
 from epochguard.spark.headers import scan_listing
 from epochguard.spark.listing import Listing, PartitionReplica, is_local, list_log_dirs
-from epochguard.spark.logs import DEFAULT_CHUNK_BYTES, LOCATION, decode_listing, decode_ranges, output_schema
+from epochguard.spark.logs import (
+    DEFAULT_CHUNK_BYTES,
+    LOCATION,
+    decode_listing,
+    decode_ranges,
+    output_schema,
+    plan_chunks,
+    projection_schema,
+)
 from epochguard.spark.report import save
 from epochguard.spark.result import (
     LOSS_KINDS,
@@ -94,6 +105,10 @@ COMPARED_COLUMNS = [
 ]
 CONTENT_COLUMNS = ["offset", "key", "value", "headers"]
 LENGTHS = ("key_length", "value_length", "headers_count")
+RECORD_COLUMNS = [c for c in COMPARED_COLUMNS if c not in LOCATION.fieldNames()]
+# Up to this many bytes of batches left to decode, the driver decodes and compares them (about 1 KiB
+# of Arrow per 1 KiB of 100-byte records: tens of MiB of driver memory at most).
+LOCAL_BYTES = 64 << 20
 
 
 def audit(
@@ -108,6 +123,7 @@ def audit(
     sample: int = 50,
     html: bool = True,
     method: str = "batches",
+    local_bytes: int = LOCAL_BYTES,
 ) -> AuditResult:
     """Audit broker log dirs (one per broker); returns an `AuditResult` and, unless `out` is None,
     saves it there (`report.save`: Parquet tables and report.html).
@@ -119,11 +135,11 @@ def audit(
 
     `method` ``"batches"`` (the default) compares the replicas' batch headers and decodes only the
     batches that do not line up (`epochguard.spark.batches`); ``"records"`` decodes and compares
-    every record of every replica. Both find the same results.
+    every record of every replica. Both find the same results. With ``"batches"``, when every
+    segment is a local file and what is left to decode (the divergent batches, and the partitions
+    compared on records) is at most `local_bytes`, the driver decodes and compares it without a
+    Spark job (`epochguard.spark.local`); 0 always uses Spark's jobs.
     """
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
     if method not in ("batches", "records"):
         raise ValueError(f"method must be 'batches' or 'records', got {method!r}")
     scanned = getattr(step, "scanned", None)
@@ -143,29 +159,81 @@ def audit(
         with step("scanning batch headers"):
             batch_plan = plan(scan_listing(spark, listing, verify_crc=verify_crc, progress=scanned))
             decoded = batch_plan.records_listing(listing)
+    # The driver decodes and compares when what is left to decode is small and local (`local.py`).
+    on_driver = method == "batches" and local_bytes > 0 and all(is_local(s.path) for _, s in listing.segments)
+    budget = local_bytes if on_driver else -1
+    budget -= sum(s.size for _, s in decoded.segments)
     with step("decoding segments"):
-        frame = decode_listing(
-            spark, decoded, columns=COMPARED_COLUMNS, with_errors=True, verify_crc=verify_crc, chunk_bytes=chunk_bytes
-        )
-        frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
-        records = frame.where(F.col("error_reason").isNull()).drop("path", "error_position", "error_reason")
-        stats = _stats(frame, decoded, batch_plan)
+        frame, stats = _decode_compared(spark, decoded, budget >= 0, verify_crc, chunk_bytes)
+        if batch_plan is not None:
+            stats += batch_plan.stats()
     with step("comparing epoch histories"):
         replicas = _summarize(listing, stats)
-    reference_records = records  # every reference record of the partitions compared on records
-    txn_records = records
     runs: Divergence | None = None
     if batch_plan is not None:
         with step("comparing batches"):
             runs = divergence(batch_plan, replicas)
-        if runs.ranges:
-            with step(f"decoding {runs.decoded_batches:,} batches that do not line up"):
-                tails = _decode_divergent(spark, listing, runs, verify_crc).persist(StorageLevel.MEMORY_AND_DISK)
-                tails.count()
-            frame = frame.unionByName(tails.drop("txn_only"))
-            tails = tails.where(F.col("error_reason").isNull()).drop("path", "error_position", "error_reason")
-            txn_records = records.unionByName(tails.drop("txn_only"))
-            records = records.unionByName(tails.where(~F.col("txn_only")).drop("txn_only"))
+    options: dict[str, Any] = {"step": step, "verify_crc": verify_crc, "sample": sample, "html": html,
+                               "provenance": provenance}
+    if isinstance(frame, pa.Table):
+        if runs is not None and sum(r.batch_size for r in runs.ranges) <= budget:
+            return _audit_local(spark, listing, replicas, frame, runs, consumed, out, **options)
+        # The tails are too large for the driver: the records decoded so far go to Spark.
+        frame = _frame(spark, frame)
+    return _audit_distributed(spark, listing, replicas, frame, runs, consumed, out, **options)
+
+
+def _decode_compared(
+    spark: SparkSession, decoded: Listing, on_driver: bool, verify_crc: bool, chunk_bytes: int
+) -> tuple[DataFrame | pa.Table, list]:
+    """The records of `decoded` with the compared columns (and error rows), and their `_stats`."""
+    from pyspark import StorageLevel
+
+    if on_driver:
+        table = local.decode_segments(
+            plan_chunks(list(decoded.segments), chunk_bytes),
+            to_arrow_schema(projection_schema(COMPARED_COLUMNS, True)),
+            RECORD_COLUMNS,
+            verify_crc,
+        )
+        return table, _local_stats(table)
+    frame = decode_listing(
+        spark, decoded, columns=COMPARED_COLUMNS, with_errors=True, verify_crc=verify_crc, chunk_bytes=chunk_bytes
+    )
+    frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+    return frame, _stats(frame, decoded)
+
+
+def _audit_distributed(
+    spark: SparkSession,
+    listing: Listing,
+    replicas: list[ReplicaSummary],
+    frame: DataFrame,
+    runs: Divergence | None,
+    consumed: str | DataFrame | None,
+    out: str | None,
+    *,
+    step: Step,
+    verify_crc: bool,
+    sample: int,
+    html: bool,
+    provenance: dict[str, Any],
+) -> AuditResult:
+    """The rest of `audit` in Spark's jobs: the record-level comparison of what was decoded."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    records = frame.where(F.col("error_reason").isNull()).drop("path", "error_position", "error_reason")
+    reference_records = records  # every reference record of the partitions compared on records
+    txn_records = records
+    if runs is not None and runs.ranges:
+        with step(f"decoding {runs.decoded_batches:,} batches that do not line up"):
+            tails = _decode_divergent(spark, listing, runs, verify_crc).persist(StorageLevel.MEMORY_AND_DISK)
+            tails.count()
+        frame = frame.unionByName(tails.drop("txn_only"))
+        tails = tails.where(F.col("error_reason").isNull()).drop("path", "error_position", "error_reason")
+        txn_records = records.unionByName(tails.drop("txn_only"))
+        records = records.unionByName(tails.where(~F.col("txn_only")).drop("txn_only"))
     with step("finding lost records"):
         pairs = spark.createDataFrame(
             [
@@ -286,9 +354,146 @@ def audit(
     return result
 
 
-def _stats(frame: DataFrame, decoded: Listing, batch_plan: BatchPlan | None) -> list:
-    """Per (replica, epoch): records, first and last offset, errors; from the decoded records and,
-    for the partitions compared on headers, from their batches."""
+def _audit_local(
+    spark: SparkSession,
+    listing: Listing,
+    replicas: list[ReplicaSummary],
+    frame: pa.Table,
+    runs: Divergence,
+    consumed: str | DataFrame | None,
+    out: str | None,
+    *,
+    step: Step,
+    verify_crc: bool,
+    sample: int,
+    html: bool,
+    provenance: dict[str, Any],
+) -> AuditResult:
+    """The rest of `audit` on the driver: the same rules as the distributed path below, on Arrow."""
+    from pyspark.sql import functions as F
+
+    carry = StructType([*LOCATION.fields, StructField("txn_only", BooleanType())])
+    with step(f"decoding {runs.decoded_batches:,} batches that do not line up"):
+        tails = local.decode_byte_ranges(
+            local.divergent_ranges(runs.ranges),
+            to_arrow_schema(output_schema(carry, True, RECORD_COLUMNS)),
+            RECORD_COLUMNS,
+            verify_crc,
+            with_errors=True,
+        )
+        records = frame.filter(pc.is_null(frame["error_reason"])).select(COMPARED_COLUMNS)
+        tail_records = tails.filter(pc.is_null(tails["error_reason"]))
+        txn_records = records
+        if tails.num_rows:
+            txn_records = pa.concat_tables([records, tail_records.select(COMPARED_COLUMNS)])
+            compared_tails = tail_records.filter(pc.invert(tail_records["txn_only"])).select(COMPARED_COLUMNS)
+            all_records = pa.concat_tables([records, compared_tails])
+        else:
+            all_records = records
+    content_schema = to_arrow_schema(
+        output_schema(StructType([LOCATION[c] for c in ("broker", "topic", "partition")]), False, CONTENT_COLUMNS)
+    )
+
+    def content(rows: pa.Table) -> pa.Table:
+        return local.content_of(rows, listing, content_schema, CONTENT_COLUMNS, verify_crc)
+
+    def marker_types(markers: pa.Table) -> pa.Table:
+        found = content(markers)
+        return found.select(["broker", "topic", "partition", "offset"]).append_column(
+            "marker", local.marker_type(found["key"])
+        )
+
+    with step("finding lost records"):
+        found = local.compare(
+            all_records, txn_records if tails.num_rows else all_records, replicas, runs.retained, marker_types
+        )
+        for r in replicas:
+            key = (r.topic, r.partition, r.broker)
+            _confirm(r, found.losses.get(key), found.retained.get(key, 0), found.mismatch_counts.get(key, 0))
+            if r.error_count:
+                r.reason += f"; {r.error_count} unreadable byte ranges (see errors.parquet)"
+    with step("reading the lost records"):
+        lost_records = local.with_content(found.lost, content(found.lost), LOST_COLUMNS)
+        lost_records = local.sort(lost_records, ["topic", "partition", "broker", "offset"])
+    errors = _local_errors(listing, [frame, tails])
+    phantom_counts = None
+    phantoms = None
+    phantom_sample: list[dict[str, Any]] = []
+    if consumed is not None:
+        with step("checking consumed records"):
+            _, references = local.replica_tables(replicas)
+            reference_keys = records.join(references, ["topic", "partition", "broker"], join_type="inner").select(
+                ["topic", "partition", "offset", "leader_epoch"]
+            )
+            lost = found.lost.select(["topic", "partition", "offset", "leader_epoch", "broker", "kind"])
+            phantoms = _phantom_reads(
+                spark, consumed, replicas, _frame(spark, reference_keys), _frame(spark, lost), runs.runs
+            )
+            phantoms = phantoms.orderBy("topic", "partition", "offset").persist()
+            phantom_counts = {
+                row.kind: row.n for row in phantoms.groupBy("kind").agg(F.count("*").alias("n")).collect()
+            }
+            phantom_sample = [row.asDict() for row in phantoms.limit(sample).collect()]
+    partitions = spark.createDataFrame([partition_row(r) for r in replicas], PARTITIONS_SCHEMA)
+    tables = {
+        "partitions": pa.Table.from_pylist(
+            [dict(zip(partitions.columns, partition_row(r), strict=True)) for r in replicas],
+            schema=to_arrow_schema(partitions.schema),
+        ),
+        "lost_records": lost_records,
+        "mismatched_records": found.mismatched,
+        "errors": errors,
+    }
+    result = AuditResult(
+        replicas=replicas,
+        partitions=partitions,
+        lost_records=_frame(spark, lost_records),
+        mismatched_records=_frame(spark, found.mismatched),
+        errors=_frame(spark, errors),
+        phantom_reads=phantoms,
+        error_count=errors.num_rows,
+        phantom_counts=phantom_counts,
+        lost_sample=local.rows(lost_records, sample),
+        phantom_sample=phantom_sample,
+        provenance=provenance,
+        tables=tables,
+    )
+    if out is not None:
+        with step("writing results"):
+            save(result, out, html=html)
+    return result
+
+
+def _frame(spark: SparkSession, table: pa.Table) -> DataFrame:
+    """A DataFrame of a driver-held table (Spark refuses an Arrow table without a chunk)."""
+    if table.num_rows == 0:
+        return spark.createDataFrame([], from_arrow_schema(table.schema))
+    return spark.createDataFrame(table)
+
+
+def _local_errors(listing: Listing, frames: list[pa.Table]) -> pa.Table:
+    """`_errors` of records decoded on the driver."""
+    schema = pa.schema(
+        [("broker", pa.int32()), ("topic", pa.string()), ("partition", pa.int32()), ("path", pa.string()),
+         ("byte_position", pa.int64()), ("reason", pa.string())]
+    )
+    parts = []
+    for frame in frames:
+        bad = frame.filter(pc.is_valid(frame["error_reason"]))
+        columns = ["broker", "topic", "partition", "path", "error_position", "error_reason"]
+        parts.append(pa.table([bad[c] for c in columns], schema=schema))
+    listed = [
+        {"broker": e.broker, "topic": e.topic, "partition": e.partition, "path": e.path, "byte_position": None,
+         "reason": e.reason}
+        for e in listing.errors
+    ]
+    parts.append(pa.Table.from_pylist(listed, schema=schema))
+    return pa.concat_tables(parts)
+
+
+def _stats(frame: DataFrame, decoded: Listing) -> list:
+    """Per (replica, epoch): records, first and last offset, errors, from the decoded records (the
+    partitions compared on headers add their batches' `BatchPlan.stats`)."""
     from pyspark.sql import functions as F
 
     stats: list = []
@@ -304,9 +509,21 @@ def _stats(frame: DataFrame, decoded: Listing, batch_plan: BatchPlan | None) -> 
             )
             .collect()
         )
-    if batch_plan is not None:
-        stats += batch_plan.stats()
     return stats
+
+
+def _local_stats(frame: pa.Table) -> list[Stat]:
+    """`_stats` of records decoded on the driver."""
+    if frame.num_rows == 0:
+        return []
+    grouped = frame.group_by(["topic", "partition", "broker", "leader_epoch"]).aggregate(
+        [("offset", "count"), ("offset", "min"), ("offset", "max"), ("error_reason", "count")]
+    )
+    return [
+        Stat(r["topic"], r["partition"], r["broker"], r["leader_epoch"], r["offset_count"], r["offset_min"],
+             r["offset_max"], r["error_reason_count"])
+        for r in grouped.to_pylist()
+    ]
 
 
 def _with_transaction_kind(

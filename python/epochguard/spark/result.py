@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from epochguard.spark.listing import is_local
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 LOSS_KINDS = ("truncated", "rewritten")
@@ -88,6 +89,8 @@ class AuditResult:
     phantom_sample: list[dict[str, Any]]  # likewise
     provenance: dict[str, Any]
     out: str | None = None  # where `save` last wrote
+    # The same tables as Arrow when the driver holds them (the audit's local path): saved by pyarrow.
+    tables: dict[str, pa.Table] = field(default_factory=dict)
 
     @property
     def diverged(self) -> list[ReplicaSummary]:
@@ -142,14 +145,39 @@ class AuditResult:
             stale = os.path.join(out, "phantom_reads.parquet")
             if os.path.isdir(stale):  # from an earlier run with a consumed table: it would no longer match
                 shutil.rmtree(stale)
-        self.partitions.coalesce(1).write.mode("overwrite").parquet(_join(out, "partitions.parquet"))
-        self.lost_records.write.mode("overwrite").parquet(_join(out, "lost_records.parquet"))
-        self.mismatched_records.write.mode("overwrite").parquet(_join(out, "mismatched_records.parquet"))
-        self.errors.coalesce(1).write.mode("overwrite").parquet(_join(out, "errors.parquet"))
+        frames = {
+            "partitions": self.partitions.coalesce(1),
+            "lost_records": self.lost_records,
+            "mismatched_records": self.mismatched_records,
+            "errors": self.errors.coalesce(1),
+        }
         if self.phantom_reads is not None:
-            self.phantom_reads.write.mode("overwrite").parquet(_join(out, "phantom_reads.parquet"))
+            frames["phantom_reads"] = self.phantom_reads
+        for name, frame in frames.items():
+            path = _join(out, f"{name}.parquet")
+            table = self.tables.get(name)
+            if local and table is not None:  # held by the driver: no Spark job to write it
+                write_parquet(table, path)
+            else:
+                frame.write.mode("overwrite").parquet(path)
         self.out = out
         return self
+
+
+def write_parquet(table: pa.Table, path: str) -> None:
+    """`table` as Spark lays out a DataFrame written as Parquet: a directory holding one part file and
+    ``_SUCCESS``. An earlier one at `path` is replaced whole, as ``mode("overwrite")`` does, and the
+    new one appears at once: written beside it, then renamed."""
+    import pyarrow.parquet as pq
+
+    tmp = f"{path}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    pq.write_table(table, os.path.join(tmp, "part-00000-epochguard.snappy.parquet"), compression="snappy")
+    open(os.path.join(tmp, "_SUCCESS"), "wb").close()
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    os.replace(tmp, path)
 
 
 def _join(out: str, name: str) -> str:

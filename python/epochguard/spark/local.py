@@ -1,0 +1,289 @@
+"""The audit's record-level rules on the driver, for a divergent part small enough to hold (issue 22).
+
+Once the header comparison (`epochguard.spark.batches`) has settled every batch that lines up, what
+is left to decode is the divergent tails: a few batches per partition. Spark's jobs over them cost
+more than the work (each job over a few hundred thousand rows pays for Python workers, shuffles and
+an output commit: seconds on 2 cores, while the core decodes those batches in milliseconds). Here the
+same rules as the distributed path of `epochguard.spark.audit` run on Arrow tables in the driver: the
+core decodes the byte ranges (`logs.decode_ranges` and `logs.decode_chunks`, the very bodies of the
+distributed path's ``mapInArrow``, GIL released), pyarrow's hash joins line each replica's records up
+with its reference's, and the result tables are written as Parquet by pyarrow in the layout Spark
+writes (a directory with one part file and ``_SUCCESS``). `audit(local_bytes=...)` bounds what is
+decoded here; above it the distributed path runs and Spark bounds the memory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from epochguard.spark.batches import Range
+from epochguard.spark.listing import Listing
+from epochguard.spark.logs import DEFAULT_MAX_DECOMPRESSED, Chunk, decode_chunks, decode_ranges
+from epochguard.spark.result import ReplicaSummary
+
+REPLICA = ["topic", "partition", "broker"]
+RECORD_KEYS = ["broker", "topic", "partition", "offset"]
+LENGTHS = ("key_length", "value_length", "headers_count")
+THREADS = max(1, min(4, os.cpu_count() or 1))
+Replica = tuple[str, int, int]
+
+
+class Loss(NamedTuple):
+    """A replica's lost records, as the distributed path's aggregate row names them."""
+
+    n: int
+    lo: int
+    hi: int
+    visible: int | None
+
+
+def decode_segments(chunks: Sequence[Chunk], schema: pa.Schema, columns: Sequence[str], verify_crc: bool) -> pa.Table:
+    """Whole segments (cut into `chunks`) decoded by the core, one thread per core; corrupt batches
+    become error rows, as in the distributed path."""
+    options = {
+        "schema": schema,
+        "columns": list(columns),
+        "with_errors": True,
+        "verify_crc": verify_crc,
+        "max_decompressed_size": DEFAULT_MAX_DECOMPRESSED,
+    }
+    return _threaded(schema, [[c] for c in chunks], lambda group: list(decode_chunks(group, **options)))
+
+
+def decode_byte_ranges(
+    rows: Sequence[dict], schema: pa.Schema, columns: Sequence[str], verify_crc: bool, with_errors: bool
+) -> pa.Table:
+    """Byte ranges (dicts with ``path, batch_position, batch_size`` and the columns to carry) decoded
+    by the core: `logs.decode_ranges`, the body of the distributed path's ``mapInArrow``."""
+    if not rows:
+        return schema.empty_table()
+    names = [n for n in rows[0] if n != "content"]
+    ranges_schema = pa.schema([*(_range_field(n, schema) for n in names), pa.field("content", pa.binary())])
+
+    def decode(group: list[dict]) -> list[pa.RecordBatch]:
+        batch = pa.RecordBatch.from_pylist([dict(r, content=None) for r in group], schema=ranges_schema)
+        return list(
+            decode_ranges(iter([batch]), schema=schema, columns=columns, verify_crc=verify_crc, with_errors=with_errors)
+        )
+
+    groups = [list(rows[i :: THREADS]) for i in range(min(THREADS, len(rows)))]
+    return _threaded(schema, groups, decode)
+
+
+def _range_field(name: str, schema: pa.Schema) -> pa.Field:
+    if name in ("path", "topic"):
+        return pa.field(name, pa.string())
+    if name in ("batch_position", "batch_size", "segment"):
+        return pa.field(name, pa.int64())
+    return schema.field(name)
+
+
+def _threaded(schema: pa.Schema, groups: list, work) -> pa.Table:
+    if not groups:
+        return schema.empty_table()
+    with ThreadPoolExecutor(min(THREADS, len(groups))) as pool:
+        batches = [b for done in pool.map(work, groups) for b in done]
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def divergent_ranges(ranges: Iterable[Range]) -> list[dict]:
+    """The header comparison's ranges as `decode_byte_ranges` rows (carrying ``txn_only``)."""
+    return [
+        {"broker": r.broker, "topic": r.topic, "partition": r.partition, "segment": r.segment, "txn_only": r.txn_only,
+         "path": r.path, "batch_position": r.batch_position, "batch_size": r.batch_size}
+        for r in ranges
+    ]
+
+
+def content_of(records: pa.Table, listing: Listing, schema: pa.Schema, columns: Sequence[str],
+               verify_crc: bool) -> pa.Table:
+    """Keys, values and headers of `records`: each batch holding one decoded again from its byte
+    range alone (`audit._lost_content`'s rule)."""
+    if records.num_rows == 0:
+        return schema.empty_table()
+    paths = {(r.broker, r.topic, r.partition, s.base_offset): s.path for r, s in listing.segments}
+    where = records.select(["broker", "topic", "partition", "segment", "batch_position", "batch_size"])
+    seen = sorted({tuple(row.values()) for row in where.to_pylist()}, key=lambda k: (k[1], k[2], k[0], k[3], k[4]))
+    rows = [
+        {"broker": b, "topic": t, "partition": p, "path": paths[(b, t, p, s)], "batch_position": pos,
+         "batch_size": size}
+        for b, t, p, s, pos, size in seen
+        if (b, t, p, s) in paths
+    ]
+    return decode_byte_ranges(rows, schema, columns, verify_crc, with_errors=False)
+
+
+# --- the comparison ------------------------------------------------------------------------------
+
+
+@dataclass
+class Compared:
+    """What `compare` found: the rows and per-replica counts the distributed path collects."""
+
+    lost: pa.Table  # held records the reference lacks, with ``kind``
+    mismatched: pa.Table
+    losses: dict[Replica, Loss]
+    mismatch_counts: dict[Replica, int]
+    retained: dict[Replica, int]
+
+
+def replica_tables(replicas: Sequence[ReplicaSummary]) -> tuple[pa.Table, pa.Table]:
+    """The compared replicas with their reference (``pairs``), and the references."""
+    held = [r for r in replicas if r.kind not in ("reference", "recreated")]
+    pairs = pa.table(
+        {
+            "topic": pa.array([r.topic for r in held], pa.string()),
+            "partition": pa.array([r.partition for r in held], pa.int32()),
+            "broker": pa.array([r.broker for r in held], pa.int32()),
+            "reference_broker": pa.array([r.reference_broker for r in held], pa.int32()),
+            "reference_log_start_offset": pa.array([r.reference_log_start_offset for r in held], pa.int64()),
+            "high_watermark": pa.array([r.high_watermark for r in held], pa.int64()),
+        }
+    )
+    refs = [r for r in replicas if r.kind == "reference"]
+    references = pa.table(
+        {
+            "topic": pa.array([r.topic for r in refs], pa.string()),
+            "partition": pa.array([r.partition for r in refs], pa.int32()),
+            "broker": pa.array([r.broker for r in refs], pa.int32()),
+        }
+    )
+    return pairs, references
+
+
+def reference_records(records: pa.Table, references: pa.Table) -> pa.Table:
+    """The references' records: (offset, epoch), digest and lengths, named ``reference_*``."""
+    ref = records.join(references, REPLICA, join_type="inner")
+    columns = {c: ref[c] for c in ("topic", "partition", "offset", "leader_epoch")}
+    columns["reference_digest"] = ref["record_digest"]
+    columns |= {f"reference_{c}": ref[c] for c in LENGTHS}
+    return pa.table(columns)
+
+
+def compare(
+    records: pa.Table,
+    txn_records: pa.Table,
+    replicas: Sequence[ReplicaSummary],
+    retained: dict[Replica, int],
+    marker_types,
+) -> Compared:
+    """The record-level rules (`audit.audit`'s "finding lost records"): a held record at or past the
+    reference's log start with no reference record at its (offset, epoch) is lost (or ``aborted``),
+    one with another digest or other lengths is mismatched; one below the reference's log start is
+    retention. `marker_types(markers)` gives the control records' (keys, ``marker``) type."""
+    pairs, references = replica_tables(replicas)
+    reference = reference_records(records, references)
+    held = records.join(pairs, REPLICA, join_type="inner")
+    retained = dict(retained)
+    below = held.filter(pc.less(held["offset"], held["reference_log_start_offset"]))
+    for row in below.group_by(REPLICA).aggregate([("offset", "count")]).to_pylist():
+        key = (row["topic"], row["partition"], row["broker"])
+        retained[key] = retained.get(key, 0) + row["offset_count"]
+    compared = held.filter(pc.greater_equal(held["offset"], held["reference_log_start_offset"])).join(
+        reference, ["topic", "partition", "offset", "leader_epoch"], join_type="left outer"
+    )
+    held_txn = held if txn_records is records else txn_records.join(pairs, REPLICA, join_type="inner")
+    missing = compared.filter(pc.is_null(compared["reference_digest"]))
+    lost = with_transaction_kind(held_txn, missing, marker_types)
+    differs = pc.not_equal(compared["record_digest"], compared["reference_digest"])
+    for c in LENGTHS:
+        differs = pc.or_(differs, pc.invert(_equal_null_safe(compared[c], compared[f"reference_{c}"])))
+    mismatched = compared.filter(pc.and_(pc.is_valid(compared["reference_digest"]), differs)).select(
+        ["topic", "partition", "broker", "offset", "leader_epoch", "reference_broker", "record_digest",
+         "reference_digest", *(x for c in LENGTHS for x in (c, f"reference_{c}"))]
+    )
+    lost_only = lost.filter(pc.equal(lost["kind"], "lost"))
+    visible = pc.cast(pc.less(lost_only["offset"], lost_only["high_watermark"]), pa.int64())
+    grouped = (
+        lost_only.select([*REPLICA, "offset"])
+        .append_column("visible", visible)
+        .group_by(REPLICA)
+        .aggregate([("offset", "count"), ("offset", "min"), ("offset", "max"), ("visible", "sum")])
+    )
+    losses = {
+        (r["topic"], r["partition"], r["broker"]): Loss(r["offset_count"], r["offset_min"], r["offset_max"],
+                                                        r["visible_sum"])
+        for r in grouped.to_pylist()
+    }
+    counts = mismatched.group_by(REPLICA).aggregate([("offset", "count")]).to_pylist()
+    mismatch_counts = {(r["topic"], r["partition"], r["broker"]): r["offset_count"] for r in counts}
+    return Compared(lost, sort(mismatched, ["topic", "partition", "broker", "offset"]), losses, mismatch_counts,
+                    retained)
+
+
+def _equal_null_safe(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.ChunkedArray:
+    both_null = pc.and_(pc.is_null(a), pc.is_null(b))
+    return pc.or_(both_null, pc.fill_null(pc.equal(a, b), False))
+
+
+def with_transaction_kind(held: pa.Table, lost: pa.Table, marker_types) -> pa.Table:
+    """`lost` with ``kind``: "aborted" for a record whose transaction ends in an ABORT marker later in
+    the same replica's log (and that marker), else "lost" (`audit._with_transaction_kind`'s rule)."""
+    transactional = held.filter(pc.and_(held["is_transactional"], pc.greater_equal(held["producer_id"], 0)))
+    if not (transactional.num_rows and lost.num_rows):
+        return lost.append_column("kind", pa.array(["lost"] * lost.num_rows, pa.string()))
+    markers = marker_types(transactional.filter(transactional["is_control"]))
+    status = transactional.select([*RECORD_KEYS, "producer_id"]).join(markers, RECORD_KEYS, join_type="left outer")
+    frame = status.to_pandas().sort_values(["broker", "topic", "partition", "producer_id", "offset"], kind="stable")
+    # Each record's transaction ends at the first marker at or after it, of the same producer.
+    ends_with = frame.groupby(["broker", "topic", "partition", "producer_id"])["marker"].bfill()
+    status = pa.table(
+        {
+            "broker": pa.array(frame["broker"], pa.int32()),
+            "topic": pa.array(frame["topic"], pa.string()),
+            "partition": pa.array(frame["partition"], pa.int32()),
+            "offset": pa.array(frame["offset"], pa.int64()),
+            "aborted": pa.array((ends_with == 0).to_numpy(), pa.bool_()),
+        }
+    )
+    # A left join, as the distributed path's: a record listed twice in `status` (a repeated offset)
+    # gets one row per match.
+    indexed = lost.select(RECORD_KEYS).append_column("lost_row", pa.array(np.arange(lost.num_rows), pa.int64()))
+    joined = indexed.join(status, RECORD_KEYS, join_type="left outer")
+    aborted = pc.fill_null(joined["aborted"], False)
+    kind = pc.if_else(aborted, "aborted", "lost")
+    return lost.take(joined["lost_row"]).append_column("kind", kind.cast(pa.string()))
+
+
+def marker_type(keys: pa.ChunkedArray) -> pa.Array:
+    """A control record's type from its key (version int16, type int16): 0 = ABORT, 1 = COMMIT."""
+    out = []
+    for key in keys.to_pylist():
+        part = key[2:4] if key is not None else b""
+        out.append(int.from_bytes(part, "big") if part else None)
+    return pa.array(out, pa.int32())
+
+
+def with_content(lost: pa.Table, content: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """`lost` left-joined with `content` on (broker, topic, partition, offset), `columns` kept
+    (pyarrow's joins carry no nested column: headers are taken by row number)."""
+    indexed_lost = lost.select(RECORD_KEYS).append_column("lost_row", pa.array(np.arange(lost.num_rows), pa.int64()))
+    numbers = pa.array(np.arange(content.num_rows), pa.int64())
+    indexed = content.select(RECORD_KEYS).append_column("content_row", numbers)
+    joined = indexed_lost.join(indexed, RECORD_KEYS, join_type="left outer")
+    rows = joined["lost_row"]
+    take = joined["content_row"]
+    out = {}
+    for c in columns:
+        out[c] = content[c].take(take) if c in content.column_names and c not in RECORD_KEYS else lost[c].take(rows)
+    return pa.table(out)
+
+
+def sort(table: pa.Table, keys: Sequence[str]) -> pa.Table:
+    return table.sort_by([(k, "ascending") for k in keys]) if table.num_rows else table
+
+
+# --- outputs -------------------------------------------------------------------------------------
+
+
+def rows(table: pa.Table, limit: int) -> list[dict]:
+    """The first `limit` rows, as the report's samples."""
+    return table.slice(0, limit).to_pylist()

@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -173,14 +174,28 @@ def audit(
     if batch_plan is not None:
         with step("comparing batches"):
             runs = divergence(batch_plan, replicas)
-    options: dict[str, Any] = {"step": step, "verify_crc": verify_crc, "sample": sample, "html": html,
-                               "provenance": provenance}
+    run = _Run(spark, listing, consumed, out, step, verify_crc, sample, html, provenance)
     if isinstance(frame, pa.Table):
         if runs is not None and sum(r.batch_size for r in runs.ranges) <= budget:
-            return _audit_local(spark, listing, replicas, frame, runs, consumed, out, **options)
+            return _audit_local(run, replicas, frame, runs)
         # The tails are too large for the driver: the records decoded so far go to Spark.
         frame = _frame(spark, frame)
-    return _audit_distributed(spark, listing, replicas, frame, runs, consumed, out, **options)
+    return _audit_distributed(run, replicas, frame, runs)
+
+
+@dataclass
+class _Run:
+    """What the last stages of one audit need, on either path."""
+
+    spark: SparkSession
+    listing: Listing
+    consumed: str | DataFrame | None
+    out: str | None
+    step: Step
+    verify_crc: bool
+    sample: int
+    html: bool
+    provenance: dict[str, Any]
 
 
 def _decode_compared(
@@ -205,21 +220,12 @@ def _decode_compared(
 
 
 def _audit_distributed(
-    spark: SparkSession,
-    listing: Listing,
-    replicas: list[ReplicaSummary],
-    frame: DataFrame,
-    runs: Divergence | None,
-    consumed: str | DataFrame | None,
-    out: str | None,
-    *,
-    step: Step,
-    verify_crc: bool,
-    sample: int,
-    html: bool,
-    provenance: dict[str, Any],
+    run: _Run, replicas: list[ReplicaSummary], frame: DataFrame, runs: Divergence | None
 ) -> AuditResult:
     """The rest of `audit` in Spark's jobs: the record-level comparison of what was decoded."""
+    spark, listing, consumed, step, verify_crc, sample = (
+        run.spark, run.listing, run.consumed, run.step, run.verify_crc, run.sample
+    )
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -346,30 +352,19 @@ def _audit_distributed(
         phantom_counts=phantom_counts,
         lost_sample=lost_sample,
         phantom_sample=phantom_sample,
-        provenance=provenance,
+        provenance=run.provenance,
     )
-    if out is not None:
+    if run.out is not None:
         with step("writing results"):
-            save(result, out, html=html)
+            save(result, run.out, html=run.html)
     return result
 
 
-def _audit_local(
-    spark: SparkSession,
-    listing: Listing,
-    replicas: list[ReplicaSummary],
-    frame: pa.Table,
-    runs: Divergence,
-    consumed: str | DataFrame | None,
-    out: str | None,
-    *,
-    step: Step,
-    verify_crc: bool,
-    sample: int,
-    html: bool,
-    provenance: dict[str, Any],
-) -> AuditResult:
+def _audit_local(run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, runs: Divergence) -> AuditResult:
     """The rest of `audit` on the driver: the same rules as the distributed path below, on Arrow."""
+    spark, listing, consumed, step, verify_crc, sample = (
+        run.spark, run.listing, run.consumed, run.step, run.verify_crc, run.sample
+    )
     from pyspark.sql import functions as F
 
     carry = StructType([*LOCATION.fields, StructField("txn_only", BooleanType())])
@@ -455,12 +450,12 @@ def _audit_local(
         phantom_counts=phantom_counts,
         lost_sample=local.rows(lost_records, sample),
         phantom_sample=phantom_sample,
-        provenance=provenance,
+        provenance=run.provenance,
         tables=tables,
     )
-    if out is not None:
+    if run.out is not None:
         with step("writing results"):
-            save(result, out, html=html)
+            save(result, run.out, html=run.html)
     return result
 
 

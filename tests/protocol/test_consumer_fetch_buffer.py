@@ -140,6 +140,81 @@ def test_nothing_is_fetched_again_for_a_partition_whose_records_wait_in_the_buff
     assert fetch.partitions[0].fetch_offset == 3
 
 
+# --- prefetch (beyond Kafka: the network client's, librdkafka's queue) ------------------------------------
+def prefetching(hold=lambda r: False):
+    """A led by broker 1 with batches [0, 3) [3, 5) [5, 9); prefetch 1 and one batch an answer."""
+    cluster = Cluster()
+    cluster.lead(A, 1, 1, [(1, 3), (1, 2), (1, 4)])
+    c = consumer(A, prefetch=1, max_partition_fetch_bytes=1)
+    held = cluster.run(c, 0, rounds=8, hold=hold)
+    return cluster, c, held
+
+
+def fetch_offsets(cluster):
+    return [p.fetch_offset for r in cluster.requests(FetchRequest) for p in r.partitions]
+
+
+def test_prefetch_fetches_on_from_the_buffer_end_once_and_hands_out_in_order():
+    cluster, c, _ = prefetching()
+    assert fetch_offsets(cluster) == [0, 3]  # 3 while [0, 3) waits unpolled; then two buffered: no more
+    assert c.position(A).offset == 0
+    assert [r.offset for r in c.poll(0).records()] == [0, 1, 2, 3, 4]
+    assert c.position(A) == FetchPosition(5, 1, LeaderAndEpoch(1, 1))
+    cluster.run(c, 0, rounds=3)
+    assert fetch_offsets(cluster) == [0, 3, 5, 9, 9]  # at the log end the fetch ahead finds nothing, twice
+    assert [r.offset for r in c.poll(0).records()] == [5, 6, 7, 8]  # an empty answer ahead moves nothing
+
+
+def test_without_prefetch_nothing_is_fetched_while_a_fetch_waits():
+    cluster = Cluster()
+    cluster.lead(A, 1, 1, [(1, 3), (1, 2)])
+    c = consumer(A, max_partition_fetch_bytes=1)
+    cluster.run(c, 0, rounds=8)
+    assert fetch_offsets(cluster) == [0]
+
+
+def test_a_seek_drops_the_buffered_chain_and_the_fetch_ahead_in_flight():
+    cluster, c, held = prefetching(hold=lambda r: isinstance(r, FetchRequest) and r.partitions[0].fetch_offset == 3)
+    [(node, request, response)] = held
+    c.seek(A, 1)
+    c.on_response(node, request, response, 0)  # the answer ahead of a chain the seek dropped
+    assert c.poll(0).count() == 0
+    cluster.run(c, 0, rounds=2)
+    assert fetch_offsets(cluster) == [0, 3, 1, 3]  # from the seek position, then ahead of it again
+    assert [r.offset for r in c.poll(0).records()] == [1, 2, 3, 4]
+
+
+def test_a_leader_change_drops_the_chain():
+    _cluster, c, _ = prefetching()
+    c.validate_position(A, LeaderAndEpoch(1, 2))
+    assert c.position(A) == FetchPosition(0, None, LeaderAndEpoch(1, 2))
+    assert c.poll(0).count() == 0  # both buffered fetches were read from leader epoch 1
+
+
+def test_an_error_answer_ahead_is_not_acted_on_and_the_buffered_records_stay():
+    from epochguard.errors import Errors
+    from epochguard.protocol.messages import FetchPartitionData, FetchResponse
+
+    def out_of_range_ahead(node, request):
+        answer = cluster.brokers[node].handle(-1, request, 0)
+        if request.partitions[0].fetch_offset == 0:
+            return answer
+        return FetchResponse(tuple(FetchPartitionData(A.topic, A.partition, Errors.OFFSET_OUT_OF_RANGE)
+                                   for _ in request.partitions))
+
+    cluster = Cluster()
+    cluster.lead(A, 1, 1, [(1, 3), (1, 2)])
+    cluster.overrides[FetchRequest] = out_of_range_ahead
+    c = consumer(A, prefetch=1, max_partition_fetch_bytes=1, policy="none")
+    c.seek(A, 0)
+    cluster.run(c, 0, rounds=8)
+    assert fetch_offsets(cluster) == [0, 3]  # the back-off holds the next try ahead
+    assert [r.offset for r in c.poll(0).records()] == [0, 1, 2]
+    cluster.run(c, 10_000, rounds=1)  # from the position itself now: the error is the partition's
+    with pytest.raises(OffsetOutOfRangeError, match="a-0 at 3"):
+        c.poll(10_000)
+
+
 def test_an_empty_answer_at_the_log_end_keeps_the_position_epoch():
     cluster = Cluster()
     cluster.lead(A, 1, 1, [(1, 3)])
@@ -220,6 +295,24 @@ def test_arrow_rows_are_the_records(case):
     ]
     assert rows == fetched.records
     assert fetched.has_records == bool(rows)
+
+
+def test_arrow_does_not_import_pandas():
+    """`pa.table(x)` imports pandas to ask whether `x` is a DataFrame: seconds on a loaded machine, on
+    the first poll_arrow, on the thread that runs the client's network I/O."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from epochguard._core import encode_batch\n"
+            "from epochguard.client.consumer import CompletedFetch\n"
+            "from epochguard.types import FetchPosition, LeaderAndEpoch, TopicPartition\n"
+            "raw = encode_batch([(None, b'v')] * 3, base_offset=5) + encode_batch([(None, b'w')], base_offset=8)\n"
+            "at = FetchPosition(6, None, LeaderAndEpoch(1, 0))\n"
+            "assert CompletedFetch.decode(TopicPartition('a', 0), at, raw).arrow().column('offset').to_pylist() == [6, 7, 8]\n"
+            "print('pandas' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_records_are_not_decoded_until_asked_for(monkeypatch):

@@ -20,14 +20,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import functools
 import logging
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from epochguard.client.consumer import CompletedFetch, FetchState
 from epochguard.client.consumer import Consumer as ConsumerMachine
-from epochguard.client.consumer import FetchState
 from epochguard.client.metadata import ClientMetadata
 from epochguard.errors import (
     ClientClosedError,
@@ -66,6 +67,10 @@ COORDINATOR_NODE = -(1 << 30)
 _COORDINATOR_ERRORS = frozenset({Errors.NOT_COORDINATOR, Errors.COORDINATOR_NOT_AVAILABLE})
 _IDLE_S = 1.0  # the driver wakes at least this often (close, clock) even with nothing scheduled
 _MIN_ROUND_S = 0.005  # a round that sent nothing sleeps at least this long: no busy loop on a due deadline
+# A partition with one completed fetch buffered is fetched on from its end (the state machine's `prefetch`),
+# so the next answer travels while the application decodes the last: at most two answers of
+# max_partition_fetch_bytes buffered a partition, one in flight a broker.
+PREFETCH = 1
 
 # kafka-python's names (= Java's, snake_case) and this client's defaults (Java's where they differ
 # from kafka-python's: request_timeout_ms 30 s, reconnect_backoff_max_ms 1 s).
@@ -188,6 +193,7 @@ class AsyncConsumer:
             fetch_max_bytes=c["fetch_max_bytes"],
             max_partition_fetch_bytes=c["max_partition_fetch_bytes"],
             group_generation=self._generation,
+            prefetch=PREFETCH,
         )
         self._group: ConsumerCoordinator | None = None
         if self._group_id is not None:
@@ -274,11 +280,7 @@ class AsyncConsumer:
                     offsets = self._machine.consumed_offsets()
                     if offsets:
                         self._machine.commit(offsets)
-                sent = self._machine.poll_requests(now) if self._armed else []
-                if self._group is not None and self._armed:
-                    sent += [(COORDINATOR_NODE, r) for r in self._group.poll_requests(now)]
-                for node, request in sent:
-                    self._dispatch(node, request)
+                sent = self._send_due(now)
                 deadline = self._machine.next_deadline_ms()
                 group_deadline = None if self._group is None else self._group.next_deadline_ms()
                 if group_deadline is not None:
@@ -297,6 +299,17 @@ class AsyncConsumer:
             self._failure = exc
             self._changed.set()
             raise
+
+    def _send_due(self, now: int) -> bool:
+        """Send whatever the state machines have due (once the application polled); whether anything went."""
+        if not self._armed:
+            return False
+        sent = self._machine.poll_requests(now)
+        if self._group is not None:
+            sent += [(COORDINATOR_NODE, r) for r in self._group.poll_requests(now)]
+        for node, request in sent:
+            self._dispatch(node, request)
+        return bool(sent)
 
     def _dispatch(self, node: int, request: Any) -> None:
         if isinstance(request, OffsetCommitRequest):
@@ -526,31 +539,19 @@ class AsyncConsumer:
         """Records fetched since the last poll, by partition (empty after `timeout_ms` without any).
         Raises `LogTruncationError` (auto_offset_reset="none", with the divergent offsets),
         `OffsetOutOfRangeError`, `NoOffsetForPartitionError` as the state machine reports them."""
-
-        def take() -> dict[TopicPartition, list[ConsumerRecord]]:
-            records = self._machine.poll(self._now_ms())
-            return {tp: self._deserialize(list(records[tp])) for tp in records}
-
-        return await self._poll_with(take, timeout_ms)
+        return self.records_of(await self.poll_fetches(timeout_ms))
 
     async def poll_arrow(self, timeout_ms: int = 0) -> dict[TopicPartition, Any]:
         """As `poll`, but each partition's records as one `pyarrow.RecordBatch` (offset, timestamp,
         timestamp_type, key, value, headers, leader_epoch) decoded in Rust with the GIL released; the
         deserializers do not apply. Record batches travel as bytes until here."""
+        return arrow_of(await self.poll_fetches(timeout_ms))
 
-        def take() -> dict[TopicPartition, Any]:
-            out: dict[TopicPartition, Any] = {}
-            for f in self._machine.poll_fetches(self._now_ms()):
-                batch = f.arrow() if f.has_records else None
-                if batch is not None and batch.num_rows:
-                    out[f.tp] = batch if f.tp not in out else _concat(out[f.tp], batch)
-            return out
-
-        return await self._poll_with(take, timeout_ms)
-
-    async def _poll_with(self, take: Callable[[], dict[TopicPartition, Any]],
-                         timeout_ms: int) -> dict[TopicPartition, Any]:
-        """`take()` until it hands out something, each time an answer arrived, for up to `timeout_ms`."""
+    async def poll_fetches(self, timeout_ms: int = 0) -> list[CompletedFetch]:
+        """The completed fetches holding records, handed over (positions advanced past them), undecoded:
+        `records_of` / `arrow_of` decode them, on any thread. The next fetches are sent before this
+        returns, so they travel while the caller decodes (Java's `KafkaConsumer.poll` sends its next
+        fetches before it hands records over). Empty after `timeout_ms` without any."""
         await self.start()
         self._arm()
         loop = asyncio.get_running_loop()
@@ -559,17 +560,28 @@ class AsyncConsumer:
             self._check_open()
             self._changed.clear()
             self._raise_pending()
-            out = take()
-            if out:
-                self._poke()  # the buffer drained: the next fetch may go out
-                return out
+            fetches = self._machine.poll_fetches(self._now_ms())
+            if fetches:
+                self._send_due(self._now_ms())  # the buffer drained: the next fetch goes out now
+                with_records = [f for f in fetches if f.has_records]
+                if with_records:
+                    return with_records
             remaining = end - loop.time()
             if remaining <= 0:
-                return {}
+                return []
             try:
                 await asyncio.wait_for(self._changed.wait(), remaining)
             except TimeoutError:
-                return {}
+                return []
+
+    def records_of(self, fetches: Iterable[CompletedFetch]) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """The fetches' records by partition, deserialized (pure: any thread)."""
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        for f in fetches:
+            records = f.records
+            if records:
+                out.setdefault(f.tp, []).extend(records)
+        return {tp: self._deserialize(records) for tp, records in out.items()}
 
     def _deserialize(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
         kd, vd = self.config["key_deserializer"], self.config["value_deserializer"]
@@ -707,6 +719,16 @@ class AsyncConsumer:
         return list(self._machine.resets)
 
 
+def arrow_of(fetches: Iterable[CompletedFetch]) -> dict[TopicPartition, Any]:
+    """The fetches' records, one `pyarrow.RecordBatch` per partition (decoded in Rust; pure: any thread)."""
+    out: dict[TopicPartition, Any] = {}
+    for f in fetches:
+        batch = f.arrow()
+        if batch.num_rows:
+            out[f.tp] = batch if f.tp not in out else _concat(out[f.tp], batch)
+    return out
+
+
 def _concat(a: Any, b: Any) -> Any:
     import pyarrow as pa
 
@@ -766,10 +788,21 @@ class KafkaConsumer(BlockingClient[AsyncConsumer]):
         return self._call(lambda: self._async.position(partition, timeout_ms))
 
     def poll(self, timeout_ms: int = 0) -> dict[TopicPartition, list[ConsumerRecord]]:
-        return self._call(lambda: self._async.poll(timeout_ms))
+        return self._polled(self._async.records_of, timeout_ms)
 
     def poll_arrow(self, timeout_ms: int = 0) -> dict[TopicPartition, Any]:
-        return self._call(lambda: self._async.poll_arrow(timeout_ms))
+        return self._polled(arrow_of, timeout_ms)
+
+    def _polled(self, decode: Callable[[list[CompletedFetch]], dict[TopicPartition, Any]],
+                timeout_ms: int) -> dict[TopicPartition, Any]:
+        """Fetches handed over on the loop thread (which sends the next ones), decoded on this one: the
+        decoding (Rust, GIL released, for Arrow) overlaps the next fetch's network I/O."""
+        end = time.monotonic() + timeout_ms / 1000
+        while True:
+            remaining = max(0, int((end - time.monotonic()) * 1000))
+            out = decode(self._call(functools.partial(self._async.poll_fetches, remaining)))
+            if out or remaining <= 0 or time.monotonic() >= end:
+                return out
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         timeout = self.config["consumer_timeout_ms"]

@@ -90,7 +90,9 @@ class Consumer:
     Fetch request's long-poll and sizes (Kafka's settings of those names; the default 0 ms wait suits a
     stepped simulation, a network client passes Kafka's 500). `group_generation`: the (generation id,
     member id) a group member's commits carry (its membership's, `ConsumerCoordinator.generation_and_member`).
-    Times are milliseconds of the caller's clock (`now_ms` arguments); nothing here reads a clock.
+    `prefetch`: completed fetches a partition may have buffered and still be fetched on from their end
+    (beyond Kafka, whose rule is 0, the default; see `requests.fetch`). Times are milliseconds of the
+    caller's clock (`now_ms` arguments); nothing here reads a clock.
     """
 
     def __init__(
@@ -112,6 +114,7 @@ class Consumer:
         fetch_max_bytes: int = 50 << 20,
         max_partition_fetch_bytes: int = 1 << 20,
         group_generation: Callable[[], tuple[int, str]] | None = None,
+        prefetch: int = 0,
     ) -> None:
         if reset_policy not in ("earliest", "latest", "none"):
             raise ValueError(f"invalid reset policy {reset_policy!r}")
@@ -136,6 +139,7 @@ class Consumer:
             fetch_min_bytes=fetch_min_bytes,
             fetch_max_bytes=fetch_max_bytes,
             max_partition_fetch_bytes=max_partition_fetch_bytes,
+            prefetch=prefetch,
         )
         self.committed = self._ctx.committed
         self.truncations = self._ctx.truncations

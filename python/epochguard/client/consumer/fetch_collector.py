@@ -94,28 +94,36 @@ class CompletedFetch:
 
     def arrow(self) -> Any:
         """The records as one `pyarrow.RecordBatch` (offset, timestamp, timestamp_type, key, value, headers,
-        leader_epoch), decoded in Rust with the GIL released; the same rows as `records`."""
+        leader_epoch), decoded in Rust with the GIL released; the same rows as `records`. Pure (reads
+        nothing the consumer changes): a blocking client decodes on the caller's thread.
+
+        No `pa.table`, `pa.array` or `pyarrow.compute` here: each imports pandas on first use (to ask
+        whether an argument is a DataFrame), seconds on a loaded machine, on the first poll_arrow."""
+        import numpy as np
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         from epochguard._core import decode_arrow
 
-        table = pa.table(decode_arrow(self.raw, columns=(*_ARROW_COLUMNS, "batch_offset", "is_control"),
-                                      allow_partial_tail=True))
-        offsets = table["offset"]
-        if (not self._skipped and table.num_rows and offsets[0].as_py() >= self.position.offset
-                and offsets[-1].as_py() < self.next_offset):
-            # Every row is handed out (offsets ascend within a fetch): no filter pass, no copy.
-            table = table.select(list(_ARROW_COLUMNS))
-            return table.to_batches()[0] if table.column(0).num_chunks == 1 else table.combine_chunks().to_batches()[0]
-        keep = pc.and_(pc.greater_equal(table["offset"], self.position.offset),
-                       pc.less(table["offset"], self.next_offset))
+        columns = (*_ARROW_COLUMNS, "batch_offset") if self._skipped else _ARROW_COLUMNS
+        table = pa.RecordBatchReader.from_stream(
+            decode_arrow(self.raw, columns=columns, allow_partial_tail=True)).read_all().combine_chunks()
+        offsets = _int64s(table, "offset")
+        keep = (offsets >= self.position.offset) & (offsets < self.next_offset)
         if self._skipped:
-            keep = pc.and_(keep, pc.invert(pc.is_in(table["batch_offset"], pa.array(sorted(self._skipped),
-                                                                                      pa.int64()))))
-        table = table.filter(keep).select(list(_ARROW_COLUMNS))
-        return table.combine_chunks().to_batches()[0] if table.num_rows else pa.RecordBatch.from_pylist(
-            [], schema=table.schema)
+            keep &= ~np.isin(_int64s(table, "batch_offset"), np.fromiter(self._skipped, np.int64))
+            table = table.select(list(_ARROW_COLUMNS))
+        if not keep.all():
+            # The first batch began before the fetch offset (the first fetch after a seek), or batches
+            # are skipped: a slice where the rows kept are one run (offsets ascend), else a filter.
+            rows = np.flatnonzero(keep)
+            if rows.size and rows[-1] - rows[0] + 1 == rows.size:
+                table = table.slice(int(rows[0]), int(rows.size))
+            else:
+                mask = pa.py_buffer(np.packbits(keep, bitorder="little"))
+                table = table.filter(pa.Array.from_buffers(pa.bool_(), len(keep), [None, mask]))
+        if table.num_rows == 0:
+            return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in table.schema], schema=table.schema)
+        return table.combine_chunks().to_batches()[0]
 
     def __repr__(self) -> str:
         return (f"CompletedFetch({self.tp}, {self.position}, next_offset={self.next_offset}, "
@@ -171,6 +179,16 @@ class CompletedFetch:
 _ARROW_COLUMNS = ("offset", "timestamp", "timestamp_type", "key", "value", "headers", "leader_epoch")
 
 
+def _int64s(table: Any, name: str) -> Any:
+    """A non-null int64 column of a one-chunk table as a numpy view (no copy; `to_numpy` imports pandas)."""
+    import numpy as np
+
+    if table.num_rows == 0:
+        return np.empty(0, np.int64)
+    column = table.column(name).chunk(0)
+    return np.frombuffer(column.buffers()[1], dtype=np.int64, count=len(column), offset=column.offset * 8)
+
+
 class FetchCollector:
     """The buffer of completed fetches and what `poll()` returns from it (`FetchCollector`)."""
 
@@ -193,6 +211,23 @@ class FetchCollector:
     def buffered(self) -> set[TopicPartition]:
         """Partitions with something buffered: no new fetch is sent for them (Kafka's `fetchablePartitions`)."""
         return {c.tp for c in self._completed} | set(self._live_out_of_range())
+
+    def buffered_ends(self) -> dict[TopicPartition, tuple[int, FetchPosition | None]]:
+        """Per partition with something buffered: how many completed fetches, and the position after the
+        last of them if they continue the partition's position one after another (None otherwise, or
+        for an out-of-range answer waiting to be raised): where a fetch ahead of the buffer starts."""
+        ends: dict[TopicPartition, tuple[int, FetchPosition | None]] = {}
+        for c in self._completed:
+            count, end = ends.get(c.tp, (0, None))
+            if count == 0:
+                state = self._subscriptions.get(c.tp)
+                end = None if state is None else state.position
+            follows = end is not None and c.position == end
+            ends[c.tp] = (count + 1, FetchPosition(c.next_offset, c.last_epoch, c.position.current_leader)
+                          if follows else None)
+        for tp in self._live_out_of_range():
+            ends[tp] = (ends.get(tp, (0, None))[0] + 1, None)
+        return ends
 
     def collect(self) -> ConsumerRecords:
         """Hand out every buffered fetch that continues its partition's position, advancing it."""

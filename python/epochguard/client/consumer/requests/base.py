@@ -70,6 +70,9 @@ class ConsumerContext:
     fetch_min_bytes: int = 1
     fetch_max_bytes: int = 50 << 20
     max_partition_fetch_bytes: int = 1 << 20
+    # Completed fetches a partition may have buffered and still be fetched on from their end (0: Kafka's
+    # rule, nothing buffered; see FetchManager).
+    prefetch: int = 0
 
     @property
     def kip320(self) -> bool:

@@ -3,7 +3,17 @@ handling of `FetchCollector.handleInitializeErrors`).
 
 One fetch per node at a time, for fetchable partitions with nothing buffered, sent to the preferred
 read replica (KIP-392) or the leader, with the position's leader epoch (`CurrentLeaderEpoch`, KIP-320;
-none pre-KIP-320). Answers for a position that moved meanwhile are dropped. FENCED_LEADER_EPOCH,
+none pre-KIP-320). Answers for a position that moved meanwhile are dropped.
+
+Beyond Kafka, `prefetch` (the context's; 0, Kafka's rule, by default; the network client's 1, as
+librdkafka keeps fetching into its queue): a partition with up to that many completed fetches buffered,
+each continuing the last, is fetched on from the end of the last, so the next answer travels while the
+application has not yet taken the buffered one. Memory stays bounded: at most prefetch + 1 answers of
+`max_partition_fetch_bytes` a partition. The buffered fetches are handed out in order, each only if
+it continues the position the one before left (a seek, reset or leader change drops the whole chain,
+as it drops one fetch). An error answer to a fetch ahead of the buffer is dropped after the back-off:
+the partition is fetched again from its own position once the buffer is taken, and errors are handled
+there. FENCED_LEADER_EPOCH,
 NOT_LEADER_OR_FOLLOWER and the like refresh metadata (or follow the KIP-951 leader hint);
 UNKNOWN_LEADER_EPOCH just retries; OFFSET_OUT_OF_RANGE from a read replica sends the consumer back to
 the leader, from the leader it resets by policy or, under policy none, is buffered for `poll()` to raise.
@@ -43,11 +53,17 @@ class FetchManager(RequestManager[_Positions]):
 
     def _due(self, now_ms: int | None) -> dict[int, list[tuple[TopicPartition, FetchPosition]]]:
         busy = {sent.node_id for sent in self._in_flight.values()}
-        buffered = self.ctx.collector.buffered()
+        buffered = self.ctx.collector.buffered_ends()
         groups: dict[int, list[tuple[TopicPartition, FetchPosition]]] = {}
         for tp, s in self.ctx.subscriptions.items():
-            if not s.is_fetchable or s.position is None or tp in buffered:
+            if not s.is_fetchable or s.position is None:
                 continue
+            position = s.position
+            if tp in buffered:
+                count, end = buffered[tp]
+                if end is None or count > self.ctx.prefetch:
+                    continue
+                position = end  # ahead of the buffer (prefetch)
             if now_ms is not None and now_ms < s.next_retry_ms:
                 continue
             node = s.preferred_read_replica
@@ -57,7 +73,7 @@ class FetchManager(RequestManager[_Positions]):
                 self.ctx.metadata.request_update()
                 continue
             if node not in busy:  # one fetch per node at a time
-                groups.setdefault(node, []).append((tp, s.position))
+                groups.setdefault(node, []).append((tp, position))
         return groups
 
     def poll(self, now_ms: int) -> list[tuple[int, ClientRequest]]:
@@ -101,11 +117,21 @@ class FetchManager(RequestManager[_Positions]):
 
     def _on_partition(self, tp: TopicPartition, fetched: FetchPosition, data: FetchPartitionData, now_ms: int) -> None:
         s = self.ctx.subscriptions.get(tp)
-        if s is None or s.position is None or s.position != fetched or s.state != FetchState.FETCHING:
-            return  # stale: unassigned, or the position moved while the fetch was in flight
+        if s is None or s.position is None or s.state != FetchState.FETCHING:
+            return  # stale: unassigned, or the position is being reset or validated
+        if s.position != fetched:
+            _, end = self.ctx.collector.buffered_ends().get(tp, (0, None))
+            if end != fetched:
+                return  # stale: the position moved while the fetch was in flight
+            # A fetch ahead of the buffer (prefetch), still continuing it.
+            if data.error_code == Errors.NONE:
+                self._on_records(s, tp, fetched, data, now_ms, ahead=True)
+            else:
+                s.next_retry_ms = self.ctx.backoff(now_ms)  # handled once fetched from the position itself
+            return
         code = data.error_code
         if code == Errors.NONE:
-            self._on_records(s, tp, data, now_ms)
+            self._on_records(s, tp, fetched, data, now_ms)
         elif code == Errors.OFFSET_OUT_OF_RANGE:
             self._on_out_of_range(s, tp)
         elif code == Errors.TOPIC_AUTHORIZATION_FAILED:
@@ -115,20 +141,28 @@ class FetchManager(RequestManager[_Positions]):
                 self._on_stale_leader(s, tp, data)
             s.next_retry_ms = self.ctx.backoff(now_ms)  # UNKNOWN_LEADER_EPOCH and the rest: plain retry
 
-    def _on_records(self, s: PartitionState, tp: TopicPartition, data: FetchPartitionData, now_ms: int) -> None:
-        """A successful answer: buffer its records for `poll()`, or step over a run without any."""
-        assert s.position is not None  # the position fetched from, checked by _on_partition
+    def _on_records(self, s: PartitionState, tp: TopicPartition, fetched: FetchPosition, data: FetchPartitionData,
+                    now_ms: int, ahead: bool = False) -> None:
+        """A successful answer: buffer its records for `poll()`, or step over a run without any. `ahead`:
+        fetched from the end of the buffered fetches, not from the position."""
+        assert s.position is not None  # checked by _on_partition
         if data.preferred_read_replica >= 0:
             s.preferred_read_replica = data.preferred_read_replica
         try:
             completed = CompletedFetch.decode(
-                tp, s.position, data.records, self.ctx.isolation_level, data.aborted_transactions
+                tp, fetched, data.records, self.ctx.isolation_level, data.aborted_transactions
             )
         except CorruptRecordError as e:
+            if ahead:  # raised when fetched again from the position, in order
+                s.next_retry_ms = self.ctx.backoff(now_ms)
+                return
             self.ctx.errors.append(e)  # raised by poll(), as Kafka's consumer does
             s.next_retry_ms = self.ctx.backoff(now_ms)
             return
-        if completed.has_records:
+        if ahead:
+            if completed.has_records or completed.next_offset != fetched.offset:
+                self.ctx.collector.add(completed)  # handed out after the buffered ones, in order
+        elif completed.has_records:
             self.ctx.collector.add(completed)  # handed out (and the position moved) by poll()
         elif completed.next_offset != s.position.offset:
             # Only control batches or records below the fetch offset: nothing to hand out, move on.

@@ -27,12 +27,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def spark_home_without_zips() -> str:
-    """A SPARK_HOME of symlinks to pip's pyspark directory, `python/` left out (see the module doc)."""
-    import pyspark
+def spark_home_without_zips(pip_home: Path | None = None, version: str | None = None) -> str:
+    """A SPARK_HOME of symlinks to pip's pyspark directory, `python/` left out (see the module doc); that
+    of this process's pyspark unless `pip_home` (another venv's pyspark directory, of `version`) is given."""
+    if pip_home is None:
+        import pyspark
 
-    pip_home = Path(pyspark.__file__).parent
-    home = REPO / "target" / f"spark-home-{pyspark.__version__}"
+        pip_home, version = Path(pyspark.__file__).parent, pyspark.__version__
+    home = REPO / "target" / f"spark-home-{version}"
     if not (home / "bin" / "spark-submit").exists():
         tmp = home.with_name(f"{home.name}.{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)

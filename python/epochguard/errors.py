@@ -45,6 +45,8 @@ __all__ = [
     "UnknownLeaderEpochError",
     "OffsetNotAvailableError",
     "IneligibleReplicaError",
+    "OutOfOrderSequenceError",
+    "InvalidProducerEpochError",
     "UnsupportedVersionError",
 ]
 
@@ -191,6 +193,25 @@ class IneligibleReplicaError(ApiError):
     retriable = False
 
 
+class OutOfOrderSequenceError(ApiError):
+    """An idempotent producer's batch does not follow its last sequence on the leader (Kafka's
+    `OutOfOrderSequenceException`): a batch before it was lost, or the leader lost the producer's
+    state (an unclean election). `producer_id`, `sequence` (the batch's first) and `expected`."""
+
+    retriable = False
+
+    def __init__(self, message: str, producer_id: int = -1, sequence: int = -1, expected: int = -1) -> None:
+        super().__init__(message)
+        self.producer_id, self.sequence, self.expected = producer_id, sequence, expected
+
+
+class InvalidProducerEpochError(ApiError):
+    """A producer's batch carries an epoch older than the leader's last for that producer (Kafka's
+    `InvalidProducerEpochException`): a zombie instance of a producer whose epoch was bumped."""
+
+    retriable = False
+
+
 class UnsupportedVersionError(ApiError):
     """No API version both sides support (Kafka's `UnsupportedVersionException`): a broker answers a
     request version it does not serve with this code, and a client finds no usable version.
@@ -315,6 +336,8 @@ _EXCEPTIONS: dict[Errors, type[ApiError]] = {
     Errors.UNKNOWN_LEADER_EPOCH: UnknownLeaderEpochError,
     Errors.OFFSET_NOT_AVAILABLE: OffsetNotAvailableError,
     Errors.INELIGIBLE_REPLICA: IneligibleReplicaError,
+    Errors.OUT_OF_ORDER_SEQUENCE_NUMBER: OutOfOrderSequenceError,
+    Errors.INVALID_PRODUCER_EPOCH: InvalidProducerEpochError,
     Errors.UNSUPPORTED_VERSION: UnsupportedVersionError,
 }
 for _code, _cls in _EXCEPTIONS.items():

@@ -4,7 +4,8 @@ The `WireServer` (the same listeners, endpoint and simulated cluster as `epochgu
 own event-loop thread with a scenario of no stages, RF 3, unclean election allowed and no simulated
 producer; the test produces with epochguard's producer and fires the simulator's faults itself
 (`Isolate`, `Crash`, `Heal`, `Restart`), so each cell of the matrix puts the unclean election exactly
-where it wants it. Ground truth comes from the cluster: the acting leader's log up to its high
+where it wants it. `hold_fetches` holds the clients' Fetch requests at or past an offset at the wire (a
+task's read, planned on the old leader, waits while the test elects a new one). Ground truth comes from the cluster: the acting leader's log up to its high
 watermark, record by record (offset -> (leader epoch, value)).
 """
 
@@ -45,6 +46,8 @@ class GuardCluster:
         self.crashed: set[int] = set()
         self.sent = 0
         self.cleanups: list[Callable[[], None]] = []  # run by close(), last first
+        self._held: list[tuple[Any, bytes]] | None = None  # Fetch frames held at the wire, when holding
+        self.held_at: list[int] = []  # the fetch offsets of the held requests that named the partition
 
     # --- plumbing -----------------------------------------------------------------------------------
     def call(self, fn: Callable[[], T]) -> T:
@@ -71,7 +74,56 @@ class GuardCluster:
         endpoint = self.server.endpoint
         self.call(lambda: endpoint.fire(fault))
 
+    def hold_fetches(self, from_offset: int) -> None:
+        """From now on, hold every client Fetch that asks for an offset >= `from_offset` (and the partition-less
+        continuations of an incremental fetch session) at the wire, unanswered, until `release_fetches`, and every
+later request on the same connection behind it (Kafka answers a connection's requests in order). Only
+        clients fetch over the wire (the simulated followers replicate inside the simulator), so this holds a
+        task's reads and nothing of the cluster's own."""
+        from epochguard.protocol.api_versions import ApiKey
+        from epochguard.wire import codec
+
+        assert self.server.endpoint is not None
+        endpoint = self.server.endpoint
+        receive = type(endpoint).receive
+
+        def gate(conn: Any, frame: bytes) -> None:
+            if self._held is not None and any(c is conn for c, _ in self._held):
+                self._held.append((conn, frame))  # a connection answers in order: all behind the held Fetch wait
+                return
+            if self._held is not None and int.from_bytes(frame[:2], "big") == ApiKey.FETCH:
+                _, request = codec.decode_request(frame)
+                asked = [p.fetch_offset for p in request.partitions]
+                if not asked or max(asked) >= from_offset:
+                    self._held.append((conn, frame))
+                    self.held_at += [o for o in asked if o >= from_offset]
+                    return
+            receive(endpoint, conn, frame)
+
+        def install() -> None:
+            self._held = []
+            endpoint.receive = gate  # type: ignore[method-assign]
+
+        self.call(install)
+
+    def release_fetches(self) -> None:
+        """Stop holding: the held requests reach the cluster now (those of connections closed meanwhile, e.g.
+        to a broker that crashed, are dropped as the broker drops them)."""
+        assert self.server.endpoint is not None
+        endpoint = self.server.endpoint
+
+        def release() -> None:
+            held, self._held = self._held or [], None
+            del endpoint.receive  # the class's method again
+            for conn, frame in held:
+                endpoint.receive(conn, frame)
+            self.server._flush()
+
+        self.call(release)
+
     def close(self) -> None:
+        if self._held is not None:
+            self.release_fetches()
         for cleanup in reversed(self.cleanups):
             cleanup()
         for p in self._producers.values():

@@ -3,7 +3,11 @@
 A cell: a running query (file sink, 200 ms triggers, `processAllAvailable`) reads 10 committed records and
 5 more that only the isolated leader has; the leader dies, a lagging replica is elected uncleanly and the
 log is refilled, either below the checkpoint (3 records: the log ends at 13 < 15) or past it (12: it ends
-at 22), before the next trigger, or while the query is stopped (then restarted on its checkpoint). What
+at 22), before the next trigger, or while the query is stopped (then restarted on its checkpoint); or the
+election falls inside the next planned batch [15, 20) (5 more records only the isolated leader has): its
+task's Fetch is held at serve's wire (GuardCluster.hold_fetches) before the task reads anything
+(plan-then-read), after it read record 15 (during-task), or while the query is stopped mid-task and the
+batch waits for its replay (replay); the log is refilled to 22 and the Fetch released. What
 the query did is judged by the cluster's final log, by (offset, value): `exact` (the final log once,
 phantoms only where a truncation log names them), `fails` (with what the message names), or `SILENT`
 (records of the final log never emitted, phantoms nobody named, duplicates).
@@ -21,6 +25,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -38,7 +43,15 @@ CELLS = {
     "refill-below": "election before a trigger, log refilled below the checkpoint (ends at 13 < 15)",
     "refill-above": "election before a trigger, log refilled past the checkpoint (ends at 22 > 15)",
     "while-stopped": "election while the query is stopped, log refilled past the checkpoint, restart",
+    "plan-then-read": "election between planning [15, 20) and reading it (the task's Fetch held at the wire), "
+                      "log refilled to 22",
+    "during-task": "election during a task (record 15 read, its next Fetch held), log refilled to 22",
+    "replay": "election while a planned batch [15, 20) awaits its replay (query stopped mid-task), log refilled "
+              "to 22, restart",
 }
+# The cells where the election falls inside a planned batch: the task's Fetch at or past this offset is held
+# at the wire (GuardCluster.hold_fetches) until the new leader has been elected and refilled.
+HELD_FROM = {"plan-then-read": 15, "during-task": 16, "replay": 15}
 SOURCES = {
     "kafka": "Spark's Kafka source (failOnDataLoss=true)",
     "epochguard-kafka/fail": "epochguard-kafka, onTruncation=fail",
@@ -67,11 +80,11 @@ class CellResult:
     cluster: str = "serve"  # serve | kafka (a real Apache Kafka cluster: guard_kafka.KafkaGuardCluster)
 
 
-def _start(spark: Any, source: str, cluster: Any, tmp: Path) -> Any:
+def _start(spark: Any, source: str, cluster: Any, tmp: Path, **options: str) -> Any:
     fmt, _, mode = source.partition("/")
     reader = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", cluster.bootstrap)
               .option("subscribe", cluster.topic).option("startingOffsets", "earliest")
-              .option("kafka.request.timeout.ms", "5000"))
+              .option("kafka.request.timeout.ms", "5000").options(**options))
     columns = ["partition", "offset", "value"]
     if mode:
         reader = reader.option("onTruncation", mode).option("truncationLog", str(tmp / "truncations.jsonl"))
@@ -94,21 +107,31 @@ def run_cell(spark: Any, source: str, cell: str, make_cluster: Callable[[], Any]
     tmp = Path(tempfile.mkdtemp(prefix="stream-matrix-"))
     cluster = make_cluster()
     tp = cluster.tp
+    # during-task: one record batch per Fetch answer, so a task reads [15, 20) in five Fetches
+    options = {"kafka.max.partition.fetch.bytes": "1"} if cell == "during-task" else {}
     try:
         cluster.produce(10)
-        query = _start(spark, source, cluster, tmp)
+        query = _start(spark, source, cluster, tmp, **options)
         query.processAllAvailable()
         old = cluster.isolate_leader(tp, 5)
         query.processAllAvailable()
-        if cell == "while-stopped":
+        if cell in HELD_FROM:
+            cluster.hold_fetches(HELD_FROM[cell])
+            time.sleep(1.5)  # a Fetch the last task's consumer pipelined at 15 is answered (empty) meanwhile
+            for _ in range(5):  # 15..19, one batch each, only on the isolated leader: the next batch plans them
+                cluster.produce(1, acks=1)
+            wait_until(lambda: bool(cluster.held_at), "a task's Fetch to be held", 120)
+        if cell in ("while-stopped", "replay"):
             query.stop()
         cluster.unclean_election(tp, old)
         cluster.produce(3 if cell == "refill-below" else 12)
         truth = {o: v for o, (_, v) in cluster.truth(tp).items()}
+        if cell in HELD_FROM:
+            cluster.release_fetches()
         error = None
         try:
-            if cell == "while-stopped":
-                query = _start(spark, source, cluster, tmp)
+            if cell in ("while-stopped", "replay"):
+                query = _start(spark, source, cluster, tmp, **options)
             query.processAllAvailable()
         except StreamingQueryException as exc:
             error = str(exc)
@@ -121,6 +144,14 @@ def run_cell(spark: Any, source: str, cell: str, make_cluster: Callable[[], Any]
     finally:
         cluster.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"waited {timeout} s for {what}")
+        time.sleep(0.05)
 
 
 def judge(source: str, cell: str, rows: list[Any], entries: list[dict[str, Any]], truth: dict[int, bytes | None],

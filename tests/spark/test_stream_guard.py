@@ -248,6 +248,46 @@ def test_unclean_election_between_planning_and_reading(cluster: GuardCluster, tm
 
 
 @pytest.mark.parametrize("mode", ["fail", "rewind"])
+def test_unclean_election_during_a_task(cluster: GuardCluster, tmp_path: Path, mode: str) -> None:
+    """The task planned [15, 20) on the old leader has emitted record 15 (one record batch per Fetch answer)
+    when that leader dies and a lagging replica is elected and refilled: the task goes on against the new
+    leader, finds its position truncated and ends without failing and without emitting anything of the new
+    log (what it had fetched from the old leader before, at most); the next trigger finds the divergence
+    below the checkpoint."""
+    run = MicroBatches(cluster, mode, tmp_path, **{"kafka.max.partition.fetch.bytes": "1"})
+    old = _read_phantoms(cluster, run)
+    for _ in range(5):  # 15..19, one batch each, only on the isolated leader
+        cluster.produce(1, acks=1)
+    start = run.offset_log[-1]
+    end = run.reader.latestOffset(start, None)
+    assert parse_offsets(end)[0][TP] == EpochOffset(20, 0)
+    run.offset_log.append(end)
+    [part] = run.reader.partitions(start, end)
+    task = run.reader.read(part)
+    first = next(task)
+    assert first.column("offset").to_pylist() == [15]
+    cluster.unclean_election(TP, old)
+    cluster.produce(12)
+    truth = cluster.truth(TP)
+    # The task ends here, successfully, having emitted at most what its consumer fetched from the old
+    # leader before the election (a Fetch already in flight), nothing of the new log.
+    emitted = [(r["partition"], r["offset"], r["leaderEpoch"], r["value"]) for b in [first, *task]
+               for r in b.to_pylist()]
+    assert [r[1] for r in emitted] == list(range(15, 15 + len(emitted))) and len(emitted) < 5
+    assert all(r[2] == 0 and truth.get(r[1]) != (r[2], r[3]) for r in emitted)
+    run.output += emitted
+    run.committed += 1
+    if mode == "fail":
+        with pytest.raises(LogTruncationError, match=r"checkpointed offset 20 epoch 0.*diverges at offset 10 "):
+            run.trigger()
+        return
+    with pytest.warns(TruncationWarning):
+        run.run_to_end()
+    # old 0..15 (and what the task had in flight), then the new log from 10
+    assert judge(run.output, run.truncations(), truth) == (27 + len(emitted), 5 + len(emitted))
+
+
+@pytest.mark.parametrize("mode", ["fail", "rewind"])
 def test_unclean_election_before_the_replay_of_a_failed_batch(cluster: GuardCluster, tmp_path: Path,
                                                               mode: str) -> None:
     run = MicroBatches(cluster, mode, tmp_path)

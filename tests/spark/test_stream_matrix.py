@@ -1,7 +1,8 @@
 """Spark's own Kafka source in the unclean-election matrix (`stream_matrix`), and the docs' table.
 
-`make test` runs the one cell that tells the two sources apart most cheaply (the log refilled past the
-checkpoint before a trigger) for Spark's source; `tools/stream_matrix.py` runs every cell for both and
+`make test` runs, for Spark's source, the cell that tells the two sources apart most cheaply (the log
+refilled past the checkpoint before a trigger) and the cells where the election falls inside a planned
+batch (its task's Fetch held at serve's wire); test_stream_guard.py runs epochguard-kafka's cells; `tools/stream_matrix.py` runs every cell for both and
 writes the table, which must be what docs/stream-matrix.json renders to (generated, not typed).
 """
 
@@ -21,17 +22,38 @@ def test_the_table_in_the_docs_is_the_generated_one() -> None:
     assert "**SILENT**" in table  # Spark's source in the refill cells
 
 
-def test_sparks_kafka_source_reads_a_refilled_log_silently(spark: Any) -> None:
-    """What Spark's source does when the log is truncated and refilled past its checkpoint before a
-    trigger: no check fires; the 5 replacement records below the checkpoint are never read and the 5
-    records it read before the election stay in the sink (measured: research/streaming-guard.md case B)."""
+def _needs_sparks_source() -> None:
     if not spark_kafka_jars():
         if os.environ.get("CI") == "true":
             pytest.fail("Spark's Kafka source is not fetched (make spark-kafka)")
         pytest.skip("Spark's Kafka source is not fetched: run `make spark-kafka`")
+
+
+def test_sparks_kafka_source_reads_a_refilled_log_silently(spark: Any) -> None:
+    """What Spark's source does when the log is truncated and refilled past its checkpoint before a
+    trigger: no check fires; the 5 replacement records below the checkpoint are never read and the 5
+    records it read before the election stay in the sink (measured: research/streaming-guard.md case B)."""
+    _needs_sparks_source()
     from tests.spark.stream_matrix import run_cell
 
     result = run_cell(spark, "kafka", "refill-above")
     assert (result.verdict, result.lost, result.phantoms, result.named, result.duplicates) == ("SILENT", 5, 5, 0, 0), \
         result
+    assert result.emitted == 22
+
+
+@pytest.mark.parametrize(("cell", "lost"), [("plan-then-read", 5), ("during-task", 6), ("replay", 5)])
+def test_sparks_kafka_source_in_an_election_inside_a_batch(spark: Any, cell: str, lost: int) -> None:
+    """The election falls inside the planned batch [15, 20): before its task fetches (plan-then-read),
+    after the task read record 15 (during-task), or while the batch waits for its replay after the query
+    stopped mid-task (replay). Spark's executor seeks by offset without an epoch, so it reads on from the
+    new leader's log at 15 (16) as if nothing happened: the replacement records below are never read, the
+    records it read before the election stay in the sink unnamed, and nothing fails (research/streaming-
+    guard.md cases C and E: the task fails only when the new log is still shorter than the read offset)."""
+    _needs_sparks_source()
+    from tests.spark.stream_matrix import run_cell
+
+    result = run_cell(spark, "kafka", cell)
+    assert (result.verdict, result.lost, result.phantoms, result.named, result.duplicates) == \
+        ("SILENT", lost, lost, 0, 0), result
     assert result.emitted == 22

@@ -97,8 +97,10 @@ class ServeRuns:
         self._root = root
         self._runs: dict[tuple[str, str, str], RunResult | Exception] = {}
 
-    def run(self, scenario: str, trigger: str, group: str, clients: Sequence[Client]) -> RunResult:
-        """The run of `clients`, called `group`, in `scenario --trigger trigger`."""
+    def run(self, scenario: str, trigger: str, group: str, clients: Sequence[Client],
+            driver_args: dict[str, Sequence[str]] | None = None) -> RunResult:
+        """The run of `clients`, called `group`, in `scenario --trigger trigger` (`driver_args`: extra
+        command-line arguments per client)."""
 
         key = (scenario, trigger, group)
         if key not in self._runs:
@@ -108,6 +110,7 @@ class ServeRuns:
                 self._runs[key] = run_clients(
                     serve_command(scenario, trigger, trace=workdir / "trace.jsonl", consumers=len(here)), here,
                     workdir, after_settle_s=self.AFTER_SETTLE_S, stuck_after_s=self.STUCK_AFTER_S,
+                    driver_args=driver_args,
                 )
             except Exception as exc:  # every client's test fails on it; a second run would overwrite its logs
                 self._runs[key] = exc

@@ -20,7 +20,7 @@ from epochguard.protocol.messages import (
     OffsetForLeaderPartition,
     OffsetsForLeaderEpochRequest,
 )
-from epochguard.sim.faults import Crash, Heal, Isolate
+from epochguard.sim.faults import Crash, Heal, Isolate, Zombie
 from epochguard.sim.network import broker_node
 from epochguard.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, TopicPartition
 from epochguard.wire import codec
@@ -151,6 +151,74 @@ def test_no_validation_and_no_fetch_is_stuck_at_the_bound(diverged) -> None:
         w.step()
     event = verdict(judge)
     assert (event["verdict"], event["how"]) == ("stuck", "")
+
+
+def test_the_stuck_bound_counts_from_the_last_records_a_zombie_served() -> None:
+    """A zombie leader keeps serving the client its old epoch after the election: the client makes
+    progress from where it stands, so the stuck bound runs from the last records it was served, as the
+    delivery log's does from the last phantom consumed (aiokafka in zombie-leader: the server said
+    stuck where its own log said silent, when the zombie served it for seconds before it went on)."""
+    w, judge = leader_alone("zombie-leader")
+    old = w.connect(1)
+    end = fetch(w, old, 0).partitions[0].high_watermark
+    w.fire(Zombie(1))
+    w.fire(ResumeProducers())
+    run_until(w, lambda: w.cluster.controller.state(TP).leader == 2)
+    opened, at_election = w.step_no, end
+    while w.step_no < opened + STUCK_AFTER_STEPS // 2:  # the zombie takes writes in epoch 0 and serves them
+        part = fetch(w, old, end).partitions[0]
+        end = max(end, part.high_watermark)
+        for _ in range(20):
+            w.step()
+    assert end > at_election  # it went on reading the zombie's records
+    last_served = w.step_no
+    while w.step_no < opened + STUCK_AFTER_STEPS + 10:  # past the bound from the election, not from the zombie
+        w.step()
+    assert verdict(judge)["verdict"] == "undecided"
+    run_until(w, lambda: w.cluster.log(2, TP).high_watermark > end)
+    assert w.step_no < last_served + STUCK_AFTER_STEPS
+    fetch(w, w.connect(2), end, epoch=1)
+    assert verdict(judge)["verdict"] == "silent"
+
+
+def test_going_on_at_a_follower_of_the_new_epoch_is_silent() -> None:
+    """Fetch v11+ may be served by a follower (KIP-392: Kafka's `fetchOnlyLeader` is false once the
+    request carries client metadata). kcat (librdkafka 2.0.2) read the zombie's records, and once broker 1
+    had healed, truncated and followed the new leader, went on fetching there from its old position,
+    above the divergence point: silent, as its delivery log said (the server had left it undecided)."""
+    w, judge = leader_alone("zombie-leader")
+    old = w.connect(1)
+    end = fetch(w, old, 0).partitions[0].high_watermark
+    w.fire(Zombie(1))
+    w.fire(ResumeProducers())
+    run_until(w, lambda: w.cluster.controller.state(TP).leader == 2)
+    for _ in range(5):  # the zombie goes on serving epoch 0
+        end = max(end, fetch(w, old, end).partitions[0].high_watermark)
+        for _ in range(20):
+            w.step()
+    w.fire(Heal(broker_node(1)))
+    epoch = w.cluster.controller.state(TP).leader_epoch
+    run_until(w, lambda: w.cluster.in_current_epoch(TP, 1) and w.cluster.log(1, TP).high_watermark > end + 5)
+    assert w.cluster.acting_leader(TP) == 2 and w.cluster.controller.state(TP).leader_epoch == epoch
+    assert verdict(judge)["verdict"] == "undecided"
+    part = fetch(w, old, end).partitions[0]
+    assert part.error_code == Errors.NONE and part.records  # the follower serves the new epoch's records
+    event = verdict(judge)
+    assert (event["verdict"], event["skipped"]) == ("silent", end - event["offset"])
+
+
+def test_a_zombie_still_serving_its_old_epoch_decides_nothing() -> None:
+    w, judge = leader_alone("zombie-leader")
+    old = w.connect(1)
+    end = fetch(w, old, 0).partitions[0].high_watermark
+    w.fire(Zombie(1))
+    w.fire(ResumeProducers())
+    run_until(w, lambda: w.cluster.controller.state(TP).leader == 2)
+    for _ in range(5):
+        end = max(end, fetch(w, old, end).partitions[0].high_watermark)
+        for _ in range(20):
+            w.step()
+    assert verdict(judge)["verdict"] == "undecided"
 
 
 def test_a_listoffsets_reset_then_a_fetch_there_is_reset(diverged) -> None:

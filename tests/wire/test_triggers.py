@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from epochguard.errors import Errors
-from epochguard.protocol.messages import FetchPartition, FetchRequest, FetchResponse
+from epochguard.protocol.messages import (
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    ProducePartition,
+    ProducePartitionResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
 from epochguard.records import iter_batches
 from epochguard.sim.faults import Fault
 from epochguard.types import IsolationLevel, TopicPartition
@@ -148,6 +156,26 @@ def test_a_read_committed_consumer_is_at_the_log_end_at_the_last_stable_offset(m
     log = wire.leader_log(EVENTS)
     assert log is not None and follower.offset == log.last_stable_offset < log.high_watermark
     assert follower.empty_at_end > 0 and trigger.met()
+
+
+def test_ack_waits_for_an_acknowledgement_from_every_expected_producer() -> None:
+    """idempotent-truncation isolates the leader once every producer's batches reached its followers:
+    the first acknowledgement of one client is not enough, nor an error, acks=1 or another topic."""
+    trigger = ClientTrigger("ack", EVENTS, min_consumers=2)
+
+    def produce(client: str, topic: str = "input", acks: int = -1, error: Errors = Errors.NONE) -> None:
+        request = ProduceRequest((ProducePartition(topic, 0, b""),), acks=acks)
+        trigger.observe(client, request, ProduceResponse((ProducePartitionResponse(topic, 0, error, 0),)))
+
+    assert trigger.present()
+    produce("a")
+    produce("a")
+    produce("b", error=Errors.NOT_LEADER_OR_FOLLOWER)
+    produce("b", acks=1)
+    produce("b", topic="events")
+    assert not trigger.met()
+    produce("b")
+    assert trigger.met()
 
 
 @pytest.mark.parametrize("scenario", ["unclean-election", "zombie-leader"])

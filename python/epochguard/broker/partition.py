@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from epochguard._core import find_diverging_epoch, iter_batches
-from epochguard.errors import CorruptRecordError, Errors
+from epochguard.errors import CorruptRecordError, Errors, InvalidProducerEpochError, OutOfOrderSequenceError
 from epochguard.protocol.messages import (
     AbortedTransaction,
     AlterPartitionRequest,
@@ -422,7 +422,9 @@ class Partition:
         transactional: bool = False,
     ) -> tuple[Errors, AppendInfo | None]:
         """`records` are record tuples (encoded here) or a producer's raw v2 batches (kept as they are,
-        base offset and epoch stamped in place); a corrupt batch is CORRUPT_MESSAGE."""
+        base offset and epoch stamped in place); a corrupt batch is CORRUPT_MESSAGE, an idempotent
+        producer's batch out of sequence OUT_OF_ORDER_SEQUENCE_NUMBER and one of an older producer epoch
+        INVALID_PRODUCER_EPOCH, and a retry of a batch already written gets that batch's offsets."""
         if not self.is_leader:
             return Errors.NOT_LEADER_OR_FOLLOWER, None
         if acks == -1 and len(self.isr) < min_insync_replicas:
@@ -432,6 +434,8 @@ class Partition:
                 info = self.log.append_raw_as_leader(records, self.leader_epoch)
             except CorruptRecordError:
                 return Errors.CORRUPT_MESSAGE, None
+            except (OutOfOrderSequenceError, InvalidProducerEpochError) as e:
+                return e.code, None
             self.maybe_increment_high_watermark(now_ms)
             return Errors.NONE, info
         batch = list(records)

@@ -446,7 +446,8 @@ class Producer:
                 self.metadata.request_update()
                 self._retry(batch, now_ms)
             else:
-                err = answer.error_code.exception(f"produce to {tp}") or EpochGuardError(answer.error_code.name)
+                name = answer.error_code.name
+                err = answer.error_code.exception(f"produce to {tp}: {name}") or EpochGuardError(name)
                 self._fail(batch, err)
 
     def on_request_failed(self, node_id: int, request: Any, now_ms: int) -> None:

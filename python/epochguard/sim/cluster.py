@@ -102,6 +102,14 @@ class Cluster:
         broker = self.brokers[state.leader]
         return state.leader if broker.alive and broker.leader_epoch(tp) == state.leader_epoch else None
 
+    def in_current_epoch(self, tp: TopicPartition, broker_id: int) -> bool:
+        """`broker_id` is up and knows the controller's leader epoch for `tp`: the acting leader or one of its
+        followers (which serve consumers' Fetch v11+ too, KIP-392), not a zombie still on an older epoch."""
+        state = self.controller.state(tp)
+        broker = self.brokers.get(broker_id)
+        partition = None if broker is None or not broker.alive else broker.manager.partitions.get(tp)
+        return state.leader >= 0 and partition is not None and partition.leader_epoch == state.leader_epoch
+
     # --- faults ----------------------------------------------------------------------------------
     def crash(self, broker_id: int) -> None:
         self.brokers[broker_id].crash()

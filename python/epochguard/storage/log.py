@@ -11,8 +11,9 @@ index): transactional batches open a producer's transaction, a control batch (CO
 `append_txn_marker`) closes it; `last_stable_offset` is the HW or, below it, the first offset of the
 oldest open transaction; aborted transactions are kept for read_committed fetches
 (`collect_aborted_transactions`). All of it is rebuilt from the batches after truncation or recovery
-(Kafka reloads a producer-state snapshot and replays the log after it). Not modelled: producer epochs
-fencing zombie producers, sequence numbers, transaction timeouts.
+(Kafka reloads a producer-state snapshot and replays the log after it). Idempotent producers' epochs and
+sequence numbers are `storage.producer_state`'s: a client append is checked there first, and a retried
+batch is answered with the offsets it was written at. Not modelled: transaction timeouts.
 
 A log lives in memory and, when given a directory, writes through to a real Kafka partition directory:
 segment files `<20-digit base offset>.log` rolled by size, and `leader-epoch-checkpoint` (written
@@ -36,6 +37,7 @@ from epochguard._core import LeaderEpochCache, RecordBatch, encode_batch, iter_b
 from epochguard.errors import CorruptRecordError, EpochGuardError, MalformedFileError
 from epochguard.records import stamp_batches
 from epochguard.storage.logdir_format import segment_base_offset
+from epochguard.storage.producer_state import ProducerBatch, ProducerStateManager
 from epochguard.types import TopicPartition
 
 __all__ = [
@@ -109,10 +111,17 @@ class BatchInfo:
     is_transactional: bool = False
     control: int | None = None  # a transaction marker: CONTROL_COMMIT or CONTROL_ABORT
     is_control: bool = False  # a control batch, marker or not (an empty one: the cleaner removed it)
+    producer_epoch: int = -1
+    base_sequence: int = -1
 
     @property
     def next_offset(self) -> int:
         return self.last_offset + 1
+
+    @property
+    def producer(self) -> ProducerBatch:
+        return ProducerBatch(self.producer_id, self.producer_epoch, self.base_sequence, self.base_offset,
+                             self.last_offset, self.is_control)
 
     @staticmethod
     def of(batch: RecordBatch, position: int) -> BatchInfo:
@@ -128,6 +137,8 @@ class BatchInfo:
             is_transactional=batch.is_transactional,
             control=control_type(batch) if batch.is_control else None,
             is_control=batch.is_control,
+            producer_epoch=batch.producer_epoch,
+            base_sequence=batch.base_sequence,
         )
 
 
@@ -226,6 +237,7 @@ class PartitionLog:
         # first offset -> marker offset of a transaction ended by a marker the HW has not passed yet
         self._unreplicated: dict[int, int] = {}
         self._aborted: list[AbortedTxn] = []
+        self.producer_state = ProducerStateManager()
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
         self.segments: list[LogSegment] = [self._new_segment(log_start_offset)]
@@ -297,11 +309,16 @@ class PartitionLog:
             if info.control == CONTROL_ABORT and first is not None:
                 self._aborted.append(AbortedTxn(info.producer_id, first, info.last_offset))
 
-    def _rebuild_transactions(self) -> None:
+    def _rebuild_transactions(self, producers: bool = True) -> None:
         """After truncation, recovery or a new log start: replay the kept batches (Kafka reloads the
-        producer state from a snapshot and the log after it, and truncates the transaction index)."""
+        producer state from a snapshot and the log after it, and truncates the transaction index). A new
+        log start leaves the producers alone (`onLogStartOffsetIncremented`: they outlive their batches
+        until `producer.id.expiration.ms`, not modelled)."""
         self._open_txns, self._unreplicated, self._aborted = {}, {}, []
-        self._track_transactions(list(self.batch_infos()))
+        infos = list(self.batch_infos())
+        self._track_transactions(infos)
+        if producers:
+            self.producer_state.rebuild(i.producer for i in infos)
 
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to [log start, LEO] (`UnifiedLog.updateHighWatermark`)."""
@@ -370,11 +387,14 @@ class PartitionLog:
         """A producer's v2 batches as they came off the wire, appended at the LEO: base offsets and the
         partition leader epoch are set in place (CRC-32C covers neither), everything else is kept, as
         Kafka's `LogValidator` does for uncompressed-or-not v2 batches without conversion. Raises
-        `CorruptRecordError` for a batch that does not decode (bad length, CRC, magic)."""
+        `CorruptRecordError` for a batch that does not decode (bad length, CRC, magic). An idempotent
+        producer's batch is checked against its state first (`ProducerStateManager.check`: raises
+        `OutOfOrderSequenceError` or `InvalidProducerEpochError`); a retry of one of its last five
+        batches is written no second time and answered with the offsets it was written at."""
         if leader_epoch < 0:
             raise ValueError(f"invalid leader epoch {leader_epoch}")
         stamped, _last, _count, _max_timestamp = stamp_batches(bytes(data), self._log_end_offset, leader_epoch)
-        info = self._append(stamped)
+        info = self._append(stamped, from_client=True)
         if info is None:
             raise CorruptRecordError("no record batch in produce data")
         return info
@@ -384,11 +404,15 @@ class PartitionLog:
         as a fetch response may cut one). Returns None when there was no complete batch."""
         return self._append(bytes(records), follower=True)
 
-    def _append(self, raw: bytes, follower: bool = False) -> AppendInfo | None:
+    def _append(self, raw: bytes, follower: bool = False, from_client: bool = False) -> AppendInfo | None:
         batches = iter_batches(raw, allow_partial_tail=follower)
         infos = [BatchInfo.of(b, b.file_position) for b in batches]
         if not infos:
             return None
+        if from_client:
+            duplicate = self.producer_state.check(i.producer for i in infos)
+            if duplicate is not None:  # written before: nothing new (`batches` 0)
+                return AppendInfo(duplicate.first_offset, duplicate.last_offset, -1, 0)
         if batches.partial_tail is not None:
             raw = raw[: batches.partial_tail]
         if infos[0].base_offset < self._log_end_offset:
@@ -413,6 +437,7 @@ class PartitionLog:
                 self.leader_epoch_cache.clear()  # a pre-v2 batch: epochs are no longer known
         self._log_end_offset = infos[-1].next_offset
         self._track_transactions(infos)
+        self.producer_state.track(i.producer for i in infos)
         self._checkpoint_if_changed(before)
         return AppendInfo(
             first_offset=infos[0].base_offset,
@@ -483,6 +508,7 @@ class PartitionLog:
         self.segments = [self._new_segment(offset)]
         self._log_start_offset = self._log_end_offset = self._high_watermark = offset
         self._open_txns, self._unreplicated, self._aborted = {}, {}, []
+        self.producer_state.rebuild(())
         self.leader_epoch_cache.clear()
         self._write_checkpoint()
 
@@ -497,7 +523,7 @@ class PartitionLog:
         while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
             self.segments.pop(0).delete_file()
         self.leader_epoch_cache.truncate_from_start(offset)
-        self._rebuild_transactions()
+        self._rebuild_transactions(producers=False)
         self._checkpoint_if_changed(before)
         return True
 
@@ -667,6 +693,7 @@ class PartitionLog:
         log.leader_epoch_cache.truncate_from_start(log._log_start_offset)
         log._high_watermark = log._log_start_offset
         log.update_high_watermark(log._log_start_offset if high_watermark is None else high_watermark)
+        log.producer_state = ProducerStateManager()
         log._rebuild_transactions()
         if write_through:
             log._write_checkpoint()

@@ -16,7 +16,8 @@ that partition decide the verdict:
 - silent: a fetch above the divergence point with no such exchange, or after an answer that told it
   to go back, or after a ListOffsets answer above it (it keeps phantom records and skips the
   replacements);
-- stuck: none of these within `STUCK_AFTER_STEPS` while the leader has data.
+- stuck: none of these within `STUCK_AFTER_STEPS` of the event or of the last records it was served
+  since (a zombie still serving its old epoch), while the leader has data.
 
 A divergence is also handed over (`handoff-truncation`; librdkafka#5158, sarama#1181, KAFKA-19902): a
 member commits a position, an unclean election truncates below it, and the member taking the partition
@@ -73,7 +74,7 @@ from __future__ import annotations
 
 import itertools
 import struct
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +99,7 @@ from epochguard.types import FetchPosition, IsolationLevel, TopicPartition
 
 __all__ = ["Judge", "Divergence", "batch_spans", "STUCK_AFTER_STEPS", "VERDICTS"]
 
+_SEQUENCE_LOST = (Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, Errors.UNKNOWN_PRODUCER_ID)
 STUCK_AFTER_STEPS = 1000  # 10 s of the server's clock with no way forward
 VERDICTS = ("detected", "reset", "silent", "stuck")
 _OFFSET_COMMIT_EPOCH_VERSION = 6
@@ -170,6 +172,10 @@ class ClientReport:
     stalls: list[dict[str, Any]] = field(default_factory=list)
     out_of_range: list[dict[str, Any]] = field(default_factory=list)
     aborted_reads: list[dict[str, Any]] = field(default_factory=list)
+    # An idempotent producer answered OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID, and what it did
+    # next (`outcome`, at the end): clean, duplicate (a record it had acknowledged is in the log twice),
+    # fatal (no acknowledgement on the partition after it)
+    sequence_errors: list[dict[str, Any]] = field(default_factory=list)
     epochs_sent: dict[str, int] = field(default_factory=dict)  # api name -> requests carrying an epoch >= 0
 
     def to_json(self) -> dict[str, Any]:
@@ -180,6 +186,7 @@ class ClientReport:
             "metadata_epoch_backwards": self.metadata_epoch_backwards, "epochs_sent": self.epochs_sent,
             "storms": self.storms, "false_alarms": self.false_alarms, "stalls": self.stalls,
             "out_of_range": self.out_of_range, "aborted_reads": self.aborted_reads,
+            "sequence_errors": self.sequence_errors,
         }
 
 
@@ -213,6 +220,7 @@ class Judge:
         self._committed: dict[tuple[str, TopicPartition], tuple[int, int]] = {}  # (group, tp) -> (offset, epoch)
         self._left: dict[str, int] = {}  # client -> step its LeaveGroup was applied
         self._acked: list[_Acked] = []
+        self._producer_ids: dict[str, set[int]] = {}  # of the batches each client had acknowledged
         self._decided: set[tuple[str, TopicPartition, int, int]] = set()
         self._conns: set[int] = set()
         self._wire: Any = None
@@ -301,8 +309,10 @@ class Judge:
                 self._open[(name, tp)] = d
                 self.clients[name].divergences.append(d)
         self._stop_out_of_range()
-        for d in list(self._open.values()):
-            if self.step - d.step >= STUCK_AFTER_STEPS:
+        for (name, tp), d in list(self._open.items()):
+            # From the last records it was served: a zombie serving its old epoch is progress as the
+            # client sees it, and the delivery log counts from the last of them it consumed.
+            if self.step - max(d.step, self._progress.get((name, tp), (0, 0))[1]) >= STUCK_AFTER_STEPS:
                 if d.validated is not None and d.validated <= d.offset:
                     self._decide(d, "detected", "validated, then stopped fetching (raised)", how="raised")
                 else:
@@ -328,9 +338,10 @@ class Judge:
             d = self._open.get((name, p.tp))
             if d is not None and p.diverging_epoch is not None:
                 d.validated = p.diverging_epoch.end_offset
-            elif p.error_code == Errors.NONE and p.tp in offsets and self._from_leader(broker_id, p.tp):
-                # A fetch answered with an error (out of range, fenced), or by a broker that is not the
-                # leader (a zombie still serving the old epoch), moves nothing: wait for the next move.
+            elif p.error_code == Errors.NONE and p.tp in offsets and self._in_current_epoch(broker_id, p.tp):
+                # A fetch answered with an error (out of range, fenced), or by a broker not in the current
+                # epoch (a zombie still serving the old one), moves nothing: wait for the next move. A
+                # follower of the current leader answers Fetch v11+ as the leader would (KIP-392).
                 self._judge_fetch(name, p.tp, offsets[p.tp])
                 self._false_alarm(name, p.tp, offsets[p.tp])
             if p.error_code != Errors.NONE or not p.records:
@@ -399,6 +410,9 @@ class Judge:
 
     def _from_leader(self, broker_id: int, tp: TopicPartition) -> bool:
         return self._wire is None or self._wire.cluster.acting_leader(tp) == broker_id
+
+    def _in_current_epoch(self, broker_id: int, tp: TopicPartition) -> bool:
+        return self._wire is None or self._wire.cluster.in_current_epoch(tp, broker_id)
 
     def _judge_fetch(self, name: str, tp: TopicPartition, offset: int) -> None:
         d = self._open.get((name, tp))
@@ -545,8 +559,16 @@ class Judge:
         results = {p.tp: p for p in response.partitions}
         for p in request.partitions:
             r = results.get(p.tp)
+            if r is not None and r.error_code in _SEQUENCE_LOST:
+                self.clients[name].sequence_errors.append({"topic": p.tp.topic, "partition": p.tp.partition,
+                                                           "error": r.error_code.name, "step": self.step,
+                                                           "outcome": ""})
             if r is None or r.error_code != Errors.NONE or not isinstance(p.records, bytes):
                 continue
+            if len(p.records) >= 51:  # the producer id of its batches (a request holds one producer's)
+                (pid,) = struct.unpack_from(">q", p.records, 43)
+                if pid >= 0:
+                    self._producer_ids.setdefault(name, set()).add(pid)
             epoch = -1
             if wire is not None:
                 epoch = wire.cluster.controller.state(p.tp).leader_epoch
@@ -581,6 +603,7 @@ class Judge:
             if leader is not None and asked - at >= STUCK_AFTER_STEPS and cluster.log(leader, tp).high_watermark > end:
                 self.clients[name].stalls.append({"topic": tp.topic, "partition": tp.partition, "served_end": end,
                                                   "served_at": at, "asked_until": asked})
+        self._decide_sequence_errors()
         for a in self._acked:
             leader = cluster.acting_leader(a.tp)
             if leader is None:
@@ -593,6 +616,23 @@ class Judge:
                 continue
             self.clients[a.client].acks_lost.append({"topic": a.tp.topic, "partition": a.tp.partition,
                                                      "offset": a.base_offset, "step": a.step})
+
+    def _decide_sequence_errors(self) -> None:
+        wire = self._wire
+        for name, report in self.clients.items():
+            for e in report.sequence_errors:
+                tp = TopicPartition(e["topic"], e["partition"])
+                if not any(a.client == name and a.tp == tp and a.step > e["step"] for a in self._acked):
+                    e["outcome"] = "fatal"
+                    continue
+                # A record of its own twice in the leader's log: sent again after it was written.
+                log = None if wire is None else wire.leader_log(tp)
+                pids = self._producer_ids.get(name, set())
+                held: Counter[bytes] = Counter()
+                for b in () if log is None else log.batches():
+                    if b.producer_id in pids:
+                        held.update(rec.value for rec in b.records() if rec.value)
+                e["outcome"] = "duplicate" if any(n > 1 for n in held.values()) else "clean"
 
     def report(self) -> list[dict[str, Any]]:
         return [c.to_json() for c in sorted(self.clients.values(), key=lambda c: c.client_id)]

@@ -406,6 +406,30 @@ def marker_truncated() -> WireScenario:
                         "the producer's next transaction commits them, and read_committed clients read them")
 
 
+def idempotent_truncation() -> WireScenario:
+    """An idempotent producer's acknowledged tail is truncated (librdkafka#4953, #3584, aiokafka#1017):
+    the clients produce to `input` (led by broker 1) with acks=all while its followers copy every batch,
+    so they know each producer's sequences; 3 s after the first acknowledgement broker 1 is cut off, the
+    ISR shrinks to it alone (min.insync.replicas=1) and it acknowledges sequences no one else has; then it
+    dies and broker 2 is elected uncleanly. Broker 2 knows each producer up to what it copied, so the next
+    batch is OUT_OF_ORDER_SEQUENCE_NUMBER there (KIP-360). The acknowledged tail is lost by the election;
+    what the producer does next is its own: bump its epoch and go on (clean), send the lost records again
+    (duplicate, when some were not lost), or stop (fatal). Drivers produce idempotently where the client
+    can (`--option` per client: Java and franz-go are by default)."""
+    cfg = replace(BASE, unclean_leader_election=True, min_insync_replicas=1)
+    stages = (
+        Stage(TRIGGER, ((300, Isolate(1)),), min_steps=50),
+        Stage(isr_is(TopicPartition(INPUT, 0), (1,)), (
+            (100, Crash(1)),  # 1 s of acknowledgements from broker 1 alone
+            (102, Heal(broker_node(1))),
+            (400, Restart(1)),
+        )),
+    )
+    return WireScenario("idempotent-truncation", cfg, stages,
+                        "idempotent producers' acknowledged tail on `input` is lost in an unclean election; the "
+                        "new leader knows their sequences only as far as it had copied: OUT_OF_ORDER_SEQUENCE")
+
+
 def transactions() -> WireScenario:
     cfg = replace(BASE, producers=(-1,), transactional_producers=1, abort_every=3)
     return WireScenario("transactions", cfg, (),
@@ -428,6 +452,7 @@ SCENARIOS: dict[str, Callable[[], WireScenario]] = {
     "epoch-flap": epoch_flap,
     "log-start-jump": log_start_jump,
     "marker-truncated": marker_truncated,
+    "idempotent-truncation": idempotent_truncation,
 }
 
 

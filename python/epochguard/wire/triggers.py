@@ -5,7 +5,8 @@ the log end (the last record it got is the last one below the high watermark, or
 the last stable offset). `--trigger caught-up`:
 and it has since received an empty fetch at the log end. The two differ for clients that forget a
 position's epoch on an empty fetch. `--trigger commit` waits for a commit on the partition from as many
-clients as the run expects consumers, `--trigger ack` for an acknowledged acks=all produce to `input`.
+clients as the run expects consumers, `--trigger ack` for an acknowledged acks=all produce to `input` from
+as many (idempotent-truncation: each producer must be known to the followers before the faults).
 
 A consumer is only ever caught up when nothing new arrives for a whole long poll (real clients wait
 500 ms; the scenario's producer writes every 50 ms). So while `caught-up` waits, the runner pauses the
@@ -65,7 +66,7 @@ class ClientTrigger:
         self.min_consumers = min_consumers
         self.progress: dict[str, _Progress] = {}
         self.committers: set[str] = set()  # clients that committed an offset of the partition
-        self.acked = False
+        self.acked: set[str] = set()  # clients with an acknowledged acks=all produce to `input`
 
     def observe(self, client: str, request: Any, response: Any) -> None:
         if isinstance(request, FetchRequest) and not request.is_from_follower and isinstance(response, FetchResponse):
@@ -87,7 +88,8 @@ class ClientTrigger:
             if any(p.tp == self.tp for p in request.partitions):
                 self.committers.add(client)
         elif isinstance(request, ProduceRequest) and isinstance(response, ProduceResponse) and request.acks == -1:
-            self.acked |= any(p.tp.topic == INPUT and p.error_code == Errors.NONE for p in response.partitions)
+            if any(p.tp.topic == INPUT and p.error_code == Errors.NONE for p in response.partitions):
+                self.acked.add(client)
 
     def present(self) -> bool:
         """Every consumer the run expects has fetched the partition (always, for `commit` and `ack`)."""
@@ -97,7 +99,7 @@ class ClientTrigger:
         if self.mode == "commit":
             return len(self.committers) >= max(self.min_consumers, 1)
         if self.mode == "ack":
-            return self.acked
+            return len(self.acked) >= max(self.min_consumers, 1)
         if len(self.progress) < max(self.min_consumers, 1):
             return False
         if self.mode == "served":

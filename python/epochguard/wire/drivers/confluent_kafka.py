@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from epochguard.wire.drivers.delivery_log import DeliveryLog, ProduceSchedule, Stop, parse_args, payload
+from epochguard.wire.drivers.delivery_log import DeliveryLog, DriverConfig, ProduceSchedule, Stop, parse_args, payload
 
 CLIENT = "confluent-kafka"
 
@@ -36,14 +37,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.propagate = False
     logger.setLevel(logging.DEBUG)
     logger.addHandler(_LibrdkafkaLog(log))
-    common = {"bootstrap.servers": config.bootstrap, "client.id": config.client_id, "logger": logger}
+    def on_error(err: ck.KafkaError) -> None:  # the rest are in librdkafka's log lines already
+        if err.fatal():
+            log.surfaced(f"{err.name()}: {err.str()}", source="client", kind="error")
+
+    common = {"bootstrap.servers": config.bootstrap, "client.id": config.client_id, "logger": logger,
+              "error_cb": on_error}
     consumer = ck.Consumer({
         **common,
         "group.id": config.client_id,  # required by the constructor; assign() never joins it
         "enable.auto.commit": False,
         "auto.offset.reset": "error" if config.reset == "none" else config.reset,
     })
-    producer = ck.Producer({**common, "acks": "all", "linger.ms": 5})
+    producer = ck.Producer({**common, "acks": "all", "linger.ms": 5, **config.producer_options})
     version: object = ck.version()  # a (str, int) pair in most builds, a bare str in some
     binding = version[0] if isinstance(version, tuple) else str(version)
     log.write("start", client=CLIENT, software="confluent-kafka",
@@ -61,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     partitions = _wait_for_partitions(consumer, config.consume_topic, stop, log)
     consumer.assign([ck.TopicPartition(config.consume_topic, p, ck.OFFSET_BEGINNING) for p in partitions])
     schedule = ProduceSchedule(config)
+    fatal = False  # an idempotent producer's fatal error (librdkafka raises it on every produce after)
     while not stop:
         msg = consumer.poll(0.02)
         if msg is not None:
@@ -75,19 +82,42 @@ def main(argv: Sequence[str] | None = None) -> int:
                 topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
                 assert topic is not None and partition is not None and offset is not None  # a record has them
                 log.consumed(topic, partition, offset, msg.leader_epoch(), msg.value())
-        seq = schedule.due()
-        if seq is not None:
-            try:
-                producer.produce(config.produce_topic, payload(config.client_id, seq), on_delivery=delivered)
-            except BufferError as exc:
-                log.surfaced(f"produce: {exc}", source="producer", kind="error")
-        producer.poll(0)
-    remaining = producer.flush(5.0)
+        if not fatal:
+            fatal = _produce_due(producer, schedule.due(), config, delivered, log)
+    try:
+        remaining = producer.flush(5.0)
+    except ck.KafkaException as exc:
+        remaining = len(producer)
+        _fatal(log, "flush", exc)
     if remaining:
         log.surfaced(f"{remaining} records still unacknowledged at exit", source="producer", kind="error")
     consumer.close()
     log.close()
     return 0
+
+
+def _produce_due(producer: Any, seq: int | None, config: DriverConfig, delivered: Any, log: DeliveryLog) -> bool:
+    """Send record `seq` if one is due and serve delivery callbacks; whether the producer hit a fatal error."""
+    import confluent_kafka as ck
+
+    try:
+        if seq is not None:
+            try:
+                producer.produce(config.produce_topic, payload(config.client_id, seq), on_delivery=delivered)
+            except BufferError as exc:
+                log.surfaced(f"produce: {exc}", source="producer", kind="error")
+        producer.poll(0)  # delivery callbacks; raises a fatal error once
+    except ck.KafkaException as exc:
+        return _fatal(log, "produce", exc)
+    return False
+
+
+def _fatal(log: DeliveryLog, call: str, exc: Exception) -> bool:
+    """A KafkaException from the producer into the delivery log; whether it is fatal (librdkafka's
+    idempotent producer after a sequence desynchronization: it will produce nothing more)."""
+    err = exc.args[0]
+    log.surfaced(f"{call}: {err.name()}: {err.str()}", source="producer", kind="error")
+    return bool(err.fatal())
 
 
 def _wait_for_partitions(consumer: object, topic: str, stop: Stop, log: DeliveryLog) -> list[int]:

@@ -173,7 +173,15 @@ class DriverConfig:
     produce_interval: float
     produce_count: int
     max_seconds: float
-    options: dict[str, str]
+    options: dict[str, str]  # `--option KEY=VALUE`; `producer.KEY` ones are the producer's alone
+
+    @property
+    def consumer_options(self) -> dict[str, str]:
+        return {k: v for k, v in self.options.items() if not k.startswith("producer.")}
+
+    @property
+    def producer_options(self) -> dict[str, str]:
+        return {k.removeprefix("producer."): v for k, v in self.options.items() if k.startswith("producer.")}
 
 
 def parse_args(client: str, argv: Sequence[str] | None = None) -> DriverConfig:
@@ -193,7 +201,7 @@ def parse_args(client: str, argv: Sequence[str] | None = None) -> DriverConfig:
     parser.add_argument("--produce-count", type=int, default=0, help="stop producing after N records (0: no limit)")
     parser.add_argument("--max-seconds", type=float, default=600.0, help="exit by itself after this long")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="a client setting, passed through (repeatable)")
+                        help="a client setting, passed through (repeatable); producer.KEY=VALUE: the producer's")
     ns = parser.parse_args(argv)
     return DriverConfig(
         bootstrap=ns.bootstrap,

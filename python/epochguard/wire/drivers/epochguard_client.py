@@ -35,9 +35,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _settings(config: DriverConfig) -> dict[str, Any]:
-    options: dict[str, Any] = {k: int(v) if v.isdigit() else v for k, v in config.options.items()}
-    return {**options, "bootstrap_servers": config.bootstrap, "client_id": config.client_id, "group_id": None,
-            "enable_auto_commit": False, "auto_offset_reset": config.reset}
+    return {**_typed(config.consumer_options), "bootstrap_servers": config.bootstrap, "client_id": config.client_id,
+            "group_id": None, "enable_auto_commit": False, "auto_offset_reset": config.reset}
+
+
+def _typed(options: dict[str, str]) -> dict[str, Any]:
+    return {k: int(v) if v.isdigit() else v for k, v in options.items()}
 
 
 class _Reporter:
@@ -91,7 +94,8 @@ async def _run(config: DriverConfig, log: DeliveryLog, stop: Stop, use_asyncio: 
     from epochguard.types import TopicPartition
 
     consumer: Any = AsyncConsumer(**_settings(config)) if use_asyncio else _Blocking(KafkaConsumer(**_settings(config)))
-    producer_settings = {"bootstrap_servers": config.bootstrap, "client_id": config.client_id, "acks": "all"}
+    producer_settings = {"acks": "all", **_typed(config.producer_options), "bootstrap_servers": config.bootstrap,
+                         "client_id": config.client_id}
     producer: Any = (AsyncProducer(**producer_settings) if use_asyncio
                      else _Blocking(KafkaProducer(**producer_settings)))
     schedule = ProduceSchedule(config)

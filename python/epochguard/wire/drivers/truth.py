@@ -100,6 +100,11 @@ class ClientTruth:
     stalls: list[tuple[str, int, int]] = field(default_factory=list)
     skipped: int = 0  # final-log offsets below the client's furthest position it never consumed
     out_of_range: list[OutOfRange] = field(default_factory=list)  # its position fell below the log start
+    # What its producer did, as the server's judge names an idempotent producer's outcome after a lost
+    # sequence: fatal (no acknowledgement for `stuck_after_s` before the run ended),
+    # duplicate (an acknowledged record twice in the final log), clean. The server says whether there was a
+    # sequence error at all; this is the same outcome from the client's side.
+    producer_outcome: str = "clean"
 
     def verdicts(self) -> dict[tuple[str, int, int], str]:
         return {d.key(): d.verdict for d in self.divergences}
@@ -173,6 +178,11 @@ def judge_client(
         truth.consumed += len(consumed)
         _judge_partition(tp, consumed, final, surfaced, end_t, stuck_after_s, truth, faults_t)
     _judge_produced(entries, final, truth)
+    acked_t = [e["t"] for e in entries if e["kind"] == "produced" and e.get("offset") is not None]
+    if acked_t and end_t - acked_t[-1] >= stuck_after_s:
+        truth.producer_outcome = "fatal"
+    elif truth.duplicated_produced:
+        truth.producer_outcome = "duplicate"
     return truth
 
 

@@ -1,0 +1,151 @@
+"""`idempotent-truncation` (issue 20; librdkafka#4953, #3584, aiokafka#1017): an idempotent producer's
+acknowledged tail is lost in an unclean election, and the new leader knows the producer's sequences only
+as far as it had copied them, so it answers the next batch OUT_OF_ORDER_SEQUENCE_NUMBER (as Kafka's
+`ProducerAppendInfo.checkSequence` does). The acknowledged records are gone by the election's doing; what
+the producer does next is its own: bump its epoch and go on (`clean`), write records again that the log
+already holds (`duplicate`), or stop producing (`fatal`). The server's judge names the outcome from the
+exchanges and the leader's log, the delivery-log truth from what the client was acknowledged; they must
+agree, and each client must do what its code says.
+
+At the message level first (a scripted producer), then with the real clients that can produce
+idempotently, in one run: the Java client and franz-go are idempotent by default, librdkafka and
+epochguard's own producer are asked to be (`--option producer.…`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from epochguard._core import encode_batch
+from epochguard.errors import Errors
+from epochguard.protocol.messages import ProducePartition, ProduceRequest, ProduceResponse
+from epochguard.types import TopicPartition
+from epochguard.wire import codec
+from epochguard.wire.drivers.registry import client
+from epochguard.wire.drivers.session import RunResult
+from epochguard.wire.engine import WireCluster
+from epochguard.wire.judge import Judge
+from epochguard.wire.scenarios import build
+from tests.wire.conftest import require, require_final_reader
+from tests.wire.serving import ServeRuns
+
+ADDRESSES = {1: ("127.0.0.1", 9001), 2: ("127.0.0.1", 9002), 3: ("127.0.0.1", 9003)}
+INPUT = TopicPartition("input", 0)
+PID = 7
+
+# What each client's producer does after OUT_OF_ORDER_SEQUENCE_NUMBER, read from its code:
+# - kafka-clients 4.4.0: `TransactionManager` bumps an idempotent producer's epoch (KIP-360) and resends
+#   from sequence 0: clean.
+# - franz-go v1.22: resets the producer id/epoch for the partition and goes on: clean.
+# - librdkafka 2.16 (enable.idempotence=true): "sequence desynchronization" is a fatal error; the
+#   producer raises _FATAL on every call after it.
+# - epochguard: as Java's TransactionManager (client/producer.py): clean.
+IDEMPOTENT: dict[str, tuple[tuple[str, ...], str]] = {
+    "confluent-kafka": (("--option", "producer.enable.idempotence=true"), "fatal"),
+    "java-classic": ((), "clean"),
+    "franz-go": ((), "clean"),
+    "epochguard": (("--option", "producer.enable_idempotence=1"), "clean"),
+}
+
+
+# --- the judge at the message level ------------------------------------------------------------------
+def _produce(w: WireCluster, conn, seq: int, values: list[bytes], epoch: int = 0) -> int:
+    records = encode_batch([(None, v) for v in values], producer_id=PID, producer_epoch=epoch, base_sequence=seq)
+    w.submit(conn, codec.RequestHeader(0, 9, 1, "scripted"),
+             ProduceRequest((ProducePartition(INPUT.topic, INPUT.partition, records),), acks=-1))
+    for _ in range(300):
+        answers = [r for c, _, r in w.drain() if c is conn]
+        if answers:
+            (response,) = answers
+            assert isinstance(response, ProduceResponse)
+            return int(response.partitions[0].error_code)
+        w.step()
+    raise AssertionError("no answer")
+
+
+@pytest.fixture
+def answered_out_of_order() -> tuple[WireCluster, Judge, object]:
+    """A scripted idempotent producer wrote sequences 0-1 and was then answered OUT_OF_ORDER for 5."""
+    w = WireCluster(build("idempotent-truncation"), 0, ADDRESSES)
+    judge = Judge()
+    w.observers.append(judge)
+    for _ in range(3000):
+        if w.ready() and w.cluster.acting_leader(INPUT) is not None:
+            break
+        w.step()
+    conn = w.connect(w.cluster.acting_leader(INPUT))
+    assert _produce(w, conn, 0, [b"a", b"b"]) == Errors.NONE
+    assert _produce(w, conn, 5, [b"c"]) == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+    return w, judge, conn
+
+
+def _outcomes(judge: Judge) -> list[tuple[str, str]]:
+    judge.finish()
+    (report,) = [c for c in judge.report() if c["client_id"] == "scripted"]
+    return [(e["error"], e["outcome"]) for e in report["sequence_errors"]]
+
+
+def test_a_producer_acknowledged_again_after_the_error_is_clean(answered_out_of_order) -> None:
+    w, judge, conn = answered_out_of_order
+    assert _produce(w, conn, 0, [b"c"], epoch=1) == Errors.NONE  # its epoch bumped, from sequence 0
+    assert _outcomes(judge) == [("OUT_OF_ORDER_SEQUENCE_NUMBER", "clean")]
+
+
+def test_a_producer_never_acknowledged_after_the_error_is_fatal(answered_out_of_order) -> None:
+    w, judge, conn = answered_out_of_order
+    assert _produce(w, conn, 7, [b"c"]) == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER  # it kept trying, refused
+    assert _outcomes(judge) == [("OUT_OF_ORDER_SEQUENCE_NUMBER", "fatal")] * 2
+
+
+def test_a_producer_that_writes_acknowledged_records_again_duplicates(answered_out_of_order) -> None:
+    w, judge, conn = answered_out_of_order
+    assert _produce(w, conn, 0, [b"b", b"c"], epoch=1) == Errors.NONE  # b was written already
+    assert _outcomes(judge) == [("OUT_OF_ORDER_SEQUENCE_NUMBER", "duplicate")]
+
+
+def test_an_acknowledgement_on_another_partition_or_by_another_client_is_no_recovery(answered_out_of_order) -> None:
+    w, judge, _conn = answered_out_of_order
+    other = w.connect(w.cluster.acting_leader(INPUT))
+    records = encode_batch([(None, b"x")], producer_id=PID + 1, producer_epoch=0, base_sequence=0)
+    w.submit(other, codec.RequestHeader(0, 9, 1, "someone-else"),
+             ProduceRequest((ProducePartition(INPUT.topic, INPUT.partition, records),), acks=-1))
+    for _ in range(100):
+        w.step()
+        w.drain()
+    assert _outcomes(judge) == [("OUT_OF_ORDER_SEQUENCE_NUMBER", "fatal")]
+
+
+# --- real clients ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunResult]:
+    require_final_reader()
+    clients = [client(name) for name in IDEMPOTENT]
+    yield ServeRuns(tmp_path_factory.mktemp("idempotent")).run(
+        "idempotent-truncation", "ack", "idempotent", clients,
+        driver_args={name: args for name, (args, _) in IDEMPOTENT.items()})
+
+
+@pytest.mark.parametrize("name", list(IDEMPOTENT))
+def test_each_producer_does_what_its_code_says_and_both_sides_agree(run: RunResult, name: str) -> None:
+    require(client(name))
+    server = run.server_client(f"epochguard-{name}")
+    assert server is not None, f"the server never saw {name}"
+    truth = run.truths[name]
+    errors = server["sequence_errors"]
+    assert errors, f"{name} was never answered OUT_OF_ORDER_SEQUENCE_NUMBER\n{run.why(name)}"
+    assert {e["error"] for e in errors} == {"OUT_OF_ORDER_SEQUENCE_NUMBER"}
+    assert {e["outcome"] for e in errors} == {truth.producer_outcome}, f"server {errors}, log {run.logs[name]}"
+    assert truth.producer_outcome == IDEMPOTENT[name][1], f"{name}: {truth.producer_outcome}; log {run.logs[name]}"
+    # The tail broker 1 alone acknowledged is gone with the election: lost, and blamed on no client.
+    assert truth.lost_acked and server["acks_lost"] == []
+
+
+def test_librdkafka_says_why_it_stopped(run: RunResult) -> None:
+    require(client("confluent-kafka"))
+    from epochguard.wire.drivers.delivery_log import read_log
+
+    texts = [str(e.get("text")) for e in read_log(run.logs["confluent-kafka"]) if e["kind"] == "error"]
+    assert any("_FATAL" in t or "FATAL" in t for t in texts), texts
+    assert any("sequence desynchronization" in t for t in texts), texts

@@ -16,6 +16,8 @@ from epochguard.types import OffsetAndMetadata, TopicPartition
 
 __all__ = [
     "EpochGuardError",
+    "BufferExhaustedError",
+    "RecordTooLargeError",
     "CorruptRecordError",
     "CheckpointError",
     "CorruptFrameError",
@@ -242,6 +244,18 @@ class KafkaTimeoutError(EpochGuardError, TimeoutError):
     does), or an application call that could not complete in its time limit."""
 
     retriable = True
+
+
+class BufferExhaustedError(KafkaTimeoutError):
+    """A producer's `send` waited `max_block_ms` for room in its `buffer_memory` (records sent and not
+    yet answered) and found none (Java's `BufferExhaustedException`, a `TimeoutException`)."""
+
+
+class RecordTooLargeError(EpochGuardError, ValueError):
+    """A record larger than the producer's `buffer_memory` could never be buffered (Java's
+    `RecordTooLargeException` from `KafkaProducer.ensureValidRecordSize`)."""
+
+    retriable = False
 
 
 class ClientClosedError(EpochGuardError, RuntimeError):

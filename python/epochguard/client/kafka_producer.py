@@ -28,12 +28,20 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from epochguard import _core
-from epochguard.errors import ClientClosedError, EpochGuardError, KafkaConnectionError, KafkaTimeoutError
+from epochguard.errors import (
+    BufferExhaustedError,
+    ClientClosedError,
+    EpochGuardError,
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    RecordTooLargeError,
+)
 from epochguard.protocol.messages import MetadataResponse
 
 from .blocking import BlockingClient
@@ -45,6 +53,7 @@ __all__ = ["AsyncProducer", "KafkaProducer", "PRODUCER_DEFAULTS", "FutureRecordM
 
 _IDLE_S = 1.0
 _MIN_ROUND_S = 0.002
+_RECORD_OVERHEAD = 22  # a record's fixed fields in a v2 batch, at most (length, attributes, deltas, counts)
 
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "bootstrap_servers": "localhost:9092",
@@ -61,7 +70,8 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "reconnect_backoff_ms": 50,
     "reconnect_backoff_max_ms": 1_000,
     "metadata_max_age_ms": 300_000,
-    "max_block_ms": 60_000,  # send_arrow's wait for the topic's metadata (send queues without waiting)
+    "max_block_ms": 60_000,  # send's wait for room in buffer_memory; send_arrow's for the topic's metadata
+    "buffer_memory": 33_554_432,  # bytes of records sent and not yet answered (Java's buffer.memory, 32 MiB)
     "enable_idempotence": False,
     # kafka-python's and Java's default; an idempotent producer keeps one batch in flight per partition
     "max_in_flight_requests_per_connection": 5,
@@ -83,6 +93,10 @@ def producer_config(configs: Mapping[str, Any]) -> dict[str, Any]:
     if config["security_protocol"] != "PLAINTEXT":
         raise ValueError(f"security_protocol {config['security_protocol']!r} is not supported: only PLAINTEXT yet")
     config["compression_type"] = config["compression_type"] or "none"
+    for name in ("buffer_memory", "max_block_ms"):
+        if not isinstance(config[name], int) or config[name] < (1 if name == "buffer_memory" else 0):
+            raise ValueError(f"{name} must be a {'positive' if name == 'buffer_memory' else 'non-negative'} "
+                             f"int: {config[name]!r}")
     in_flight = config["max_in_flight_requests_per_connection"]
     if not isinstance(in_flight, int) or in_flight < 1:
         raise ValueError(f"max_in_flight_requests_per_connection must be a positive int: {in_flight!r}")
@@ -222,6 +236,10 @@ class AsyncProducer:
         self._intake: collections.deque[tuple[Any, ...]] = collections.deque()
         self._intake_signalled = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        # buffer_memory (Java's BufferPool, counted per record rather than per pooled batch): the bytes of
+        # the records sent and not yet answered. A send that would pass it waits up to max_block_ms.
+        self._buffer = threading.Condition()
+        self._buffered = 0
 
     async def __aenter__(self) -> AsyncProducer:
         await self.start()
@@ -294,10 +312,64 @@ class AsyncProducer:
         await self.start()
         self._take_intake()  # what the blocking face queued before goes first
         key_bytes, value_bytes, stamp = self._serialized(key, value, timestamp_ms)
-        delivery = self._machine.send(topic, value_bytes, key_bytes, partition=partition, headers=headers,
-                                      timestamp_ms=stamp, now_ms=self._now_ms())
+        headers = tuple(headers)
+        size = self._record_size(key_bytes, value_bytes, headers)
+        if not self._try_reserve(size):
+            limit, waited = self.config["buffer_memory"], self.config["max_block_ms"]
+            self._wake.set()
+            try:
+                await self.wait_for(lambda: self._try_reserve(size), waited / 1000)
+            except KafkaTimeoutError:
+                raise BufferExhaustedError(f"no room for a {size}-byte record in buffer_memory ({limit} bytes) "
+                                           f"within max_block_ms ({waited} ms)") from None
+        delivery: Delivery[RecordMetadata] = Delivery()
+        delivery.on_done(functools.partial(self._release, size))
+        try:
+            self._machine.send(topic, value_bytes, key_bytes, partition=partition, headers=headers,
+                               timestamp_ms=stamp, now_ms=self._now_ms(), delivery=delivery)
+        except BaseException:
+            self._release(size, delivery)
+            raise
         self._wake.set()
         return delivery
+
+    def _record_size(self, key: Any, value: Any, headers: tuple[tuple[str, bytes | None], ...]) -> int:
+        """What a record holds of buffer_memory (Java's upper bound of its size in a batch, roughly:
+        its bytes and a record's overhead); one larger than buffer_memory is refused outright."""
+        size = _RECORD_OVERHEAD + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+        for name, data in headers:
+            size += len(name) + (len(data) if data is not None else 0) + 2
+        if size > self.config["buffer_memory"]:
+            raise RecordTooLargeError(f"the record is {size} bytes serialized, more than buffer_memory "
+                                      f"({self.config['buffer_memory']} bytes)")
+        return size
+
+    def _try_reserve(self, size: int) -> bool:
+        with self._buffer:
+            if self._buffered + size > self.config["buffer_memory"]:
+                return False
+            self._buffered += size
+            return True
+
+    def _reserve_blocking(self, size: int) -> None:
+        """On the caller's thread (the blocking `send`): wait for room up to max_block_ms."""
+        limit, waited = self.config["buffer_memory"], self.config["max_block_ms"]
+        with self._buffer:
+            if self._buffered + size <= limit:
+                self._buffered += size
+                return
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._wake.set)  # the queued records go out: room comes back
+            if not self._buffer.wait_for(lambda: self._buffered + size <= limit or self._closed, waited / 1000):
+                raise BufferExhaustedError(f"no room for a {size}-byte record in buffer_memory ({limit} bytes) "
+                                           f"within max_block_ms ({waited} ms)")
+            self._check_open()
+            self._buffered += size
+
+    def _release(self, size: int, _delivery: Any = None) -> None:
+        with self._buffer:
+            self._buffered -= size
+            self._buffer.notify_all()
 
     def _serialized(self, key: Any, value: Any, timestamp_ms: int | None) -> tuple[Any, Any, int]:
         ks, vs = self.config["key_serializer"], self.config["value_serializer"]
@@ -316,7 +388,10 @@ class AsyncProducer:
         key_bytes, value_bytes, stamp = self._serialized(key, value, timestamp_ms)
         if key_bytes is None and value_bytes is None:
             raise ValueError("a record needs a key or a value")
+        size = self._record_size(key_bytes, value_bytes, headers)
+        self._reserve_blocking(size)
         delivery: Delivery[RecordMetadata] = Delivery()
+        delivery.on_done(functools.partial(self._release, size))  # before the loop can see it: no race
         self._intake.append((topic, value_bytes, key_bytes, partition, headers, stamp, delivery))
         if not self._intake_signalled:
             assert self._loop is not None, "submit() before start()"
@@ -400,6 +475,8 @@ class AsyncProducer:
             except EpochGuardError as exc:
                 self.last_error = exc
         self._closed = True
+        with self._buffer:
+            self._buffer.notify_all()  # a send waiting for room raises ClientClosedError
         for task in [self._driver, *self._tasks]:
             if task is not None:
                 task.cancel()

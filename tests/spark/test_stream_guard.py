@@ -204,6 +204,27 @@ def test_unclean_election_while_the_query_is_stopped(cluster: GuardCluster, tmp_
     assert [e["detected_by"] for e in run.truncations()] == ["restart"]
 
 
+def test_a_restart_without_admission_control_rewinds_from_the_checkpoint(cluster: GuardCluster,
+                                                                         tmp_path: Path) -> None:
+    """pyspark 4.0/4.1 call `latestOffset()` without a start: after a restart the reader plans from the
+    checkpoint the engine's restart hook (`partitions(o, o)`) handed it. It planned from startingOffsets
+    (earliest), saw no moved epoch there, and the engine read the refilled log from the checkpoint on
+    silently (found on pyspark 4.0.0 by test_oldest_pyspark.py)."""
+    run = MicroBatches(cluster, "rewind", tmp_path)
+    old = _read_phantoms(cluster, run)
+    run.stop()
+    cluster.unclean_election(TP, old)
+    cluster.produce(12)
+    run.reader = run._new_reader()
+    last = run.offset_log[-1]
+    assert run.reader.partitions(last, last) == []
+    with pytest.warns(TruncationWarning, match="diverges at offset 10"):
+        end = run.reader.latestOffset()
+    ends, starts = parse_offsets(end)
+    assert starts[TP].offset == 10 and ends[TP].offset == 22
+    assert [e["detected_by"] for e in run.truncations()] == ["restart"]
+
+
 def test_a_restart_validates_every_partition_without_the_hook(cluster: GuardCluster, tmp_path: Path) -> None:
     """Spark 4.3 gives a source with admission control no `setLatestSeenOffset` (partitions(o, o)): the first
     trigger of a restarted driver validates the whole checkpoint itself, moved epoch or not."""

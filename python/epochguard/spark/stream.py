@@ -322,6 +322,7 @@ if DataSource is not None:
             self._planned: dict[str, Any] | None = None  # the last end this process returned
             self._target: dict[TopicPartition, EpochOffset] | None = None  # Trigger.AvailableNow's
             self._fresh = False  # initialOffset was called in this process (not a restart)
+            self._restarted = False  # the engine's restart hook handed this process its checkpoint
             self.detected: list[Truncation] = []  # every truncation this driver found (tests, logs)
 
         def __getstate__(self) -> dict[str, Any]:  # executors get the options, not the driver's sockets
@@ -394,7 +395,8 @@ if DataSource is not None:
             # Validate where the leader epoch moved since the checkpoint's planning; on the first trigger of
             # a process that did not plan the start itself (a restart), every partition: Spark 4.3 calls the
             # `setLatestSeenOffset` hook (partitions(o, o)) only for sources without admission control.
-            restart = self._planned is None and not self._fresh
+            restart = (self._planned is None and not self._fresh) or self._restarted
+            self._restarted = False
             moved = {tp: pos for tp, pos in previous.items()
                      if pos.epoch is not None and (restart or latest[tp].epoch != pos.epoch)}
             for t in self._truncations(moved, "restart" if restart else "trigger"):
@@ -465,6 +467,10 @@ if DataSource is not None:
                 # The engine's restart hook (`setLatestSeenOffset`): validate the whole checkpoint before
                 # anything is planned from it. Under rewind the next trigger rewinds (its epoch moved).
                 self._validate_or_fail(ends, "restart")
+                if self._planned is None:
+                    # pyspark 4.0/4.1 call latestOffset() without its start: the checkpoint is it, not
+                    # startingOffsets (from which a restarted query planned, and read a rewritten log on).
+                    self._planned, self._restarted = end, True
                 return []
             if end != self._planned:
                 # A batch planned by an earlier run (replay after a failure or restart): its end is
@@ -494,11 +500,10 @@ def read_range(options: StreamOptions, tp: TopicPartition, start: EpochOffset, u
     import time
 
     import pyarrow.compute as pc
-    from pyspark.sql.pandas.types import to_arrow_schema
 
     from epochguard.client import KafkaConsumer
 
-    target = to_arrow_schema(schema, timezone="UTC")
+    target = _arrow_schema(schema)
     consumer = KafkaConsumer(bootstrap_servers=options.bootstrap, auto_offset_reset="none",
                              enable_auto_commit=False, client_id="epochguard-spark-executor", **options.client)
     try:
@@ -542,6 +547,18 @@ def read_range(options: StreamOptions, tp: TopicPartition, start: EpochOffset, u
             position = consumer.position(tp)
     finally:
         consumer.close()
+
+
+def _arrow_schema(schema: StructType) -> pa.Schema:
+    """Spark's Arrow schema for `schema`, timestamps in UTC: pyspark 4.1+ takes `timezone`, 4.0 had
+    `timestamp_utc` (default True) instead and refuses `timezone`."""
+    import inspect
+
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:
+        return to_arrow_schema(schema, timezone="UTC")
+    return to_arrow_schema(schema)
 
 
 def _to_spark(batch: pa.RecordBatch, tp: TopicPartition, target: pa.Schema) -> pa.RecordBatch:

@@ -44,6 +44,8 @@ RATIOS = (
             f"test_confluent_produce[{where}]") for where in ("serve", "kafka")),
     *(Ratio(f"client send vs kafka-python send, {where}", f"test_client_send[{where}]",
             f"test_kafka_python_send[{where}]") for where in ("serve", "kafka")),
+    Ratio("epochguard-kafka vs Spark's Kafka source, 1 KiB rows, 8 partitions, Kafka 4.4",
+          "test_stream_read[epochguard-kafka]", "test_stream_read[kafka]"),
 )
 
 

@@ -544,7 +544,11 @@ def read_range(options: StreamOptions, tp: TopicPartition, start: EpochOffset, u
                 yield _to_spark(kept, tp, target)
             if stop:
                 return
-            position = consumer.position(tp)
+            try:  # the client raises a truncation it found (pipelined fetches) here too, as Java's position()
+                position = consumer.position(tp)
+            except LogTruncationError as exc:
+                log.warning("%s %s stopped at %d: %s", TRUNCATION_PREFIX, tp, position, exc)
+                return
     finally:
         consumer.close()
 

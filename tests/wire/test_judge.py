@@ -207,6 +207,32 @@ def test_going_on_at_a_follower_of_the_new_epoch_is_silent() -> None:
     assert (event["verdict"], event["skipped"]) == ("silent", end - event["offset"])
 
 
+def test_a_follower_that_has_not_truncated_yet_decides_nothing() -> None:
+    """Just healed, broker 1 knows the new epoch but still holds the zombie's records (it truncates on
+    its first exchange with the leader): its answer is the zombie's log, not the leader's. aiokafka got
+    an empty answer at its old position there, then OFFSET_OUT_OF_RANGE once broker 1 had truncated, and
+    asked broker 1 for offsets from then on: stuck, as its log said; the server had called it silent."""
+    w, judge = leader_alone("zombie-leader")
+    old = w.connect(1)
+    end = fetch(w, old, 0).partitions[0].high_watermark
+    w.fire(Zombie(1))
+    w.fire(ResumeProducers())
+    run_until(w, lambda: w.cluster.controller.state(TP).leader == 2)
+    for _ in range(5):
+        end = max(end, fetch(w, old, end).partitions[0].high_watermark)
+        for _ in range(20):
+            w.step()
+    w.fire(Heal(broker_node(1)))
+    epoch = w.cluster.controller.state(TP).leader_epoch
+    follower = w.cluster.brokers[1].manager.partitions[TP]
+    run_until(w, lambda: follower.leader_epoch == epoch)
+    assert w.cluster.log(1, TP).log_end_offset >= end  # not truncated yet: the zombie's records
+    assert not w.cluster.in_current_epoch(TP, 1)  # so what it answers is judged as a zombie's
+    run_until(w, lambda: w.cluster.log(1, TP).latest_epoch == epoch)  # truncated, copying the new epoch
+    assert w.cluster.in_current_epoch(TP, 1)
+    assert verdict(judge)["verdict"] == "undecided"
+
+
 def test_a_zombie_still_serving_its_old_epoch_decides_nothing() -> None:
     w, judge = leader_alone("zombie-leader")
     old = w.connect(1)

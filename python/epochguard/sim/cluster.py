@@ -103,12 +103,18 @@ class Cluster:
         return state.leader if broker.alive and broker.leader_epoch(tp) == state.leader_epoch else None
 
     def in_current_epoch(self, tp: TopicPartition, broker_id: int) -> bool:
-        """`broker_id` is up and knows the controller's leader epoch for `tp`: the acting leader or one of its
-        followers (which serve consumers' Fetch v11+ too, KIP-392), not a zombie still on an older epoch."""
+        """`broker_id` serves `tp` as the current leader epoch has it: the acting leader, or one of its
+        followers (which serve consumers' Fetch v11+ too, KIP-392) once its log holds the current epoch (it
+        truncated first); not a zombie on an older epoch, nor a follower still holding a zombie's records."""
         state = self.controller.state(tp)
+        if state.leader < 0 or self.acting_leader(tp) is None:
+            return False
+        if broker_id == state.leader:
+            return True
         broker = self.brokers.get(broker_id)
         partition = None if broker is None or not broker.alive else broker.manager.partitions.get(tp)
-        return state.leader >= 0 and partition is not None and partition.leader_epoch == state.leader_epoch
+        return (partition is not None and partition.leader_epoch == state.leader_epoch
+                and partition.log.latest_epoch == state.leader_epoch)
 
     # --- faults ----------------------------------------------------------------------------------
     def crash(self, broker_id: int) -> None:

@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.addHandler(_LibrdkafkaLog(log))
     def on_error(err: ck.KafkaError) -> None:  # the rest are in librdkafka's log lines already
         if err.fatal():
-            log.surfaced(f"{err.name()}: {err.str()}", source="client", kind="error")
+            log.surfaced(f"{err.name()} (fatal): {err.str()}", source="client", kind="error")
 
     common = {"bootstrap.servers": config.bootstrap, "client.id": config.client_id, "logger": logger,
               "error_cb": on_error}
@@ -116,8 +116,9 @@ def _fatal(log: DeliveryLog, call: str, exc: Exception) -> bool:
     """A KafkaException from the producer into the delivery log; whether it is fatal (librdkafka's
     idempotent producer after a sequence desynchronization: it will produce nothing more)."""
     err = exc.args[0]
-    log.surfaced(f"{call}: {err.name()}: {err.str()}", source="producer", kind="error")
-    return bool(err.fatal())
+    fatal = bool(err.fatal())
+    log.surfaced(f"{call}: {err.name()}{' (fatal)' if fatal else ''}: {err.str()}", source="producer", kind="error")
+    return fatal
 
 
 def _wait_for_partitions(consumer: object, topic: str, stop: Stop, log: DeliveryLog) -> list[int]:

@@ -18,6 +18,7 @@ private event-loop thread and blocks on it; its calls are thread-confined to tha
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import dataclasses
 import functools
@@ -50,6 +51,7 @@ from epochguard.protocol.messages import (
 )
 from epochguard.types import (
     ConsumerRecord,
+    FetchPosition,
     IsolationLevel,
     OffsetAndMetadata,
     TopicPartition,
@@ -275,11 +277,6 @@ class AsyncConsumer:
             while not self._closed:
                 self._wake.clear()
                 now = self._now_ms()
-                if now >= self._next_auto_commit:
-                    self._next_auto_commit = now + self.config["auto_commit_interval_ms"]
-                    offsets = self._machine.consumed_offsets()
-                    if offsets:
-                        self._machine.commit(offsets)
                 sent = self._send_due(now)
                 deadline = self._machine.next_deadline_ms()
                 group_deadline = None if self._group is None else self._group.next_deadline_ms()
@@ -287,8 +284,6 @@ class AsyncConsumer:
                     deadline = group_deadline if deadline is None else min(deadline, group_deadline)
                 delay = _IDLE_S if deadline is None else (deadline - self._now_ms()) / 1000
                 delay = min(max(delay, 0.0 if sent else _MIN_ROUND_S), _IDLE_S)
-                if self._next_auto_commit < math.inf:
-                    delay = min(delay, max(0.0, (self._next_auto_commit - self._now_ms()) / 1000))
                 try:
                     await asyncio.wait_for(self._wake.wait(), delay)
                 except TimeoutError:
@@ -556,6 +551,7 @@ class AsyncConsumer:
         self._arm()
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout_ms / 1000
+        self._maybe_auto_commit()
         while True:
             self._check_open()
             self._changed.clear()
@@ -573,6 +569,30 @@ class AsyncConsumer:
                 await asyncio.wait_for(self._changed.wait(), remaining)
             except TimeoutError:
                 return []
+
+    def _maybe_auto_commit(self) -> None:
+        """enable_auto_commit: every auto_commit_interval_ms, commit the positions after what earlier polls
+        handed out, when the application polls again (Java's `maybeAutoCommitOffsetsAsync` in `poll`): the
+        records of the last poll count as processed only then, never while the application holds them."""
+        now = self._now_ms()
+        if now < self._next_auto_commit:
+            return
+        self._next_auto_commit = now + self.config["auto_commit_interval_ms"]
+        offsets = self._machine.consumed_offsets()
+        if offsets:
+            self._machine.commit(offsets)
+            self._wake.set()
+
+    def rewind(self, positions: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+        """Give back records handed out but not used (the blocking iterator's, before any other call):
+        each still assigned partition's position goes back to that offset and epoch, with its current
+        leader (those records were read from it: nothing to validate), and is fetched again from there."""
+        for tp, om in positions.items():
+            position = self._machine.position(tp) if tp in self._machine.assignment else None
+            if position is not None:  # as read from the current leader: no validation to wait for
+                self._machine.seek_position(tp, FetchPosition(om.offset, om.leader_epoch, position.current_leader),
+                                            validate=False)
+        self._poke()
 
     def records_of(self, fetches: Iterable[CompletedFetch]) -> dict[TopicPartition, list[ConsumerRecord]]:
         """The fetches' records by partition, deserialized (pure: any thread)."""
@@ -751,8 +771,11 @@ class KafkaConsumer(BlockingClient[AsyncConsumer]):
         consumer_config(configs)  # refuse bad settings here, before a thread exists
         super().__init__(lambda: AsyncConsumer(**configs))
         self.config = self._async.config
+        self._pending: collections.deque[ConsumerRecord] = collections.deque()  # the iterator's, not yet handed out
+        self._last: ConsumerRecord | None = None
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        self._unread()
         parts = list(partitions)
         self._call(lambda: self._async.assign(parts))
 
@@ -767,15 +790,19 @@ class KafkaConsumer(BlockingClient[AsyncConsumer]):
         return self._async.subscription()
 
     def unsubscribe(self) -> None:
+        self._unread()
         self._call(self._async.unsubscribe)
 
     def seek(self, partition: TopicPartition, offset: int | OffsetAndMetadata) -> None:
+        self._unread()
         self._call(lambda: self._async.seek(partition, offset))
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._unread()
         self._call(lambda: self._async.seek_to_beginning(*partitions))
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._unread()
         self._call(lambda: self._async.seek_to_end(*partitions))
 
     def pause(self, *partitions: TopicPartition) -> None:
@@ -785,12 +812,15 @@ class KafkaConsumer(BlockingClient[AsyncConsumer]):
         self._call(lambda: _now(self._async.resume, *partitions))
 
     def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
+        self._unread()
         return self._call(lambda: self._async.position(partition, timeout_ms))
 
     def poll(self, timeout_ms: int = 0) -> dict[TopicPartition, list[ConsumerRecord]]:
+        self._unread()
         return self._polled(self._async.records_of, timeout_ms)
 
     def poll_arrow(self, timeout_ms: int = 0) -> dict[TopicPartition, Any]:
+        self._unread()
         return self._polled(arrow_of, timeout_ms)
 
     def _polled(self, decode: Callable[[list[CompletedFetch]], dict[TopicPartition, Any]],
@@ -805,17 +835,49 @@ class KafkaConsumer(BlockingClient[AsyncConsumer]):
                 return out
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        """The next record (kafka-python's iterator: the consumer is its own iterator, so a `for` loop
+        left with `break` and started again goes on with the next record). StopIteration after
+        `consumer_timeout_ms` without one."""
+        if not self._pending:
+            self._fill()
+        record = self._last = self._pending.popleft()
+        return record
+
+    def _fill(self) -> None:
         timeout = self.config["consumer_timeout_ms"]
+        end = time.monotonic() + timeout / 1000
         while True:
-            batch = self.poll(timeout_ms=int(min(timeout, 1000)))
-            if not batch:
-                if timeout < math.inf:
-                    return
-                continue
-            for records in batch.values():
-                yield from records
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                raise StopIteration
+            batch = self._call(functools.partial(self._async.poll_fetches, int(min(remaining * 1000, 1000))))
+            records = self._async.records_of(batch)
+            for rs in records.values():
+                self._pending.extend(rs)
+            if self._pending:
+                return
+
+    def _unread(self) -> None:
+        """Before any other call: records the iterator holds but has not handed out are given back (the
+        partitions fetch again from the first of them), so a commit, a position or a seek sees exactly
+        what the application was handed, as kafka-python's iterator moves the position record by record."""
+        if not self._pending:
+            return
+        first: dict[TopicPartition, OffsetAndMetadata] = {}
+        last = self._last
+        for r in self._pending:
+            tp = TopicPartition(r.topic, r.partition)
+            if tp not in first:
+                epoch = last.leader_epoch if last is not None and (last.topic, last.partition) == tp else r.leader_epoch
+                first[tp] = OffsetAndMetadata(r.offset, "", epoch)
+        self._pending.clear()
+        self._call(lambda: _now(self._async.rewind, first))
 
     def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None) -> None:
+        self._unread()
         self._call(lambda: self._async.commit(offsets))
 
     def commit_async(self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None,
@@ -823,6 +885,8 @@ class KafkaConsumer(BlockingClient[AsyncConsumer]):
                      ) -> concurrent.futures.Future[None]:
         """As `AsyncConsumer.commit_async`; a `concurrent.futures.Future` (the callback runs on the
         client's loop thread, as kafka-python's run in its I/O thread)."""
+        self._unread()
+
         async def start() -> asyncio.Task[None]:
             return self._async.commit_async(offsets, callback)
 
@@ -848,6 +912,7 @@ class KafkaConsumer(BlockingClient[AsyncConsumer]):
         return self._async.last_error
 
     def close(self, autocommit: bool = True) -> None:
+        self._unread()
         self._close(lambda: self._async.close(autocommit))
 
 

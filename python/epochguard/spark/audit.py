@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, StructField, StructType
 
 from epochguard import _core
@@ -72,7 +72,9 @@ from epochguard.spark.result import (
     REPLICA_KINDS,
     AuditResult,
     ReplicaSummary,
+    arrow_frame,
     partition_row,
+    partitions_arrow_schema,
 )
 
 if TYPE_CHECKING:
@@ -106,6 +108,7 @@ COMPARED_COLUMNS = [
 ]
 CONTENT_COLUMNS = ["offset", "key", "value", "headers"]
 LENGTHS = ("key_length", "value_length", "headers_count")
+PARTITIONS_ARROW = partitions_arrow_schema()
 RECORD_COLUMNS = [c for c in COMPARED_COLUMNS if c not in LOCATION.fieldNames()]
 # Up to this many bytes of batches left to decode, the driver decodes and compares them (about 1 KiB
 # of Arrow per 1 KiB of 100-byte records: tens of MiB of driver memory at most).
@@ -179,7 +182,7 @@ def audit(
         if runs is not None and sum(r.batch_size for r in runs.ranges) <= budget:
             return _audit_local(run, replicas, frame, runs)
         # The tails are too large for the driver: the records decoded so far go to Spark.
-        frame = _frame(spark, frame)
+        frame = arrow_frame(spark, frame)
     return _audit_distributed(run, replicas, frame, runs)
 
 
@@ -343,11 +346,13 @@ def _audit_distributed(
     errors = _errors(spark, listing, frame).persist()
     result = AuditResult(
         replicas=replicas,
-        partitions=spark.createDataFrame([partition_row(r) for r in replicas], PARTITIONS_SCHEMA),
-        lost_records=lost_records,
-        mismatched_records=mismatched.orderBy("topic", "partition", "broker", "offset"),
-        errors=errors,
-        phantom_reads=phantoms,
+        frames={
+            "partitions": spark.createDataFrame([partition_row(r) for r in replicas], PARTITIONS_SCHEMA),
+            "lost_records": lost_records,
+            "mismatched_records": mismatched.orderBy("topic", "partition", "broker", "offset"),
+            "errors": errors,
+            "phantom_reads": phantoms,
+        },
         error_count=errors.count(),
         phantom_counts=phantom_counts,
         lost_sample=lost_sample,
@@ -422,18 +427,17 @@ def _audit_local(run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, run
             )
             lost = found.lost.select(["topic", "partition", "offset", "leader_epoch", "broker", "kind"])
             phantoms = _phantom_reads(
-                spark, consumed, replicas, _frame(spark, reference_keys), _frame(spark, lost), runs.runs
+                spark, consumed, replicas, arrow_frame(spark, reference_keys), arrow_frame(spark, lost), runs.runs
             )
             phantoms = phantoms.orderBy("topic", "partition", "offset").persist()
             phantom_counts = {
                 row.kind: row.n for row in phantoms.groupBy("kind").agg(F.count("*").alias("n")).collect()
             }
             phantom_sample = [row.asDict() for row in phantoms.limit(sample).collect()]
-    partitions = spark.createDataFrame([partition_row(r) for r in replicas], PARTITIONS_SCHEMA)
     tables = {
         "partitions": pa.Table.from_pylist(
-            [dict(zip(partitions.columns, partition_row(r), strict=True)) for r in replicas],
-            schema=to_arrow_schema(partitions.schema),
+            [dict(zip(PARTITIONS_ARROW.names, partition_row(r), strict=True)) for r in replicas],
+            schema=PARTITIONS_ARROW,
         ),
         "lost_records": lost_records,
         "mismatched_records": found.mismatched,
@@ -441,29 +445,19 @@ def _audit_local(run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, run
     }
     result = AuditResult(
         replicas=replicas,
-        partitions=partitions,
-        lost_records=_frame(spark, lost_records),
-        mismatched_records=_frame(spark, found.mismatched),
-        errors=_frame(spark, errors),
-        phantom_reads=phantoms,
+        frames={"phantom_reads": phantoms},  # the others are made from `tables` when asked for
         error_count=errors.num_rows,
         phantom_counts=phantom_counts,
         lost_sample=local.rows(lost_records, sample),
         phantom_sample=phantom_sample,
         provenance=run.provenance,
         tables=tables,
+        spark=spark,
     )
     if run.out is not None:
         with step("writing results"):
             save(result, run.out, html=run.html)
     return result
-
-
-def _frame(spark: SparkSession, table: pa.Table) -> DataFrame:
-    """A DataFrame of a driver-held table (Spark refuses an Arrow table without a chunk)."""
-    if table.num_rows == 0:
-        return spark.createDataFrame([], from_arrow_schema(table.schema))
-    return spark.createDataFrame(table)
 
 
 def _local_errors(listing: Listing, frames: list[pa.Table]) -> pa.Table:

@@ -15,7 +15,7 @@ from epochguard.spark.listing import is_local
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 LOSS_KINDS = ("truncated", "rewritten")
 REPLICA_KINDS = ("reference", "in_sync", "behind", "retention", "recreated", "diverged", "mismatched")
@@ -72,25 +72,54 @@ def partition_row(r: ReplicaSummary) -> tuple:
 
 @dataclass
 class AuditResult:
-    """The audit's findings. The DataFrames are lazy over cached data: ``lost_records`` (with keys,
-    values and headers, re-decoded from just the batches that hold them), ``mismatched_records``,
-    ``errors`` and ``phantom_reads`` (None without a consumed table). Samples of the first two are
-    collected for the report; `provenance` names the inputs (log dirs, version, time, Spark master)."""
+    """The audit's findings. The DataFrames are lazy over cached data: ``partitions``,
+    ``lost_records`` (with keys, values and headers, re-decoded from just the batches that hold
+    them), ``mismatched_records``, ``errors`` and ``phantom_reads`` (None without a consumed table).
+    When the driver holds a table (the audit's local path: `tables`), its DataFrame is made from it
+    on first use only, and `save` writes it with pyarrow: an audit that is only saved runs no Spark
+    job. Samples of the lost records and phantom reads are collected for the report; `provenance`
+    names the inputs (log dirs, version, time, Spark master)."""
 
     replicas: list[ReplicaSummary]
-    partitions: DataFrame
-    lost_records: DataFrame
-    mismatched_records: DataFrame
-    errors: DataFrame
-    phantom_reads: DataFrame | None
+    frames: dict[str, DataFrame | None]  # by table name; a name missing here is made from `tables`
     error_count: int
     phantom_counts: dict[str, int] | None  # by kind; None without a consumed table
     lost_sample: list[dict[str, Any]]  # the first lost records, for the report (all are in Parquet)
     phantom_sample: list[dict[str, Any]]  # likewise
     provenance: dict[str, Any]
     out: str | None = None  # where `save` last wrote
-    # The same tables as Arrow when the driver holds them (the audit's local path): saved by pyarrow.
+    # The same tables as Arrow when the driver holds them (the audit's local path), and the session
+    # that makes their DataFrames.
     tables: dict[str, pa.Table] = field(default_factory=dict)
+    spark: SparkSession | None = None
+
+    def frame(self, name: str) -> DataFrame | None:
+        """The table `name` as a DataFrame (made from the driver's Arrow table on first use)."""
+        if name not in self.frames:
+            table = self.tables[name]
+            assert self.spark is not None, "a driver-held table needs the session to become a DataFrame"
+            self.frames[name] = arrow_frame(self.spark, table)
+        return self.frames[name]
+
+    @property
+    def partitions(self) -> DataFrame:
+        return _present(self.frame("partitions"))
+
+    @property
+    def lost_records(self) -> DataFrame:
+        return _present(self.frame("lost_records"))
+
+    @property
+    def mismatched_records(self) -> DataFrame:
+        return _present(self.frame("mismatched_records"))
+
+    @property
+    def errors(self) -> DataFrame:
+        return _present(self.frame("errors"))
+
+    @property
+    def phantom_reads(self) -> DataFrame | None:
+        return self.frames.get("phantom_reads")
 
     @property
     def diverged(self) -> list[ReplicaSummary]:
@@ -145,23 +174,43 @@ class AuditResult:
             stale = os.path.join(out, "phantom_reads.parquet")
             if os.path.isdir(stale):  # from an earlier run with a consumed table: it would no longer match
                 shutil.rmtree(stale)
-        frames = {
-            "partitions": self.partitions.coalesce(1),
-            "lost_records": self.lost_records,
-            "mismatched_records": self.mismatched_records,
-            "errors": self.errors.coalesce(1),
-        }
+        names = ["partitions", "lost_records", "mismatched_records", "errors"]
         if self.phantom_reads is not None:
-            frames["phantom_reads"] = self.phantom_reads
-        for name, frame in frames.items():
+            names.append("phantom_reads")
+        for name in names:
             path = _join(out, f"{name}.parquet")
             table = self.tables.get(name)
             if local and table is not None:  # held by the driver: no Spark job to write it
                 write_parquet(table, path)
-            else:
-                frame.write.mode("overwrite").parquet(path)
+                continue
+            frame = _present(self.frame(name))
+            if name in ("partitions", "errors"):
+                frame = frame.coalesce(1)
+            frame.write.mode("overwrite").parquet(path)
         self.out = out
         return self
+
+
+def _present(frame: DataFrame | None) -> DataFrame:
+    assert frame is not None
+    return frame
+
+
+def arrow_frame(spark: SparkSession, table: pa.Table) -> DataFrame:
+    """A DataFrame of a driver-held table (Spark refuses an Arrow table without a chunk)."""
+    if table.num_rows == 0:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return spark.createDataFrame([], from_arrow_schema(table.schema))
+    return spark.createDataFrame(table)
+
+
+def partitions_arrow_schema() -> pa.Schema:
+    """PARTITIONS_SCHEMA as Arrow, without a session."""
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "boolean": pa.bool_()}
+    return pa.schema([(name, types[kind]) for name, kind in (f.split() for f in PARTITIONS_SCHEMA.split(", "))])
 
 
 def write_parquet(table: pa.Table, path: str) -> None:

@@ -8,10 +8,15 @@ followers copy their leader's batches byte for byte. Data are written once per s
 project's own writers (the core's batch encoder, `epochguard.storage.logdir`'s root files, the epoch cache's
 checkpoint) and cached under ``--data``.
 
-Each audit runs in a fresh process: ``end_to_end`` is from the process start (before pyspark is
-imported) to the audit's return, Spark's start included; ``audit`` is the audit's own work once the
-session is up (a first tiny job has started the JVM's executors); ``stages`` is the time of each
-step; ``driver_peak_mib`` is the Python driver's VmHWM. Not a test: run it by hand and quote it.
+Each audit runs in a fresh process, as `epochguard audit` does: ``end_to_end`` is from the process
+start (before pyspark is imported) to the audit's return (results written), Spark's start included;
+``spark_start`` is the part until `local_session` returns; ``audit`` is the audit's own work after
+that (no warm-up job: a Spark job the audit runs pays for its own first-job costs, as it does for a
+user); ``stages`` is the time of each step; ``driver_peak_mib`` is the Python driver's VmHWM;
+``load`` the 1-minute load average when the audit ended (the machine may be shared: quote ratios of
+the same run). Spark's bare start (``SparkSession.builder.getOrCreate()`` and a first
+``spark.range(1).collect()``, nothing of epochguard) is measured in the same run, as the floor.
+Not a test: run it by hand and quote it.
 
     nice .venv/bin/python benches/audit_scale.py --records 3000000,12000000 [--methods batches,records]
 """
@@ -35,10 +40,9 @@ SEGMENT_BYTES = 1 << 30
 AUDIT = """
 import time
 began = time.perf_counter()
-import json, sys
+import json, os, sys
 from epochguard.spark import audit, local_session
 spark = local_session("local[2]", app_name="epochguard-audit-scale", shuffle_partitions=4)
-spark.range(1).collect()  # the executors are up before the audit's clock starts
 up = time.perf_counter()
 stages, clock = {}, [up]
 from contextlib import contextmanager
@@ -57,9 +61,34 @@ print("RESULT " + json.dumps({
     "end_to_end": done - began, "spark_start": up - began, "audit": done - up, "stages": stages,
     "lost": result.lost_count, "records": sum(r.record_count for r in result.replicas),
     "kinds": sorted(r.kind for r in result.replicas), "driver_peak_mib": peak / 1024,
+    "load": os.getloadavg()[0],
 }))
 spark.stop()
 """
+
+
+BARE = """
+import time
+began = time.perf_counter()
+import json, os
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+up = time.perf_counter()
+spark.range(1).collect()
+done = time.perf_counter()
+print("RESULT " + json.dumps({"session": up - began, "first_job": done - up, "total": done - began,
+                              "load": os.getloadavg()[0]}))
+spark.stop()
+"""
+
+
+def bare_start() -> dict:
+    """Spark's own start, nothing of epochguard: the floor of any audit's end-to-end time."""
+    proc = subprocess.run([sys.executable, "-c", BARE], capture_output=True, text=True)
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        raise SystemExit(f"bare Spark start failed:\n{proc.stderr[-4000:]}")
+    return json.loads(line[len("RESULT ") :])
 
 
 def batch_sizes(n: int, seed: int) -> list[int]:
@@ -155,13 +184,18 @@ def main() -> None:
     parser.add_argument("--records", default="3000000,12000000", help="total records per cluster, comma-separated")
     parser.add_argument("--tail", type=int, default=10_000, help="records of the divergent tail per partition")
     parser.add_argument(
-        "--methods", default="batches,batches:nocrc,records", help="audit methods; ':nocrc' skips the CRC check"
+        "--methods", default="batches,records", help="audit methods; ':nocrc' skips the CRC check"
     )
     parser.add_argument("--data", default="target/audit-scale", help="where the generated log dirs are cached")
     parser.add_argument("--json", help="write the figures here too")
     parser.add_argument("--generate-only", action="store_true", help="write (or find) the data and stop")
     args = parser.parse_args()
-    rows = []
+    rows: list[dict] = []
+    if not args.generate_only:
+        floor = bare_start()
+        rows.append({"method": "spark-bare-start", **floor})
+        print(f"Spark's bare start: session {floor['session']:.1f} s, first job {floor['first_job']:.1f} s, "
+              f"total {floor['total']:.1f} s (load {floor['load']:.1f})", flush=True)
     for n in (int(x) for x in args.records.split(",")):
         root = Path(args.data) / f"n{n}-t{args.tail}"
         began = time.perf_counter()
@@ -178,12 +212,12 @@ def main() -> None:
             rows.append({"records": n, "bytes": size, "method": method, **got})
             print(
                 f"  {method:8s} end to end {got['end_to_end']:6.1f} s (Spark start {got['spark_start']:.1f} s), "
-                f"audit {got['audit']:6.1f} s, driver peak {got['driver_peak_mib']:.0f} MiB; "
+                f"audit {got['audit']:6.1f} s, driver peak {got['driver_peak_mib']:.0f} MiB, load {got['load']:.1f}; "
                 f"stages {json.dumps(got['stages'])}",
                 flush=True,
             )
-    by = {(r["records"], r["method"]): r for r in rows}
-    for n in sorted({r["records"] for r in rows}):
+    by = {(r["records"], r["method"]): r for r in rows if "records" in r}
+    for n in sorted({r["records"] for r in rows if "records" in r}):
         if (n, "batches") in by and (n, "records") in by:
             a, b = by[(n, "records")], by[(n, "batches")]
             print(f"{n:,}: records / batches audit time x{a['audit'] / b['audit']:.1f}, "

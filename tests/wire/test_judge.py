@@ -181,11 +181,9 @@ def test_the_stuck_bound_counts_from_the_last_records_a_zombie_served() -> None:
     assert verdict(judge)["verdict"] == "silent"
 
 
-def test_going_on_at_a_follower_of_the_new_epoch_is_silent() -> None:
-    """Fetch v11+ may be served by a follower (KIP-392: Kafka's `fetchOnlyLeader` is false once the
-    request carries client metadata). kcat (librdkafka 2.0.2) read the zombie's records, and once broker 1
-    had healed, truncated and followed the new leader, went on fetching there from its old position,
-    above the divergence point: silent, as its delivery log said (the server had left it undecided)."""
+def zombie_served() -> tuple[WireCluster, Judge, object, int]:
+    """zombie-leader by hand: broker 1 cut off from the controller, broker 2 elected, and the scripted
+    client served by the zombie in epoch 0 for 1 s; returns its connection to broker 1 and how far it read."""
     w, judge = leader_alone("zombie-leader")
     old = w.connect(1)
     end = fetch(w, old, 0).partitions[0].high_watermark
@@ -196,6 +194,15 @@ def test_going_on_at_a_follower_of_the_new_epoch_is_silent() -> None:
         end = max(end, fetch(w, old, end).partitions[0].high_watermark)
         for _ in range(20):
             w.step()
+    return w, judge, old, end
+
+
+def test_going_on_at_a_follower_of_the_new_epoch_is_silent() -> None:
+    """Fetch v11+ may be served by a follower (KIP-392: Kafka's `fetchOnlyLeader` is false once the
+    request carries client metadata). kcat (librdkafka 2.0.2) read the zombie's records, and once broker 1
+    had healed, truncated and followed the new leader, went on fetching there from its old position,
+    above the divergence point: silent, as its delivery log said (the server had left it undecided)."""
+    w, judge, old, end = zombie_served()
     w.fire(Heal(broker_node(1)))
     epoch = w.cluster.controller.state(TP).leader_epoch
     run_until(w, lambda: w.cluster.in_current_epoch(TP, 1) and w.cluster.log(1, TP).high_watermark > end + 5)
@@ -212,16 +219,7 @@ def test_a_follower_that_has_not_truncated_yet_decides_nothing() -> None:
     its first exchange with the leader): its answer is the zombie's log, not the leader's. aiokafka got
     an empty answer at its old position there, then OFFSET_OUT_OF_RANGE once broker 1 had truncated, and
     asked broker 1 for offsets from then on: stuck, as its log said; the server had called it silent."""
-    w, judge = leader_alone("zombie-leader")
-    old = w.connect(1)
-    end = fetch(w, old, 0).partitions[0].high_watermark
-    w.fire(Zombie(1))
-    w.fire(ResumeProducers())
-    run_until(w, lambda: w.cluster.controller.state(TP).leader == 2)
-    for _ in range(5):
-        end = max(end, fetch(w, old, end).partitions[0].high_watermark)
-        for _ in range(20):
-            w.step()
+    w, judge, _old, end = zombie_served()
     w.fire(Heal(broker_node(1)))
     epoch = w.cluster.controller.state(TP).leader_epoch
     follower = w.cluster.brokers[1].manager.partitions[TP]
@@ -234,16 +232,7 @@ def test_a_follower_that_has_not_truncated_yet_decides_nothing() -> None:
 
 
 def test_a_zombie_still_serving_its_old_epoch_decides_nothing() -> None:
-    w, judge = leader_alone("zombie-leader")
-    old = w.connect(1)
-    end = fetch(w, old, 0).partitions[0].high_watermark
-    w.fire(Zombie(1))
-    w.fire(ResumeProducers())
-    run_until(w, lambda: w.cluster.controller.state(TP).leader == 2)
-    for _ in range(5):
-        end = max(end, fetch(w, old, end).partitions[0].high_watermark)
-        for _ in range(20):
-            w.step()
+    _w, judge, _old, _end = zombie_served()
     assert verdict(judge)["verdict"] == "undecided"
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "RecordBatch",
     "RequestHeader",
     "WIRE_API_VERSIONS",
+    "CLIENT_API_VERSIONS",
     "__version__",
     "batch_index",
     "decode_arrow",
@@ -284,6 +285,7 @@ def with_producer_state(batch: bytes, producer_id: int, producer_epoch: int, bas
 # --- Kafka wire codec (cargo feature "wire") -----------------------------------------------------
 MAX_FRAME_BYTES: int  # the largest request frame the server reads (checked on the size prefix)
 WIRE_API_VERSIONS: list[tuple[int, int, int]]  # (api_key, min_version, max_version) the codec serves
+CLIENT_API_VERSIONS: list[tuple[int, int, int]]  # the client's half: WIRE_API_VERSIONS plus SASL (17, 36)
 
 @final
 class RequestHeader:

@@ -50,6 +50,11 @@ __all__ = [
     "OutOfOrderSequenceError",
     "InvalidProducerEpochError",
     "UnsupportedVersionError",
+    "AuthenticationError",
+    "SslAuthenticationError",
+    "SaslAuthenticationError",
+    "UnsupportedSaslMechanismError",
+    "IllegalSaslStateError",
 ]
 
 
@@ -226,6 +231,19 @@ class UnsupportedVersionError(ApiError):
     header: RequestHeader | None = None
 
 
+class AuthenticationError(EpochGuardError):
+    """A connection could not authenticate (Kafka's `AuthenticationException`): not retried in a loop;
+    the consumer's `poll` (and `commit`, `position`...) and the producer's `send`/`flush` raise it, and
+    the broker is tried again only after its reconnect back-off, when the application calls again."""
+
+    retriable: ClassVar[bool] = False
+
+
+class SslAuthenticationError(AuthenticationError):
+    """The TLS handshake failed: the broker's certificate is not trusted or does not name the host, the
+    broker does not speak TLS there, or it refused ours (Kafka's `SslAuthenticationException`)."""
+
+
 class KafkaConnectionError(EpochGuardError, ConnectionError):
     """A broker connection failed or was closed (refused, reset, closed mid-frame, an answer that does
     not parse, a size prefix above the client's bound): its in-flight requests fail and are retried by
@@ -296,12 +314,15 @@ class Errors(enum.IntEnum):
     REBALANCE_IN_PROGRESS = 27
     TOPIC_AUTHORIZATION_FAILED = 29
     CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
     OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
@@ -334,6 +355,36 @@ class Errors(enum.IntEnum):
             return cls.UNKNOWN_SERVER_ERROR
 
 
+class SaslAuthenticationError(ApiError, AuthenticationError):
+    """SASL authentication failed (SASL_AUTHENTICATION_FAILED, Kafka's `SaslAuthenticationException`):
+    the broker refused the credentials (its message is in the text, after the mechanism), or the
+    broker's own SCRAM messages did not check out (wrong nonce, server signature, iteration count)."""
+
+    retriable = False
+
+    def __init__(self, message: str, mechanism: str = "") -> None:
+        super().__init__(message)
+        self.mechanism = mechanism
+
+
+class UnsupportedSaslMechanismError(ApiError, AuthenticationError):
+    """The broker's listener does not enable the mechanism asked for (UNSUPPORTED_SASL_MECHANISM);
+    `enabled_mechanisms` is what it offers (Kafka's `UnsupportedSaslMechanismException`)."""
+
+    retriable = False
+
+    def __init__(self, message: str, mechanism: str = "", enabled_mechanisms: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.mechanism = mechanism
+        self.enabled_mechanisms = tuple(enabled_mechanisms)
+
+
+class IllegalSaslStateError(ApiError, AuthenticationError):
+    """A SASL request out of order (ILLEGAL_SASL_STATE, Kafka's `IllegalSaslStateException`)."""
+
+    retriable = False
+
+
 _EXCEPTIONS: dict[Errors, type[ApiError]] = {
     Errors.UNKNOWN_SERVER_ERROR: UnknownServerError,
     Errors.OFFSET_OUT_OF_RANGE: OffsetOutOfRangeError,
@@ -353,6 +404,9 @@ _EXCEPTIONS: dict[Errors, type[ApiError]] = {
     Errors.OUT_OF_ORDER_SEQUENCE_NUMBER: OutOfOrderSequenceError,
     Errors.INVALID_PRODUCER_EPOCH: InvalidProducerEpochError,
     Errors.UNSUPPORTED_VERSION: UnsupportedVersionError,
+    Errors.UNSUPPORTED_SASL_MECHANISM: UnsupportedSaslMechanismError,
+    Errors.ILLEGAL_SASL_STATE: IllegalSaslStateError,
+    Errors.SASL_AUTHENTICATION_FAILED: SaslAuthenticationError,
 }
 for _code, _cls in _EXCEPTIONS.items():
     _cls.code = _code

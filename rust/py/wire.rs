@@ -950,6 +950,16 @@ fn wire_api_versions() -> Vec<(i16, i16, i16)> {
         .collect()
 }
 
+/// `[(api_key, min_version, max_version)]`: what the client's half encodes (and decodes the answers
+/// of): the served APIs plus the client-only ones (SASL).
+fn client_api_versions() -> Vec<(i16, i16, i16)> {
+    SUPPORTED
+        .iter()
+        .chain(wire::CLIENT_ONLY)
+        .map(|(k, lo, hi)| (*k as i16, *lo, *hi))
+        .collect()
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRequestHeader>()?;
     m.add_function(wrap_pyfunction!(decode_request, m)?)?;
@@ -960,6 +970,10 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add(
         "WIRE_API_VERSIONS",
         wire_api_versions().into_py_any(m.py())?,
+    )?;
+    m.add(
+        "CLIENT_API_VERSIONS",
+        client_api_versions().into_py_any(m.py())?,
     )?;
     Ok(())
 }

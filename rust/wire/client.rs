@@ -5,13 +5,13 @@
 //! size, a request header (v1: key, version, correlation id, nullable client id; v2: plus tagged
 //! fields, for flexible versions) and the body; a response frame (after its size) is a response
 //! header (v0: correlation id; v1: plus tagged fields; ApiVersions always v0) and the body. Only the
-//! APIs and versions in [`super::SUPPORTED`] are encoded and decoded. Record batches in a Fetch or
+//! APIs and versions in [`super::SUPPORTED`] and [`super::CLIENT_ONLY`] are encoded and decoded. Record batches in a Fetch or
 //! Produce stay the bytes they are (slices of the frame, no copy).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 
-use super::{supported, RequestHeader, MAX_FRAME_BYTES};
+use super::{client_supported, RequestHeader, MAX_FRAME_BYTES};
 use crate::{Error, Result};
 
 /// The whole request frame, size prefix included: `body` at `header.api_version`.
@@ -19,7 +19,7 @@ use crate::{Error, Result};
 /// Errors: `UnsupportedVersion` outside the codec's table, `Invalid` when the body cannot be
 /// written at that version (a field the version lacks holds a non-default value, too large).
 pub fn encode_request(header: &RequestHeader, body: &RequestKind) -> Result<Vec<u8>> {
-    let Some(key) = supported(header.api_key, header.api_version) else {
+    let Some(key) = client_supported(header.api_key, header.api_version) else {
         return Err(Error::UnsupportedVersion {
             api_key: header.api_key,
             api_version: header.api_version,
@@ -71,7 +71,7 @@ pub fn decode_response(
     api_version: i16,
     frame: Bytes,
 ) -> Result<(i32, ResponseKind)> {
-    let Some(key) = supported(api_key, api_version) else {
+    let Some(key) = client_supported(api_key, api_version) else {
         return Err(Error::UnsupportedVersion {
             api_key,
             api_version,
@@ -161,6 +161,32 @@ mod tests {
             correlation_id: 7,
             client_id: Some("c".into()),
         }
+    }
+
+    #[test]
+    fn sasl_is_encoded_for_the_client_only() {
+        let mut handshake = km::SaslHandshakeRequest::default();
+        handshake.mechanism = "PLAIN".into();
+        let frame = encode_request(
+            &header(ApiKey::SaslHandshake, 1),
+            &RequestKind::SaslHandshake(handshake),
+        )
+        .unwrap();
+        // size, key 17, version 1, correlation 7, client id "c", mechanism "PLAIN"
+        assert_eq!(
+            frame,
+            b"\0\0\0\x12\0\x11\0\x01\0\0\0\x07\0\x01c\0\x05PLAIN".to_vec()
+        );
+        // serve's decoder does not know it (no SASL there): refused with the header, never answered
+        assert!(matches!(
+            crate::wire::decode_request(Bytes::from(frame[4..].to_vec())),
+            Err(Error::UnsupportedVersion { api_key: 17, .. })
+        ));
+        assert!(encode_request(
+            &header(ApiKey::SaslAuthenticate, 3),
+            &RequestKind::SaslAuthenticate(km::SaslAuthenticateRequest::default())
+        )
+        .is_err());
     }
 
     #[test]

@@ -38,6 +38,26 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
 ];
 
+/// APIs only the client side of the codec encodes and decodes (`epochguard.client` authenticating
+/// with SASL): `serve` neither advertises nor answers them, so they stay out of [`SUPPORTED`].
+pub const CLIENT_ONLY: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+];
+
+/// The `ApiKey` the client's codec encodes (and whose answer it decodes) at this version: [`SUPPORTED`]
+/// and [`CLIENT_ONLY`].
+pub fn client_supported(api_key: i16, api_version: i16) -> Option<ApiKey> {
+    supported(api_key, api_version).or_else(|| {
+        CLIENT_ONLY
+            .iter()
+            .find(|(key, low, high)| {
+                *key as i16 == api_key && (*low..=*high).contains(&api_version)
+            })
+            .map(|(key, _, _)| *key)
+    })
+}
+
 /// The fields of a request header every version shares (`RequestHeaderData`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RequestHeader {

@@ -32,6 +32,7 @@ from epochguard.client.consumer import CompletedFetch, FetchState
 from epochguard.client.consumer import Consumer as ConsumerMachine
 from epochguard.client.metadata import ClientMetadata
 from epochguard.errors import (
+    AuthenticationError,
     ClientClosedError,
     CommitFailedError,
     EpochGuardError,
@@ -61,6 +62,7 @@ from epochguard.types import (
 from .blocking import BlockingClient
 from .coordinator import ConsumerCoordinator
 from .network import NetworkClient
+from .security import SECURITY_DEFAULTS, SECURITY_UNSUPPORTED, security_of
 
 __all__ = ["AsyncConsumer", "KafkaConsumer", "CONSUMER_DEFAULTS", "UNSUPPORTED_SETTINGS", "COORDINATOR_NODE"]
 
@@ -97,7 +99,7 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "isolation_level": "read_uncommitted",
     "consumer_timeout_ms": math.inf,
     "check_crcs": True,  # always: the Rust decoder checks every batch's CRC
-    "security_protocol": "PLAINTEXT",
+    **SECURITY_DEFAULTS,  # security_protocol, ssl_*, sasl_mechanism, sasl_plain_username/password
     "partition_assignment_strategy": ("range", "roundrobin"),  # names, or kafka-python assignor classes
     "session_timeout_ms": 10_000,
     "heartbeat_interval_ms": 3_000,
@@ -108,14 +110,7 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
 
 # kafka-python settings this client refuses when set to anything but their default, and why.
 UNSUPPORTED_SETTINGS: dict[str, str] = {
-    "ssl_context": "TLS is not implemented yet",
-    "ssl_cafile": "TLS is not implemented yet",
-    "ssl_certfile": "TLS is not implemented yet",
-    "ssl_keyfile": "TLS is not implemented yet",
-    "ssl_check_hostname": "TLS is not implemented yet",
-    "sasl_mechanism": "SASL is not implemented yet",
-    "sasl_plain_username": "SASL is not implemented yet",
-    "sasl_plain_password": "SASL is not implemented yet",
+    **SECURITY_UNSUPPORTED,
     "api_version": "versions always come from the ApiVersions handshake (every broker this client serves has it)",
     "max_poll_records": "poll() hands out every completed fetch (bounded by max_partition_fetch_bytes)",
     "selector": "the network layer is asyncio",
@@ -148,8 +143,7 @@ def consumer_config(configs: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"auto_offset_reset must be earliest, latest or none: {config['auto_offset_reset']!r}")
     if config["isolation_level"] not in ("read_uncommitted", "read_committed"):
         raise ValueError(f"isolation_level must be read_uncommitted or read_committed: {config['isolation_level']!r}")
-    if config["security_protocol"] != "PLAINTEXT":
-        raise ValueError(f"security_protocol {config['security_protocol']!r} is not supported: only PLAINTEXT yet")
+    config["security"] = security_of(config)
     for name in ("fetch_max_wait_ms", "fetch_min_bytes", "fetch_max_bytes", "max_partition_fetch_bytes",
                  "request_timeout_ms", "retry_backoff_ms", "reconnect_backoff_ms", "reconnect_backoff_max_ms",
                  "auto_commit_interval_ms", "metadata_max_age_ms", "session_timeout_ms",
@@ -176,7 +170,7 @@ class AsyncConsumer:
         self._network = NetworkClient(
             c["bootstrap_servers"], client_id=c["client_id"], request_timeout_ms=c["request_timeout_ms"],
             reconnect_backoff_ms=c["reconnect_backoff_ms"], reconnect_backoff_max_ms=c["reconnect_backoff_max_ms"],
-            max_response_bytes=c["max_response_bytes"])
+            max_response_bytes=c["max_response_bytes"], security=c["security"])
         self._group_id: str | None = c["group_id"]
         self._machine = ConsumerMachine(
             bootstrap=sorted(self._network.bootstrap, reverse=True),
@@ -222,6 +216,9 @@ class AsyncConsumer:
         # so assign-then-seek never races a reset of the new partitions (Java resolves positions in poll).
         self._armed = False
         self.last_error: EpochGuardError | None = None  # the latest network error (retried): for diagnosis
+        # A connection that could not authenticate (TLS, SASL): raised once by the next application call
+        # (Java's NetworkClient keeps it per node for `ConsumerNetworkClient.maybeThrowAuthFailure`).
+        self._auth_failure: AuthenticationError | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def __aenter__(self) -> AsyncConsumer:
@@ -267,6 +264,11 @@ class AsyncConsumer:
             raise ClientClosedError("this consumer is closed")
         if self._failure is not None:
             raise ClientClosedError(f"the consumer's driver failed: {self._failure!r}") from self._failure
+
+    def _raise_auth_failure(self) -> None:
+        failure, self._auth_failure = self._auth_failure, None
+        if failure is not None:
+            raise failure
 
     def _now_ms(self) -> int:
         return int((time.monotonic() - self._epoch) * 1000)
@@ -326,6 +328,8 @@ class AsyncConsumer:
             response = await self._network.send(target, request, timeout)
         except (EpochGuardError, ValueError, TypeError) as exc:  # no answer: the state machine retries
             self.last_error = exc if isinstance(exc, EpochGuardError) else KafkaConnectionError(repr(exc))
+            if isinstance(exc, AuthenticationError):
+                self._auth_failure = exc  # the application hears of it; the node backs off meanwhile
             if node == COORDINATOR_NODE:
                 self._coordinator = None
             if self._group is not None and self._group.owns(request):
@@ -396,6 +400,7 @@ class AsyncConsumer:
         self._arm()
         while True:
             self._check_open()
+            self._raise_auth_failure()
             self._changed.clear()
             if done():
                 return
@@ -525,6 +530,7 @@ class AsyncConsumer:
 
     def _raise_pending(self) -> bool:
         """Raise what the state machines hold for the application (no records are taken)."""
+        self._raise_auth_failure()
         if self._group is not None and self._group.errors:
             raise self._group.errors.pop(0)
         self._machine.raise_pending()

@@ -35,6 +35,7 @@ from typing import Any
 
 from epochguard import _core
 from epochguard.errors import (
+    AuthenticationError,
     BufferExhaustedError,
     ClientClosedError,
     EpochGuardError,
@@ -47,6 +48,7 @@ from epochguard.protocol.messages import MetadataResponse
 from .blocking import BlockingClient
 from .network import NetworkClient
 from .producer import BatchMetadata, Delivery, Producer, RecordMetadata
+from .security import SECURITY_DEFAULTS, SECURITY_UNSUPPORTED, security_of
 
 __all__ = ["AsyncProducer", "KafkaProducer", "PRODUCER_DEFAULTS", "FutureRecordMetadata", "ArrowDelivery",
            "FutureArrowMetadata"]
@@ -75,23 +77,25 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "enable_idempotence": False,
     # kafka-python's and Java's default; an idempotent producer keeps one batch in flight per partition
     "max_in_flight_requests_per_connection": 5,
-    "security_protocol": "PLAINTEXT",
+    **SECURITY_DEFAULTS,  # security_protocol, ssl_*, sasl_mechanism, sasl_plain_username/password
 }
 
 
 def producer_config(configs: Mapping[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(configs) - set(PRODUCER_DEFAULTS))
+    unknown = sorted(set(configs) - set(PRODUCER_DEFAULTS) - set(SECURITY_UNSUPPORTED))
     if unknown:
         raise TypeError(f"unrecognised (or not yet supported) producer settings: {', '.join(unknown)}")
-    config = {**PRODUCER_DEFAULTS, **configs}
+    for name in sorted(set(configs) & set(SECURITY_UNSUPPORTED)):
+        if configs[name] is not None:
+            raise ValueError(f"{name} is not supported: {SECURITY_UNSUPPORTED[name]}")
+    config = {**PRODUCER_DEFAULTS, **{k: v for k, v in configs.items() if k in PRODUCER_DEFAULTS}}
     acks = config["acks"]
     config["acks"] = -1 if acks in ("all", -1) else acks
     if config["acks"] not in (0, 1, -1):
         raise ValueError(f"acks must be 0, 1 or 'all': {acks!r}")
     if config["enable_idempotence"] and config["acks"] != -1:
         raise ValueError(f"enable_idempotence needs acks='all' (got {acks!r}), as Java's ProducerConfig requires")
-    if config["security_protocol"] != "PLAINTEXT":
-        raise ValueError(f"security_protocol {config['security_protocol']!r} is not supported: only PLAINTEXT yet")
+    config["security"] = security_of(config)
     config["compression_type"] = config["compression_type"] or "none"
     for name in ("buffer_memory", "max_block_ms"):
         if not isinstance(config[name], int) or config[name] < (1 if name == "buffer_memory" else 0):
@@ -215,7 +219,8 @@ class AsyncProducer:
         self.config = c = producer_config(configs)
         self._network = NetworkClient(
             c["bootstrap_servers"], client_id=c["client_id"], request_timeout_ms=c["request_timeout_ms"],
-            reconnect_backoff_ms=c["reconnect_backoff_ms"], reconnect_backoff_max_ms=c["reconnect_backoff_max_ms"])
+            reconnect_backoff_ms=c["reconnect_backoff_ms"], reconnect_backoff_max_ms=c["reconnect_backoff_max_ms"],
+            security=c["security"])
         self._machine = Producer(
             bootstrap=sorted(self._network.bootstrap, reverse=True), acks=c["acks"], linger_ms=c["linger_ms"],
             batch_size=c["batch_size"], compression_type=c["compression_type"],
@@ -295,6 +300,10 @@ class AsyncProducer:
         except (EpochGuardError, ValueError, TypeError) as exc:
             self.last_error = exc if isinstance(exc, EpochGuardError) else KafkaConnectionError(repr(exc))
             self._machine.on_request_failed(node, request, self._now_ms())
+            if isinstance(exc, AuthenticationError):
+                # not retried until it expires: what waits fails now with it (Java's Sender aborts the
+                # undrained batches on a fatal error; its send() raises the metadata's auth failure)
+                self._machine.abort_unsent(exc)
         else:
             if response is not None:
                 self._machine.on_response(node, request, response, self._now_ms())

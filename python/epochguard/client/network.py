@@ -11,6 +11,14 @@ doubling up to `reconnect_backoff_max_ms`, with Kafka's 20% jitter) during which
 fail at once instead of waiting (a request held back until the broker returns would be stale: the
 state machine that built it retries with a fresh one).
 
+Security (Kafka's `SslTransportLayer` and `SaslClientAuthenticator`, `security.Security`): with SSL or
+SASL_SSL the socket is TLS (the `ssl` module, the handshake within the request timeout; a failed one
+is `SslAuthenticationError`); with SASL_* the ApiVersions handshake is followed by SaslHandshake v1 and
+SaslAuthenticate rounds (v0-v2 as the broker serves them) before anything else is sent. A refusal is a
+typed `AuthenticationError` (`SaslAuthenticationError` naming the mechanism and the broker's message,
+`UnsupportedSaslMechanismError` listing what the broker offers); the node then backs off as after any
+failed connect, and the clients raise it to the application instead of retrying in silence.
+
 Frames go through the Rust codec (`_core.encode_request` / `decode_response`). A response's size
 prefix is checked against `max_response_bytes` before anything of that size is read (a hostile or
 corrupt size closes the connection with `FrameTooLargeError`); a broker that closes mid-frame, sends
@@ -32,6 +40,7 @@ import contextlib
 import itertools
 import math
 import random
+import ssl
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,21 +48,36 @@ from typing import Any
 
 from epochguard import _core
 from epochguard.errors import (
+    AuthenticationError,
     CorruptFrameError,
     EpochGuardError,
     Errors,
     FrameTooLargeError,
+    IllegalSaslStateError,
     KafkaConnectionError,
     KafkaTimeoutError,
+    SaslAuthenticationError,
+    SslAuthenticationError,
+    UnsupportedSaslMechanismError,
     UnsupportedVersionError,
 )
 from epochguard.protocol.api_versions import ApiKey, ApiVersionsRequest, ApiVersionsResponse, NodeApiVersions
+from epochguard.protocol.messages import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
+
+from .security import Security
 
 __all__ = ["NetworkClient", "BrokerConnection", "parse_bootstrap", "api_key_of", "CODEC_VERSIONS", "SOFTWARE_NAME"]
 
 SOFTWARE_NAME = "epochguard"
-# What this client's codec encodes and decodes: (min, max) per API key.
-CODEC_VERSIONS: dict[int, tuple[int, int]] = {k: (lo, hi) for k, lo, hi in _core.WIRE_API_VERSIONS}
+# What this client's codec encodes and decodes: (min, max) per API key (the served APIs and SASL).
+CODEC_VERSIONS: dict[int, tuple[int, int]] = {k: (lo, hi) for k, lo, hi in _core.CLIENT_API_VERSIONS}
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+_SASL_MAX_ROUNDS = 4  # SCRAM takes two SaslAuthenticate rounds, PLAIN one: a broker asking more is stuck
 
 _API_KEYS: dict[str, ApiKey] = {
     "ApiVersionsRequest": ApiKey.API_VERSIONS,
@@ -126,8 +150,10 @@ class BrokerConnection:
         request_timeout_ms: int,
         max_response_bytes: int,
         software_version: str,
+        security: Security | None = None,
     ) -> None:
         self.node_id = node_id
+        self.security = security or Security()
         self.host, self.port = host, port
         self.client_id = client_id
         self.request_timeout_s = request_timeout_ms / 1000
@@ -144,16 +170,72 @@ class BrokerConnection:
         self._ready = asyncio.Event()
 
     async def connect(self) -> None:
-        """Open the socket and handshake (ApiVersions), within the request timeout."""
+        """Open the socket (TLS if configured), handshake (ApiVersions) and authenticate (SASL), each
+        step within the request timeout."""
+        context = self.security.ssl_context
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, limit=1 << 16), self.request_timeout_s)
+                asyncio.open_connection(self.host, self.port, limit=1 << 16, ssl=context,
+                                        server_hostname=self.host if context is not None else None,
+                                        ssl_handshake_timeout=self.request_timeout_s if context is not None else None),
+                self.request_timeout_s)
+        except ssl.SSLError as exc:  # before OSError, its base: a TLS refusal is not a network blip
+            raise self._fail(SslAuthenticationError(f"TLS handshake with node {self.node_id} at "
+                                                    f"{self.host}:{self.port} failed: {exc}")) from exc
         except (TimeoutError, OSError) as exc:
+            # Closed during the TLS handshake: retried as a disconnect, as Kafka's NetworkClient does ("terminated
+            # during authentication"), but say what it may be
+            hint = " during the TLS handshake (is it a TLS listener?)" if context is not None else ""
             raise self._fail(KafkaConnectionError(f"cannot connect to node {self.node_id} "
-                                                  f"at {self.host}:{self.port}: {exc!r}")) from exc
+                                                  f"at {self.host}:{self.port}{hint}: {exc!r}")) from exc
         self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         self.api_versions = await self._handshake()
+        if self.security.sasl_mechanism is not None:
+            try:
+                await self._authenticate()
+            except AuthenticationError as exc:
+                raise self._fail(exc) from None
         self._ready.set()
+
+    async def _authenticate(self) -> None:
+        """Kafka's `SaslClientAuthenticator`: SaslHandshake v1 naming the mechanism, then its tokens in
+        SaslAuthenticate requests until the mechanism is complete; any refusal raises."""
+        client = self.security.sasl_client()
+        assert client is not None and self.api_versions is not None
+        mechanism = client.mechanism
+        try:
+            handshake = self.api_versions.latest_usable_version(SASL_HANDSHAKE, 1, 1)
+            authenticate = self.version_for(SASL_AUTHENTICATE, 2)
+        except UnsupportedVersionError as exc:
+            raise IllegalSaslStateError(f"node {self.node_id} does not serve SaslHandshake v1 and SaslAuthenticate "
+                                        f"({exc}): is {self.host}:{self.port} a SASL listener of a broker 1.0 or "
+                                        "newer?") from None
+        answer = await self._exchange(SaslHandshakeRequest(mechanism, version=handshake), SASL_HANDSHAKE, handshake)
+        assert isinstance(answer, SaslHandshakeResponse)
+        if answer.error_code == Errors.UNSUPPORTED_SASL_MECHANISM:
+            offered = ", ".join(answer.mechanisms) or "none"
+            raise UnsupportedSaslMechanismError(f"node {self.node_id} does not enable SASL mechanism {mechanism}; "
+                                                f"it offers: {offered}", mechanism, answer.mechanisms)
+        if answer.error_code != Errors.NONE:
+            raise IllegalSaslStateError(f"node {self.node_id}: SaslHandshake for {mechanism} failed "
+                                        f"({answer.error_code.name})")
+        token: bytes | None = client.first()
+        for _ in range(_SASL_MAX_ROUNDS):
+            assert token is not None
+            reply = await self._exchange(SaslAuthenticateRequest(token, version=authenticate), SASL_AUTHENTICATE,
+                                         authenticate)
+            assert isinstance(reply, SaslAuthenticateResponse)
+            if reply.error_code != Errors.NONE:
+                message = reply.error_message or reply.error_code.name
+                if reply.error_code == Errors.ILLEGAL_SASL_STATE:
+                    raise IllegalSaslStateError(f"{mechanism} authentication with node {self.node_id}: {message}")
+                raise SaslAuthenticationError(f"{mechanism} authentication with node {self.node_id} failed: "
+                                              f"{message}", mechanism)
+            token = client.respond(reply.auth_bytes)
+            if client.complete:
+                return
+        raise SaslAuthenticationError(f"{mechanism} authentication with node {self.node_id} did not complete "
+                                      f"in {_SASL_MAX_ROUNDS} rounds", mechanism)
 
     async def _handshake(self) -> NodeApiVersions:
         lo, hi = CODEC_VERSIONS[ApiKey.API_VERSIONS]
@@ -302,6 +384,12 @@ class BrokerConnection:
         if task is not None and task is not asyncio.current_task():
             task.cancel()
 
+    def abort_transport(self) -> None:
+        """Drop the socket now: a TLS connection's close waits for the broker's close_notify, which a
+        client shutting down its event loop would never see (its socket left open)."""
+        if self._writer is not None:
+            self._writer.transport.abort()
+
 
 class NetworkClient:
     """Connections to every broker by node id, opened on demand, with per-broker reconnect back-off."""
@@ -316,7 +404,9 @@ class NetworkClient:
         reconnect_backoff_max_ms: int = 1_000,
         max_response_bytes: int = _core.MAX_FRAME_BYTES,
         software_version: str = _core.__version__,
+        security: Security | None = None,
     ) -> None:
+        self.security = security or Security()
         self.bootstrap = {-(i + 1): addr for i, addr in enumerate(parse_bootstrap(bootstrap_servers))}
         self.addresses: dict[int, tuple[str, int]] = dict(self.bootstrap)
         self.client_id = client_id
@@ -407,7 +497,7 @@ class NetworkClient:
             conn = BrokerConnection(node_id, addr[0], addr[1], client_id=self.client_id,
                                     request_timeout_ms=self.request_timeout_ms,
                                     max_response_bytes=self.max_response_bytes,
-                                    software_version=self.software_version)
+                                    software_version=self.software_version, security=self.security)
             try:
                 await conn.connect()
             except EpochGuardError:
@@ -458,7 +548,11 @@ class NetworkClient:
         for task in list(self._connecting.values()):
             with contextlib.suppress(BaseException):
                 await task
-        for conn in list(self._connections.values()):
+        conns = list(self._connections.values())
+        for conn in conns:
             conn.close()
         self._connections.clear()
         await asyncio.sleep(0)  # let the cancelled readers finish
+        for conn in conns:
+            conn.abort_transport()
+        await asyncio.sleep(0)  # the sockets close in the callbacks the aborts scheduled

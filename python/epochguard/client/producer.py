@@ -290,6 +290,24 @@ class Producer:
         """Send every batch now, without waiting for linger_ms (until `pending()` is 0)."""
         self._flushing = True
 
+    def abort_unsent(self, err: EpochGuardError) -> int:
+        """Fail every record not in flight with `err` (Java's `RecordAccumulator.abortUndrainedBatches`,
+        as its Sender does on a fatal error such as a failed authentication): those waiting for their
+        topic's metadata and the batches not yet sent. How many records failed."""
+        failed = 0
+        for _, _, record in self._unpartitioned:
+            record.delivery._resolve(None, err)
+            failed += 1
+        self._unpartitioned = []
+        for tp, batches in self._batches.items():
+            for b in batches:
+                if self.idempotent and b.base_sequence >= 0:
+                    self._bump_epoch(tp, None)  # sent before, outcome unknown: as an expired batch
+                self._fail(b, err)
+                failed += b.count
+            batches.clear()
+        return failed
+
     def pending(self) -> int:
         """Records not yet resolved."""
         return (len(self._unpartitioned) + sum(b.count for bs in self._batches.values() for b in bs)

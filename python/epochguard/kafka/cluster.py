@@ -4,9 +4,12 @@ Mirrors what `bin/kafka-storage.sh format` and `bin/kafka-server-start.sh` do, f
 controller is formatted by `kafka.tools.StorageTool` (its bootstrap metadata carries the feature
 levels, so KIP-966's `eligible.leader.replicas.version` is chosen there); a broker's format is only its
 `meta.properties` (`MetaPropertiesEnsemble`, version 1: cluster.id, node.id, directory.id), written
-here to save a JVM start per broker. Every node is a `kafka.Kafka` JVM with a bounded heap, SerialGC
-and C1 only, logging to `<dir>/<node>/server.out`. One controller and brokers 1..N (the simulator's
-broker ids): stopping two brokers never loses the quorum.
+here to save a JVM start per broker. Extra broker listeners (`listeners={"SASL_SSL": "SASL_SSL"}`: name ->
+security protocol, a free port each; their `ssl.*` / `sasl.*` settings go in `broker_overrides`) serve
+the client's TLS and SASL tests; SCRAM credentials (`scram=["SCRAM-SHA-256=[name=u,password=p]"]`) are
+written into the bootstrap metadata at format, as `kafka-storage format --add-scram` does. Every node
+is a `kafka.Kafka` JVM with a bounded heap, SerialGC and C1 only, logging to `<dir>/<node>/server.out`.
+One controller and brokers 1..N (the simulator's broker ids): stopping two brokers never loses the quorum.
 
 Readiness is polled, never slept: a node is up when its log says `Kafka Server started` (a broker
 prints it only once the controller has unfenced it, BrokerServer.startup). Stops are SIGTERM (a
@@ -119,6 +122,8 @@ class KafkaCluster:
     brokers: int = 3
     elr: bool = False
     broker_overrides: Mapping[str, str] = field(default_factory=dict)
+    listeners: Mapping[str, str] = field(default_factory=dict)  # extra broker listeners: name -> protocol
+    scram: Sequence[str] = ()  # StorageTool --add-scram arguments
     start_timeout_s: float = 180.0
     java: str = ""
     jars: Path | None = None
@@ -128,10 +133,13 @@ class KafkaCluster:
         self.java = self.java or find_java()
         self.jars = self.jars or kafka_jars()
         self.classpath = str(self.jars / "*")
-        ports = _free_ports(self.brokers + 1)
+        ports = _free_ports(self.brokers + 1 + self.brokers * len(self.listeners))
         self.nodes: dict[int, _Node] = {CONTROLLER_ID: _Node(CONTROLLER_ID, ports[0], self.base_dir / "controller")}
         for b in range(1, self.brokers + 1):
             self.nodes[b] = _Node(b, ports[b], self.base_dir / f"broker-{b}")
+        extra = iter(ports[self.brokers + 1:])
+        self.listener_ports: dict[str, dict[int, int]] = {
+            name: {b: next(extra) for b in range(1, self.brokers + 1)} for name in self.listeners}
         self.cluster_id = _new_uuid()
         self._admin: Any = None
         self.bootstrap = ",".join(f"127.0.0.1:{self.nodes[b].port}" for b in self.broker_ids)
@@ -142,6 +150,10 @@ class KafkaCluster:
 
     def address(self, broker_id: int) -> tuple[str, int]:
         return "127.0.0.1", self.nodes[broker_id].port
+
+    def listener_bootstrap(self, name: str) -> str:
+        """The bootstrap servers of the extra listener `name`."""
+        return ",".join(f"127.0.0.1:{port}" for port in self.listener_ports[name].values())
 
     def data_dir(self, broker_id: int) -> Path:
         """The broker's `log.dirs` (one dir: its partitions, checkpoints, meta.properties)."""
@@ -170,10 +182,15 @@ class KafkaCluster:
                 # paused broker (pause_broker) stays unfenced, in its ISRs, for the 30 s of replica.lag.time.max.ms
                 "broker.session.timeout.ms": "30000",
             }
+        listeners = ",".join([f"PLAINTEXT://127.0.0.1:{node.port}"] + [
+            f"{name}://127.0.0.1:{self.listener_ports[name][node.node_id]}" for name in self.listeners])
+        protocols = ",".join(["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT"]
+                             + [f"{name}:{protocol}" for name, protocol in self.listeners.items()])
         return common | {
             "process.roles": "broker",
-            "listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "listener.security.protocol.map": protocols,
+            "listeners": listeners,
+            "advertised.listeners": listeners,
             "inter.broker.listener.name": "PLAINTEXT",
             "auto.create.topics.enable": "false",
             "group.initial.rebalance.delay.ms": "0",
@@ -208,6 +225,8 @@ class KafkaCluster:
                f"-Dlog4j2.configurationFile={ctl.dir / 'log4j2.properties'}",
                "kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(config),
                "-f", f"eligible.leader.replicas.version={1 if self.elr else 0}"]
+        for credential in self.scram:
+            cmd += ["--add-scram", credential]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if out.returncode != 0:
             raise BrokerStartError(f"StorageTool format failed ({out.returncode}): {out.stdout}{out.stderr}")

@@ -4,7 +4,9 @@ Mirrors the generated message classes of `clients/src/main/resources/common/mess
 `FetchRequest/Response`, `OffsetForLeaderEpochRequest/Response`, `ListOffsetsRequest/Response`,
 `MetadataRequest/Response`, `OffsetCommitRequest/Response`, `OffsetFetchRequest/Response`,
 `AlterPartitionRequest/Response`, `WriteTxnMarkersRequest/Response`, plus the controller's
-`LeaderAndIsrRequest` partition state and KRaft `BrokerRegistration`; and for the wire server,
+`LeaderAndIsrRequest` partition state and KRaft `BrokerRegistration`; the client's
+`SaslHandshakeRequest/Response` and `SaslAuthenticateRequest/Response` (encoded only by the client's half
+of the codec: `serve` has no SASL); and for the wire server,
 `InitProducerIdRequest/Response`, `FindCoordinatorRequest/Response` and the classic group protocol
 (`JoinGroup`, `SyncGroup`, `Heartbeat`, `LeaveGroup`). `epochguard._core.decode_request` /
 `encode_response` convert these to and from Kafka frames. Field names are the snake_case of the wire
@@ -31,6 +33,10 @@ from epochguard.types import (
 )
 
 __all__ = [
+    "SaslHandshakeRequest",
+    "SaslHandshakeResponse",
+    "SaslAuthenticateRequest",
+    "SaslAuthenticateResponse",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
     "FETCH_VERSION",
@@ -649,6 +655,36 @@ class HeartbeatRequest:
 class HeartbeatResponse:
     error_code: Errors = Errors.NONE
     throttle_time_ms: int = 0
+
+
+# --- SASL (the client authenticating; KIP-43 handshake, KIP-152 framed tokens) ------------------------
+@dataclass(frozen=True, slots=True)
+class SaslHandshakeRequest:
+    mechanism: str
+    version: int = 1  # v1: the tokens follow in SaslAuthenticate requests (v0: raw frames, not sent)
+
+
+@dataclass(frozen=True, slots=True)
+class SaslHandshakeResponse:
+    error_code: Errors = Errors.NONE
+    mechanisms: tuple[str, ...] = ()  # what the broker's listener enables
+
+
+@dataclass(frozen=True, slots=True)
+class SaslAuthenticateRequest:
+    auth_bytes: bytes
+    version: int = 2
+
+    def __repr__(self) -> str:  # a PLAIN token holds the password: never in a log or a traceback
+        return f"SaslAuthenticateRequest(auth_bytes=<{len(self.auth_bytes)} bytes>, version={self.version})"
+
+
+@dataclass(frozen=True, slots=True)
+class SaslAuthenticateResponse:
+    error_code: Errors = Errors.NONE
+    error_message: str | None = None
+    auth_bytes: bytes = b""
+    session_lifetime_ms: int = 0  # v1 (KIP-368: re-authentication, not done by this client)
 
 
 @dataclass(frozen=True, slots=True)

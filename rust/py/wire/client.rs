@@ -26,7 +26,7 @@ fn encode_request<'py>(
     request: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let header = header.0.clone();
-    if wire::supported(header.api_key, header.api_version).is_none() {
+    if wire::client_supported(header.api_key, header.api_version).is_none() {
         return Err(super::unsupported_version(py, header));
     }
     let body = request_kind(request, header.api_key, header.api_version)?;
@@ -356,6 +356,16 @@ fn request_kind(r: &Bound<'_, PyAny>, api_key: i16, v: i16) -> PyResult<RequestK
                 m.assignments.push(out);
             }
             RequestKind::SyncGroup(m)
+        }
+        km::ApiKey::SaslHandshake => {
+            let mut m = km::SaslHandshakeRequest::default();
+            m.mechanism = get_str(r, "mechanism")?;
+            RequestKind::SaslHandshake(m)
+        }
+        km::ApiKey::SaslAuthenticate => {
+            let mut m = km::SaslAuthenticateRequest::default();
+            m.auth_bytes = get_bytes(r, "auth_bytes")?;
+            RequestKind::SaslAuthenticate(m)
         }
         km::ApiKey::Heartbeat => {
             let mut m = km::HeartbeatRequest::default();
@@ -822,6 +832,20 @@ fn response_object<'py>(
             protocol_type = r.protocol_type.as_deref(),
             protocol_name = r.protocol_name.as_deref(),
             throttle_time_ms = r.throttle_time_ms
+        ),
+        ResponseKind::SaslHandshake(r) => obj!(
+            py,
+            "SaslHandshakeResponse",
+            error_code = error(py, r.error_code)?,
+            mechanisms = tuple(py, r.mechanisms.iter().map(|m| Ok(m.as_str())))?
+        ),
+        ResponseKind::SaslAuthenticate(r) => obj!(
+            py,
+            "SaslAuthenticateResponse",
+            error_code = error(py, r.error_code)?,
+            error_message = r.error_message.as_deref(),
+            auth_bytes = PyBytes::new(py, &r.auth_bytes),
+            session_lifetime_ms = r.session_lifetime_ms
         ),
         ResponseKind::Heartbeat(r) => obj!(
             py,

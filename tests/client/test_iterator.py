@@ -2,14 +2,15 @@
 with `break` and started again goes on with the next record, a commit after a `break` commits exactly
 what was handed out, and `consumer_timeout_ms` is the time without a record before StopIteration. And
 auto-commit as Java's: only when the application polls again, never while it holds the last poll's
-records. Against `epochguard serve clean` (its `events` partition holds a few hundred records)."""
+records. The asyncio consumer's `async for` the same way (it is its own async iterator). Against `epochguard serve clean` (its `events` partition holds a few hundred records)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 
-from epochguard.client import KafkaConsumer, OffsetAndMetadata, TopicPartition
+from epochguard.client import AsyncConsumer, KafkaConsumer, OffsetAndMetadata, TopicPartition
 
 EVENTS_0 = TopicPartition("events", 0)
 
@@ -79,3 +80,49 @@ def test_auto_commit_waits_for_the_next_poll(served) -> None:
         assert consumer.committed(EVENTS_0).offset >= handed.offset + 1
     finally:
         consumer.close(autocommit=False)
+
+
+# --- the asyncio consumer's `async for`, the same way ------------------------------------------------------
+def _run(coro) -> None:
+    asyncio.run(asyncio.wait_for(coro, 60))
+
+
+async def _async_consumer(served, **kw) -> AsyncConsumer:
+    consumer = AsyncConsumer(bootstrap_servers=served.bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=5_000, **kw)
+    await consumer.assign([EVENTS_0])
+    return consumer
+
+
+def test_async_for_left_with_break_goes_on_with_the_next_record(served) -> None:
+    async def main() -> None:
+        consumer = await _async_consumer(served, enable_auto_commit=False)
+        try:
+            offsets = []
+            for _ in range(4):  # four loops, each left after two records: the poll's rest is not dropped
+                async for record in consumer:
+                    offsets.append(record.offset)
+                    if len(offsets) % 2 == 0:
+                        break
+            assert offsets == list(range(8))
+        finally:
+            await consumer.close()
+    _run(main())
+
+
+def test_async_commit_after_break_commits_what_was_handed_out(served) -> None:
+    async def main() -> None:
+        consumer = await _async_consumer(served, group_id="aiter-commit", enable_auto_commit=False)
+        try:
+            async for record in consumer:
+                if record.offset == 6:
+                    break
+            await consumer.commit()
+            assert await consumer.committed(EVENTS_0) == OffsetAndMetadata(7, "", record.leader_epoch)
+            assert await consumer.position(EVENTS_0) == 7
+            assert (await consumer.__anext__()).offset == 7  # fetched again from there
+            polled = await consumer.poll(timeout_ms=5_000)  # a poll after the iterator: from 8 on, nothing lost
+            assert polled[EVENTS_0][0].offset == 8
+        finally:
+            await consumer.close(autocommit=False)
+    _run(main())

@@ -25,7 +25,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from epochguard.client.consumer import CompletedFetch, FetchState
@@ -219,6 +219,8 @@ class AsyncConsumer:
         # A connection that could not authenticate (TLS, SASL): raised once by the next application call
         # (Java's NetworkClient keeps it per node for `ConsumerNetworkClient.maybeThrowAuthFailure`).
         self._auth_failure: AuthenticationError | None = None
+        self._pending: collections.deque[ConsumerRecord] = collections.deque()  # `async for`'s, not handed out
+        self._last: ConsumerRecord | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def __aenter__(self) -> AsyncConsumer:
@@ -240,6 +242,7 @@ class AsyncConsumer:
         """Commit (with enable_auto_commit and a group), stop, and close every connection. Idempotent."""
         if self._closed:
             return
+        self._unread()
         if autocommit and self._driver is not None and self.config["enable_auto_commit"] and self._group_id:
             try:
                 await self.commit()
@@ -415,6 +418,7 @@ class AsyncConsumer:
     # --- application API ------------------------------------------------------------------------
     async def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly these partitions (replacing the assignment, as `KafkaConsumer.assign`)."""
+        self._unread()
         self._check_open()
         if self._group is not None and self._group.topics:
             raise ValueError("assign() after subscribe(): unsubscribe() first (kafka-python's IllegalStateError)")
@@ -450,6 +454,7 @@ class AsyncConsumer:
 
     async def unsubscribe(self) -> None:
         """Leave the group (LeaveGroup) and drop every partition."""
+        self._unread()
         await self._leave_group()
         self._machine.unassign(list(self._machine.assignment))
 
@@ -486,17 +491,20 @@ class AsyncConsumer:
     async def seek(self, partition: TopicPartition, offset: int | OffsetAndMetadata) -> None:
         """`seek(tp, offset)` fetches from there as is; `seek(tp, OffsetAndMetadata(offset, leader_epoch=e))`
         validates the position against the leader first (KIP-320, as Java's `seek(tp, OffsetAndMetadata)`)."""
+        self._unread()
         self._check_open()
         self._machine.seek(TopicPartition(*partition), offset)
         self._poke()
 
     async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._unread()
         self._check_open()
         for tp in partitions or tuple(self._machine.assignment):
             self._machine.seek_to_beginning(TopicPartition(*tp))
         self._poke()
 
     async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._unread()
         self._check_open()
         for tp in partitions or tuple(self._machine.assignment):
             self._machine.seek_to_end(TopicPartition(*tp))
@@ -513,6 +521,7 @@ class AsyncConsumer:
 
     async def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
         """The offset of the next record to fetch, once known (committed offset or reset)."""
+        self._unread()
         await self.start()
         tp = TopicPartition(*partition)
         self._machine.state_of(tp)  # KeyError-free check: raises if not assigned
@@ -549,6 +558,12 @@ class AsyncConsumer:
         return arrow_of(await self.poll_fetches(timeout_ms))
 
     async def poll_fetches(self, timeout_ms: int = 0) -> list[CompletedFetch]:
+        """The completed fetches holding records (see `_poll_fetches`), after giving back what `async for`
+        holds and has not handed out."""
+        self._unread()
+        return await self._poll_fetches(timeout_ms)
+
+    async def _poll_fetches(self, timeout_ms: int = 0) -> list[CompletedFetch]:
         """The completed fetches holding records, handed over (positions advanced past them), undecoded:
         `records_of` / `arrow_of` decode them, on any thread. The next fetches are sent before this
         returns, so they travel while the caller decodes (Java's `KafkaConsumer.poll` sends its next
@@ -617,24 +632,43 @@ class AsyncConsumer:
                                     value=vd(r.value) if vd and r.value is not None else r.value)
                 for r in records]
 
-    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
-        return self._iterate()
+    def __aiter__(self) -> AsyncConsumer:
+        return self
 
-    async def _iterate(self) -> AsyncIterator[ConsumerRecord]:
-        timeout = self.config["consumer_timeout_ms"]
+    async def __anext__(self) -> ConsumerRecord:
+        """The next record: the consumer is its own async iterator, as `KafkaConsumer` is its own iterator,
+        so an `async for` left with `break` and started again goes on with the next record (a generator per
+        loop dropped the rest of a poll whose positions had moved past it). StopAsyncIteration after
+        `consumer_timeout_ms` without a record."""
+        if not self._pending:
+            await self._fill()
+        record = self._last = self._pending.popleft()
+        return record
+
+    async def _fill(self) -> None:
+        end = time.monotonic() + self.config["consumer_timeout_ms"] / 1000
         while True:
-            batch = await self.poll(timeout_ms=int(min(timeout, 1000)))
-            if not batch:
-                if timeout < math.inf:
-                    return
-                continue
-            for records in batch.values():
-                for record in records:
-                    yield record
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                raise StopAsyncIteration
+            batch = await self._poll_fetches(int(min(remaining * 1000, 1000)))
+            for records in self.records_of(batch).values():
+                self._pending.extend(records)
+            if self._pending:
+                return
+
+    def _unread(self) -> None:
+        """Before any other call: the records `async for` holds but has not handed out are given back (see
+        `KafkaConsumer._unread`)."""
+        if self._pending:
+            positions = unread_positions(self._pending, self._last)
+            self._pending.clear()
+            self.rewind(positions)
 
     async def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata] | None = None) -> None:
         """Commit `offsets` (default: every consumed position, each with its leader epoch) and wait for the
         coordinator's answer; `CommitFailedError` if it refuses any partition."""
+        self._unread()
         self._check_open()
         if self._group_id is None:
             raise ValueError("commit needs a group_id")
@@ -658,6 +692,7 @@ class AsyncConsumer:
         (default: every consumed position, with its epoch), the answer arrives in the background.
         `callback(offsets, exception or None)` (default: the `default_offset_commit_callback` setting)
         runs on the event loop when it does; the returned task completes then too (and raises what failed)."""
+        self._unread()
         self._check_open()
         if self._group_id is None:
             raise ValueError("commit needs a group_id")
@@ -759,6 +794,19 @@ def _concat(a: Any, b: Any) -> Any:
     import pyarrow as pa
 
     return pa.Table.from_batches([a, b]).combine_chunks().to_batches()[0]
+
+
+def unread_positions(pending: Iterable[ConsumerRecord], last: ConsumerRecord | None,
+                     ) -> dict[TopicPartition, OffsetAndMetadata]:
+    """Where each partition goes back to for records an iterator holds but did not hand out: its first such
+    record's offset, with the epoch of the last record handed out there (else the record's own)."""
+    first: dict[TopicPartition, OffsetAndMetadata] = {}
+    for r in pending:
+        tp = TopicPartition(r.topic, r.partition)
+        if tp not in first:
+            epoch = last.leader_epoch if last is not None and (last.topic, last.partition) == tp else r.leader_epoch
+            first[tp] = OffsetAndMetadata(r.offset, "", epoch)
+    return first
 
 
 def _coordinator_moved(response: Any) -> bool:
@@ -872,13 +920,7 @@ class KafkaConsumer(BlockingClient[AsyncConsumer]):
         what the application was handed, as kafka-python's iterator moves the position record by record."""
         if not self._pending:
             return
-        first: dict[TopicPartition, OffsetAndMetadata] = {}
-        last = self._last
-        for r in self._pending:
-            tp = TopicPartition(r.topic, r.partition)
-            if tp not in first:
-                epoch = last.leader_epoch if last is not None and (last.topic, last.partition) == tp else r.leader_epoch
-                first[tp] = OffsetAndMetadata(r.offset, "", epoch)
+        first = unread_positions(self._pending, self._last)
         self._pending.clear()
         self._call(lambda: _now(self._async.rewind, first))
 

@@ -13,8 +13,12 @@ opens B's event from the OffsetFetch answer (`from: commit`); both must agree.
 
 from __future__ import annotations
 
+import logging
+import sys
 import threading
 import time
+import traceback
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +33,22 @@ from tests.wire.serving import Served
 KINDS = ("confluent-kafka", "kafka-python", "epochguard")
 QUIET_S = 1.5  # no new record for this long: the producers paused, A read everything there is
 B_FOR_S = 6.0  # B consumes this long after its first record
+JOIN_S = 120.0  # a member still running after this is reported with every thread's stack
+
+
+class _Tail(logging.Handler):
+    """The clients' last log lines (kafka-python logs at DEBUG under `kafka`), named by thread: what a member
+    that never finished was doing is said in the failure message, not guessed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: deque[str] = deque(maxlen=4000)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.created:.3f} {record.threadName} {record.name}: {record.getMessage()}")
+
+    def of(self, m: Member, n: int = 40) -> list[str]:
+        return [line for line in self.lines if m.client_id in line][-n:]
 
 
 @dataclass
@@ -38,6 +58,7 @@ class Member:
     read: list[tuple[int, bytes]] = field(default_factory=list)
     committed: int | None = None
     error: str = ""
+    thread: threading.Thread | None = None
 
     @property
     def client_id(self) -> str:
@@ -46,6 +67,32 @@ class Member:
     @property
     def group(self) -> str:
         return f"handoff-{self.kind}"
+
+
+def _stacks() -> str:
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return "\n".join(f"--- thread {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame))
+                     for ident, frame in sys._current_frames().items())
+
+
+def _start(members: list[Member], target: Callable[[Member], None]) -> None:
+    for m in members:
+        m.thread = threading.Thread(target=target, args=(m,), name=m.client_id, daemon=True)
+        m.thread.start()
+
+
+def _join(members: list[Member], tail: _Tail) -> None:
+    """Wait for every member; one still running is a hung client (or a hung test): its error says so with
+    every thread's stack and its client's last log lines, so the failure explains itself."""
+    deadline = time.monotonic() + JOIN_S
+    for m in members:
+        assert m.thread is not None
+        m.thread.join(max(0.0, deadline - time.monotonic()))
+    hung = [m for m in members if m.thread is not None and m.thread.is_alive()]
+    stacks = _stacks() if hung else ""
+    for m in hung:
+        m.error = (f"{m.client_id} still running after {JOIN_S:.0f} s (read {len(m.read)})\n"
+                   + "\n".join(tail.of(m)) + "\n" + stacks)
 
 
 def _consume(m: Member, bootstrap: str, stop: Callable[[Member, float], bool], commit: bool) -> None:
@@ -114,21 +161,22 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             first[m.kind] = time.monotonic()
         return m.kind in first and time.monotonic() - first[m.kind] >= B_FOR_S
 
+    tail = _Tail()
+    kafka_log = logging.getLogger("kafka")
+    level = kafka_log.level
+    kafka_log.addHandler(tail)
+    kafka_log.setLevel(logging.DEBUG)
     final = None
     try:
-        threads = [threading.Thread(target=go, args=(m, a_done, True)) for m in a.values()]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        _start(list(a.values()), lambda m: go(m, a_done, True))
+        _join(list(a.values()), tail)
         assert served.settled.wait(120), "serve never settled: " + "; ".join(served.lines[-5:])
-        threads = [threading.Thread(target=go, args=(m, b_done, False)) for m in b.values()]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        _start(list(b.values()), lambda m: go(m, b_done, False))
+        _join(list(b.values()), tail)
         final = read_final_log(served.bootstrap, ("events",))
     finally:
+        kafka_log.removeHandler(tail)
+        kafka_log.setLevel(level)
         result = served.stop()
     return {"a": a, "b": b, "final": final, "server": {c["client_id"]: c for c in result["clients"]}}
 
@@ -154,7 +202,7 @@ def _digest(value: bytes) -> str:
 def test_the_member_taking_over_a_truncated_commit_is_judged_alike_by_both_sides(run, kind: str) -> None:
     require(client(kind))
     a, b = run["a"][kind], run["b"][kind]
-    assert not a.error and not b.error, (a.error, b.error)
+    assert not a.error and not b.error, f"A: {a.error}\nB: {b.error}"
     assert a.committed is not None and b.read, f"{kind}: A committed {a.committed}, B read {len(b.read)}"
     point, verdict = truth_verdict(a, b, run["final"])
     assert point < a.committed  # the commit lies past what the log kept

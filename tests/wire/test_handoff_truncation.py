@@ -42,13 +42,27 @@ class _Tail(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
-        self.lines: deque[str] = deque(maxlen=4000)
+        self.lines: deque[tuple[float, str, str]] = deque(maxlen=20000)
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(f"{record.created:.3f} {record.threadName} {record.name}: {record.getMessage()}")
+        self.lines.append((record.created, record.threadName, f"{record.name}: {record.getMessage()}"))
 
-    def of(self, m: Member, n: int = 40) -> list[str]:
-        return [line for line in self.lines if m.client_id in line][-n:]
+    def of(self, m: Member, n: int = 25) -> list[str]:
+        """The last `n` lines of each of the member's threads (its own and the client's IO thread), a run
+        of one repeated message (kafka-python's poll loop) said once with its count."""
+        out: list[str] = []
+        for thread in sorted({t for _, t, _ in self.lines if m.client_id in t}):
+            runs: list[list[Any]] = []
+            for created, t, text in self.lines:
+                if t != thread:
+                    continue
+                if runs and runs[-1][1] == text:
+                    runs[-1][2] += 1
+                else:
+                    runs.append([created, text, 1])
+            out += [f"{created:.3f} {thread} {text}" + (f" (x{k})" if k > 1 else "")
+                    for created, text, k in runs[-n:]]
+        return out
 
 
 @dataclass

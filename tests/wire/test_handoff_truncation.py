@@ -73,6 +73,7 @@ class Member:
     committed: int | None = None
     error: str = ""
     thread: threading.Thread | None = None
+    net: Any = None  # kafka-python's event loop (NetworkSelector), said when the member hangs
 
     @property
     def client_id(self) -> str:
@@ -87,6 +88,18 @@ def _stacks() -> str:
     names = {t.ident: t.name for t in threading.enumerate()}
     return "\n".join(f"--- thread {names.get(ident, ident)}\n" + "".join(traceback.format_stack(frame))
                      for ident, frame in sys._current_frames().items())
+
+
+def _net_state(net: Any) -> str:
+    """kafka-python 3's IO loop as seen from outside: what it holds ready, scheduled and waiting, and the
+    callers blocked on it (`NetworkSelector.run`): a task ready while the loop sleeps in select is a lost
+    wake-up; a waiter with no task is a dropped one."""
+    if net is None:
+        return ""
+    tasks = sorted((t.state.name for t in list(getattr(net, "_pending_tasks", ()))), key=str)
+    return (f"{net!r} waiters={len(getattr(net, '_pending_waiters', {}))} "
+            f"ready={[t.state.name for t in list(net._ready)]} pending_tasks={tasks} "
+            f"next_scheduled_in={net._next_scheduled_timeout(time.monotonic())}")
 
 
 def _start(members: list[Member], target: Callable[[Member], None]) -> None:
@@ -105,8 +118,8 @@ def _join(members: list[Member], tail: _Tail) -> None:
     hung = [m for m in members if m.thread is not None and m.thread.is_alive()]
     stacks = _stacks() if hung else ""
     for m in hung:
-        m.error = (f"{m.client_id} still running after {JOIN_S:.0f} s (read {len(m.read)})\n"
-                   + "\n".join(tail.of(m)) + "\n" + stacks)
+        m.error = (f"{m.client_id} still running after {JOIN_S:.0f} s (read {len(m.read)}) "
+                   + _net_state(m.net) + "\n" + "\n".join(tail.of(m)) + "\n" + stacks)
 
 
 def _consume(m: Member, bootstrap: str, stop: Callable[[Member, float], bool], commit: bool) -> None:
@@ -138,6 +151,7 @@ def _consume(m: Member, bootstrap: str, stop: Callable[[Member, float], bool], c
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=m.group, client_id=m.client_id,
                              enable_auto_commit=False, auto_offset_reset="earliest")
     consumer.subscribe(["events"])
+    m.net = getattr(consumer, "_net", None)
     try:
         while not stop(m, time.monotonic() - last_new):
             for records in consumer.poll(timeout_ms=200).values():

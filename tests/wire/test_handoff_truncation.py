@@ -50,10 +50,12 @@ class _Tail(logging.Handler):
     def of(self, m: Member, n: int = 25) -> list[str]:
         """The last `n` lines of each of the member's threads (its own and the client's IO thread), a run
         of one repeated message (kafka-python's poll loop) said once with its count."""
+        with self.lock:  # the member's threads may still be logging
+            lines = list(self.lines)
         out: list[str] = []
-        for thread in sorted({t for _, t, _ in self.lines if m.client_id in t}):
+        for thread in sorted({t for _, t, _ in lines if m.client_id in t}):
             runs: list[list[Any]] = []
-            for created, t, text in self.lines:
+            for created, t, text in lines:
                 if t != thread:
                     continue
                 if runs and runs[-1][1] == text:
@@ -96,10 +98,15 @@ def _net_state(net: Any) -> str:
     wake-up; a waiter with no task is a dropped one."""
     if net is None:
         return ""
-    tasks = sorted((t.state.name for t in list(getattr(net, "_pending_tasks", ()))), key=str)
-    return (f"{net!r} waiters={len(getattr(net, '_pending_waiters', {}))} "
-            f"ready={[t.state.name for t in list(net._ready)]} pending_tasks={tasks} "
-            f"next_scheduled_in={net._next_scheduled_timeout(time.monotonic())}")
+    for _ in range(100):  # read while the IO thread may be mutating them
+        try:
+            ready = [t.state.name for t in list(net._ready)]
+            tasks = sorted(t.state.name for t in list(net._pending_tasks))
+            return (f"io-loop: waiters={len(net._pending_waiters)} ready={ready} pending_tasks={tasks} "
+                    f"next_scheduled_in={net._next_scheduled_timeout(time.monotonic())}")
+        except RuntimeError:
+            time.sleep(0.01)
+    return "io-loop: unreadable (mutating)"
 
 
 def _start(members: list[Member], target: Callable[[Member], None]) -> None:

@@ -92,6 +92,17 @@ def _stacks() -> str:
                      for ident, frame in sys._current_frames().items())
 
 
+def _task_name(task: Any) -> str:
+    """What a kafka-python task runs: its innermost coroutine's name and where it stands."""
+    stack, names = getattr(task, "_stack", None), []
+    while stack:
+        coro, stack = stack
+        code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None) or getattr(coro, "__code__", None)
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        names.append(f"{getattr(code, 'co_qualname', coro)}@{frame.f_lineno if frame else '-'}")
+    return "<".join(names)
+
+
 def _net_state(net: Any) -> str:
     """kafka-python 3's IO loop as seen from outside: what it holds ready, scheduled and waiting, and the
     callers blocked on it (`NetworkSelector.run`): a task ready while the loop sleeps in select is a lost
@@ -100,7 +111,7 @@ def _net_state(net: Any) -> str:
         return ""
     for _ in range(100):  # read while the IO thread may be mutating them
         try:
-            ready = [t.state.name for t in list(net._ready)]
+            ready = [f"{t.state.name}:{_task_name(t)}" for t in list(net._ready)]
             tasks = sorted(t.state.name for t in list(net._pending_tasks))
             return (f"io-loop: waiters={len(net._pending_waiters)} ready={ready} pending_tasks={tasks} "
                     f"next_scheduled_in={net._next_scheduled_timeout(time.monotonic())}")

@@ -43,9 +43,11 @@ class _Tail(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.lines: deque[tuple[float, str, str]] = deque(maxlen=20000)
+        self.count = 0  # lines ever logged: still growing after the wait means a spinning client, not a hung one
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append((record.created, record.threadName, f"{record.name}: {record.getMessage()}"))
+        self.count += 1
 
     def of(self, m: Member, n: int = 25) -> list[str]:
         """The last `n` lines of each of the member's threads (its own and the client's IO thread), a run
@@ -134,7 +136,10 @@ def _join(members: list[Member], tail: _Tail) -> None:
         assert m.thread is not None
         m.thread.join(max(0.0, deadline - time.monotonic()))
     hung = [m for m in members if m.thread is not None and m.thread.is_alive()]
-    stacks = _stacks() if hung else ""
+    stacks, logged = (_stacks(), tail.count) if hung else ("", 0)
+    if hung:
+        time.sleep(1.0)
+        stacks = f"at {time.time():.3f}, {tail.count - logged} log lines in the last second\n" + stacks
     for m in hung:
         m.error = (f"{m.client_id} still running after {JOIN_S:.0f} s (read {len(m.read)}) "
                    + _net_state(m.net) + "\n" + "\n".join(tail.of(m)) + "\n" + stacks)

@@ -46,11 +46,13 @@ class _Tail(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
-        self.lines: deque[tuple[float, str, str]] = deque(maxlen=20000)
+        # per thread, so one spinning thread's lines do not push out what its IO thread did before the stall
+        self.lines: dict[str, deque[tuple[float, str]]] = {}
         self.count = 0  # lines ever logged: still growing after the wait means a spinning client, not a hung one
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append((record.created, record.threadName, f"{record.name}: {record.getMessage()}"))
+        lines = self.lines.setdefault(record.threadName or "?", deque(maxlen=5000))
+        lines.append((record.created, f"{record.name}: {record.getMessage()}"))
         self.count += 1
 
     def of(self, m: Member, n: int = 25) -> list[str]:
@@ -59,13 +61,11 @@ class _Tail(logging.Handler):
         lock = self.lock  # the member's threads may still be logging
         assert lock is not None
         with lock:
-            lines = list(self.lines)
+            threads = {t: list(lines) for t, lines in self.lines.items() if m.client_id in t}
         out: list[str] = []
-        for thread in sorted({t for _, t, _ in lines if m.client_id in t}):
+        for thread, lines in sorted(threads.items()):
             runs: list[list[Any]] = []
-            for created, t, text in lines:
-                if t != thread:
-                    continue
+            for created, text in lines:
                 if runs and runs[-1][1] == text:
                     runs[-1][2] += 1
                 else:

@@ -12,6 +12,7 @@ watermark, record by record (offset -> (leader epoch, value)).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -105,6 +106,28 @@ later request on the same connection behind it (Kafka answers a connection's req
             endpoint.receive = gate  # type: ignore[method-assign]
 
         self.call(install)
+
+    def record_requests(self) -> list[tuple[str, Any]]:
+        """From now on, record every client request reaching the wire as (client id, decoded request), in
+        order; returns the list it appends to. (Not with `hold_fetches`: both replace the endpoint's receive.)"""
+        from epochguard.wire import codec
+
+        assert self.server.endpoint is not None
+        endpoint = self.server.endpoint
+        receive = type(endpoint).receive
+        seen: list[tuple[str, Any]] = []
+
+        def record(conn: Any, frame: bytes) -> None:
+            with contextlib.suppress(Exception):  # a bad frame: the endpoint itself answers it
+                header, request = codec.decode_request(frame)
+                seen.append((header.client_id or "", request))
+            receive(endpoint, conn, frame)
+
+        def install() -> None:
+            endpoint.receive = record  # type: ignore[method-assign]
+
+        self.call(install)
+        return seen
 
     def release_fetches(self) -> None:
         """Stop holding: the held requests reach the cluster now (those of connections closed meanwhile, e.g.

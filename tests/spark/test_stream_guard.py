@@ -29,6 +29,7 @@ from epochguard.spark.stream import (
     kafka_schema,
     offsets_json,
     parse_offsets,
+    read_range,
 )
 from epochguard.types import TopicPartition
 from tests.spark.guard_cluster import TOPIC, GuardCluster
@@ -305,6 +306,44 @@ def test_unclean_election_during_a_task(cluster: GuardCluster, tmp_path: Path, m
     with pytest.warns(TruncationWarning):
         run.run_to_end()
     assert judge(run.output, run.truncations(), truth) == (28, 6)  # old 0..15, then the new log from 10
+
+
+def test_executors_fetch_with_the_last_fetched_epoch(cluster: GuardCluster, tmp_path: Path) -> None:
+    """A task's Fetches carry LastFetchedEpoch (v12+): the planned start's epoch from the checkpoint first,
+    then the epoch of the last batch read, across a leader epoch change inside the range; the task sends
+    no OffsetsForLeaderEpoch (the Fetch validates). A task whose planned start the new leader truncated
+    gets a DivergingEpoch answer to its first Fetch and ends without failing, having emitted nothing."""
+    from epochguard.protocol.messages import FetchRequest, OffsetsForLeaderEpochRequest
+
+    run = MicroBatches(cluster, "rewind", tmp_path, **{"kafka.max.partition.fetch.bytes": "1"})
+    old = _read_phantoms(cluster, run)  # 0..14 at epoch 0, 10..14 only on the isolated leader
+    epoch = cluster.unclean_election(TP, old)
+    for _ in range(6):  # 10..15 at the new epoch, one batch each
+        cluster.produce(1)
+    truth = cluster.truth(TP)
+    assert epoch > 0 and [truth[o][0] for o in (9, 10)] == [0, epoch]
+    seen = cluster.record_requests()
+    schema = kafka_schema()
+    rows = [r for b in read_range(run.reader.options, TP, EpochOffset(5, 0), EpochOffset(16, epoch), schema)
+            for r in b.to_pylist()]
+    assert [(r["offset"], r["leaderEpoch"]) for r in rows] == [(o, truth[o][0]) for o in range(5, 16)]
+    executor = [req for client, req in seen if client == "epochguard-spark-executor"]
+    fetched = [(p.fetch_offset, p.last_fetched_epoch) for req in executor if isinstance(req, FetchRequest)
+               for p in req.partitions]
+    assert fetched and fetched[0] == (5, 0)
+    # Every Fetch names the epoch of the record before its offset (the last batch read, or the start's).
+    assert all(last == truth[o - 1][0] for o, last in fetched), fetched
+    assert (10, 0) in fetched and (11, epoch) in fetched  # across the epoch change (5..9 came in one batch)
+    assert not any(isinstance(req, OffsetsForLeaderEpochRequest) for req in executor)
+
+    # The planned start 15 at epoch 0 is gone (the new log has epoch 0 up to 10 only): DivergingEpoch.
+    seen.clear()
+    assert list(read_range(run.reader.options, TP, EpochOffset(15, 0), EpochOffset(16, epoch), schema)) == []
+    executor = [req for client, req in seen if client == "epochguard-spark-executor"]
+    fetched = [(p.fetch_offset, p.last_fetched_epoch) for req in executor if isinstance(req, FetchRequest)
+               for p in req.partitions]
+    assert fetched[0] == (15, 0)
+    assert not any(isinstance(req, OffsetsForLeaderEpochRequest) for req in executor)
 
 
 @pytest.mark.parametrize("mode", ["fail", "rewind"])

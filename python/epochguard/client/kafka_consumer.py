@@ -106,6 +106,9 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "max_poll_interval_ms": 300_000,  # the rebalance timeout of a JoinGroup
     "max_response_bytes": None,  # beyond kafka-python: the largest answer read (default: fetch_max_bytes + 1 MiB)
     "default_offset_commit_callback": None,  # commit_async's callback when it is given none
+    # Beyond kafka-python and Java: Fetch v12+ carries LastFetchedEpoch, the leader answers a divergence
+    # (DivergingEpoch) and a seek with an epoch needs no OffsetsForLeaderEpoch (a follower's rule).
+    "send_last_fetched_epoch": False,
 }
 
 # kafka-python settings this client refuses when set to anything but their default, and why.
@@ -190,6 +193,7 @@ class AsyncConsumer:
             max_partition_fetch_bytes=c["max_partition_fetch_bytes"],
             group_generation=self._generation,
             prefetch=PREFETCH,
+            send_last_fetched_epoch=bool(c["send_last_fetched_epoch"]),
         )
         self._group: ConsumerCoordinator | None = None
         if self._group_id is not None:

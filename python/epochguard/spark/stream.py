@@ -94,7 +94,7 @@ log = logging.getLogger("epochguard.spark.stream")
 
 # Client settings the source decides itself (as Spark's `KafkaSourceProvider` refuses them).
 _OWN_SETTINGS = {"group_id", "auto_offset_reset", "enable_auto_commit", "key_deserializer", "value_deserializer",
-                 "bootstrap_servers", "isolation_level"}
+                 "bootstrap_servers", "isolation_level", "send_last_fetched_epoch"}
 
 
 class TruncationWarning(UserWarning):
@@ -505,7 +505,8 @@ def read_range(options: StreamOptions, tp: TopicPartition, start: EpochOffset, u
 
     target = _arrow_schema(schema)
     consumer = KafkaConsumer(bootstrap_servers=options.bootstrap, auto_offset_reset="none",
-                             enable_auto_commit=False, client_id="epochguard-spark-executor", **options.client)
+                             enable_auto_commit=False, client_id="epochguard-spark-executor",
+                             send_last_fetched_epoch=True, **options.client)
     try:
         consumer.assign([tp])
         consumer.seek(tp, start.offset if start.epoch is None else OffsetAndMetadata(start.offset,

@@ -91,7 +91,9 @@ class Consumer:
     stepped simulation, a network client passes Kafka's 500). `group_generation`: the (generation id,
     member id) a group member's commits carry (its membership's, `ConsumerCoordinator.generation_and_member`).
     `prefetch`: completed fetches a partition may have buffered and still be fetched on from their end
-    (beyond Kafka, whose rule is 0, the default; see `requests.fetch`). Times are milliseconds of the
+    (beyond Kafka, whose rule is 0, the default; see `requests.fetch`). `send_last_fetched_epoch`: Fetch
+    v12+ carries each position's offset epoch (LastFetchedEpoch) and a DivergingEpoch answer validates the
+    position, as a follower's fetch does (beyond Kafka's consumer, which sends none). Times are milliseconds of the
     caller's clock (`now_ms` arguments); nothing here reads a clock.
     """
 
@@ -115,6 +117,7 @@ class Consumer:
         max_partition_fetch_bytes: int = 1 << 20,
         group_generation: Callable[[], tuple[int, str]] | None = None,
         prefetch: int = 0,
+        send_last_fetched_epoch: bool = False,
     ) -> None:
         if reset_policy not in ("earliest", "latest", "none"):
             raise ValueError(f"invalid reset policy {reset_policy!r}")
@@ -140,6 +143,7 @@ class Consumer:
             fetch_max_bytes=fetch_max_bytes,
             max_partition_fetch_bytes=max_partition_fetch_bytes,
             prefetch=prefetch,
+            send_last_fetched_epoch=send_last_fetched_epoch and protocol == "kip-320",
         )
         self.committed = self._ctx.committed
         self.truncations = self._ctx.truncations
@@ -150,7 +154,7 @@ class Consumer:
         self._commits = CommitManager(self._ctx, group_id, coordinator_id, self._offsets.reset_or_raise,
                                       group_generation or (lambda: (-1, "")))
         self._validation = ValidationManager(self._ctx)
-        self._fetch = FetchManager(self._ctx, self._validation.maybe_validate)
+        self._fetch = FetchManager(self._ctx, self._validation.maybe_validate, self._validation.complete_diverging)
         # The order requests go out in one round.
         self._managers: tuple[RequestManager, ...] = (
             self._api_versions, self._metadata, self._commits, self._offsets, self._validation, self._fetch,

@@ -73,6 +73,10 @@ class ConsumerContext:
     # Completed fetches a partition may have buffered and still be fetched on from their end (0: Kafka's
     # rule, nothing buffered; see FetchManager).
     prefetch: int = 0
+    # Beyond Kafka's consumer (whose Fetch carries no LastFetchedEpoch), as a follower does (KIP-595's
+    # truncate-on-fetch): each Fetch v12+ carries the position's offset epoch, so the leader answers a
+    # divergence itself (DivergingEpoch) and a position with an epoch needs no OffsetsForLeaderEpoch.
+    send_last_fetched_epoch: bool = False
 
     @property
     def kip320(self) -> bool:

@@ -17,6 +17,11 @@ there. FENCED_LEADER_EPOCH,
 NOT_LEADER_OR_FOLLOWER and the like refresh metadata (or follow the KIP-951 leader hint);
 UNKNOWN_LEADER_EPOCH just retries; OFFSET_OUT_OF_RANGE from a read replica sends the consumer back to
 the leader, from the leader it resets by policy or, under policy none, is buffered for `poll()` to raise.
+
+Beyond Kafka's consumer, under the context's `send_last_fetched_epoch` (a follower's rule, KIP-595's
+truncate-on-fetch, for a leader with Fetch v12+): each partition carries its position's offset epoch as
+LastFetchedEpoch, and a DivergingEpoch answer goes to validation as if it were the OffsetsForLeaderEpoch
+answer for that epoch (Kafka's `ReplicaFetcherThread` truncates on it the same way).
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ from epochguard.client.consumer.requests.base import (
 )
 from epochguard.client.consumer.subscription import FetchState, PartitionState
 from epochguard.errors import CorruptRecordError, Errors, TopicAuthorizationFailedError
+from epochguard.protocol.api_versions import ApiKey
 from epochguard.protocol.messages import (
+    FETCH_VERSION,
     FetchPartition,
     FetchPartitionData,
     FetchRequest,
@@ -44,12 +51,26 @@ from epochguard.types import NO_EPOCH, FetchPosition, TopicPartition, epoch_or_s
 __all__ = ["FetchManager"]
 
 _Positions = dict[TopicPartition, FetchPosition]
+# The first Fetch version with LastFetchedEpoch and DivergingEpoch (KIP-595).
+LAST_FETCHED_EPOCH_VERSION = 12
+
+
+def fetches_last_epoch(ctx: ConsumerContext, node: int) -> bool:
+    """Whether Fetches to `node` carry LastFetchedEpoch: asked for, and the node's Fetch is v12+."""
+    if not ctx.send_last_fetched_epoch:
+        return False
+    versions = ctx.api_versions.get(node)
+    r = None if versions is None else versions.version_range(ApiKey.FETCH)
+    return r is not None and min(r.max_version, FETCH_VERSION) >= LAST_FETCHED_EPOCH_VERSION
 
 
 class FetchManager(RequestManager[_Positions]):
-    def __init__(self, ctx: ConsumerContext, on_leader_hint: Callable[[TopicPartition], object]) -> None:
+    def __init__(self, ctx: ConsumerContext, on_leader_hint: Callable[[TopicPartition], object],
+                 on_diverging: Callable[[TopicPartition, FetchPosition, int, int, int], object] | None = None) -> None:
         super().__init__(ctx)
         self._on_leader_hint = on_leader_hint  # re-point the position after a KIP-951 leader hint
+        # (tp, position fetched, diverging epoch, its end offset, now_ms): validate on a DivergingEpoch
+        self._on_diverging = on_diverging
 
     def _due(self, now_ms: int | None) -> dict[int, list[tuple[TopicPartition, FetchPosition]]]:
         busy = {sent.node_id for sent in self._in_flight.values()}
@@ -79,10 +100,12 @@ class FetchManager(RequestManager[_Positions]):
     def poll(self, now_ms: int) -> list[tuple[int, ClientRequest]]:
         out = []
         for node, entries in sorted(self._due(now_ms).items()):
+            last = fetches_last_epoch(self.ctx, node)
             parts = tuple(
                 FetchPartition(
                     tp.topic, tp.partition, pos.offset,
                     epoch_or_sentinel(pos.current_leader.epoch) if self.ctx.kip320 else NO_EPOCH,
+                    last_fetched_epoch=epoch_or_sentinel(pos.offset_epoch) if last else NO_EPOCH,
                     partition_max_bytes=self.ctx.max_partition_fetch_bytes,
                 )
                 for tp, pos in entries
@@ -124,13 +147,16 @@ class FetchManager(RequestManager[_Positions]):
             if end != fetched:
                 return  # stale: the position moved while the fetch was in flight
             # A fetch ahead of the buffer (prefetch), still continuing it.
-            if data.error_code == Errors.NONE:
+            if data.error_code == Errors.NONE and data.diverging_epoch is None:
                 self._on_records(s, tp, fetched, data, now_ms, ahead=True)
             else:
                 s.next_retry_ms = self.ctx.backoff(now_ms)  # handled once fetched from the position itself
             return
         code = data.error_code
-        if code == Errors.NONE:
+        if code == Errors.NONE and data.diverging_epoch is not None and self._on_diverging is not None:
+            div = data.diverging_epoch  # the leader's answer for our LastFetchedEpoch: validate with it
+            self._on_diverging(tp, fetched, div.epoch, div.end_offset, now_ms)
+        elif code == Errors.NONE:
             self._on_records(s, tp, fetched, data, now_ms)
         elif code == Errors.OFFSET_OUT_OF_RANGE:
             self._on_out_of_range(s, tp)

@@ -8,6 +8,10 @@ validation without a request. A position that moves while its request is in flig
 once (a second leader change does not wait for the first answer). The answer goes through the pure
 `validator`; truncations under policy none are raised together as one `LogTruncationError`, with a
 divergent offset only where one is known.
+
+Under the context's `send_last_fetched_epoch`, a leader with Fetch v12+ is not asked: the position goes
+to fetching and the Fetch's LastFetchedEpoch validates it; a DivergingEpoch answer comes back here
+(`complete_diverging`) and is applied as the OffsetsForLeaderEpoch answer would be.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from epochguard.client.consumer.requests.base import (
     ConsumerContext,
     RequestManager,
 )
+from epochguard.client.consumer.requests.fetch import fetches_last_epoch
 from epochguard.client.consumer.subscription import FetchState, PartitionState
 from epochguard.client.consumer.validator import (
     Reset,
@@ -103,6 +108,10 @@ class ValidationManager(RequestManager[_Positions]):
                 for tp, position in entries:  # `completeValidation`: this broker cannot validate
                     self.ctx.subscriptions.state(tp).transition(FetchState.FETCHING, position)
                 continue
+            if fetches_last_epoch(self.ctx, node):
+                for tp, position in entries:  # the Fetch validates (LastFetchedEpoch): no round trip here
+                    self.ctx.subscriptions.state(tp).transition(FetchState.FETCHING, position)
+                continue
             parts = tuple(
                 OffsetForLeaderPartition(
                     tp.topic,
@@ -152,6 +161,23 @@ class ValidationManager(RequestManager[_Positions]):
             if s.state != FetchState.AWAIT_VALIDATION or s.position != request_position:
                 continue  # stale: the position moved since the request
             self._complete(answer.tp, s, request_position, answer.leader_epoch, answer.end_offset, now_ms, truncated)
+        self._raise(truncated)
+
+    def complete_diverging(self, tp: TopicPartition, position: FetchPosition, epoch: int, end_offset: int,
+                           now_ms: int) -> None:
+        """A Fetch from `position` answered with DivergingEpoch (`epoch`, `end_offset`): the leader's
+        answer for the position's epoch, applied as an OffsetsForLeaderEpoch answer. On resume the
+        position takes the leader's epoch, so the next Fetch does not diverge again on an epoch alone."""
+        s = self.ctx.subscriptions.get(tp)
+        if s is None or s.position != position:
+            return
+        truncated: dict[TopicPartition, tuple[int, OffsetAndMetadata | None]] = {}
+        self._complete(tp, s, position, epoch, end_offset, now_ms, truncated)
+        if s.state == FetchState.FETCHING and s.position == position and not truncated and epoch >= 0:
+            s.position = FetchPosition(position.offset, epoch, position.current_leader)
+        self._raise(truncated)
+
+    def _raise(self, truncated: dict[TopicPartition, tuple[int, OffsetAndMetadata | None]]) -> None:
         if truncated:
             # One pending at a time, the newest (Kafka's `cachedValidatePositionsException`): a network driver
             # re-validates after the back-off while the application is away, and each answer would queue

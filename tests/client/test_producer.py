@@ -15,7 +15,7 @@ import pytest
 from epochguard import _core
 from epochguard._core import iter_batches
 from epochguard.client.producer import Producer, murmur2, partition_for_key
-from epochguard.errors import Errors, TopicAuthorizationFailedError
+from epochguard.errors import Errors, SaslAuthenticationError, TopicAuthorizationFailedError
 from epochguard.protocol.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -194,6 +194,25 @@ def test_a_lost_connection_retries_and_a_fatal_error_fails_the_records() -> None
     producer.on_response(1, out[0], ProduceResponse((ProducePartitionResponse(
         "t", 1, Errors.TOPIC_AUTHORIZATION_FAILED),)), 21)
     assert isinstance(d.error, TopicAuthorizationFailedError)
+
+
+def test_abort_unsent_fails_what_waits_and_leaves_what_is_in_flight() -> None:
+    """An authentication failure (the driver calls abort_unsent, as Java's Sender aborts undrained batches
+    on a fatal error): records waiting for metadata and batches not sent fail with it; a batch in flight
+    still gets its answer."""
+    producer = Producer(bootstrap=[-1], linger_ms=0)
+    in_flight = producer.send("t", b"a", partition=0, now_ms=0)
+    ready(producer)
+    ((_, request),) = producer.poll_requests(0)
+    queued = producer.send("t", b"b", partition=0, now_ms=1)  # behind the busy partition
+    waiting = producer.send("other", b"c", now_ms=1)  # no metadata for its topic yet
+    err = SaslAuthenticationError("PLAIN authentication failed", "PLAIN")
+    assert producer.abort_unsent(err) == 2
+    assert queued.error is err and waiting.error is err and not in_flight.done
+    assert producer.pending() == 1
+    producer.on_response(1, request, ProduceResponse((ProducePartitionResponse("t", 0, base_offset=7),)), 2)
+    assert in_flight.metadata is not None and in_flight.metadata.offset == 7
+    assert producer.pending() == 0 and producer.abort_unsent(err) == 0
 
 
 def test_acks_zero_completes_on_send_and_delivery_timeout_expires_what_never_went() -> None:

@@ -27,6 +27,7 @@ from epochguard.errors import (
     IllegalSaslStateError,
     KafkaConnectionError,
     SaslAuthenticationError,
+    SslAuthenticationError,
     UnsupportedSaslMechanismError,
 )
 from epochguard.protocol.api_versions import BROKER_API_VERSIONS, ApiKey, ApiVersionsRequest, answer_api_versions
@@ -103,6 +104,8 @@ def test_scram_sha_512_proof_and_server_signature() -> None:
     (b"r=rOprNGfwEbeRWgbNEkqO%hv,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=-5", "iteration count -5 outside"),
     (b"r=rOprNGfwEbeRWgbNEkqO%hv,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=many", "count that is not a number"),
     (b"r=rOprNGfwEbeRWgbNEkqO%hv,s=not*base64,i=4096", "salt that is not base64"),
+    (b"r=rOprNGfwEbeRWgbNEkqO%hv,s=c2Fsd*A==,i=4096", "salt that is not base64"),  # strict: no character skipped
+    (b"r=rOprNGfwEbeRWgbNEkqO%hv,ss=c2FsdA==,i=4096", "malformed attribute 'ss=c2FsdA=='"),
     (b"r=rOprNGfwEbeRWgbNEkqO%hv,i=4096", "without r=, s= or i="),
     (b"e=unknown-user", "the broker said 'unknown-user'"),
     (b"garbage", "malformed server-first message"),
@@ -147,9 +150,29 @@ def test_scram_iteration_bound_is_kafkas_maximum() -> None:
     assert client.respond(at_max) is not None  # 16384 is allowed (Kafka stores up to it)
 
 
+def test_a_server_first_message_of_4096_bytes_is_read_one_more_is_refused() -> None:
+    pad = 4096 - len(RFC_SERVER_FIRST)
+    longest = RFC_SERVER_FIRST.replace(b"%hv", b"%hv" + b"x" * pad)
+    assert len(longest) == 4096
+    client = rfc_client()
+    client.first()
+    assert client.respond(longest) is not None
+    client = rfc_client()
+    client.first()
+    with pytest.raises(SaslAuthenticationError, match="of 4097 bytes"):
+        client.respond(longest.replace(b"%hv", b"%hvx"))
+
+
+def test_scram_needs_a_scram_mechanism() -> None:
+    with pytest.raises(ValueError, match="not a SCRAM mechanism: 'SCRAM-SHA-1'"):
+        ScramClient("SCRAM-SHA-1", "u", "p")
+
+
 def test_plain_token_and_no_password_in_reprs() -> None:
     plain = PlainClient("alice", "alice-secret")
+    assert not plain.complete
     assert plain.first() == b"\0alice\0alice-secret"
+    assert not plain.complete  # only the broker's answer completes it
     assert plain.respond(b"") is None and plain.complete
     assert "alice-secret" not in repr(SaslAuthenticateRequest(plain.first()))
     security = consumer_config({"security_protocol": "SASL_PLAINTEXT", "sasl_plain_username": "alice",
@@ -209,6 +232,10 @@ def test_settings(make: Callable[[dict], dict]) -> None:
               "sasl_plain_password": "p"})
     with pytest.raises(ValueError, match="needs sasl_plain_username and sasl_plain_password"):
         make({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-256"})
+    for username, password in (("u", None), (None, "p"), ("", "p"), ("u", 5)):
+        with pytest.raises(ValueError, match="needs sasl_plain_username and sasl_plain_password"):
+            make({"security_protocol": "SASL_PLAINTEXT", "sasl_plain_username": username,
+                  "sasl_plain_password": password})
     with pytest.raises(ValueError, match="GSSAPI"):
         make({"sasl_kerberos_service_name": "kafka"})
     with pytest.raises(ValueError, match=r"ssl_context must be an ssl\.SSLContext"):
@@ -385,3 +412,64 @@ def test_a_scram_broker_asking_for_a_huge_pbkdf2_is_refused_at_once() -> None:
 def test_every_authentication_error_is_an_authentication_error() -> None:
     for cls in (SaslAuthenticationError, UnsupportedSaslMechanismError, IllegalSaslStateError):
         assert issubclass(cls, AuthenticationError) and not cls.retriable
+
+
+def test_other_handshake_and_authenticate_errors_are_illegal_sasl_states() -> None:
+    async def handshake_refused(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await api_versions(reader, writer)
+        _, _, correlation, _ = await read_frame(reader)
+        await reply(writer, ksasl.SaslHandshakeResponse(error_code=34, mechanisms=["PLAIN"], version=1), correlation)
+        await reader.read()
+
+    async def authenticate_refused(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await api_versions(reader, writer)
+        _, _, correlation, _ = await read_frame(reader)
+        await reply(writer, ksasl.SaslHandshakeResponse(error_code=0, mechanisms=["PLAIN"], version=1), correlation)
+        _, _, correlation, _ = await read_frame(reader)
+        await reply(writer, ksasl.SaslAuthenticateResponse(error_code=34, error_message="out of order", version=2),
+                    correlation)
+        await reader.read()
+
+    async def handshake_body(client: NetworkClient) -> None:
+        with pytest.raises(IllegalSaslStateError, match="SaslHandshake for PLAIN failed \\(ILLEGAL_SASL_STATE\\)"):
+            await client.send(-1, MetadataRequest(("t",)))
+
+    async def authenticate_body(client: NetworkClient) -> None:
+        with pytest.raises(IllegalSaslStateError, match="PLAIN authentication with node -1: out of order"):
+            await client.send(-1, MetadataRequest(("t",)))
+    run_against(handshake_refused, handshake_body, PLAIN)
+    run_against(authenticate_refused, authenticate_body, PLAIN)
+
+
+TLS = Security("SSL", ssl.create_default_context())
+
+
+def test_tls_to_a_broker_that_answers_plaintext_is_an_ssl_authentication_error() -> None:
+    async def plaintext(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(5)  # the ClientHello's record header
+        writer.write(b"\x00\x00\x00\x10not a tls record")
+        await writer.drain()
+        await reader.read()
+
+    async def body(client: NetworkClient) -> None:
+        t0 = time.monotonic()
+        with pytest.raises(SslAuthenticationError, match=r"TLS handshake with node -1 at 127\.0\.0\.1:"):
+            await client.send(-1, MetadataRequest(("t",)))
+        assert time.monotonic() - t0 < 2.0
+    run_against(plaintext, body, TLS)
+
+
+def test_a_broker_closing_during_the_tls_handshake_is_a_connection_error_with_a_hint() -> None:
+    async def closes(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(5)
+
+    async def body(client: NetworkClient) -> None:
+        with pytest.raises(KafkaConnectionError, match="during the TLS handshake \\(is it a TLS listener\\?\\)"):
+            await client.send(-1, MetadataRequest(("t",)))
+    run_against(closes, body, TLS)
+
+    async def plain_body(client: NetworkClient) -> None:  # without TLS, no such hint
+        with pytest.raises(KafkaConnectionError) as err:
+            await client.send(-1, MetadataRequest(("t",)))
+        assert "TLS" not in str(err.value)
+    run_against(closes, plain_body, Security())

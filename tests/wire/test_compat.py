@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from epochguard.wire.drivers.compat import cell, format_table, merge_runs, run_groups
+from epochguard.wire.drivers.compat import cell, format_table, merge_runs, producer_cell, run_groups, serve_runs
 from epochguard.wire.drivers.registry import CLIENTS, client
-from epochguard.wire.drivers.session import RunResult
+from epochguard.wire.drivers.session import TRIGGERS, RunResult
 from epochguard.wire.drivers.truth import ClientTruth, Divergence, FinalLog, OutOfRange
 
 EMPTY = FinalLog({}, {}, {})
@@ -85,3 +85,32 @@ def test_merged_groups_keep_each_clients_cell_and_failure() -> None:
     assert table[0] == "| scenario | trigger | kafka-python 3.0.12 | java-classic (kafka-clients 4.4.0) | franz-go |"
     assert table[2] == "| unclean-election | served | reset | detected | run failed: boom |"
     assert merge_runs([([kp], "run failed: a"), ([go], "run failed: b")]) == "run failed: a; run failed: b"
+
+
+def producing(outcomes: list[str], truth: str, name: str = "confluent-kafka") -> RunResult:
+    """A producer-scenario run of one client: the server's sequence-error outcomes, its log's outcome."""
+    log = ClientTruth(f"epochguard-{name}", "librdkafka 2.16.0", [], producer_outcome=truth)
+    return RunResult("b", {}, EMPTY, {name: log}, {"clients": [{
+        "client_id": f"epochguard-{name}", "divergences": [],
+        "sequence_errors": [{"error": "OUT_OF_ORDER_SEQUENCE_NUMBER", "outcome": o} for o in outcomes]}]})
+
+
+def test_producer_cells_name_the_outcome_and_both_sides_when_they_differ() -> None:
+    ck = client("confluent-kafka")
+    assert producer_cell(producing(["fatal", "fatal"], "fatal"), ck) == "fatal"
+    assert producer_cell(producing(["clean"], "duplicate"), ck) == "clean != duplicate"
+    assert producer_cell(producing([], "clean"), ck) == "-"  # never desynchronized: nothing to judge
+    assert producer_cell(producing(["clean"], "clean"), client("kcat")) == "n/a"  # no idempotent producer
+    failed = producing([], "clean")
+    failed.failed["confluent-kafka"] = "run failed: boom"
+    assert producer_cell(failed, ck) == "run failed: boom"
+
+
+def test_producer_scenarios_run_once_with_their_trigger_and_only_idempotent_clients() -> None:
+    assert serve_runs(["unclean-election", "idempotent-truncation"], TRIGGERS) == [
+        ("unclean-election", "served"), ("unclean-election", "caught-up"), ("idempotent-truncation", "ack")]
+    assert {c.name for c in CLIENTS if c.idempotent is not None} == {
+        "confluent-kafka", "java-classic", "java-consumer", "franz-go", "epochguard", "epochguard-asyncio"}
+    table = format_table({("idempotent-truncation", "ack"): producing(["fatal"], "fatal")},
+                         [client("confluent-kafka"), client("kafka-go")]).splitlines()
+    assert table[2] == "| idempotent-truncation | ack | fatal | n/a |"

@@ -42,12 +42,9 @@ PID = 7
 # - librdkafka 2.16 (enable.idempotence=true): "sequence desynchronization" is a fatal error; the
 #   producer raises _FATAL on every call after it.
 # - epochguard: as Java's TransactionManager (client/producer.py): clean.
-IDEMPOTENT: dict[str, tuple[tuple[str, ...], str]] = {
-    "confluent-kafka": (("--option", "producer.enable.idempotence=true"), "fatal"),
-    "java-classic": ((), "clean"),
-    "franz-go": ((), "clean"),
-    "epochguard": (("--option", "producer.enable_idempotence=1"), "clean"),
-}
+# (How each is asked to be idempotent is the registry's: `Client.idempotent`.)
+IDEMPOTENT: dict[str, str] = {"confluent-kafka": "fatal", "java-classic": "clean", "franz-go": "clean",
+                              "epochguard": "clean"}
 
 
 # --- the judge at the message level ------------------------------------------------------------------
@@ -124,7 +121,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunResult]:
     clients = [client(name) for name in IDEMPOTENT]
     yield ServeRuns(tmp_path_factory.mktemp("idempotent")).run(
         "idempotent-truncation", "ack", "idempotent", clients,
-        driver_args={name: args for name, (args, _) in IDEMPOTENT.items()})
+        driver_args={name: client(name).idempotent or () for name in IDEMPOTENT})
 
 
 @pytest.mark.parametrize("name", list(IDEMPOTENT))
@@ -137,7 +134,7 @@ def test_each_producer_does_what_its_code_says_and_both_sides_agree(run: RunResu
     assert errors, f"{name} was never answered OUT_OF_ORDER_SEQUENCE_NUMBER\n{run.why(name)}"
     assert {e["error"] for e in errors} == {"OUT_OF_ORDER_SEQUENCE_NUMBER"}
     assert {e["outcome"] for e in errors} == {truth.producer_outcome}, f"server {errors}, log {run.logs[name]}"
-    assert truth.producer_outcome == IDEMPOTENT[name][1], f"{name}: {truth.producer_outcome}; log {run.logs[name]}"
+    assert truth.producer_outcome == IDEMPOTENT[name], f"{name}: {truth.producer_outcome}; log {run.logs[name]}"
     # The tail broker 1 alone acknowledged is gone with the election: lost, and blamed on no client.
     assert truth.lost_acked and server["acks_lost"] == []
 

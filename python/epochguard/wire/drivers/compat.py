@@ -13,7 +13,7 @@ import json
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from epochguard.wire.drivers.kafka_runs import KAFKA_SCENARIOS
 from epochguard.wire.drivers.registry import CLIENTS, Client
 from epochguard.wire.drivers.session import (
     CONTROLS,
+    PRODUCER_SCENARIOS,
     SCENARIOS,
     TRIGGERS,
     RunError,
@@ -30,7 +31,16 @@ from epochguard.wire.drivers.session import (
 )
 from epochguard.wire.drivers.toolchain import ToolchainError
 
-__all__ = ["configure", "run_matrix", "format_table", "cell", "truth_cell", "format_comparison"]
+__all__ = ["configure", "run_matrix", "format_table", "cell", "producer_cell", "truth_cell", "format_comparison"]
+
+
+ALL = (*SCENARIOS, *CONTROLS, *PRODUCER_SCENARIOS)
+
+
+def serve_runs(scenarios: Sequence[str], triggers: Sequence[str]) -> list[tuple[str, str]]:
+    """(scenario, trigger) pairs: each trigger for a consumer scenario, its own one for a producer scenario."""
+    return [(s, t) for s in scenarios
+            for t in ((PRODUCER_SCENARIOS[s],) if s in PRODUCER_SCENARIOS else triggers)]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -42,9 +52,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "client's own delivery log.")
     parser.add_argument("--json", action="store_true", help="the last stdout line is every run's result as JSON")
     parser.add_argument("--out", type=Path, metavar="PATH", help="also write the markdown table here")
-    parser.add_argument("--scenario", action="append", choices=sorted({*SCENARIOS, *CONTROLS, *KAFKA_SCENARIOS}),
+    parser.add_argument("--scenario", action="append", choices=sorted({*ALL, *KAFKA_SCENARIOS}),
                         metavar="NAME",
-                        help=f"only this scenario (repeatable; default all: {', '.join(SCENARIOS + CONTROLS)})")
+                        help=f"only this scenario (repeatable; default all: {', '.join(ALL)})")
     parser.add_argument("--trigger", action="append", choices=TRIGGERS, help="only this trigger (repeatable)")
     parser.add_argument("--client", action="append", choices=[c.name for c in CLIENTS], help="only this client")
     parser.add_argument("--seed", type=int, default=1, metavar="N", help="seed of every serve run")
@@ -67,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     if args.cluster == "kafka":
         return _run_kafka(args, clients)
-    runs = [(s, t) for s in (args.scenario or SCENARIOS + CONTROLS) for t in (args.trigger or TRIGGERS)]
+    runs = serve_runs(args.scenario or ALL, args.trigger or TRIGGERS)
     with tempfile.TemporaryDirectory(prefix="epochguard-compat-") as tmp:
         results = run_matrix(runs, clients, Path(args.keep or tmp), seed=args.seed, progress=sys.stderr)
     table = format_table(results, clients)
@@ -166,8 +176,12 @@ def run_matrix(
 ) -> dict[tuple[str, str], RunResult | str]:
     """One serve run per (scenario, trigger); a run that broke is kept as its error text."""
     results: dict[tuple[str, str], RunResult | str] = {}
-    groups = run_groups(clients)
     for scenario, trigger in runs:
+        # A producer scenario runs the clients whose producer can be idempotent, asked to be.
+        producing = scenario in PRODUCER_SCENARIOS
+        groups = run_groups([c for c in clients if c.idempotent is not None] if producing else clients)
+        driver_args: dict[str, Sequence[str]] | None = (
+            {c.name: c.idempotent or () for c in clients} if producing else None)
         parts: list[tuple[Sequence[Client], RunResult | str]] = []
         for i, group in enumerate(groups):
             run_dir = workdir / f"{scenario}-{trigger}" / (f"group-{i}" if len(groups) > 1 else "")
@@ -176,7 +190,7 @@ def run_matrix(
                 print(f"compat: {scenario} --trigger {trigger}{names} ...", file=progress, flush=True)
             try:
                 command = serve_command(scenario, trigger, seed, trace=run_dir / "trace.jsonl", consumers=len(group))
-                parts.append((group, run_clients(command, group, run_dir)))
+                parts.append((group, run_clients(command, group, run_dir, driver_args=driver_args)))
             except (RunError, OSError, TimeoutError) as exc:
                 parts.append((group, f"run failed: {exc}"))
         results[(scenario, trigger)] = merge_runs(parts)
@@ -235,6 +249,29 @@ def cell(result: RunResult, client: Client) -> str:
     return text + (" (spin)" if any(d.get("spin") for d in server.get("divergences", [])) else "")
 
 
+def producer_cell(result: RunResult, client: Client) -> str:
+    """An idempotent producer's outcome after its acknowledged tail was lost (`clean`, `duplicate`, `fatal`;
+    `-`: never answered OUT_OF_ORDER_SEQUENCE_NUMBER), `server != truth` where its delivery log disagrees;
+    `n/a` for a client whose driver has no idempotent producer."""
+    if client.idempotent is None:
+        return "n/a"
+    if client.name in result.failed:
+        return result.failed[client.name]
+    server = result.server_client(client.client_id)
+    if server is None or client.name not in result.truths:
+        return "not seen"
+    said = sorted({e["outcome"] for e in server.get("sequence_errors", ())})
+    truth = result.truths[client.name].producer_outcome
+    text = ", ".join(said) or "-"
+    # Without a sequence error the log has nothing to say (its `clean` is the default): no disagreement.
+    return text if not said or said == [truth] else f"{text} != {truth}"
+
+
+def _cell(scenario: str) -> Callable[[RunResult, Client], str]:
+    """How a scenario's cells are judged: on the consumers' verdicts, or on the producers' outcome."""
+    return producer_cell if scenario in PRODUCER_SCENARIOS else cell
+
+
 def _label(verdict: str, how: str) -> str:
     """`detected/raised`, `reset/back`, `silent`: the verdict and how, as both sides name them."""
     return f"{verdict}/{how}" if how else verdict
@@ -250,7 +287,7 @@ def format_table(results: dict[tuple[str, str], RunResult | str], clients: Seque
     header = "| scenario | trigger | " + " | ".join(_client_label(results, c) for c in clients) + " |"
     rows = [header, "|" + "---|" * (2 + len(clients))]
     for (scenario, trigger), result in results.items():
-        cells = [result] * len(clients) if isinstance(result, str) else [cell(result, c) for c in clients]
+        cells = [result] * len(clients) if isinstance(result, str) else [_cell(scenario)(result, c) for c in clients]
         rows.append(f"| {scenario} | {trigger} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -272,12 +309,17 @@ def _as_json(results: dict[tuple[str, str], RunResult | str], clients: Sequence[
         if isinstance(result, str):
             entry["error"] = result
         else:
-            entry["clients"] = [{"client": c.name, "error": result.failed[c.name]} if c.name in result.failed else {
-                "client": c.name,
-                "cell": cell(result, c),
-                "server": result.server_client(c.client_id),
-                "truth": [d.__dict__ for d in result.truths[c.name].divergences],
-                "lost_acked": len(result.truths[c.name].lost_acked),
-            } for c in clients]
+            entry["clients"] = [_client_json(result, c, _cell(scenario)(result, c)) for c in clients]
         runs.append(entry)
     return {"runs": runs}
+
+
+def _client_json(result: RunResult, c: Client, text: str) -> dict[str, Any]:
+    if c.name in result.failed:
+        return {"client": c.name, "error": result.failed[c.name]}
+    if c.name not in result.truths:  # sat out a producer scenario: no idempotent producer
+        return {"client": c.name, "cell": text}
+    truth = result.truths[c.name]
+    return {"client": c.name, "cell": text, "server": result.server_client(c.client_id),
+            "truth": [d.__dict__ for d in truth.divergences], "lost_acked": len(truth.lost_acked),
+            "producer_outcome": truth.producer_outcome}

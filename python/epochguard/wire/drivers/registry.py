@@ -22,6 +22,9 @@ class Client:
     executable: str | None = None  # a program that must be on PATH
     toolchain: str | None = None  # a driver built by `toolchain` ("java", "go") before it runs
     args: tuple[str, ...] = ()  # given to the driver module before the common arguments
+    # The driver arguments that make its producer idempotent (`()`: it is by default); None: its driver has
+    # no idempotent producer, and it sits out the producer scenarios (session.PRODUCER_SCENARIOS).
+    idempotent: tuple[str, ...] | None = None
 
     @property
     def client_id(self) -> str:
@@ -56,24 +59,26 @@ class Client:
 
 CLIENTS: tuple[Client, ...] = (
     Client("confluent-kafka", "epochguard.wire.drivers.confluent_kafka", "confluent-kafka>=2.16",
-           importable="confluent_kafka"),
+           importable="confluent_kafka", idempotent=("--option", "producer.enable.idempotence=true")),
     Client("kafka-python", "epochguard.wire.drivers.kafka_python", "kafka-python>=3", importable="kafka"),
     Client("aiokafka", "epochguard.wire.drivers.aiokafka", "aiokafka>=0.14", importable="aiokafka"),
     Client("kcat", "epochguard.wire.drivers.kcat", "kcat", executable="kcat"),
     # Apache Kafka's own client, both consumer implementations; then the Go clients (toolchain.py).
     Client("java-classic", "epochguard.wire.drivers.java", "kafka-clients 4.4.0 (JDK 17 + Maven)",
-           toolchain="java", args=("--variant", "classic")),
+           toolchain="java", args=("--variant", "classic"), idempotent=()),
     Client("java-consumer", "epochguard.wire.drivers.java", "kafka-clients 4.4.0 (JDK 17 + Maven)",
-           toolchain="java", args=("--variant", "consumer")),
+           toolchain="java", args=("--variant", "consumer"), idempotent=()),
     Client("franz-go", "epochguard.wire.drivers.go", "franz-go (Go toolchain)", toolchain="go",
-           args=("--client", "franz-go")),
+           args=("--client", "franz-go"), idempotent=()),
     Client("sarama", "epochguard.wire.drivers.go", "IBM/sarama (Go toolchain)", toolchain="go",
            args=("--client", "sarama")),
     Client("kafka-go", "epochguard.wire.drivers.go", "segmentio/kafka-go (Go toolchain)", toolchain="go",
            args=("--client", "kafka-go")),
     # epochguard's own client (epochguard.client), blocking and asyncio.
-    Client("epochguard", "epochguard.wire.drivers.epochguard_client", "epochguard"),
-    Client("epochguard-asyncio", "epochguard.wire.drivers.epochguard_client", "epochguard", args=("--asyncio",)),
+    Client("epochguard", "epochguard.wire.drivers.epochguard_client", "epochguard",
+           idempotent=("--option", "producer.enable_idempotence=1")),
+    Client("epochguard-asyncio", "epochguard.wire.drivers.epochguard_client", "epochguard", args=("--asyncio",),
+           idempotent=("--option", "producer.enable_idempotence=1")),
 )
 
 

@@ -33,6 +33,9 @@ SCENARIOS = ("clean", "unclean-election", "zombie-leader", "stale-metadata", "la
 # the controls, and a log start that jumps past the clients' positions.
 CONTROLS = ("false-divergence", "epoch-flap", "log-start-jump")
 TRIGGERS = ("served", "caught-up")
+# Judged on what the clients' producers did (an idempotent producer's outcome after a lost sequence), each
+# with the one trigger it has; only clients with an idempotent producer (`Client.idempotent`) take part.
+PRODUCER_SCENARIOS = {"idempotent-truncation": "ack"}
 
 
 class RunError(RuntimeError):

@@ -296,6 +296,8 @@ def _digest(value: bytes) -> str:
 
 
 @pytest.mark.parametrize("kind", KINDS)
+# A stalled client is reported in the warnings summary, not turned into an error (pyproject: "error").
+@pytest.mark.filterwarnings("default:handoff-.* stalled, nothing to judge:UserWarning")
 def test_the_member_taking_over_a_truncated_commit_is_judged_alike_by_both_sides(run, kind: str) -> None:
     require(client(kind))
     a, b = run["a"][kind], run["b"][kind]

@@ -329,7 +329,8 @@ def _judge_a_stalled_client(run: dict[str, Any], a: Member, b: Member) -> None:
     events = [d for d in run["server"][b.client_id]["divergences"] if d["from"] == "commit"]
     assert events == [], f"serve judged a handover that never happened: {events}"
     warnings.warn(f"{stalled.client_id} stalled, nothing to judge (every request it sent, the last at step "
-                  f"{max(step for step, *_ in requests)}, was answered): {stalled.stalled[:600]}", stacklevel=1)
+                  f"{max(step for step, *_ in requests)}, was answered): {stalled.stalled.split(chr(10) + '--- thread')[0]}",
+                  stacklevel=1)
 
 
 def test_epochguard_validates_the_committed_epoch_and_goes_back_to_the_divergence_point(run) -> None:

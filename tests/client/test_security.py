@@ -242,8 +242,12 @@ def test_settings(make: Callable[[dict], dict]) -> None:
         make({"security_protocol": "SSL", "ssl_context": "yes"})
     with pytest.raises(ValueError, match="ssl_check_hostname must be True or False: 'false'"):
         make({"security_protocol": "SSL", "ssl_check_hostname": "false"})
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match=r"ssl_cafile '/nonexistent/ca\.pem' is not a file"):
         make({"security_protocol": "SSL", "ssl_cafile": "/nonexistent/ca.pem"})
+    with pytest.raises(FileNotFoundError, match=r"ssl_keyfile '/nonexistent/key\.pem' is not a file"):
+        make({"security_protocol": "SSL", "ssl_certfile": __file__, "ssl_keyfile": "/nonexistent/key.pem"})
+    assert make({"security_protocol": "sasl_plaintext", "sasl_plain_username": "u",
+                 "sasl_plain_password": "p"})["security"].protocol == "SASL_PLAINTEXT"  # any case, as Java's
 
 
 # --- the SASL handshake against tiny brokers -----------------------------------------------------------

@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import hashlib
 import hmac
+import os
 import secrets
 import ssl
 from collections.abc import Mapping
@@ -101,6 +103,8 @@ class Security:
 def security_of(config: Mapping[str, Any]) -> Security:
     """The `Security` for a client's settings; ValueError for settings that do not fit together."""
     protocol = config["security_protocol"]
+    if isinstance(protocol, str):
+        protocol = protocol.upper()  # as Java's SecurityProtocol.forName
     if protocol not in SECURITY_PROTOCOLS:
         raise ValueError(f"security_protocol must be one of {', '.join(SECURITY_PROTOCOLS)}: {protocol!r}")
     tls, sasl = protocol in ("SSL", "SASL_SSL"), protocol.startswith("SASL_")
@@ -125,6 +129,10 @@ def _ssl_context(config: Mapping[str, Any]) -> ssl.SSLContext:
         return given
     # The broker's certificate is always verified (ssl_cafile, else the system's CAs); the host name
     # too unless ssl_check_hostname=False.
+    for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_crlfile"):
+        path = config[name]
+        if path is not None and not os.path.isfile(path):  # ssl's own error does not say which file
+            raise FileNotFoundError(errno.ENOENT, f"{name} {path!r} is not a file")
     check_hostname = config["ssl_check_hostname"]
     if not isinstance(check_hostname, bool):  # "false" would be true
         raise ValueError(f"ssl_check_hostname must be True or False: {check_hostname!r}")

@@ -12,6 +12,7 @@ mirror, used by `epochguard.client.network`.
 from __future__ import annotations
 
 from epochguard._core import (
+    CLIENT_API_VERSIONS,
     MAX_FRAME_BYTES,
     WIRE_API_VERSIONS,
     CorruptFrameError,
@@ -24,4 +25,5 @@ from epochguard._core import (
 from epochguard.errors import UnsupportedVersionError
 
 __all__ = ["RequestHeader", "decode_request", "encode_response", "encode_request", "decode_response",
-           "UnsupportedVersionError", "CorruptFrameError", "MAX_FRAME_BYTES", "WIRE_API_VERSIONS"]
+           "UnsupportedVersionError", "CorruptFrameError", "MAX_FRAME_BYTES", "WIRE_API_VERSIONS",
+           "CLIENT_API_VERSIONS"]  # what `serve` speaks; what the network client speaks besides (SASL)

@@ -9,16 +9,19 @@ project's own writers (the core's batch encoder, `epochguard.storage.logdir`'s r
 checkpoint) and cached under ``--data``.
 
 Each audit runs in a fresh process, as `epochguard audit` does: ``end_to_end`` is from the process
-start (before pyspark is imported) to the audit's return (results written), Spark's start included;
-``spark_start`` is the part until `local_session` returns; ``audit`` is the audit's own work after
-that (no warm-up job: a Spark job the audit runs pays for its own first-job costs, as it does for a
-user); ``stages`` is the time of each step; ``driver_peak_mib`` is the Python driver's VmHWM;
+start (before pyspark is imported) to the audit's return (results written), Spark's start included
+when a session is made; ``imports`` is Python's imports; ``spark_start`` is how long `local_session`
+took (0 when no session was made: as in `epochguard audit`, the session is a `LazySession`, made
+only if a step runs in Spark; ``batches:eager`` makes it first, as the CLI did before);
+``audit`` is the audit's own work, after the imports and after the session is up when one is made
+(no warm-up job: a Spark job the audit runs pays for its own first-job costs, as it does for a
+user); ``batches:verify`` checks every batch's CRC (`verify_crc`); ``stages`` is the time of each step; ``driver_peak_mib`` is the Python driver's VmHWM;
 ``load`` the 1-minute load average when the audit ended (the machine may be shared: quote ratios of
 the same run). Spark's bare start (``SparkSession.builder.getOrCreate()`` and a first
 ``spark.range(1).collect()``, nothing of epochguard) is measured in the same run, as the floor.
 Not a test: run it by hand and quote it.
 
-    nice .venv/bin/python benches/audit_scale.py --records 3000000,12000000 [--methods batches,records]
+    nice .venv/bin/python benches/audit_scale.py --records 3000000,12000000 [--methods batches,records,...]
 """
 
 from __future__ import annotations
@@ -42,9 +45,18 @@ import time
 began = time.perf_counter()
 import json, os, sys
 from epochguard.spark import audit, local_session
-spark = local_session("local[2]", app_name="epochguard-audit-scale", shuffle_partitions=4)
+from epochguard.spark.cli import needs_spark
+from epochguard.spark.session import LazySession
+imported = time.perf_counter()
+method, _, how = sys.argv[1].partition(":")
+if how == "eager":  # the session made before the audit starts, as `epochguard audit` did before
+    spark = local_session("local[2]", app_name="epochguard-audit-scale", shuffle_partitions=4)
+else:  # as `epochguard audit` does: made only if a step runs in Spark, in the background if surely
+    spark = LazySession("local[2]", app_name="epochguard-audit-scale", shuffle_partitions=4)
+    if needs_spark(sys.argv[3:], None, method):
+        spark.start()
 up = time.perf_counter()
-stages, clock = {}, [up]
+stages = {}
 from contextlib import contextmanager
 @contextmanager
 def step(name):
@@ -53,17 +65,20 @@ def step(name):
         yield
     finally:
         stages[name] = round(time.perf_counter() - start, 3)
-method, _, crc = sys.argv[1].partition(":")  # "batches:nocrc": headers alone, no CRC check
-result = audit(spark, sys.argv[3:], out=sys.argv[2], method=method, step=step, verify_crc=crc != "nocrc")
+result = audit(spark, sys.argv[3:], out=sys.argv[2], method=method, step=step, verify_crc=how == "verify")
 done = time.perf_counter()
+if isinstance(spark, LazySession):  # the session's start, when one was made (0: never)
+    spark_start, ready = spark.took or 0.0, imported + (spark.took or 0.0)
+else:
+    spark_start, ready = up - imported, up
 peak = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:"))
 print("RESULT " + json.dumps({
-    "end_to_end": done - began, "spark_start": up - began, "audit": done - up, "stages": stages,
+    "end_to_end": done - began, "imports": imported - began, "spark_start": spark_start,
+    "audit": done - max(ready, up), "stages": stages,
     "lost": result.lost_count, "records": sum(r.record_count for r in result.replicas),
     "kinds": sorted(r.kind for r in result.replicas), "driver_peak_mib": peak / 1024,
     "load": os.getloadavg()[0],
 }))
-spark.stop()
 """
 
 
@@ -184,7 +199,10 @@ def main() -> None:
     parser.add_argument("--records", default="3000000,12000000", help="total records per cluster, comma-separated")
     parser.add_argument("--tail", type=int, default=10_000, help="records of the divergent tail per partition")
     parser.add_argument(
-        "--methods", default="batches,records", help="audit methods; ':nocrc' skips the CRC check"
+        "--methods",
+        default="batches,batches:verify,batches:eager,records",
+        help="audit methods; ':verify' checks every batch's CRC (verify_crc), ':eager' makes the session "
+        "before the audit (as epochguard audit did before it made it only when needed)",
     )
     parser.add_argument("--data", default="target/audit-scale", help="where the generated log dirs are cached")
     parser.add_argument("--json", help="write the figures here too")
@@ -211,7 +229,8 @@ def main() -> None:
             assert got["records"] == 3 * n, got
             rows.append({"records": n, "bytes": size, "method": method, **got})
             print(
-                f"  {method:8s} end to end {got['end_to_end']:6.1f} s (Spark start {got['spark_start']:.1f} s), "
+                f"  {method:14s} end to end {got['end_to_end']:6.1f} s (imports {got['imports']:.1f} s, "
+                f"Spark start {got['spark_start']:.1f} s), "
                 f"audit {got['audit']:6.1f} s, driver peak {got['driver_peak_mib']:.0f} MiB, load {got['load']:.1f}; "
                 f"stages {json.dumps(got['stages'])}",
                 flush=True,

@@ -33,10 +33,12 @@ def _table(out: Path, name: str) -> list[dict]:
     return [{k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in row.items()} for row in df.to_dict("records")]
 
 
-def _same_results(spark, dirs: list[str], out: Path, consumed: str | None = None) -> dict:
+def _same_results(spark, dirs: list[str], out: Path, consumed: str | None = None, **options) -> dict:
     results = {}
     for method in ("records", "batches"):
-        results[method] = audit(spark, dirs, consumed=consumed, out=str(out / method), method=method, html=False)
+        results[method] = audit(
+            spark, dirs, consumed=consumed, out=str(out / method), method=method, html=False, **options
+        )
     for name in TABLES:
         a, b = _table(out / "records", name), _table(out / "batches", name)
         assert repr(a) == repr(b), name
@@ -124,9 +126,40 @@ def test_fallbacks_find_the_same_as_records(spark, tmp_path) -> None:
     on_records = plan(scan_listing(None, listing, verify_crc=True)).on_records
     assert set(on_records) == {("corrupt", 0), ("torn", 0), ("legacy", 0)}
     assert "CRC" in on_records[("corrupt", 0)] and "legacy" in on_records[("legacy", 0)]
-    results = _same_results(spark, [str(d) for d in dirs], tmp_path / "out")
+    # verify_crc: the corrupt batch lines up with its good copy (same stored CRC); the scan reads it.
+    results = _same_results(spark, [str(d) for d in dirs], tmp_path / "out", verify_crc=True)
     lost = {(r.topic, r.broker): r.lost_count for r in results["batches"].replicas if r.lost_count}
     assert lost == {("torn", 1): 4, ("plain", 1): 2, ("legacy", 1): 2}
+
+
+def test_crc_is_checked_where_replicas_differ_and_everywhere_with_verify_crc(spark, tmp_path) -> None:
+    """By default the batches that line up are not read: a record byte flipped on one replica under
+    an unchanged stored CRC is trusted (only `verify_crc` reads the bytes and reports it), while a
+    batch whose stored CRC differs from the other replica's at the same offsets is decoded, its CRC
+    checked, and its partition compared on records, with or without the option (as the record-level
+    audit does: the bad batch's records are unreadable, not lost)."""
+    replicas = {b: [Replica(t, 0, [*PREFIX, (0, records(t, 10, 5))]) for t in ("flip", "crc")] for b in (1, 2)}
+    dirs = [write_log_dir(tmp_path, b, rs) for b, rs in replicas.items()]
+    at = {}
+    for topic, where in (("flip", 70), ("crc", 17)):  # a record byte; a byte of the stored CRC itself
+        segment = dirs[0] / f"{topic}-0" / f"{0:020d}.log"
+        data = bytearray(segment.read_bytes())
+        at[topic] = 12 + int.from_bytes(data[8:12], "big")  # the second batch
+        data[at[topic] + where] ^= 0xFF
+        segment.write_bytes(bytes(data))
+    found = {}
+    for verify in (False, True):
+        result = audit(spark, [str(d) for d in dirs], out=str(tmp_path / f"out-{verify}"), html=False,
+                       verify_crc=verify)
+        errors = pd.read_parquet(tmp_path / f"out-{verify}" / "errors.parquet")
+        found[verify] = {(e.broker, e.topic, e.byte_position) for e in errors.itertuples() if "crc" in e.reason.lower()}
+        assert len(errors) == len(found[verify]) and result.exit_code == 1
+        parts = {(r.topic, r.broker): (r.kind, r.lost_count, r.record_count) for r in result.replicas}
+        assert parts[("crc", 1)] == ("in_sync", 0, 15 - 6)  # what the bad batch held is unreadable, not lost
+        # trusted by default: broker 1 holds as many records as broker 2 and is the reference (lower id)
+        assert parts[("flip", 1)] == (("in_sync", 0, 15 - 6) if verify else ("reference", 0, 15))
+    assert found[False] == {(1, "crc", at["crc"])}
+    assert found[True] == {(1, "crc", at["crc"]), (1, "flip", at["flip"])}
 
 
 def test_a_compacted_partition_is_compared_on_records(spark, tmp_path) -> None:
@@ -177,3 +210,28 @@ def test_the_driver_finds_what_spark_jobs_find_without_a_job(spark, scenario, tm
         assert driver.lost_count == (13 if i == 0 else 1)
     lost = _table(tmp_path / "case-1" / "driver", "lost_records")
     assert [(r["offset"], r["kind"]) for r in lost] == [(4, "aborted"), (5, "aborted"), (6, "aborted"), (7, "lost")]
+
+
+def test_an_audit_done_on_the_driver_never_makes_its_lazy_session(spark, scenario, tmp_path) -> None:
+    """`epochguard audit` hands the audit a LazySession: without a consumed table the driver does
+    everything and the session is never made, with the same tables, summary and report as with a
+    session; a consumed table is read in Spark, so then it is made."""
+    from epochguard.spark.session import LazySession
+
+    dirs = [str(d) for d in scenario["dirs"].values()]
+    lazy = LazySession(spark.conf.get("spark.master"))
+    found = audit(lazy, dirs, out=str(tmp_path / "lazy"))
+    assert not lazy.ready
+    expected = audit(spark, dirs, out=str(tmp_path / "session"))
+    for name in TABLES:
+        assert repr(_table(tmp_path / "lazy", name)) == repr(_table(tmp_path / "session", name)), name
+    neutral = {"out": None, "provenance": None}
+    assert found.summary() | neutral == expected.summary() | neutral
+    assert found.provenance | {"started_at": None} == expected.provenance | {"started_at": None}
+    html = (tmp_path / "session" / "report.html").read_text()
+    html = html.replace(expected.provenance["started_at"], found.provenance["started_at"])
+    assert (tmp_path / "lazy" / "report.html").read_text() == html
+    assert found.partitions.count() == len(found.replicas) and lazy.ready  # a DataFrame asked for: made now
+    consuming = LazySession(spark.conf.get("spark.master"))
+    read = audit(consuming, dirs, consumed=str(scenario["consumed"]), out=None)
+    assert consuming.ready and read.phantom_counts["truncated"] == 4

@@ -53,7 +53,7 @@ from pyspark.sql.types import BooleanType, StructField, StructType
 from epochguard import _core
 from epochguard.spark import local
 from epochguard.spark.batches import Divergence, Stat, divergence, plan
-from epochguard.spark.headers import scan_listing
+from epochguard.spark.headers import scan_listing, verify_ranges
 from epochguard.spark.listing import Listing, PartitionReplica, is_local, list_log_dirs
 from epochguard.spark.logs import (
     DEFAULT_CHUNK_BYTES,
@@ -76,6 +76,7 @@ from epochguard.spark.result import (
     partition_row,
     partitions_arrow_schema,
 )
+from epochguard.spark.session import LazySession, resolve
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -116,13 +117,13 @@ LOCAL_BYTES = 64 << 20
 
 
 def audit(
-    spark: SparkSession,
+    spark: SparkSession | LazySession,
     log_dirs: Sequence[str],
     consumed: str | DataFrame | None = None,
     out: str | None = "audit-out",
     *,
     step: Step | None = None,
-    verify_crc: bool = True,
+    verify_crc: bool = False,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     sample: int = 50,
     html: bool = True,
@@ -142,7 +143,15 @@ def audit(
     every record of every replica. Both find the same results. With ``"batches"``, when every
     segment is a local file and what is left to decode (the divergent batches, and the partitions
     compared on records) is at most `local_bytes`, the driver decodes and compares it without a
-    Spark job (`epochguard.spark.local`); 0 always uses Spark's jobs.
+    Spark job (`epochguard.spark.local`); 0 always uses Spark's jobs. `spark` may be a
+    `LazySession` (as `epochguard audit` passes): it is made only if a step runs in Spark.
+
+    Every batch that is decoded has its CRC-32C checked against its bytes (a mismatch is a row of
+    errors.parquet). With ``"batches"``, the batches that line up are not read at all unless
+    `verify_crc` is set: then the header pass reads every byte to check every CRC (the one cost that
+    grows with the bytes: docs/performance.md), and a batch corrupted where the replicas agree is an
+    error row; without it, such a batch is trusted, as the follower that copied it trusted it.
+    ``"records"`` decodes, so checks, everything.
     """
     if method not in ("batches", "records"):
         raise ValueError(f"method must be 'batches' or 'records', got {method!r}")
@@ -152,37 +161,49 @@ def audit(
         "log_dirs": [str(d) for d in log_dirs],
         "epochguard_version": _core.__version__,
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "spark_master": spark.conf.get("spark.master", None),
+        "spark_master": spark.master if isinstance(spark, LazySession) else spark.conf.get("spark.master", None),
         "spark_version": spark.version,
     }
+    # Hadoop's file systems (a path with a scheme) need the session; local files are the core's.
+    hadoop = None if all(is_local(str(d)) for d in log_dirs) else resolve(spark)
     with step("listing log directories"):
-        listing = list_log_dirs(list(log_dirs), spark)
-    batch_plan = None
-    decoded = listing
+        listing = list_log_dirs(list(log_dirs), hadoop)
+    scan = None
     if method == "batches":
         with step("scanning batch headers"):
-            batch_plan = plan(scan_listing(spark, listing, verify_crc=verify_crc, progress=scanned))
-            decoded = batch_plan.records_listing(listing)
+            scan = scan_listing(hadoop, listing, verify_crc=verify_crc, progress=scanned)
     # The driver decodes and compares when what is left to decode is small and local (`local.py`).
     on_driver = method == "batches" and local_bytes > 0 and all(is_local(s.path) for _, s in listing.segments)
-    budget = local_bytes if on_driver else -1
-    budget -= sum(s.size for _, s in decoded.segments)
-    with step("decoding segments"):
-        frame, stats = _decode_compared(spark, decoded, budget >= 0, verify_crc, chunk_bytes)
-        if batch_plan is not None:
-            stats += batch_plan.stats()
-    with step("comparing epoch histories"):
-        replicas = _summarize(listing, stats)
-    runs: Divergence | None = None
-    if batch_plan is not None:
+    while True:
+        batch_plan = None if scan is None else plan(scan)
+        decoded = listing if batch_plan is None else batch_plan.records_listing(listing)
+        budget = (local_bytes if on_driver else -1) - sum(s.size for _, s in decoded.segments)
+        with step("decoding segments"):
+            frame, stats = _decode_compared(spark, decoded, budget >= 0, True, chunk_bytes)
+            if batch_plan is not None:
+                stats += batch_plan.stats()
+        with step("comparing epoch histories"):
+            replicas = _summarize(listing, stats)
+        runs: Divergence | None = None
+        if batch_plan is None or scan is None:
+            break
         with step("comparing batches"):
             runs = divergence(batch_plan, replicas)
-    run = _Run(spark, listing, consumed, out, step, verify_crc, sample, html, provenance)
+            # Without `verify_crc` the scan read no CRC: check those of the batches to decode now, and
+            # send a partition with a bad one to the records, as a scan with `verify_crc` would have.
+            troubles = [] if verify_crc else verify_ranges(runs.ranges)
+        if not troubles:
+            break
+        scan.troubles.extend(troubles)
+        if not isinstance(frame, pa.Table):
+            frame.unpersist()
+    # What is decoded is always checked: `verify_crc` only says whether the batches that line up are read.
+    run = _Run(spark, listing, consumed, out, step, True, sample, html, provenance)
     if isinstance(frame, pa.Table):
         if runs is not None and sum(r.batch_size for r in runs.ranges) <= budget:
             return _audit_local(run, replicas, frame, runs)
         # The tails are too large for the driver: the records decoded so far go to Spark.
-        frame = arrow_frame(spark, frame)
+        frame = arrow_frame(resolve(spark), frame)
     return _audit_distributed(run, replicas, frame, runs)
 
 
@@ -190,7 +211,7 @@ def audit(
 class _Run:
     """What the last stages of one audit need, on either path."""
 
-    spark: SparkSession
+    spark: SparkSession | LazySession  # made only by what runs in Spark
     listing: Listing
     consumed: str | DataFrame | None
     out: str | None
@@ -202,7 +223,7 @@ class _Run:
 
 
 def _decode_compared(
-    spark: SparkSession, decoded: Listing, on_driver: bool, verify_crc: bool, chunk_bytes: int
+    spark: SparkSession | LazySession, decoded: Listing, on_driver: bool, verify_crc: bool, chunk_bytes: int
 ) -> tuple[DataFrame | pa.Table, list]:
     """The records of `decoded` with the compared columns (and error rows), and their `_stats`."""
     from pyspark import StorageLevel
@@ -216,7 +237,12 @@ def _decode_compared(
         )
         return table, _local_stats(table)
     frame = decode_listing(
-        spark, decoded, columns=COMPARED_COLUMNS, with_errors=True, verify_crc=verify_crc, chunk_bytes=chunk_bytes
+        resolve(spark),
+        decoded,
+        columns=COMPARED_COLUMNS,
+        with_errors=True,
+        verify_crc=verify_crc,
+        chunk_bytes=chunk_bytes,
     )
     frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
     return frame, _stats(frame, decoded)
@@ -227,7 +253,7 @@ def _audit_distributed(
 ) -> AuditResult:
     """The rest of `audit` in Spark's jobs: the record-level comparison of what was decoded."""
     spark, listing, consumed, step, verify_crc, sample = (
-        run.spark, run.listing, run.consumed, run.step, run.verify_crc, run.sample
+        resolve(run.spark), run.listing, run.consumed, run.step, run.verify_crc, run.sample
     )
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -367,9 +393,7 @@ def _audit_distributed(
 
 def _audit_local(run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, runs: Divergence) -> AuditResult:
     """The rest of `audit` on the driver: the same rules as the distributed path below, on Arrow."""
-    spark, listing, consumed, step, verify_crc, sample = (
-        run.spark, run.listing, run.consumed, run.step, run.verify_crc, run.sample
-    )
+    listing, consumed, step, verify_crc, sample = run.listing, run.consumed, run.step, run.verify_crc, run.sample
     from pyspark.sql import functions as F
 
     carry = StructType([*LOCATION.fields, StructField("txn_only", BooleanType())])
@@ -426,6 +450,7 @@ def _audit_local(run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, run
                 ["topic", "partition", "offset", "leader_epoch"]
             )
             lost = found.lost.select(["topic", "partition", "offset", "leader_epoch", "broker", "kind"])
+            spark = resolve(run.spark)
             phantoms = _phantom_reads(
                 spark, consumed, replicas, arrow_frame(spark, reference_keys), arrow_frame(spark, lost), runs.runs
             )
@@ -452,7 +477,7 @@ def _audit_local(run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, run
         phantom_sample=phantom_sample,
         provenance=run.provenance,
         tables=tables,
-        spark=spark,
+        spark=run.spark,
     )
     if run.out is not None:
         with step("writing results"):

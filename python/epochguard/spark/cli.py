@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import rich.console
 
+    from epochguard.spark.session import LazySession
+
 EXIT_CLEAN, EXIT_FOUND, EXIT_FAILED = 0, 1, 2
 
 
@@ -46,6 +48,13 @@ def add_parsers(sub: Any) -> None:
         help="compare batch headers and decode only what does not line up (default), or decode and compare "
         "every record (slower, same results)",
     )
+    audit.add_argument(
+        "--verify-crc",
+        action="store_true",
+        help="with --method batches, also read the batches where the replicas line up, to check each one's CRC-32C "
+        "(reads every byte). By default only the batches that are decoded are checked: a batch corrupted on disk "
+        "in the part where the replicas agree goes unnoticed",
+    )
     audit.set_defaults(run=run_audit)
 
     demo = sub.add_parser(
@@ -70,7 +79,9 @@ def add_parsers(sub: Any) -> None:
 def run_audit(args: argparse.Namespace) -> int:
     console = _console(stderr=args.json)  # with --json, stdout carries only the JSON
     try:
-        result = _audit(args.log_dirs, args.out, args.consumed, args.master, console, args.method)
+        result = _audit(
+            args.log_dirs, args.out, args.consumed, args.master, console, args.method, verify_crc=args.verify_crc
+        )
     except Exception as exc:  # the CLI boundary: any failure to run is exit code 2, with its reason
         console.print(f"[bold red]audit could not run:[/] {type(exc).__name__}: {exc}")
         return EXIT_FAILED
@@ -80,13 +91,15 @@ def run_audit(args: argparse.Namespace) -> int:
 
 def run_demo(args: argparse.Namespace) -> int:
     from epochguard.spark.demo import write_demo
+    from epochguard.spark.session import LazySession
 
     console = _console(stderr=args.json)
     try:
+        session = LazySession(args.master).start()  # the audit reads what the consumer read: Spark's job
         with console.status("simulating an unclean leader election"):
             scenario = write_demo(args.out, seed=args.seed)
         console.print(scenario.description)
-        result = _audit(scenario.log_dirs, scenario.audit_out, scenario.consumed, args.master, console)
+        result = _audit(scenario.log_dirs, scenario.audit_out, scenario.consumed, session, console)
     except Exception as exc:
         console.print(f"[bold red]demo could not run:[/] {type(exc).__name__}: {exc}")
         return EXIT_FAILED
@@ -104,16 +117,36 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _audit(
-    log_dirs: list[str], out: str, consumed: str | None, master: str, console: Any, method: str = "batches"
+    log_dirs: list[str],
+    out: str,
+    consumed: str | None,
+    master: str | LazySession,
+    console: Any,
+    method: str = "batches",
+    *,
+    verify_crc: bool = False,
 ) -> Any:
     from epochguard.spark.audit import audit
     from epochguard.spark.report import AuditProgress
-    from epochguard.spark.session import local_session
+    from epochguard.spark.session import LazySession
 
-    with console.status("starting Spark"):
-        spark = local_session(master)
+    spark = master if isinstance(master, LazySession) else LazySession(master)
+    if needs_spark(log_dirs, consumed, method):
+        spark.start()  # the JVM starts while the headers are scanned
     with AuditProgress(spark, console) as progress:
-        return audit(spark, log_dirs, consumed=consumed, out=out, step=progress, method=method)
+        return audit(
+            spark, log_dirs, consumed=consumed, out=out, step=progress, method=method, verify_crc=verify_crc
+        )
+
+
+def needs_spark(log_dirs: list[str], consumed: str | None, method: str) -> bool:
+    """Whether an audit will surely run Spark: a consumed table (read and joined in Spark), the
+    record-level method, or a path with a scheme (Hadoop). Otherwise the audit asks for the session
+    only if the divergent part exceeds the driver's budget; an audit done on the driver never starts
+    the JVM."""
+    from epochguard.spark.listing import is_local
+
+    return consumed is not None or method != "batches" or not all(is_local(d) for d in log_dirs)
 
 
 def _show(result: Any, as_json: bool, console: Any) -> None:

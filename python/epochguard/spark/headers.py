@@ -12,7 +12,7 @@ DataFrame.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -28,6 +28,8 @@ from epochguard.spark.logs import LOCATION
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from epochguard.spark.batches import Range
 
 Progress = Callable[[int, int], None]  # (batches, bytes) scanned since the last call
 
@@ -67,7 +69,9 @@ class HeaderScan:
 def scan_listing(
     spark: SparkSession | None, listing: Listing, *, verify_crc: bool, progress: Progress | None = None
 ) -> HeaderScan:
-    """Every batch header of every segment of `listing`."""
+    """Every batch header of every segment of `listing`. With `verify_crc` every batch is read whole
+    to check its CRC (a mismatch is a trouble); segments with a scheme are read whole by Spark anyway,
+    and always checked."""
     local = [(r, s) for r, s in listing.segments if is_local(s.path)]
     remote = [(r, s) for r, s in listing.segments if not is_local(s.path)]
     tables: list[pa.Table] = []
@@ -89,7 +93,7 @@ def scan_listing(
             raise ValueError("segments with a scheme are read through Spark: pass a SparkSession")
         where = {s.path: (r, s) for r, s in remote}
         files = spark.read.format("binaryFile").load(list(where)).select("path", "content")
-        scanned = files.mapInArrow(_scan_contents(where, verify_crc), SPARK_SCHEMA).toArrow()
+        scanned = files.mapInArrow(_scan_contents(where, True), SPARK_SCHEMA).toArrow()
         errors = scanned.column("error_reason")
         for row in scanned.filter(errors.is_valid()).to_pylist():
             troubles.append(
@@ -100,6 +104,20 @@ def scan_listing(
             progress(tables[-1].num_rows, sum(s.size for _, s in remote))
     table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
     return HeaderScan(table, troubles, table.num_rows, sum(s.size for _, s in listing.segments))
+
+
+def verify_ranges(ranges: Iterable[Range]) -> list[SegmentTrouble]:
+    """Check the CRC of every batch of `ranges` (local files: whole batches from a header scan
+    without `verify_crc`), as that scan would have: one trouble per segment with a bad batch."""
+    troubles: dict[str, SegmentTrouble] = {}
+    for r in ranges:
+        if r.path in troubles or not is_local(r.path):
+            continue
+        try:
+            _core.scan_headers(r.path, verify_crc=True, offset=r.batch_position, length=r.batch_size)
+        except (EpochGuardError, OSError) as exc:
+            troubles[r.path] = SegmentTrouble(r.broker, r.topic, r.partition, r.path, str(exc))
+    return list(troubles.values())
 
 
 def _scan_one(
@@ -157,4 +175,6 @@ def read_batch_headers(spark: SparkSession, paths: str | Sequence[str], *, verif
     return spark.createDataFrame(scan.table)
 
 
-__all__ = ["HEADER_SCHEMA", "SCHEMA", "HeaderScan", "SegmentTrouble", "read_batch_headers", "scan_listing"]
+__all__ = [
+    "HEADER_SCHEMA", "SCHEMA", "HeaderScan", "SegmentTrouble", "read_batch_headers", "scan_listing", "verify_ranges"
+]

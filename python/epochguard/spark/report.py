@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from epochguard.spark.result import AuditResult, ReplicaSummary
+    from epochguard.spark.session import LazySession
 
 KIND_STYLE = {
     "reference": "bold cyan",
@@ -37,8 +38,9 @@ class AuditProgress:
     """A progress display for `audit(step=...)`: the current stage, and the Spark tasks of its jobs
     (polled from the status tracker, so it shows real work, not a guess)."""
 
-    def __init__(self, spark: SparkSession, console: Console) -> None:
-        self._tracker = spark.sparkContext.statusTracker()
+    def __init__(self, spark: SparkSession | LazySession, console: Console) -> None:
+        self._spark = spark
+        self._tracker: Any = None
         self._progress = Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),
@@ -60,6 +62,16 @@ class AuditProgress:
             task, name = self._current
             self._progress.update(task, description=f"{name}: {total[0]:,} batches, {total[1] / 2**20:,.1f} MiB")
 
+    def _status_tracker(self) -> Any:
+        if self._tracker is None:
+            from epochguard.spark.session import LazySession
+
+            spark = self._spark
+            if isinstance(spark, LazySession) and not spark.ready:
+                return None
+            self._tracker = (spark.get() if isinstance(spark, LazySession) else spark).sparkContext.statusTracker()
+        return self._tracker
+
     def __enter__(self) -> AuditProgress:
         self._progress.start()
         return self
@@ -76,8 +88,11 @@ class AuditProgress:
 
         def poll() -> None:
             while not done.wait(0.2):
-                for stage_id in self._tracker.getActiveStageIds():
-                    info = self._tracker.getStageInfo(stage_id)
+                tracker = self._status_tracker()
+                if tracker is None:  # a LazySession not made yet: no Spark job has run
+                    continue
+                for stage_id in tracker.getActiveStageIds():
+                    info = tracker.getStageInfo(stage_id)
                     if info is not None:
                         seen[stage_id] = (info.numCompletedTasks, info.numTasks)
                 if seen:

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
+    from epochguard.spark.session import LazySession
+
 LOSS_KINDS = ("truncated", "rewritten")
 REPLICA_KINDS = ("reference", "in_sync", "behind", "retention", "recreated", "diverged", "mismatched")
 PHANTOM_KINDS = (
@@ -91,14 +93,17 @@ class AuditResult:
     # The same tables as Arrow when the driver holds them (the audit's local path), and the session
     # that makes their DataFrames.
     tables: dict[str, pa.Table] = field(default_factory=dict)
-    spark: SparkSession | None = None
+    spark: SparkSession | LazySession | None = None
 
     def frame(self, name: str) -> DataFrame | None:
-        """The table `name` as a DataFrame (made from the driver's Arrow table on first use)."""
+        """The table `name` as a DataFrame (made from the driver's Arrow table on first use; a
+        `LazySession` is started then)."""
         if name not in self.frames:
+            from epochguard.spark.session import resolve
+
             table = self.tables[name]
             assert self.spark is not None, "a driver-held table needs the session to become a DataFrame"
-            self.frames[name] = arrow_frame(self.spark, table)
+            self.frames[name] = arrow_frame(resolve(self.spark), table)
         return self.frames[name]
 
     @property

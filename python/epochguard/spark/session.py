@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pyspark
 from pyspark.sql import SparkSession
@@ -64,3 +67,60 @@ def local_session(
 def _spark_at_least(major: int, minor: int) -> bool:
     version = tuple(int(p) for p in re.findall(r"\d+", pyspark.__version__)[:2])
     return version >= (major, minor)
+
+
+class LazySession:
+    """A `local_session` made when first needed: `get()` makes it (or waits for the one `start()`
+    began in the background). `epochguard audit` hands one to the audit, which asks for it only
+    for what runs in Spark (a consumed table, the record-level method, paths with a scheme, tails
+    past the driver's budget): an audit done on the driver never starts the JVM, and one that will
+    need Spark starts it while the headers are scanned."""
+
+    def __init__(self, master: str = "local[2]", **options: Any) -> None:
+        self.master = master
+        self._options = options
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._session: SparkSession | None = None
+        self._error: BaseException | None = None
+        self.took: float | None = None  # seconds `local_session` took, once made
+
+    @property
+    def version(self) -> str:
+        """Spark's version without starting it: pyspark's own, which is the JVM's it launches."""
+        return pyspark.__version__
+
+    @property
+    def ready(self) -> bool:
+        """Whether the session is up (never starts it)."""
+        return self._session is not None
+
+    def start(self) -> LazySession:
+        """Begin making the session in a background thread; `get()` waits for it."""
+        with self._lock:
+            if self._thread is None and self._session is None:
+                self._thread = threading.Thread(target=self._make, name="spark-start", daemon=True)
+                self._thread.start()
+        return self
+
+    def get(self) -> SparkSession:
+        self.start()
+        assert self._thread is not None
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._session is not None
+        return self._session
+
+    def _make(self) -> None:
+        began = time.perf_counter()
+        try:
+            self._session = local_session(self.master, **self._options)
+            self.took = time.perf_counter() - began
+        except BaseException as exc:  # handed to the caller of get()
+            self._error = exc
+
+
+def resolve(spark: SparkSession | LazySession) -> SparkSession:
+    """The session itself (a `LazySession` is made now)."""
+    return spark.get() if isinstance(spark, LazySession) else spark

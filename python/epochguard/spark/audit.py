@@ -52,8 +52,8 @@ from pyspark.sql.types import BooleanType, StructField, StructType
 
 from epochguard import _core
 from epochguard.spark import local
-from epochguard.spark.batches import Divergence, Stat, divergence, plan
-from epochguard.spark.headers import scan_listing, verify_ranges
+from epochguard.spark.batches import Divergence, Stat, divergence, plan, verify_ranges
+from epochguard.spark.headers import scan_listing
 from epochguard.spark.listing import Listing, PartitionReplica, is_local, list_log_dirs
 from epochguard.spark.logs import (
     DEFAULT_CHUNK_BYTES,

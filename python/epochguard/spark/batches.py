@@ -15,7 +15,9 @@ legacy magic 0/1 wrapper (its inner offsets and count are known only once decomp
 whose record count is not its offset span (compaction removed records: each replica's cleaner
 rewrites its own batches), offsets that do not increase, or a segment the header pass could not
 walk to its end (a corrupt batch, a CRC mismatch, an incomplete tail: the decoder names them in
-errors.parquet as it always did).
+errors.parquet as it always did). The header pass checks CRCs only with `verify_crc`; without it the
+audit checks those of the batches it is about to decode (`verify_ranges`) and sends a
+partition with a bad one here, so what is decoded is always checked.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from epochguard.spark.headers import HeaderScan
-from epochguard.spark.listing import Listing
+from epochguard import _core
+from epochguard.errors import EpochGuardError
+from epochguard.spark.headers import HeaderScan, SegmentTrouble
+from epochguard.spark.listing import Listing, is_local
 from epochguard.spark.result import ReplicaSummary
 
 # Two replicas' batches are the same batch when these agree (base offset and epoch lie outside the
@@ -244,3 +248,17 @@ def _merge(chosen: dict[tuple[Any, ...], bool]) -> list[Range]:
         else:
             out.append(r)
     return out
+
+
+def verify_ranges(ranges: Iterable[Range]) -> list[SegmentTrouble]:
+    """Check the CRC of every batch of `ranges` (local files: whole batches from a header scan
+    without `verify_crc`), as that scan would have: one trouble per segment with a bad batch."""
+    troubles: dict[str, SegmentTrouble] = {}
+    for r in ranges:
+        if r.path in troubles or not is_local(r.path):
+            continue
+        try:
+            _core.scan_headers(r.path, verify_crc=True, offset=r.batch_position, length=r.batch_size)
+        except (EpochGuardError, OSError) as exc:
+            troubles[r.path] = SegmentTrouble(r.broker, r.topic, r.partition, r.path, str(exc))
+    return list(troubles.values())

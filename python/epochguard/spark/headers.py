@@ -12,7 +12,7 @@ DataFrame.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -28,8 +28,6 @@ from epochguard.spark.logs import LOCATION
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-    from epochguard.spark.batches import Range
 
 Progress = Callable[[int, int], None]  # (batches, bytes) scanned since the last call
 
@@ -106,20 +104,6 @@ def scan_listing(
     return HeaderScan(table, troubles, table.num_rows, sum(s.size for _, s in listing.segments))
 
 
-def verify_ranges(ranges: Iterable[Range]) -> list[SegmentTrouble]:
-    """Check the CRC of every batch of `ranges` (local files: whole batches from a header scan
-    without `verify_crc`), as that scan would have: one trouble per segment with a bad batch."""
-    troubles: dict[str, SegmentTrouble] = {}
-    for r in ranges:
-        if r.path in troubles or not is_local(r.path):
-            continue
-        try:
-            _core.scan_headers(r.path, verify_crc=True, offset=r.batch_position, length=r.batch_size)
-        except (EpochGuardError, OSError) as exc:
-            troubles[r.path] = SegmentTrouble(r.broker, r.topic, r.partition, r.path, str(exc))
-    return list(troubles.values())
-
-
 def _scan_one(
     replica: PartitionReplica, segment: Segment, source: str | memoryview, verify_crc: bool
 ) -> tuple[PartitionReplica, Segment, pa.Table, str | None]:
@@ -175,6 +159,4 @@ def read_batch_headers(spark: SparkSession, paths: str | Sequence[str], *, verif
     return spark.createDataFrame(scan.table)
 
 
-__all__ = [
-    "HEADER_SCHEMA", "SCHEMA", "HeaderScan", "SegmentTrouble", "read_batch_headers", "scan_listing", "verify_ranges"
-]
+__all__ = ["HEADER_SCHEMA", "SCHEMA", "HeaderScan", "SegmentTrouble", "read_batch_headers", "scan_listing"]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import struct
 import sys
 import threading
 import time
@@ -171,6 +170,8 @@ def _requests(trace: Path, client_id: str) -> list[tuple[int, int, int, bool]]:
     """Every request `client_id` sent, from serve's trace: (step, api key, correlation id, answered); a
     request still unanswered when the trace ends 10 s later counts as unanswered (a long-poll Fetch in
     flight when the client closed does not)."""
+    from epochguard.errors import UnsupportedVersionError
+    from epochguard.wire.codec import decode_request
     from epochguard.wire.trace import read_trace
 
     sent: dict[tuple[int, int], tuple[int, int]] = {}
@@ -180,10 +181,12 @@ def _requests(trace: Path, client_id: str) -> list[tuple[int, int, int, bool]]:
         last = max(last, r.get("step", 0))
         tick_ms = r.get("tick_ms", tick_ms)
         if r["type"] == "request":
-            frame = base64.b64decode(r["frame"])
-            api, _, corr, n = struct.unpack(">hhih", frame[:10])
-            if frame[10:10 + n].decode(errors="replace") == client_id:
-                sent[(r["conn"], corr)] = (r["step"], api)
+            try:
+                header, _ = decode_request(base64.b64decode(r["frame"]))
+            except UnsupportedVersionError as exc:  # answered with an error, but sent all the same
+                header = exc.header
+            if header.client_id == client_id:
+                sent[(r["conn"], header.correlation_id)] = (r["step"], header.api_key)
         elif r["type"] == "response" and r.get("client_id") == client_id:
             answered.add((r["conn"], r["correlation_id"]))
     late = last - 10_000 // tick_ms

@@ -76,7 +76,6 @@ __all__ = ["NetworkClient", "BrokerConnection", "parse_bootstrap", "api_key_of",
 SOFTWARE_NAME = "epochguard"
 # What this client's codec encodes and decodes: (min, max) per API key (the served APIs and SASL).
 CODEC_VERSIONS: dict[int, tuple[int, int]] = {k: (lo, hi) for k, lo, hi in _core.CLIENT_API_VERSIONS}
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 _SASL_MAX_ROUNDS = 4  # SCRAM takes two SaslAuthenticate rounds, PLAIN one: a broker asking more is stuck
 
 _API_KEYS: dict[str, ApiKey] = {
@@ -204,13 +203,14 @@ class BrokerConnection:
         assert client is not None and self.api_versions is not None
         mechanism = client.mechanism
         try:
-            handshake = self.api_versions.latest_usable_version(SASL_HANDSHAKE, 1, 1)
-            authenticate = self.version_for(SASL_AUTHENTICATE, 2)
+            handshake = self.api_versions.latest_usable_version(ApiKey.SASL_HANDSHAKE, 1, 1)
+            authenticate = self.version_for(ApiKey.SASL_AUTHENTICATE, 2)
         except UnsupportedVersionError as exc:
             raise IllegalSaslStateError(f"node {self.node_id} does not serve SaslHandshake v1 and SaslAuthenticate "
                                         f"({exc}): is {self.host}:{self.port} a SASL listener of a broker 1.0 or "
                                         "newer?") from None
-        answer = await self._exchange(SaslHandshakeRequest(mechanism, version=handshake), SASL_HANDSHAKE, handshake)
+        answer = await self._exchange(SaslHandshakeRequest(mechanism, version=handshake), ApiKey.SASL_HANDSHAKE,
+                                      handshake)
         assert isinstance(answer, SaslHandshakeResponse)
         if answer.error_code == Errors.UNSUPPORTED_SASL_MECHANISM:
             offered = ", ".join(answer.mechanisms) or "none"
@@ -222,7 +222,7 @@ class BrokerConnection:
         token: bytes | None = client.first()
         for _ in range(_SASL_MAX_ROUNDS):
             assert token is not None
-            reply = await self._exchange(SaslAuthenticateRequest(token, version=authenticate), SASL_AUTHENTICATE,
+            reply = await self._exchange(SaslAuthenticateRequest(token, version=authenticate), ApiKey.SASL_AUTHENTICATE,
                                          authenticate)
             assert isinstance(reply, SaslAuthenticateResponse)
             if reply.error_code != Errors.NONE:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from epochguard.wire.drivers import toolchain
-from epochguard.wire.drivers.delivery_log import digest, parse_args, read_log
+from epochguard.wire.drivers.delivery_log import digest, parse_args, read_log, typed
 from epochguard.wire.drivers.external import driver_argv
 from epochguard.wire.drivers.registry import Client
 from epochguard.wire.drivers.truth import FinalLog, judge_client
@@ -107,6 +107,14 @@ def test_driver_argv_round_trips() -> None:
     config = parse_args("x", ["--bootstrap", "a:1,b:2", "--log", "l", "--reset", "none", "--produce-interval-ms",
                               "12.5", "--produce-count", "3", "--max-seconds", "9", "--option", "k=v=w"])
     assert parse_args("x", [*driver_argv(config), "--log", "l"]) == config
+
+
+def test_options_split_between_consumer_and_producer_and_typed_for_python_clients() -> None:
+    config = parse_args("x", ["--bootstrap", "h:1", "--log", "l", "--option", "api_version=2.6", "--option",
+                              "producer.enable_idempotence=true", "--option", "producer.linger_ms=5",
+                              "--option", "check_crcs=False"])
+    assert typed(config.consumer_options) == {"api_version": "2.6", "check_crcs": False}
+    assert typed(config.producer_options) == {"enable_idempotence": True, "linger_ms": 5}
 
 
 def _sources(tmp_path: Path) -> Path:

@@ -41,10 +41,15 @@ PID = 7
 # - franz-go v1.22: resets the producer id/epoch for the partition and goes on: clean.
 # - librdkafka 2.16 (enable.idempotence=true): "sequence desynchronization" is a fatal error; the
 #   producer raises _FATAL on every call after it.
+# - kafka-python 3.0.12 (enable_idempotence=True): `Sender._dispatch_error` classifies it through its
+#   port of Java's TransactionManager as needing an epoch bump (KIP-360) and goes on: clean.
+# - aiokafka 0.14 (enable_idempotence=True): `SendProduceReqHandler.handle_response` fails the batch (the error is
+#   not retriable) and keeps the producer id, epoch and next sequence, so every later batch is refused
+#   OUT_OF_ORDER_SEQUENCE_NUMBER too: nothing is acknowledged again until a restart (aiokafka#1017): fatal.
 # - epochguard: as Java's TransactionManager (client/producer.py): clean.
 # (How each is asked to be idempotent is the registry's: `Client.idempotent`.)
-IDEMPOTENT: dict[str, str] = {"confluent-kafka": "fatal", "java-classic": "clean", "franz-go": "clean",
-                              "epochguard": "clean"}
+IDEMPOTENT: dict[str, str] = {"confluent-kafka": "fatal", "kafka-python": "clean", "aiokafka": "fatal",
+                              "java-classic": "clean", "franz-go": "clean", "epochguard": "clean"}
 
 
 # --- the judge at the message level ------------------------------------------------------------------

@@ -18,6 +18,7 @@ from epochguard.wire.drivers.delivery_log import (
     Stop,
     parse_args,
     payload,
+    typed,
 )
 
 CLIENT = "aiokafka"
@@ -28,13 +29,15 @@ async def _run(config: DriverConfig, log: DeliveryLog, stop: Stop) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     consumer = AIOKafkaConsumer(
+        **typed(config.consumer_options),
         bootstrap_servers=config.bootstrap,
         client_id=config.client_id,
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset=config.reset,
     )
-    producer = AIOKafkaProducer(bootstrap_servers=config.bootstrap, client_id=config.client_id, acks="all")
+    producer = AIOKafkaProducer(**typed(config.producer_options), bootstrap_servers=config.bootstrap,
+                                client_id=config.client_id, acks="all")
     await consumer.start()
     await producer.start()
     log.write("start", client=CLIENT, software="aiokafka", version=aiokafka.__version__,

@@ -184,6 +184,12 @@ class DriverConfig:
         return {k.removeprefix("producer."): v for k, v in self.options.items() if k.startswith("producer.")}
 
 
+def typed(options: dict[str, str]) -> dict[str, Any]:
+    """`--option` values as a Python client's keyword arguments: digits as ints, true/false as bools."""
+    bools = {"true": True, "false": False}
+    return {k: int(v) if v.isdigit() else bools.get(v.lower(), v) for k, v in options.items()}
+
+
 def parse_args(client: str, argv: Sequence[str] | None = None) -> DriverConfig:
     parser = argparse.ArgumentParser(
         prog=f"python -m epochguard.wire.drivers.{client.replace('-', '_')}",

@@ -15,7 +15,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from epochguard.wire.drivers.delivery_log import DeliveryLog, DriverConfig, ProduceSchedule, Stop, parse_args, payload
+from epochguard.wire.drivers.delivery_log import (
+    DeliveryLog,
+    DriverConfig,
+    ProduceSchedule,
+    Stop,
+    parse_args,
+    payload,
+    typed,
+)
 
 CLIENT = "epochguard"
 ASYNC_CLIENT = "epochguard-asyncio"
@@ -35,12 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _settings(config: DriverConfig) -> dict[str, Any]:
-    return {**_typed(config.consumer_options), "bootstrap_servers": config.bootstrap, "client_id": config.client_id,
+    return {**typed(config.consumer_options), "bootstrap_servers": config.bootstrap, "client_id": config.client_id,
             "group_id": None, "enable_auto_commit": False, "auto_offset_reset": config.reset}
-
-
-def _typed(options: dict[str, str]) -> dict[str, Any]:
-    return {k: int(v) if v.isdigit() else v for k, v in options.items()}
 
 
 class _Reporter:
@@ -94,7 +98,7 @@ async def _run(config: DriverConfig, log: DeliveryLog, stop: Stop, use_asyncio: 
     from epochguard.types import TopicPartition
 
     consumer: Any = AsyncConsumer(**_settings(config)) if use_asyncio else _Blocking(KafkaConsumer(**_settings(config)))
-    producer_settings = {"acks": "all", **_typed(config.producer_options), "bootstrap_servers": config.bootstrap,
+    producer_settings = {"acks": "all", **typed(config.producer_options), "bootstrap_servers": config.bootstrap,
                          "client_id": config.client_id}
     producer: Any = (AsyncProducer(**producer_settings) if use_asyncio
                      else _Blocking(KafkaProducer(**producer_settings)))

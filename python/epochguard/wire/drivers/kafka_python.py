@@ -18,6 +18,7 @@ from epochguard.wire.drivers.delivery_log import (
     Stop,
     parse_args,
     payload,
+    typed,
 )
 
 CLIENT = "kafka-python"
@@ -31,9 +32,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = DeliveryLog(config.log)
     stop = Stop(config.max_seconds)
     LogForwarder(log).install("kafka")
-    options: dict[str, Any] = dict(config.options)
+    options = typed(config.consumer_options)  # both clients' (api_version); `producer.` ones the producer's
     if "api_version" in options:  # "2.6" -> (2, 6): skips the ApiVersions probe
-        options["api_version"] = tuple(int(x) for x in options["api_version"].split("."))
+        options["api_version"] = tuple(int(x) for x in str(options["api_version"]).split("."))
     consumer = KafkaConsumer(
         **options,
         bootstrap_servers=config.bootstrap.split(","),
@@ -42,8 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         enable_auto_commit=False,
         auto_offset_reset=config.reset,
     )
-    producer = KafkaProducer(**options, bootstrap_servers=config.bootstrap.split(","), client_id=config.client_id,
-                             acks="all")
+    producer = KafkaProducer(**options, **typed(config.producer_options), bootstrap_servers=config.bootstrap.split(","),
+                             client_id=config.client_id, acks="all")
     log.write("start", client=CLIENT, software="kafka-python", version=kafka.__version__,
               client_id=config.client_id, reset=config.reset)
 

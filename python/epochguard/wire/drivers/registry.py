@@ -60,8 +60,10 @@ class Client:
 CLIENTS: tuple[Client, ...] = (
     Client("confluent-kafka", "epochguard.wire.drivers.confluent_kafka", "confluent-kafka>=2.16",
            importable="confluent_kafka", idempotent=("--option", "producer.enable.idempotence=true")),
-    Client("kafka-python", "epochguard.wire.drivers.kafka_python", "kafka-python>=3", importable="kafka"),
-    Client("aiokafka", "epochguard.wire.drivers.aiokafka", "aiokafka>=0.14", importable="aiokafka"),
+    Client("kafka-python", "epochguard.wire.drivers.kafka_python", "kafka-python>=3", importable="kafka",
+           idempotent=("--option", "producer.enable_idempotence=true")),
+    Client("aiokafka", "epochguard.wire.drivers.aiokafka", "aiokafka>=0.14", importable="aiokafka",
+           idempotent=("--option", "producer.enable_idempotence=true")),
     Client("kcat", "epochguard.wire.drivers.kcat", "kcat", executable="kcat"),
     # Apache Kafka's own client, both consumer implementations; then the Go clients (toolchain.py).
     Client("java-classic", "epochguard.wire.drivers.java", "kafka-clients 4.4.0 (JDK 17 + Maven)",

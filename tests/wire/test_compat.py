@@ -110,8 +110,8 @@ def test_producer_scenarios_run_once_with_their_trigger_and_only_idempotent_clie
     assert serve_runs(["unclean-election", "idempotent-truncation"], TRIGGERS) == [
         ("unclean-election", "served"), ("unclean-election", "caught-up"), ("idempotent-truncation", "ack")]
     assert {c.name for c in CLIENTS if c.idempotent is not None} == {
-        "confluent-kafka", "kafka-python", "aiokafka", "java-classic", "java-consumer", "franz-go", "epochguard",
-        "epochguard-asyncio"}
+        "confluent-kafka", "kafka-python", "aiokafka", "java-classic", "java-consumer", "franz-go", "sarama",
+        "epochguard", "epochguard-asyncio"}
     table = format_table({("idempotent-truncation", "ack"): producing(["fatal"], "fatal")},
                          [client("confluent-kafka"), client("kafka-go")]).splitlines()
     assert table[2] == "| idempotent-truncation | ack | fatal | n/a |"

@@ -46,10 +46,12 @@ PID = 7
 # - aiokafka 0.14 (enable_idempotence=True): `SendProduceReqHandler.handle_response` fails the batch (the error is
 #   not retriable) and keeps the producer id, epoch and next sequence, so every later batch is refused
 #   OUT_OF_ORDER_SEQUENCE_NUMBER too: nothing is acknowledged again until a restart (aiokafka#1017): fatal.
+# - sarama v1.61.1 (Producer.Idempotent): `asyncProducer.returnErrors` fails the batch to the application
+#   and, as it carried sequences, bumps the producer epoch itself ("rolling over epoch"): clean.
 # - epochguard: as Java's TransactionManager (client/producer.py): clean.
 # (How each is asked to be idempotent is the registry's: `Client.idempotent`.)
 IDEMPOTENT: dict[str, str] = {"confluent-kafka": "fatal", "kafka-python": "clean", "aiokafka": "fatal",
-                              "java-classic": "clean", "franz-go": "clean", "epochguard": "clean"}
+                              "java-classic": "clean", "franz-go": "clean", "sarama": "clean", "epochguard": "clean"}
 
 
 # --- the judge at the message level ------------------------------------------------------------------

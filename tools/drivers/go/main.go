@@ -34,6 +34,7 @@ type config struct {
 	produceEvery time.Duration
 	produceCount int
 	maxDuration  time.Duration
+	options      options // --option KEY=VALUE; producer.KEY ones are the producer's
 }
 
 // emitter writes one JSON object a line to stdout, from any goroutine.
@@ -148,13 +149,14 @@ func main() {
 	flag.Float64Var(&everyMs, "produce-interval-ms", 20, "one acks=all record every this many ms (0: none)")
 	flag.IntVar(&cfg.produceCount, "produce-count", 0, "stop producing after N records (0: no limit)")
 	flag.Float64Var(&maxSeconds, "max-seconds", 600, "exit by itself after this long")
-	flag.Var(opts, "option", "KEY=VALUE client setting (none is used yet; accepted for the common CLI)")
+	flag.Var(opts, "option", "KEY=VALUE client setting (sarama: producer.idempotent=true; others are ignored)")
 	flag.Parse()
 	if bootstrap == "" || (cfg.reset != "earliest" && cfg.reset != "latest" && cfg.reset != "none") {
 		flag.Usage()
 		os.Exit(2)
 	}
 	cfg.bootstrap = strings.Split(bootstrap, ",")
+	cfg.options = opts
 	if cfg.clientID == "" {
 		cfg.clientID = "epochguard-" + cfg.client
 	}

@@ -30,6 +30,10 @@ func runSarama(ctx context.Context, cfg config, out *emitter) error {
 	sc.Producer.Return.Successes = true
 	sc.Producer.Return.Errors = true
 	sc.Producer.Flush.Frequency = 5 * time.Millisecond
+	if cfg.options["producer.idempotent"] == "true" { // sarama's rules: one request in flight, acks=all
+		sc.Producer.Idempotent = true
+		sc.Net.MaxOpenRequests = 1
+	}
 	var client sarama.Client
 	var partitions []int32
 	for { // the cluster may not answer yet, or not know the topic yet

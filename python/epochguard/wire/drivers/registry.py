@@ -73,7 +73,7 @@ CLIENTS: tuple[Client, ...] = (
     Client("franz-go", "epochguard.wire.drivers.go", "franz-go (Go toolchain)", toolchain="go",
            args=("--client", "franz-go"), idempotent=()),
     Client("sarama", "epochguard.wire.drivers.go", "IBM/sarama (Go toolchain)", toolchain="go",
-           args=("--client", "sarama")),
+           args=("--client", "sarama"), idempotent=("--option", "producer.idempotent=true")),
     Client("kafka-go", "epochguard.wire.drivers.go", "segmentio/kafka-go (Go toolchain)", toolchain="go",
            args=("--client", "kafka-go")),
     # epochguard's own client (epochguard.client), blocking and asyncio.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import collections
 import importlib.util
+import itertools
 import json
 import os
 import signal
@@ -84,6 +85,56 @@ def wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+def client_requests(trace: Path, client_id: str) -> list[tuple[int, int, int, bool]]:
+    """Every request `client_id` sent, from serve's trace: (step, api key, correlation id, answered); a
+    request still unanswered when the trace ends 10 s later counts as unanswered (a long-poll Fetch in
+    flight when the client closed does not)."""
+    from epochguard.errors import UnsupportedVersionError
+    from epochguard.wire.codec import decode_request
+    from epochguard.wire.trace import read_trace
+
+    sent: dict[tuple[int, int], tuple[int, int]] = {}
+    answered: set[tuple[int, int]] = set()
+    last, tick_ms = 0, 10
+    for r in read_trace(trace):
+        last = max(last, r.get("step", 0))
+        tick_ms = r.get("tick_ms", tick_ms)
+        if r["type"] == "request":
+            try:
+                header, _ = decode_request(base64.b64decode(r["frame"]))
+            except UnsupportedVersionError as exc:  # answered with an error, but sent all the same
+                header = exc.header
+            if header.client_id == client_id:
+                sent[(r["conn"], header.correlation_id)] = (r["step"], header.api_key)
+        elif r["type"] == "response" and r.get("client_id") == client_id:
+            answered.add((r["conn"], r["correlation_id"]))
+    late = last - 10_000 // tick_ms
+    return [(step, api, key[1], key in answered or step > late) for key, (step, api) in sent.items()]
+
+
+def silences(trace: Path, client_ids: Sequence[str], quiet_s: float) -> dict[str, str]:
+    """The clients of `client_ids` that sent nothing for `quiet_s` or longer at some point of the run after
+    serve had answered every request they had sent (how long, from which step): a client a test keeps
+    polling sends at least its heartbeats, so such a silence is the client's own stall, not the server's."""
+    from epochguard.wire.trace import read_trace
+
+    tick_ms = next((r.get("tick_ms", 10) for r in read_trace(trace) if r["type"] == "config"), 10)
+    last = max((r.get("step", 0) for r in read_trace(trace)), default=0)
+    out: dict[str, str] = {}
+    for cid in client_ids:
+        requests = sorted(client_requests(trace, cid))
+        steps = [step for step, *_ in requests] + [last]
+        gaps = [(b - a, a) for a, b in itertools.pairwise(steps)]
+        if not requests or not gaps:
+            continue
+        gap, since = max(gaps)
+        before = [r for r in requests if r[0] <= since]
+        if gap * tick_ms / 1000 >= quiet_s and all(answered for *_, answered in before):
+            out[cid] = (f"{cid} sent no request for {gap * tick_ms / 1000:.0f} s from step {since}, after "
+                        f"{len(before)} requests serve all answered")
+    return out
 
 
 class ServeRuns:

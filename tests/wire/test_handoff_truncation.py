@@ -13,7 +13,6 @@ opens B's event from the OffsetFetch answer (`from: commit`); both must agree.
 
 from __future__ import annotations
 
-import base64
 import logging
 import sys
 import threading
@@ -23,7 +22,6 @@ import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,7 +29,7 @@ import pytest
 from epochguard.wire.drivers.registry import client
 from epochguard.wire.drivers.truth import read_final_log
 from tests.wire.conftest import require, require_final_reader
-from tests.wire.serving import Served
+from tests.wire.serving import Served, client_requests
 
 KINDS = ("confluent-kafka", "kafka-python", "epochguard")
 QUIET_S = 1.5  # no new record for this long: the producers paused, A read everything there is
@@ -166,33 +164,6 @@ def _join(members: list[Member], tail: _Tail) -> None:
             m.error = "did not stop when told (blocked in its client): " + m.stalled
 
 
-def _requests(trace: Path, client_id: str) -> list[tuple[int, int, int, bool]]:
-    """Every request `client_id` sent, from serve's trace: (step, api key, correlation id, answered); a
-    request still unanswered when the trace ends 10 s later counts as unanswered (a long-poll Fetch in
-    flight when the client closed does not)."""
-    from epochguard.errors import UnsupportedVersionError
-    from epochguard.wire.codec import decode_request
-    from epochguard.wire.trace import read_trace
-
-    sent: dict[tuple[int, int], tuple[int, int]] = {}
-    answered: set[tuple[int, int]] = set()
-    last, tick_ms = 0, 10
-    for r in read_trace(trace):
-        last = max(last, r.get("step", 0))
-        tick_ms = r.get("tick_ms", tick_ms)
-        if r["type"] == "request":
-            try:
-                header, _ = decode_request(base64.b64decode(r["frame"]))
-            except UnsupportedVersionError as exc:  # answered with an error, but sent all the same
-                header = exc.header
-            if header.client_id == client_id:
-                sent[(r["conn"], header.correlation_id)] = (r["step"], header.api_key)
-        elif r["type"] == "response" and r.get("client_id") == client_id:
-            answered.add((r["conn"], r["correlation_id"]))
-    late = last - 10_000 // tick_ms
-    return [(step, api, key[1], key in answered or step > late) for key, (step, api) in sent.items()]
-
-
 def _consume(m: Member, bootstrap: str, stop: Callable[[Member, float], bool], commit: bool) -> None:
     """Subscribe `m` to events in its group, poll until `stop(m, seconds since the last new record)`, commit
     what it read if `commit`, close (leaving the group)."""
@@ -324,7 +295,7 @@ def _judge_a_stalled_client(run: dict[str, Any], a: Member, b: Member) -> None:
     checked is that the stall is the client's own: serve answered every request it sent, and judged no
     handover for it. Reported as a warning with the evidence, never passed over in silence."""
     stalled = a if a.stalled else b
-    requests = _requests(run["trace"], stalled.client_id)
+    requests = client_requests(run["trace"], stalled.client_id)
     unanswered = [(step, api, corr) for step, api, corr, answered in requests if not answered]
     assert requests and not unanswered, f"serve left requests of {stalled.client_id} unanswered: {unanswered}"
     if stalled is a:

@@ -8,15 +8,20 @@ replays from its trace with byte-identical answers (member ids and generations a
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from epochguard.wire.drivers.registry import client
 from tests.wire.conftest import require
-from tests.wire.serving import Served
+from tests.wire.serving import Served, silences
 
 TOPICS = ["events", "input"]
+STALL = Path(__file__).parent / "data" / "kafka-python-stall.trace.jsonl"
 BOTH = {("events", 0), ("input", 0)}
 
 
@@ -29,14 +34,16 @@ def _produce_input(bootstrap: str, n: int) -> None:
     assert producer.flush(30) == 0
 
 
-def _poll_until(consumers: list[Any], done: Any, seconds: float, poll: Any) -> None:
+def _poll_until(consumers: list[Any], done: Any, seconds: float, poll: Any, *, fail: bool = True) -> bool:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         for c in consumers:
             poll(c)
         if done():
-            return
-    raise AssertionError("timed out")
+            return True
+    if fail:
+        raise AssertionError("timed out")
+    return False
 
 
 def _check_run(served: Served, trace: Path) -> None:
@@ -107,6 +114,8 @@ def test_confluent_kafka_members_share_the_partitions_and_resume_from_commits(tm
     _check_run(served, trace)
 
 
+# A stalled client is reported in the warnings summary, not turned into an error (pyproject: "error").
+@pytest.mark.filterwarnings("default:kafka-python stalled, nothing to judge:UserWarning")
 def test_kafka_python_members_share_the_partitions(tmp_path: Path) -> None:
     require(client("kafka-python"))
     require(client("confluent-kafka"))  # feeds `input`
@@ -136,14 +145,45 @@ def test_kafka_python_members_share_the_partitions(tmp_path: Path) -> None:
             mine, theirs = ({(tp.topic, tp.partition) for tp in m.assignment()} for m in members)
             return len(mine) == len(theirs) == 1 and mine | theirs == BOTH
 
-        _poll_until(members, lambda: split() and all(seen.values()), 60, poll)
+        shared = _poll_until(members, lambda: split() and all(seen.values()), 60, poll, fail=False)
         for m in members:
-            m.close()
+            m.close(timeout_ms=5000)  # bounded: a stalled member may not get its LeaveGroup out
     except BaseException:
         served.kill()
         raise
+    if not shared:
+        _check_run(served, trace)  # serve's side holds all the same: no violation, byte-identical replay
+        _judge_a_stalled_member(trace, [f"kp-{n}" for n in "ab"], seen)
+        return
     assert seen[0] | seen[1] == BOTH
     _check_run(served, trace)
+
+
+def _judge_a_stalled_member(trace: Path, client_ids: list[str], seen: dict[int, set[tuple[str, int]]]) -> None:
+    """The members did not share the partitions within 60 s. Under load kafka-python 3.0.12 now and then
+    stops sending anything after its second SyncGroup (issue 23; the same stall as in
+    test_handoff_truncation): its session expires, the other member takes both partitions. That is the
+    client's own doing when serve had answered every request it sent before it went silent; reported as
+    a warning with the evidence. Anything else fails."""
+    stalled = silences(trace, client_ids, quiet_s=30)
+    assert stalled, (f"kafka-python members did not share the partitions within 60 s (read {seen}), and "
+                     f"neither went silent with every request answered")
+    warnings.warn(f"kafka-python stalled, nothing to judge: {'; '.join(stalled.values())}", stacklevel=1)
+
+
+def test_a_member_silent_after_every_answer_is_named_and_no_other(tmp_path: Path) -> None:
+    """serve's trace of a real stall (issue 23 loop, 08:49, load 20-25; the other member's Fetch requests
+    after step 700 left out): kp-a's second SyncGroup at step 29, a Metadata at 32, both answered, then no
+    request for the rest of the run; kp-b went on fetching, and took both partitions once kp-a's session
+    expired."""
+    assert silences(STALL, ["kp-a", "kp-b"], quiet_s=30) == {
+        "kp-a": "kp-a sent no request for 59 s from step 32, after 13 requests serve all answered"}
+    # Had serve left kp-a's last request unanswered, the silence would be the server's to explain.
+    records = [json.loads(line) for line in STALL.read_text().splitlines()]
+    last = max(i for i, r in enumerate(records) if r["type"] == "response" and r.get("client_id") == "kp-a")
+    unanswered = tmp_path / "unanswered.jsonl"
+    unanswered.write_text("".join(json.dumps(r) + "\n" for i, r in enumerate(records) if i != last))
+    assert silences(unanswered, ["kp-a", "kp-b"], quiet_s=30) == {}
 
 
 def test_aiokafka_member_commits_and_the_next_one_resumes_there(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ use pyo3::types::{PyBytes, PyCapsule, PyString, PyTuple};
 
 use crate::file::InputFile;
 use crate::records::arrow::{decode_projected, ArrowDecoded, Column};
+use crate::records::batch::verify_crc;
 use crate::records::headers::{headers_arrow, scan_headers as scan_headers_core, HeaderScan};
 use crate::records::{
     batch_index as batch_index_core, next_decoded, reader, BatchCursor, BatchHeader, BatchLocation,
@@ -151,11 +152,14 @@ impl Source {
     }
 
     /// Decode the batch at relative position `pos`; with the position of a partial tail at the end.
+    /// With `headers_only`, a v2 data batch is CRC-checked (if the decoder verifies) but its records
+    /// are left undecoded (`false` beside it); control batches and legacy messages are decoded whole.
     fn next_batch(
         &self,
         pos: usize,
         decoder: &mut Decoder,
-    ) -> crate::Result<(Option<DecodedBatch>, Option<u64>)> {
+        headers_only: bool,
+    ) -> crate::Result<(Option<(DecodedBatch, bool)>, Option<u64>)> {
         let allow_partial_tail = decoder.options().allow_partial_tail;
         let at = self.base() + pos as u64;
         let read;
@@ -174,8 +178,33 @@ impl Source {
             (_, bytes) => bytes.unwrap_or_default().get(pos..).unwrap_or_default(),
         };
         let mut cursor = BatchCursor::new(data, at, allow_partial_tail);
-        next_decoded(&mut cursor, decoder).map(|b| (b, cursor.partial_tail()))
+        if headers_only {
+            return next_header(&mut cursor, decoder).map(|b| (b, cursor.partial_tail()));
+        }
+        next_decoded(&mut cursor, decoder).map(|b| (b.map(|b| (b, true)), cursor.partial_tail()))
     }
+}
+
+/// The next batch of `cursor`, its records decoded only where the header alone cannot say what a
+/// consumer needs: a legacy message (its record count) and a control batch (its control type).
+fn next_header(
+    cursor: &mut BatchCursor<'_>,
+    decoder: &mut Decoder,
+) -> crate::Result<Option<(DecodedBatch, bool)>> {
+    let Some(frame) = cursor.next()? else {
+        return Ok(None);
+    };
+    let header = frame.header;
+    if header.magic >= 2 && !header.is_control() {
+        if decoder.options().verify_crc {
+            verify_crc(&frame)?;
+        }
+        let records = Vec::new();
+        return Ok(Some((DecodedBatch { header, records }, false)));
+    }
+    let mut records = Vec::new();
+    let header = decoder.decode(&frame, &mut records)?;
+    Ok(Some((DecodedBatch { header, records }, true)))
 }
 
 fn options(
@@ -245,11 +274,13 @@ impl PyRecord {
     }
 }
 
-/// One batch (a v2 record batch, or a legacy message / compressed wrapper) with its records decoded.
+/// One batch (a v2 record batch, or a legacy message / compressed wrapper) with its records decoded
+/// (unless read with `iter_batches(..., headers_only=True)`: then `records()` raises).
 #[pyclass(frozen, name = "RecordBatch", module = "epochguard._core")]
 pub struct PyRecordBatch {
     header: BatchHeader,
     records: Vec<OwnedRecord>,
+    decoded: bool,
 }
 
 #[pymethods]
@@ -345,11 +376,18 @@ impl PyRecordBatch {
     fn next_offset(&self) -> i64 {
         self.header.next_offset()
     }
-    fn records(&self) -> Vec<PyRecord> {
-        self.records.iter().cloned().map(PyRecord).collect()
+    fn records(&self) -> PyResult<Vec<PyRecord>> {
+        self.check_decoded()?;
+        Ok(self.records.iter().cloned().map(PyRecord).collect())
     }
-    fn __len__(&self) -> usize {
-        self.records.len()
+    /// Whether the records were decoded (false for a data batch read with `headers_only=True`).
+    #[getter]
+    fn decoded(&self) -> bool {
+        self.decoded
+    }
+    fn __len__(&self) -> PyResult<usize> {
+        self.check_decoded()?;
+        Ok(self.records.len())
     }
     fn __repr__(&self) -> String {
         let h = &self.header;
@@ -366,11 +404,23 @@ impl PyRecordBatch {
     }
 }
 
+impl PyRecordBatch {
+    fn check_decoded(&self) -> PyResult<()> {
+        match self.decoded {
+            true => Ok(()),
+            false => Err(PyValueError::new_err(
+                "this batch was read with headers_only=True: its records are not decoded",
+            )),
+        }
+    }
+}
+
 /// Lazily decodes one batch per `__next__` (GIL released while decoding).
 #[pyclass(name = "BatchIterator", module = "epochguard._core")]
 pub struct PyBatchIterator {
     source: Source,
     decoder: Decoder,
+    headers_only: bool,
     /// Next unread byte, relative to `source.bytes()`.
     pos: usize,
     done: bool,
@@ -390,13 +440,15 @@ impl PyBatchIterator {
             return Ok(None);
         }
         let (source, decoder, pos) = (&this.source, &mut this.decoder, this.pos);
-        let step = py.detach(|| source.next_batch(pos, decoder));
+        let headers_only = this.headers_only;
+        let step = py.detach(|| source.next_batch(pos, decoder, headers_only));
         match step {
-            Ok((Some(batch), _)) => {
+            Ok((Some((batch, decoded)), _)) => {
                 this.pos += batch.header.size_in_bytes as usize;
                 Ok(Some(PyRecordBatch {
                     header: batch.header,
                     records: batch.records,
+                    decoded,
                 }))
             }
             Ok((None, tail)) => {
@@ -413,7 +465,8 @@ impl PyBatchIterator {
 }
 
 #[pyfunction]
-#[pyo3(signature = (source, *, verify_crc=true, allow_partial_tail=false, max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE, offset=0, length=None))]
+#[pyo3(signature = (source, *, verify_crc=true, allow_partial_tail=false, max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE, offset=0, length=None, headers_only=false))]
+#[allow(clippy::too_many_arguments)]
 fn iter_batches(
     source: &Bound<'_, PyAny>,
     verify_crc: bool,
@@ -421,6 +474,7 @@ fn iter_batches(
     max_decompressed_size: usize,
     offset: u64,
     length: Option<u64>,
+    headers_only: bool,
 ) -> PyResult<PyBatchIterator> {
     Ok(PyBatchIterator {
         source: Source::open(source, offset, length)?,
@@ -429,6 +483,7 @@ fn iter_batches(
             allow_partial_tail,
             max_decompressed_size,
         )),
+        headers_only,
         pos: 0,
         done: false,
         partial_tail: None,

@@ -133,6 +133,32 @@ def test_record_and_batch_objects() -> None:
     assert "offset=2" in repr(rec)
 
 
+def test_headers_only_checks_crcs_and_leaves_data_records_undecoded() -> None:
+    """The consumer's header pass: every batch's header and CRC, no data record decoded (a control batch
+    is, for its type); `records()` of an undecoded batch raises instead of answering empty."""
+    control = encode_batch([(b"\x00\x00\x00\x01", b"")], base_offset=4, producer_id=7, is_transactional=True,
+                           is_control=True)
+    b1, b2, b3, c = iter_batches(LOG + control, headers_only=True)
+    assert [(b.base_offset, b.last_offset, b.records_count, b.partition_leader_epoch) for b in (b1, b2, b3)] == [
+        (0, 1, 2, 1), (2, 2, 1, 2), (3, 3, 1, 2)]
+    assert not (b1.decoded or b2.decoded or b3.decoded)
+    with pytest.raises(ValueError, match="headers_only"):
+        b2.records()
+    with pytest.raises(ValueError, match="headers_only"):
+        len(b1)
+    assert c.decoded and c.is_control and c.records()[0].key == b"\x00\x00\x00\x01"
+    broken = bytearray(LOG)
+    broken[len(B1) + 30] ^= 0xFF  # inside B2's CRC-covered bytes
+    it = iter_batches(bytes(broken), headers_only=True)
+    assert next(it).base_offset == 0
+    with pytest.raises(CorruptRecordError) as info:
+        next(it)
+    assert info.value.position == len(B1)
+    assert [b.base_offset for b in iter_batches(bytes(broken), headers_only=True, verify_crc=False)] == [0, 2, 3]
+    it = iter_batches(LOG[:-3], headers_only=True, allow_partial_tail=True)
+    assert len(list(it)) == 2 and it.partial_tail == len(B1) + len(B2)
+
+
 def test_empty_batch_left_by_compaction() -> None:
     """Kafka keeps empty batches (count 0) for producer state; they decode to no records."""
     import struct

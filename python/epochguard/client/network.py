@@ -19,7 +19,11 @@ typed `AuthenticationError` (`SaslAuthenticationError` naming the mechanism and 
 `UnsupportedSaslMechanismError` listing what the broker offers); the node then backs off as after any
 failed connect, and the clients raise it to the application instead of retrying in silence.
 
-Frames go through the Rust codec (`_core.encode_request` / `decode_response`). A response's size
+Frames go through the Rust codec (`_core.encode_request` / `decode_response`). Answers are read by
+a buffered protocol (`_FrameReader`, the part of Kafka's `NetworkReceive` that frames): small ones from
+one 64 KiB receive buffer, several a read, and a large one (a Fetch answer) straight into a buffer of
+its own size, as much as the socket holds in each read, so a 1 MiB answer costs a few reads and no
+copy on the way. A response's size
 prefix is checked against `max_response_bytes` before anything of that size is read (a hostile or
 corrupt size closes the connection with `FrameTooLargeError`); a broker that closes mid-frame, sends
 an answer that does not parse or a correlation id nobody asked for fails the connection with
@@ -128,6 +132,79 @@ def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
     return out
 
 
+_RECEIVE_BUFFER = 1 << 16  # small answers and the heads of large ones are read into this
+
+
+class _FrameReader(asyncio.BufferedProtocol):
+    """Cuts a connection's bytes into response frames (size prefix removed) for `BrokerConnection`.
+
+    Answers that fit the receive buffer are taken from it, as many as one read brought; a larger one is
+    read into a buffer of its own size (after what the receive buffer already held of it), each read
+    as large as the rest of the frame. The size prefix is checked before a frame's buffer is made."""
+
+    def __init__(self, conn: BrokerConnection) -> None:
+        self._conn = conn
+        self._buf = bytearray(_RECEIVE_BUFFER)
+        self._filled = 0  # bytes of _buf holding data not yet framed
+        self._frame: bytearray | None = None  # a large frame being read into its own buffer
+        self._got = 0  # bytes of _frame read so far
+        self.transport: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return memoryview(self._frame)[self._got:]
+        return memoryview(self._buf)[self._filled:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._conn.closed is not None:
+            return
+        if self._frame is not None:
+            self._got += nbytes
+            if self._got == len(self._frame):
+                frame, self._frame = self._frame, None
+                self._conn._on_frame(frame)
+            return
+        self._filled += nbytes
+        buf, pos, limit = self._buf, 0, self._conn.max_response_bytes
+        while self._filled - pos >= 4 and self._conn.closed is None:
+            size = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
+            if size < 4 or size > limit:
+                self._conn.close(FrameTooLargeError(f"node {self._conn.node_id}: response size {size} outside "
+                                                    f"[4, {limit}]"))
+                return
+            start, end = pos + 4, pos + 4 + size
+            if end <= self._filled:
+                self._conn._on_frame(bytes(buf[start:end]))
+                pos = end
+            elif 4 + size > len(buf):  # larger than the receive buffer: read into its own
+                frame = bytearray(size)
+                have = self._filled - start
+                frame[:have] = buf[start:self._filled]
+                self._frame, self._got, self._filled = frame, have, 0
+                return
+            else:
+                break
+        rest = self._filled - pos
+        if pos and rest:
+            buf[:rest] = buf[pos:self._filled]  # same length: no resize while the transport holds a view
+        self._filled = rest
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes; connection_lost says how
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._conn.closed is not None:
+            return
+        if exc is not None:
+            self._conn.close(KafkaConnectionError(f"node {self._conn.node_id}: {exc!r}"))
+            return
+        what = "mid-frame" if self._frame is not None or self._filled else "between frames"
+        self._conn.close(KafkaConnectionError(f"node {self._conn.node_id} closed the connection {what}"))
+
+
 @dataclass(slots=True)
 class _InFlight:
     api_key: int
@@ -159,11 +236,9 @@ class BrokerConnection:
         self.max_response_bytes = max_response_bytes
         self.software_version = software_version
         self.api_versions: NodeApiVersions | None = None
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._transport: asyncio.Transport | None = None
         self._in_flight: dict[int, _InFlight] = {}
         self._correlation = itertools.count(1)
-        self._read_task: asyncio.Task[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self.closed: EpochGuardError | None = None
         self._ready = asyncio.Event()
@@ -173,11 +248,13 @@ class BrokerConnection:
         step within the request timeout."""
         context = self.security.ssl_context
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, limit=1 << 16, ssl=context,
-                                        server_hostname=self.host if context is not None else None,
-                                        ssl_handshake_timeout=self.request_timeout_s if context is not None else None),
+            transport, _ = await asyncio.wait_for(
+                asyncio.get_running_loop().create_connection(
+                    lambda: _FrameReader(self), self.host, self.port, ssl=context,
+                    server_hostname=self.host if context is not None else None,
+                    ssl_handshake_timeout=self.request_timeout_s if context is not None else None),
                 self.request_timeout_s)
+            self._transport = transport
         except ssl.SSLError as exc:  # before OSError, its base: a TLS refusal is not a network blip
             raise self._fail(SslAuthenticationError(f"TLS handshake with node {self.node_id} at "
                                                     f"{self.host}:{self.port} failed: {exc}")) from exc
@@ -187,7 +264,6 @@ class BrokerConnection:
             hint = " during the TLS handshake (is it a TLS listener?)" if context is not None else ""
             raise self._fail(KafkaConnectionError(f"cannot connect to node {self.node_id} "
                                                   f"at {self.host}:{self.port}{hint}: {exc!r}")) from exc
-        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         self.api_versions = await self._handshake()
         if self.security.sasl_mechanism is not None:
             try:
@@ -283,7 +359,7 @@ class BrokerConnection:
     def _write(self, key: int, version: int, request: Any, timeout_ms: int | None = None) -> asyncio.Future[Any]:
         if self.closed is not None:
             raise self.closed
-        assert self._writer is not None
+        assert self._transport is not None
         correlation = next(self._correlation) & 0x7FFFFFFF
         header = _core.RequestHeader(key, version, correlation, self.client_id)
         frame = _core.encode_request(header, request)
@@ -295,7 +371,7 @@ class BrokerConnection:
             self._arm_timer()
         else:
             future.set_result(None)
-        self._writer.write(frame)
+        self._transport.write(frame)
         return future
 
     def _arm_timer(self) -> None:
@@ -320,41 +396,26 @@ class BrokerConnection:
             return
         self._arm_timer()
 
-    async def _read_loop(self) -> None:
-        assert self._reader is not None
-        reader = self._reader
+    def _on_frame(self, frame: bytes | bytearray) -> None:
+        """One response frame (size prefix removed): decoded and handed to its request's waiter. An
+        answer nobody asked for, or one that does not parse, fails the connection."""
+        correlation = int.from_bytes(frame[:4], "big", signed=True)
+        sent = self._in_flight.pop(correlation, None)
+        if sent is None:
+            self.close(KafkaConnectionError(f"node {self.node_id}: answer for correlation id {correlation}, "
+                                            "which is not in flight"))
+            return
         try:
-            while True:
-                head = await reader.readexactly(4)
-                size = int.from_bytes(head, "big", signed=True)
-                if size < 4 or size > self.max_response_bytes:
-                    raise FrameTooLargeError(f"node {self.node_id}: response size {size} outside [4, "
-                                             f"{self.max_response_bytes}]")
-                frame = await reader.readexactly(size)
-                correlation = int.from_bytes(frame[:4], "big", signed=True)
-                sent = self._in_flight.pop(correlation, None)
-                if sent is None:
-                    raise KafkaConnectionError(f"node {self.node_id}: answer for correlation id {correlation}, "
-                                               "which is not in flight")
-                try:
-                    _, response = _core.decode_response(sent.api_key, sent.version, frame)
-                except (CorruptFrameError, UnsupportedVersionError, ValueError, TypeError) as exc:
-                    err = KafkaConnectionError(f"node {self.node_id}: undecodable answer to api key "
-                                               f"{sent.api_key} v{sent.version}: {exc}")
-                    err.__cause__ = exc
-                    self._fail_one(sent, err)  # no longer in flight: close() would not fail it
-                    raise err from exc
-                if not sent.future.done():
-                    sent.future.set_result(response)
-        except asyncio.IncompleteReadError as exc:
-            what = "mid-frame" if exc.partial else "between frames"
-            self.close(KafkaConnectionError(f"node {self.node_id} closed the connection {what}"))
-        except (OSError, EpochGuardError) as exc:
-            self.close(exc if isinstance(exc, EpochGuardError)
-                       else KafkaConnectionError(f"node {self.node_id}: {exc!r}"))
-        except asyncio.CancelledError:
-            self.close(KafkaConnectionError(f"node {self.node_id}: connection closed"))
-            raise
+            _, response = _core.decode_response(sent.api_key, sent.version, frame)
+        except (CorruptFrameError, UnsupportedVersionError, ValueError, TypeError) as exc:
+            err = KafkaConnectionError(f"node {self.node_id}: undecodable answer to api key "
+                                       f"{sent.api_key} v{sent.version}: {exc}")
+            err.__cause__ = exc
+            self._fail_one(sent, err)  # no longer in flight: close() would not fail it
+            self.close(err)
+            return
+        if not sent.future.done():
+            sent.future.set_result(response)
 
     @staticmethod
     def _fail_one(sent: _InFlight, err: EpochGuardError) -> None:
@@ -378,17 +439,14 @@ class BrokerConnection:
         for sent in self._in_flight.values():
             self._fail_one(sent, self.closed)
         self._in_flight.clear()
-        if self._writer is not None:
-            self._writer.close()
-        task = self._read_task
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+        if self._transport is not None:
+            self._transport.close()
 
     def abort_transport(self) -> None:
         """Drop the socket now: a TLS connection's close waits for the broker's close_notify, which a
         client shutting down its event loop would never see (its socket left open)."""
-        if self._writer is not None:
-            self._writer.transport.abort()
+        if self._transport is not None:
+            self._transport.abort()
 
 
 class NetworkClient:

@@ -3,6 +3,10 @@
 `CompletedFetch.decode` reads one partition's Fetch answer: the position after the last batch read
 (control batches advance it too) from the batch headers, and the records, each carrying the leader
 epoch of its batch, decoded only when asked for (as objects, or as an Arrow batch decoded in Rust).
+The header pass checks every batch's CRC but decodes no data record (`iter_batches(headers_only=True)`),
+so the network thread that runs it sends the next fetch sooner; the records are decoded, without a
+second CRC pass, on the thread that asks for them (Java's `CompletedFetch` too reads records only in
+`fetchRecords`).
 `FetchCollector` buffers completed fetches until `collect()` hands them out, advancing positions; a
 fetch whose position moved meanwhile (a seek, a reset, a new leader) is dropped, as Kafka drops one
 whose fetch offset no longer matches. An out-of-range answer under policy none stays in the buffer and
@@ -80,13 +84,16 @@ class CompletedFetch:
 
     @property
     def records(self) -> list[ConsumerRecord]:
-        """The records at or after the fetch offset, each with its batch's leader epoch (decoded once)."""
+        """The records at or after the fetch offset, each with its batch's leader epoch (decoded once;
+        the header pass checked the CRCs)."""
         if self._records is None:
             tp, start = self.tp, self.position.offset
+            wanted = {b.base_offset for b in self._batches}
             self._records = [
                 ConsumerRecord(tp.topic, tp.partition, r.offset, r.timestamp, batch.timestamp_type,
                                r.key, r.value, tuple(r.headers), epoch_or_none(batch.partition_leader_epoch))
-                for batch in self._batches
+                for batch in _decoded(self.raw, self._batches)
+                if batch.base_offset in wanted
                 for r in batch.records()
                 if r.offset >= start
             ]
@@ -105,8 +112,9 @@ class CompletedFetch:
         from epochguard._core import decode_arrow
 
         columns = (*_ARROW_COLUMNS, "batch_offset") if self._skipped else _ARROW_COLUMNS
-        table = pa.RecordBatchReader.from_stream(
-            decode_arrow(self.raw, columns=columns, allow_partial_tail=True)).read_all().combine_chunks()
+        table = pa.RecordBatchReader.from_stream(  # the CRCs were checked by the header pass
+            decode_arrow(self.raw, columns=columns, verify_crc=False, allow_partial_tail=True)).read_all()
+        table = table.combine_chunks()
         offsets = _int64s(table, "offset")
         keep = (offsets >= self.position.offset) & (offsets < self.next_offset)
         if self._skipped:
@@ -142,8 +150,8 @@ class CompletedFetch:
         offset, each with its batch's leader epoch) decode on first use. Control batches are never
         records. Under read_committed the batches of aborted transactions are skipped too: a producer is
         aborted from its transaction's first offset until its ABORT marker (Kafka's
-        `consumeAbortedTransactionsUpTo` / `isBatchAborted`). Raises `CorruptRecordError` on bad bytes
-        (an incomplete last batch is not an error: fetch it again)."""
+        `consumeAbortedTransactionsUpTo` / `isBatchAborted`). Raises `CorruptRecordError` on bad bytes, a
+        batch whose CRC does not match included (an incomplete last batch is not an error: fetch it again)."""
         batches: list[RecordBatch] = []
         skipped: set[int] = set()
         epochs: list[tuple[int, int]] = []
@@ -152,7 +160,7 @@ class CompletedFetch:
         read_committed = isolation_level == IsolationLevel.READ_COMMITTED
         pending = sorted(aborted_transactions or (), key=lambda t: t.first_offset)
         aborted_producers: set[int] = set()
-        for batch in iter_batches(raw, allow_partial_tail=True):
+        for batch in iter_batches(raw, allow_partial_tail=True, headers_only=True):
             if batch.last_offset < next_offset:
                 skipped.add(batch.base_offset)
                 continue
@@ -174,6 +182,14 @@ class CompletedFetch:
             last_epoch = epoch
         return cls(tp, position, None, next_offset, last_epoch, epochs, raw=raw, batches=batches,
                    skipped=frozenset(skipped))
+
+
+def _decoded(raw: bytes, batches: list[RecordBatch]) -> Iterable[RecordBatch]:
+    """The batches of `raw` with their records decoded (CRCs not checked again): `batches` if the header
+    pass decoded them all already (control batches and legacy messages), else a decoding pass."""
+    if all(b.decoded for b in batches):
+        return batches
+    return iter_batches(raw, verify_crc=False, allow_partial_tail=True)
 
 
 _ARROW_COLUMNS = ("offset", "timestamp", "timestamp_type", "key", "value", "headers", "leader_epoch")

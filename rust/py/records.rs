@@ -159,7 +159,7 @@ impl Source {
         pos: usize,
         decoder: &mut Decoder,
         headers_only: bool,
-    ) -> crate::Result<(Option<(DecodedBatch, bool)>, Option<u64>)> {
+    ) -> crate::Result<(Option<Batch>, Option<u64>)> {
         let allow_partial_tail = decoder.options().allow_partial_tail;
         let at = self.base() + pos as u64;
         let read;
@@ -185,12 +185,15 @@ impl Source {
     }
 }
 
+/// A batch read by [`Source::next_batch`], and whether its records were decoded.
+type Batch = (DecodedBatch, bool);
+
 /// The next batch of `cursor`, its records decoded only where the header alone cannot say what a
 /// consumer needs: a legacy message (its record count) and a control batch (its control type).
 fn next_header(
     cursor: &mut BatchCursor<'_>,
     decoder: &mut Decoder,
-) -> crate::Result<Option<(DecodedBatch, bool)>> {
+) -> crate::Result<Option<Batch>> {
     let Some(frame) = cursor.next()? else {
         return Ok(None);
     };

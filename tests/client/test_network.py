@@ -148,6 +148,39 @@ def test_answers_are_matched_by_correlation_id_not_order() -> None:
     run(with_server(broker, body))
 
 
+@pytest.mark.parametrize("chunks", [(1, 2, 3, 511), (3, 1, 4093, 70_001, 2), (65_536,), (1 << 20,)],
+                         ids=["small", "mixed", "receive-buffer-sized", "all-at-once"])
+def test_answers_are_framed_however_their_bytes_arrive(chunks: tuple[int, ...]) -> None:
+    """The frame reader: several answers in one read, a size prefix split across reads, an answer larger
+    than the 64 KiB receive buffer whose head came in with the answers before it (read on into a buffer
+    of its own), and small answers after it: every answer reaches its request intact."""
+    sizes = [10, 150_000, 0, 70_000, 65_530, 3]  # cluster ids: small, larger than the receive buffer, ...
+
+    async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await handshake(reader, writer)
+        requests = [await read_request(reader) for _ in sizes]
+        data = b"".join(_core.encode_response(
+            header, MetadataResponse((), cluster_id="y" * int(request.topics[0][1:]), version=12))
+            for header, request in requests)
+        pos, i = 0, 0
+        while pos < len(data):
+            step = chunks[i % len(chunks)]
+            writer.write(data[pos:pos + step])
+            await writer.drain()
+            await asyncio.sleep(0)
+            pos, i = pos + step, i + 1
+        await reader.read()
+
+    async def body(bootstrap: str) -> None:
+        client = NetworkClient(bootstrap, client_id="c")
+        names = [f"x{n}" for n in sizes]
+        answers = await asyncio.gather(*(client.send(-1, MetadataRequest((name,))) for name in names))
+        assert [len(a.cluster_id) for a in answers] == sizes and {*"".join(a.cluster_id for a in answers)} == {"y"}
+        await client.close()
+
+    run(with_server(broker, body))
+
+
 def hostile(reply: bytes, *, then_close: bool) -> Handler:
     async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await handshake(reader, writer)

@@ -49,10 +49,11 @@ from epochguard.spark.cli import needs_spark
 from epochguard.spark.session import LazySession
 imported = time.perf_counter()
 method, _, how = sys.argv[1].partition(":")
+conf = json.loads(os.environ.get("AUDIT_SCALE_SPARK_CONF", "{}"))  # --spark-conf
 if how == "eager":  # the session made before the audit starts, as `epochguard audit` did before
-    spark = local_session("local[2]", app_name="epochguard-audit-scale", shuffle_partitions=4)
+    spark = local_session("local[2]", app_name="epochguard-audit-scale", shuffle_partitions=4, conf=conf)
 else:  # as `epochguard audit` does: made only if a step runs in Spark, in the background if surely
-    spark = LazySession("local[2]", app_name="epochguard-audit-scale", shuffle_partitions=4)
+    spark = LazySession("local[2]", app_name="epochguard-audit-scale", shuffle_partitions=4, conf=conf)
     if needs_spark(sys.argv[3:], None, method):
         spark.start()
 up = time.perf_counter()
@@ -166,15 +167,28 @@ def write_partition(dirs: list[Path], p: int, common: int, tail: int) -> None:
         _core.LeaderEpochCache(epochs).write_checkpoint(str(part / "leader-epoch-checkpoint"))
 
 
+def recovery_points(dirs: list[Path], common: int) -> None:
+    """Every replica's recovery point (``recovery-point-offset-checkpoint``: what it has flushed) at the
+    end of the common prefix: the tails are recent writes not flushed yet, as after a leader's crash."""
+    from epochguard.storage.logdir import RECOVERY_POINT_OFFSET_CHECKPOINT, write_offset_checkpoint
+    from epochguard.types import TopicPartition
+
+    for d in dirs:
+        if not (d / RECOVERY_POINT_OFFSET_CHECKPOINT).exists():
+            points = {TopicPartition("audit", p): common for p in range(PARTITIONS)}
+            write_offset_checkpoint(d / RECOVERY_POINT_OFFSET_CHECKPOINT, points)
+
+
 def generate(root: Path, n: int, tail: int) -> list[str]:
     """The cluster of `n` records in all (n / 4 per partition, each on three replicas); its log dirs."""
     from epochguard.storage.logdir import write_meta_properties, write_offset_checkpoint
     from epochguard.types import TopicPartition
 
     dirs = [root / f"broker-{b}" for b in BROKERS]
-    if (root / "complete").exists():
-        return [str(d) for d in dirs]
     common = n // PARTITIONS - tail
+    if (root / "complete").exists():
+        recovery_points(dirs, common)  # data cached before the checkpoint was written
+        return [str(d) for d in dirs]
     for d, b in zip(dirs, BROKERS, strict=True):
         d.mkdir(parents=True, exist_ok=True)
         write_meta_properties(d, b)
@@ -182,15 +196,40 @@ def generate(root: Path, n: int, tail: int) -> list[str]:
         write_partition(dirs, p, common, tail)
     for d in dirs:  # every replica's high watermark: the end of the common prefix
         write_offset_checkpoint(d / "replication-offset-checkpoint", {TopicPartition("audit", p): common for p in range(PARTITIONS)})
+    recovery_points(dirs, common)
     (root / "complete").write_text(json.dumps({"records": n, "tail": tail}))
     return [str(d) for d in dirs]
 
 
-def run(method: str, dirs: list[str], out: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-c", AUDIT, method, str(out), *dirs], capture_output=True, text=True)
+def evict(dirs: list[str]) -> None:
+    """Drop the data's pages from the page cache (``posix_fadvise(DONTNEED)`` on each file: only
+    these files, not the machine's whole cache), so the next audit reads them from the disk."""
+    for d in dirs:
+        for f in Path(d).rglob("*"):
+            if f.is_file():
+                fd = os.open(f, os.O_RDONLY)
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                finally:
+                    os.close(fd)
+
+
+def run(method: str, dirs: list[str], out: Path, conf: dict[str, str], timeout: float | None) -> dict:
+    """One audit in a fresh process; a failure or a timeout is a row that says so (the run goes on)."""
+    env = {**os.environ, "AUDIT_SCALE_SPARK_CONF": json.dumps(conf)}
+    began = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-c", AUDIT, method.replace(":cold", ""), str(out), *dirs],
+                              capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"failed": f"stopped unfinished after {time.perf_counter() - began:.0f} s (--timeout)",
+                "load": os.getloadavg()[0]}
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     if proc.returncode != 0 or line is None:
-        raise SystemExit(f"audit ({method}) failed:\n{proc.stderr[-4000:]}")
+        causes = [x.strip() for x in proc.stderr.splitlines() if "Error" in x or "Exception" in x]
+        return {"failed": f"exit {proc.returncode} after {time.perf_counter() - began:.0f} s: "
+                          + " | ".join(dict.fromkeys(causes[:3])), "stderr_tail": proc.stderr[-4000:],
+                "load": os.getloadavg()[0]}
     return json.loads(line[len("RESULT ") :])
 
 
@@ -201,9 +240,16 @@ def main() -> None:
     parser.add_argument(
         "--methods",
         default="batches,batches:verify,batches:eager,records",
-        help="audit methods; ':verify' checks every batch's CRC (verify_crc), ':eager' makes the session "
-        "before the audit (as epochguard audit did before it made it only when needed)",
+        help="audit methods, run in this order (each over every size); ':verify' checks every batch's CRC "
+        "(verify_crc), ':eager' makes the session before the audit (as epochguard audit did before it made it "
+        "only when needed), ':cold' drops the data's pages from the page cache first",
     )
+    parser.add_argument("--baseline-up-to", type=int, default=None,
+                        help="run the record-level audit ('records') only up to this many records")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="Spark settings of the audits' sessions, e.g. spark.driver.memory=4g (the "
+                        "executor's heap in local mode)")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds before an audit is stopped")
     parser.add_argument("--data", default="target/audit-scale", help="where the generated log dirs are cached")
     parser.add_argument("--json", help="write the figures here too")
     parser.add_argument("--generate-only", action="store_true", help="write (or find) the data and stop")
@@ -214,28 +260,41 @@ def main() -> None:
         rows.append({"method": "spark-bare-start", **floor})
         print(f"Spark's bare start: session {floor['session']:.1f} s, first job {floor['first_job']:.1f} s, "
               f"total {floor['total']:.1f} s (load {floor['load']:.1f})", flush=True)
+    conf = dict(kv.split("=", 1) for kv in args.spark_conf)
+    data: dict[int, tuple[list[str], int]] = {}
     for n in (int(x) for x in args.records.split(",")):
         root = Path(args.data) / f"n{n}-t{args.tail}"
         began = time.perf_counter()
         dirs = generate(root, n, args.tail)
         size = sum(f.stat().st_size for d in dirs for f in Path(d).rglob("*.log"))
-        print(f"{n:,} records ({size / 2**30:.2f} GiB on disk): data ready in {time.perf_counter() - began:.0f} s",
-              flush=True)
-        if args.generate_only:
-            continue
-        for method in args.methods.split(","):
-            got = run(method, dirs, root / f"out-{method.replace(':', '-')}")
+        batches = sum(len(batch_sizes(n // PARTITIONS - args.tail, seed=p)) for p in range(PARTITIONS)) * 3
+        data[n] = (dirs, size)
+        print(f"{n:,} records ({size / 2**30:.2f} GiB on disk, {batches:,} batches of the common prefix): "
+              f"data ready in {time.perf_counter() - began:.0f} s", flush=True)
+    for method in [] if args.generate_only else args.methods.split(","):
+        for n, (dirs, size) in data.items():
+            if method == "records" and args.baseline_up_to is not None and n > args.baseline_up_to:
+                continue
+            if method.endswith(":cold"):
+                evict(dirs)
+            root = Path(args.data) / f"n{n}-t{args.tail}"
+            got = run(method, dirs, root / f"out-{method.replace(':', '-')}", conf, args.timeout)
+            rows.append({"records": n, "bytes": size, "method": method, "spark_conf": conf, **got})
+            if "failed" in got:
+                print(f"  {n:,} {method:14s} FAILED (load {got['load']:.1f}): {got['failed']}", flush=True)
+                continue
             assert got["lost"] == PARTITIONS * args.tail, got
             assert got["records"] == 3 * n, got
-            rows.append({"records": n, "bytes": size, "method": method, **got})
             print(
-                f"  {method:14s} end to end {got['end_to_end']:6.1f} s (imports {got['imports']:.1f} s, "
+                f"  {n:,} {method:14s} end to end {got['end_to_end']:6.1f} s (imports {got['imports']:.1f} s, "
                 f"Spark start {got['spark_start']:.1f} s), "
                 f"audit {got['audit']:6.1f} s, driver peak {got['driver_peak_mib']:.0f} MiB, load {got['load']:.1f}; "
                 f"stages {json.dumps(got['stages'])}",
                 flush=True,
             )
-    by = {(r["records"], r["method"]): r for r in rows if "records" in r}
+            if args.json:  # as the run goes: a long run stopped midway keeps what it measured
+                Path(args.json).write_text(json.dumps(rows, indent=1))
+    by = {(r["records"], r["method"]): r for r in rows if "records" in r and "failed" not in r}
     for n in sorted({r["records"] for r in rows if "records" in r}):
         if (n, "batches") in by and (n, "records") in by:
             a, b = by[(n, "records")], by[(n, "batches")]

@@ -192,8 +192,7 @@ def test_corrupt_segment_is_reported_and_the_audit_goes_on(spark, tmp_path) -> N
     segment.write_bytes(bytes(data))
     checkpoint = dirs[1] / "u-0" / "leader-epoch-checkpoint"
     checkpoint.write_text("0\n2\n0 0\n")  # says two entries, holds one
-    # The corrupt batch lines up with broker 2's copy (same stored CRC): only verify_crc reads it.
-    result = audit(spark, [str(d) for d in dirs], out=str(tmp_path / "out"), verify_crc=True)
+    result = audit(spark, [str(d) for d in dirs], out=str(tmp_path / "out"))
     errors = pd.read_parquet(tmp_path / "out" / "errors.parquet").sort_values("broker")
     assert len(errors) == 2
     bad_checkpoint = errors.iloc[1]

@@ -8,6 +8,7 @@ import struct
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from kafka.record.util import calc_crc32c
 
 from epochguard.spark import audit
@@ -33,12 +34,10 @@ def _table(out: Path, name: str) -> list[dict]:
     return [{k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in row.items()} for row in df.to_dict("records")]
 
 
-def _same_results(spark, dirs: list[str], out: Path, consumed: str | None = None, **options) -> dict:
+def _same_results(spark, dirs: list[str], out: Path, consumed: str | None = None) -> dict:
     results = {}
     for method in ("records", "batches"):
-        results[method] = audit(
-            spark, dirs, consumed=consumed, out=str(out / method), method=method, html=False, **options
-        )
+        results[method] = audit(spark, dirs, consumed=consumed, out=str(out / method), method=method, html=False)
     for name in TABLES:
         a, b = _table(out / "records", name), _table(out / "batches", name)
         assert repr(a) == repr(b), name
@@ -126,20 +125,26 @@ def test_fallbacks_find_the_same_as_records(spark, tmp_path) -> None:
     on_records = plan(scan_listing(None, listing, verify_crc=True)).on_records
     assert set(on_records) == {("corrupt", 0), ("torn", 0), ("legacy", 0)}
     assert "CRC" in on_records[("corrupt", 0)] and "legacy" in on_records[("legacy", 0)]
-    # verify_crc: the corrupt batch lines up with its good copy (same stored CRC); the scan reads it.
-    results = _same_results(spark, [str(d) for d in dirs], tmp_path / "out", verify_crc=True)
+    results = _same_results(spark, [str(d) for d in dirs], tmp_path / "out")
     lost = {(r.topic, r.broker): r.lost_count for r in results["batches"].replicas if r.lost_count}
     assert lost == {("torn", 1): 4, ("plain", 1): 2, ("legacy", 1): 2}
 
 
+def _recovery_points(log_dir: Path, points: dict[tuple[str, int], int]) -> None:
+    lines = ["0", str(len(points))] + [f"{t} {p} {o}" for (t, p), o in points.items()]
+    (log_dir / "recovery-point-offset-checkpoint").write_text("\n".join(lines) + "\n")
+
+
 def test_crc_is_checked_where_replicas_differ_and_everywhere_with_verify_crc(spark, tmp_path) -> None:
-    """By default the batches that line up are not read: a record byte flipped on one replica under
-    an unchanged stored CRC is trusted (only `verify_crc` reads the bytes and reports it), while a
-    batch whose stored CRC differs from the other replica's at the same offsets is decoded, its CRC
-    checked, and its partition compared on records, with or without the option (as the record-level
-    audit does: the bad batch's records are unreadable, not lost)."""
+    """By default the batches that line up below the recovery point (flushed) are not read: a record
+    byte flipped on one replica under an unchanged stored CRC is trusted (only `verify_crc` reads the
+    bytes and reports it), while a batch whose stored CRC differs from the other replica's at the
+    same offsets is decoded, its CRC checked, and its partition compared on records, with or without
+    the option (as the record-level audit does: the bad batch's records are unreadable, not lost)."""
     replicas = {b: [Replica(t, 0, [*PREFIX, (0, records(t, 10, 5))]) for t in ("flip", "crc")] for b in (1, 2)}
     dirs = [write_log_dir(tmp_path, b, rs) for b, rs in replicas.items()]
+    for d in dirs:  # both brokers flushed everything (a clean shutdown)
+        _recovery_points(d, {("flip", 0): 15, ("crc", 0): 15})
     at = {}
     for topic, where in (("flip", 70), ("crc", 17)):  # a record byte; a byte of the stored CRC itself
         segment = dirs[0] / f"{topic}-0" / f"{0:020d}.log"
@@ -160,6 +165,39 @@ def test_crc_is_checked_where_replicas_differ_and_everywhere_with_verify_crc(spa
         assert parts[("flip", 1)] == (("in_sync", 0, 15 - 6) if verify else ("reference", 0, 15))
     assert found[False] == {(1, "crc", at["crc"])}
     assert found[True] == {(1, "crc", at["crc"]), (1, "flip", at["flip"])}
+
+
+@pytest.mark.parametrize(
+    ("point", "checked"), [(None, True), (0, True), (4, True), (9, True), (10, False), (15, False), (99, False)]
+)
+def test_by_default_the_crcs_past_the_recovery_point_are_checked(tmp_path, point, checked) -> None:
+    """As Kafka's `LogLoader` when a broker restarts: the batches holding offsets at or past the
+    replica's recovery point were not flushed (a crash may have torn them) and have their CRC
+    checked; below it, what lines up is trusted. A replica without a recovery point (no checkpoint
+    file, or not listed in it) has every batch checked. The flipped byte is in the batch of offsets
+    4-9, in the first of two segments (offsets 0-9, 10-14) or in the second (its batch 10-14)."""
+    for segment in (0, 1):
+        root = tmp_path / f"{point}-{segment}"
+        replicas = {b: [Replica("t", 0, [*PREFIX, (0, records("t", 10, 5))], segment_records=10)] for b in (1, 2)}
+        dirs = [write_log_dir(root, b, rs) for b, rs in replicas.items()]
+        for d in dirs:
+            _recovery_points(d, {} if point is None else {("t", 0): point})
+        log = dirs[0] / "t-0" / f"{10 * segment:020d}.log"
+        data = bytearray(log.read_bytes())
+        at = 12 + int.from_bytes(data[8:12], "big") if segment == 0 else 0  # the batch 4-9, or 10-14
+        data[at + 70] ^= 0xFF
+        log.write_bytes(bytes(data))
+        scan = scan_listing(None, list_log_dirs([str(d) for d in dirs]), verify_crc=False)
+        found = {(t.broker, t.path) for t in scan.troubles}
+        # The second segment's batch holds offsets 10-14: past every point here but 15 and 99.
+        expected = checked if segment == 0 else point is None or point < 15
+        assert found == ({(1, str(log))} if expected else set()), (point, segment)
+        assert all("CRC" in t.reason for t in scan.troubles)
+        everything = scan_listing(None, list_log_dirs([str(d) for d in dirs]), verify_crc=True)
+        assert {(t.broker, t.path) for t in everything.troubles} == {(1, str(log))}
+        unchecked = scan_listing(None, list_log_dirs([str(d) for d in dirs]), verify_crc=False,
+                                 past_recovery_point=False)
+        assert unchecked.troubles == []
 
 
 def test_a_compacted_partition_is_compared_on_records(spark, tmp_path) -> None:

@@ -147,11 +147,14 @@ def audit(
     `LazySession` (as `epochguard audit` passes): it is made only if a step runs in Spark.
 
     Every batch that is decoded has its CRC-32C checked against its bytes (a mismatch is a row of
-    errors.parquet). With ``"batches"``, the batches that line up are not read at all unless
-    `verify_crc` is set: then the header pass reads every byte to check every CRC (the one cost that
-    grows with the bytes: docs/performance.md), and a batch corrupted where the replicas agree is an
-    error row; without it, such a batch is trusted, as the follower that copied it trusted it.
-    ``"records"`` decodes, so checks, everything.
+    errors.parquet). With ``"batches"``, of the batches that line up the header pass reads (and
+    checks) those Kafka's own recovery would check when the broker restarts: the batches past the
+    replica's recovery point (``recovery-point-offset-checkpoint``: not flushed yet, so possibly torn
+    by a crash), and every batch of a replica without a recovery point. Below it, what the broker
+    flushed is trusted, as Kafka trusts it (its follower checked each batch's CRC when appending
+    it). `verify_crc` reads every byte to check every CRC (the one cost that grows with the bytes:
+    docs/performance.md), so a batch corrupted on disk later, where the replicas agree, is an error
+    row too. ``"records"`` decodes, so checks, everything.
     """
     if method not in ("batches", "records"):
         raise ValueError(f"method must be 'batches' or 'records', got {method!r}")
@@ -179,7 +182,7 @@ def audit(
         decoded = listing if batch_plan is None else batch_plan.records_listing(listing)
         budget = (local_bytes if on_driver else -1) - sum(s.size for _, s in decoded.segments)
         with step("decoding segments"):
-            frame, stats = _decode_compared(spark, decoded, budget >= 0, True, chunk_bytes)
+            frame, stats = _decode_compared(spark, decoded, budget >= 0, chunk_bytes)
             if batch_plan is not None:
                 stats += batch_plan.stats()
         with step("comparing epoch histories"):
@@ -189,16 +192,15 @@ def audit(
             break
         with step("comparing batches"):
             runs = divergence(batch_plan, replicas)
-            # Without `verify_crc` the scan read no CRC: check those of the batches to decode now, and
-            # send a partition with a bad one to the records, as a scan with `verify_crc` would have.
+            # Without `verify_crc` the scan read no CRC below the recovery points: check those of the batches
+            # to decode now, and send a partition with a bad one to the records, as that scan would have.
             troubles = [] if verify_crc else verify_ranges(runs.ranges)
         if not troubles:
             break
         scan.troubles.extend(troubles)
         if not isinstance(frame, pa.Table):
             frame.unpersist()
-    # What is decoded is always checked: `verify_crc` only says whether the batches that line up are read.
-    run = _Run(spark, listing, consumed, out, step, True, sample, html, provenance)
+    run = _Run(spark, listing, consumed, out, step, sample, html, provenance)
     if isinstance(frame, pa.Table):
         if runs is not None and sum(r.batch_size for r in runs.ranges) <= budget:
             return _audit_local(run, replicas, frame, runs)
@@ -216,16 +218,17 @@ class _Run:
     consumed: str | DataFrame | None
     out: str | None
     step: Step
-    verify_crc: bool
     sample: int
     html: bool
     provenance: dict[str, Any]
 
 
 def _decode_compared(
-    spark: SparkSession | LazySession, decoded: Listing, on_driver: bool, verify_crc: bool, chunk_bytes: int
+    spark: SparkSession | LazySession, decoded: Listing, on_driver: bool, chunk_bytes: int
 ) -> tuple[DataFrame | pa.Table, list]:
-    """The records of `decoded` with the compared columns (and error rows), and their `_stats`."""
+    """The records of `decoded` with the compared columns (and error rows), and their `_stats`. Every
+    batch decoded, here and in the later steps, has its CRC checked first (`verify_crc=True` of the
+    decoders): `audit`'s `verify_crc` only says which batches the header pass reads."""
     from pyspark import StorageLevel
 
     if on_driver:
@@ -233,7 +236,7 @@ def _decode_compared(
             plan_chunks(list(decoded.segments), chunk_bytes),
             to_arrow_schema(projection_schema(COMPARED_COLUMNS, True)),
             RECORD_COLUMNS,
-            verify_crc,
+            True,
         )
         return table, _local_stats(table)
     frame = decode_listing(
@@ -241,7 +244,7 @@ def _decode_compared(
         decoded,
         columns=COMPARED_COLUMNS,
         with_errors=True,
-        verify_crc=verify_crc,
+        verify_crc=True,
         chunk_bytes=chunk_bytes,
     )
     frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
@@ -252,9 +255,7 @@ def _audit_distributed(
     run: _Run, replicas: list[ReplicaSummary], frame: DataFrame, runs: Divergence | None
 ) -> AuditResult:
     """The rest of `audit` in Spark's jobs: the record-level comparison of what was decoded."""
-    spark, listing, consumed, step, verify_crc, sample = (
-        resolve(run.spark), run.listing, run.consumed, run.step, run.verify_crc, run.sample
-    )
+    spark, listing, consumed, step, sample = resolve(run.spark), run.listing, run.consumed, run.step, run.sample
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -263,7 +264,7 @@ def _audit_distributed(
     txn_records = records
     if runs is not None and runs.ranges:
         with step(f"decoding {runs.decoded_batches:,} batches that do not line up"):
-            tails = _decode_divergent(spark, listing, runs, verify_crc).persist(StorageLevel.MEMORY_AND_DISK)
+            tails = _decode_divergent(spark, listing, runs).persist(StorageLevel.MEMORY_AND_DISK)
             tails.count()
         frame = frame.unionByName(tails.drop("txn_only"))
         tails = tails.where(F.col("error_reason").isNull()).drop("path", "error_position", "error_reason")
@@ -314,7 +315,7 @@ def _audit_distributed(
         if txn_records is not records:  # with the transactional batches decoded for their status alone
             held_txn = txn_records.join(F.broadcast(pairs), ["topic", "partition", "broker"])
         lost = _with_transaction_kind(
-            spark, listing, held_txn, compared.where(F.col("reference_digest").isNull()), verify_crc
+            spark, listing, held_txn, compared.where(F.col("reference_digest").isNull())
         ).persist(StorageLevel.MEMORY_AND_DISK)
         differs = F.col("record_digest") != F.col("reference_digest")
         for c in LENGTHS:
@@ -349,7 +350,7 @@ def _audit_distributed(
             if r.error_count:
                 r.reason += f"; {r.error_count} unreadable byte ranges (see errors.parquet)"
     with step("reading the lost records"):
-        content = _lost_content(spark, listing, lost, verify_crc)
+        content = _lost_content(spark, listing, lost)
         lost_records = (
             lost.join(content, ["broker", "topic", "partition", "offset"], "left")
             .select(*LOST_COLUMNS)
@@ -393,7 +394,7 @@ def _audit_distributed(
 
 def _audit_local(run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, runs: Divergence) -> AuditResult:
     """The rest of `audit` on the driver: the same rules as the distributed path below, on Arrow."""
-    listing, consumed, step, verify_crc, sample = run.listing, run.consumed, run.step, run.verify_crc, run.sample
+    listing, consumed, step, sample = run.listing, run.consumed, run.step, run.sample
     from pyspark.sql import functions as F
 
     carry = StructType([*LOCATION.fields, StructField("txn_only", BooleanType())])
@@ -402,7 +403,7 @@ def _audit_local(run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, run
             local.divergent_ranges(runs.ranges),
             to_arrow_schema(output_schema(carry, True, RECORD_COLUMNS)),
             RECORD_COLUMNS,
-            verify_crc,
+            True,
             with_errors=True,
         )
         records = frame.filter(pc.is_null(frame["error_reason"])).select(COMPARED_COLUMNS)
@@ -419,7 +420,7 @@ def _audit_local(run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, run
     )
 
     def content(rows: pa.Table) -> pa.Table:
-        return local.content_of(rows, listing, content_schema, CONTENT_COLUMNS, verify_crc)
+        return local.content_of(rows, listing, content_schema, CONTENT_COLUMNS, True)
 
     def marker_types(markers: pa.Table) -> pa.Table:
         found = content(markers)
@@ -540,9 +541,7 @@ def _local_stats(frame: pa.Table) -> list[Stat]:
     ]
 
 
-def _with_transaction_kind(
-    spark: SparkSession, listing: Listing, held: DataFrame, lost: DataFrame, verify_crc: bool
-) -> DataFrame:
+def _with_transaction_kind(spark: SparkSession, listing: Listing, held: DataFrame, lost: DataFrame) -> DataFrame:
     """`lost` with `kind`: "aborted" for a record whose transaction ends in an ABORT marker in the same
     replica's log (and for that marker), else "lost" (an open transaction's records included). Only
     the markers (one record per control batch, rare) are decoded again, for their type."""
@@ -553,7 +552,7 @@ def _with_transaction_kind(
     transactional = held.where(F.col("is_transactional") & (F.col("producer_id") >= 0))
     markers = transactional.where(F.col("is_control"))
     # A control record's key is (version int16, type int16): type 0 = ABORT, 1 = COMMIT.
-    types = _lost_content(spark, listing, markers, verify_crc).select(
+    types = _lost_content(spark, listing, markers).select(
         *keys, F.conv(F.hex(F.substring("key", 3, 2)), 16, 10).cast("int").alias("marker")
     )
     following = Window.partitionBy("broker", "topic", "partition", "producer_id").orderBy("offset").rowsBetween(
@@ -569,7 +568,7 @@ def _with_transaction_kind(
     return lost.join(status, keys, "left").withColumn("kind", kind).drop("aborted")
 
 
-def _lost_content(spark: SparkSession, listing: Listing, lost: DataFrame, verify_crc: bool) -> DataFrame:
+def _lost_content(spark: SparkSession, listing: Listing, lost: DataFrame) -> DataFrame:
     """Keys, values and headers of the lost records: each batch that holds one is decoded again from
     its byte range (segment, position, size) alone. Local segments are read by the core directly;
     others through Spark's binaryFile source, only those holding a lost record."""
@@ -578,7 +577,7 @@ def _lost_content(spark: SparkSession, listing: Listing, lost: DataFrame, verify
     location = ["broker", "topic", "partition"]
     schema = output_schema(StructType([LOCATION[c] for c in location]), False, CONTENT_COLUMNS)
     decode = functools.partial(
-        decode_ranges, schema=to_arrow_schema(schema), columns=CONTENT_COLUMNS, verify_crc=verify_crc
+        decode_ranges, schema=to_arrow_schema(schema), columns=CONTENT_COLUMNS, verify_crc=True
     )
     return _with_content(spark, listing, ranges).mapInArrow(decode, schema)
 
@@ -601,7 +600,7 @@ def _with_content(spark: SparkSession, listing: Listing, ranges: DataFrame) -> D
     return ranges.withColumn("content", F.lit(None).cast("binary"))
 
 
-def _decode_divergent(spark: SparkSession, listing: Listing, found: Divergence, verify_crc: bool) -> DataFrame:
+def _decode_divergent(spark: SparkSession, listing: Listing, found: Divergence) -> DataFrame:
     """The records of the batches the header comparison could not settle, with the compared columns
     (and ``txn_only``: decoded for a transaction's status alone); a batch that does not decode is an
     error row, as in the record-level pass."""
@@ -618,7 +617,7 @@ def _decode_divergent(spark: SparkSession, listing: Listing, found: Divergence, 
     record_columns = [c for c in COMPARED_COLUMNS if c not in LOCATION.fieldNames()]
     schema = output_schema(carry, True, record_columns)
     decode = functools.partial(
-        decode_ranges, schema=to_arrow_schema(schema), columns=record_columns, verify_crc=verify_crc, with_errors=True
+        decode_ranges, schema=to_arrow_schema(schema), columns=record_columns, verify_crc=True, with_errors=True
     )
     return _with_content(spark, listing, ranges).mapInArrow(decode, schema)
 

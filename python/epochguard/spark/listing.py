@@ -1,11 +1,12 @@
 """Find the partitions, segments and small metadata files of Kafka log directories (driver side).
 
 Kafka's layout: one folder per broker log dir, holding ``meta.properties``,
-``log-start-offset-checkpoint``, ``replication-offset-checkpoint`` and one ``<topic>-<partition>/``
-folder per replica with segment files ``<20-digit base offset>.log`` (plus ``.index``/``.timeindex``),
-``leader-epoch-checkpoint`` and ``partition.metadata`` (the topic id). Folders being deleted or moved
-(``*-delete``, ``*-future``, ``*-stray``) are not partitions and are skipped, as Kafka does. The
-files are parsed by `epochguard.storage.logdir_format` (the same parsers `epochguard.storage.logdir` uses).
+``log-start-offset-checkpoint``, ``replication-offset-checkpoint``, ``recovery-point-offset-checkpoint``
+and one ``<topic>-<partition>/`` folder per replica with segment files ``<20-digit base offset>.log``
+(plus ``.index``/``.timeindex``), ``leader-epoch-checkpoint`` and ``partition.metadata`` (the topic
+id). Folders being deleted or moved (``*-delete``, ``*-future``, ``*-stray``) are not partitions and
+are skipped, as Kafka does. The files are parsed by `epochguard.storage.logdir_format` (the same
+parsers `epochguard.storage.logdir` uses).
 
 Plain paths are listed with ``os``; paths with a scheme (``hdfs://``, ``s3a://``, ``file:/``) through
 the JVM's Hadoop FileSystem of the active Spark session.
@@ -43,6 +44,7 @@ SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 MAX_METADATA_BYTES = 64 << 20
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+RECOVERY_POINT_OFFSET_CHECKPOINT = "recovery-point-offset-checkpoint"
 T = TypeVar("T")
 
 
@@ -67,6 +69,9 @@ class PartitionReplica:
     topic_id: str | None
     log_start_offset: int | None  # from the log dir's log-start-offset-checkpoint, if listed there
     high_watermark: int | None  # from replication-offset-checkpoint, if listed there
+    # From recovery-point-offset-checkpoint, if listed there: the offset up to which the broker had
+    # flushed the log (Kafka's `LogLoader` CRC-checks what lies past it when the broker restarts).
+    recovery_point: int | None = None
 
 
 @dataclass(frozen=True)
@@ -220,6 +225,10 @@ def list_log_dirs(paths: Sequence[str], spark: SparkSession | None = None) -> Li
         high_watermarks = _parsed(
             fs, join(root, REPLICATION_OFFSET_CHECKPOINT), parse_offset_checkpoint, no_offsets, listing.errors, at_root
         )
+        recovery_points = _parsed(
+            fs, join(root, RECOVERY_POINT_OFFSET_CHECKPOINT), parse_offset_checkpoint, no_offsets, listing.errors,
+            at_root,
+        )
         for name, path, is_dir, _ in sorted(fs.list(root)):
             if not is_dir:
                 continue
@@ -261,6 +270,7 @@ def list_log_dirs(paths: Sequence[str], spark: SparkSession | None = None) -> Li
                     topic_id=topic_id,
                     log_start_offset=log_starts.get(tp),
                     high_watermark=high_watermarks.get(tp),
+                    recovery_point=recovery_points.get(tp),
                 )
             )
     return listing

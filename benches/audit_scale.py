@@ -279,7 +279,9 @@ def main() -> None:
                 evict(dirs)
             root = Path(args.data) / f"n{n}-t{args.tail}"
             got = run(method, dirs, root / f"out-{method.replace(':', '-')}", conf, args.timeout)
-            rows.append({"records": n, "bytes": size, "method": method, "spark_conf": conf, **got})
+            # "records": the cluster's size; the audit's own count (three replicas) is "replica_records".
+            row = {k: v for k, v in got.items() if k != "records"} | {"replica_records": got.get("records")}
+            rows.append({"records": n, "bytes": size, "method": method, "spark_conf": conf, **row})
             if "failed" in got:
                 print(f"  {n:,} {method:14s} FAILED (load {got['load']:.1f}): {got['failed']}", flush=True)
                 continue

@@ -154,7 +154,8 @@ def test_answers_are_framed_however_their_bytes_arrive(chunks: tuple[int, ...]) 
     """The frame reader: several answers in one read, a size prefix split across reads, an answer larger
     than the 64 KiB receive buffer whose head came in with the answers before it (read on into a buffer
     of its own), and small answers after it: every answer reaches its request intact."""
-    sizes = [10, 150_000, 0, 70_000, 65_530, 3]  # cluster ids: small, larger than the receive buffer, ...
+    # cluster ids: small, larger than the receive buffer, ..., then small ones past a receive buffer's worth
+    sizes = [10, 150_000, 0, 70_000, 65_530, 3, *[1_000] * 70, 5]
 
     async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await handshake(reader, writer)

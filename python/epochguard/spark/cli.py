@@ -52,8 +52,9 @@ def add_parsers(sub: Any) -> None:
         "--verify-crc",
         action="store_true",
         help="with --method batches, also read the batches where the replicas line up, to check each one's CRC-32C "
-        "(reads every byte). By default only the batches that are decoded are checked: a batch corrupted on disk "
-        "in the part where the replicas agree goes unnoticed",
+        "(reads every byte). By default the batches that are decoded and, as Kafka's recovery on restart, those "
+        "past each replica's recovery point (all of a replica without one) are checked: a batch corrupted on disk "
+        "below the recovery point where the replicas agree goes unnoticed",
     )
     audit.set_defaults(run=run_audit)
 

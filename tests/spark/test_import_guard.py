@@ -21,3 +21,17 @@ def test_import_guard_names_the_extra() -> None:
 def test_cli_commands_explain_and_exit_2() -> None:
     out = _run("from epochguard.__main__ import main; sys.exit(main(['audit', 'somewhere', '--out', 'x']))")
     assert out.returncode == 2 and "epochguard[spark]" in out.stderr
+
+
+def test_stream_source_imports_no_audit() -> None:
+    """Every Python process Spark starts for `format("epochguard-kafka")` imports `epochguard.spark.stream`:
+    it must not pay for the audit (pandas, rich) that `epochguard.spark` offers; the names stay reachable."""
+    out = subprocess.run([sys.executable, "-c", (
+        "import sys, epochguard.spark.stream; "
+        "print(sorted(m for m in ('pandas', 'rich', 'epochguard.spark.audit', 'epochguard.spark.udfs') if m in sys.modules)); "
+        "import epochguard.spark.audit; from epochguard.spark import audit, local_session, register; "
+        "print(audit.__module__, local_session.__module__, register.__module__)")],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == [
+        "[]", "epochguard.spark.audit epochguard.spark.session epochguard.spark.datasource"], out.stdout

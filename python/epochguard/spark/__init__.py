@@ -10,20 +10,37 @@ Optional extra: ``pip install 'epochguard[spark]'`` (pyspark, pyarrow, pandas, r
 
 from __future__ import annotations
 
-try:
-    import pandas  # noqa: F401
-    import pyarrow  # noqa: F401
-    import pyspark  # noqa: F401
-    import rich  # noqa: F401
-except ImportError as exc:
-    raise ImportError(f"epochguard.spark needs {exc.name}: pip install 'epochguard[spark]'") from exc
+import importlib
+import importlib.util
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
-from epochguard.spark.audit import audit
-from epochguard.spark.datasource import register
-from epochguard.spark.logs import read_kafka_logs
-from epochguard.spark.result import AuditResult
-from epochguard.spark.session import local_session
-from epochguard.spark.udfs import EpochHistories, decode_batches
+for _extra in ("pandas", "pyarrow", "pyspark", "rich"):
+    if importlib.util.find_spec(_extra) is None:
+        raise ImportError(f"epochguard.spark needs {_extra}: pip install 'epochguard[spark]'", name=_extra)
+
+if TYPE_CHECKING:
+    from epochguard.spark.audit import audit
+    from epochguard.spark.datasource import register
+    from epochguard.spark.logs import read_kafka_logs
+    from epochguard.spark.result import AuditResult
+    from epochguard.spark.session import local_session
+    from epochguard.spark.udfs import EpochHistories, decode_batches
+
+# name -> the module that defines it, imported when the name is first asked for: every Python process
+# Spark starts for `format("epochguard-kafka")` (the source's planner, the read planner, each executor
+# worker) imports `epochguard.spark.stream`, and with it this package; eager imports of the audit here
+# (pandas, rich) cost each of them seconds.
+_LAZY = {
+    "audit": "epochguard.spark.audit",
+    "register": "epochguard.spark.datasource",
+    "read_kafka_logs": "epochguard.spark.logs",
+    "AuditResult": "epochguard.spark.result",
+    "local_session": "epochguard.spark.session",
+    "EpochHistories": "epochguard.spark.udfs",
+    "decode_batches": "epochguard.spark.udfs",
+}
 
 __all__ = [
     "AuditResult",
@@ -36,12 +53,39 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    def __setattr__(self, name: str, value: Any) -> None:
+        # The import system binds a loaded submodule to its package's attribute: `epochguard.spark.audit`
+        # stays the function (as when this package imported it eagerly), not the module of that name.
+        if name == "audit" and isinstance(value, types.ModuleType):
+            value = value.audit
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
 def _register_active() -> None:
     """Make ``format("kafka-log")`` work in a session that already runs when this is imported."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
+        from epochguard.spark.datasource import register
+
         register(active)
 
 

@@ -165,6 +165,28 @@ def test_prefetch_fetches_on_from_the_buffer_end_once_and_hands_out_in_order():
     assert [r.offset for r in c.poll(0).records()] == [5, 6, 7, 8]  # an empty answer ahead moves nothing
 
 
+def test_fetch_until_stops_fetches_and_prefetches_at_the_end_of_a_range():
+    """A reader of [0, 5) (the streaming source's executor): the answer for [0, 3) is followed by a fetch
+    ahead from 3, but none from 5, its end, even once everything is handed out; a seek keeps the limit,
+    and lifting it fetches on."""
+    cluster = Cluster()
+    cluster.lead(A, 1, 1, [(1, 3), (1, 2), (1, 4)])
+    c = consumer(A, prefetch=1, max_partition_fetch_bytes=1)
+    c.fetch_until(A, 5)
+    cluster.run(c, 0, rounds=8)
+    assert fetch_offsets(cluster) == [0, 3]
+    assert [r.offset for r in c.poll(0).records()] == [0, 1, 2, 3, 4]
+    cluster.run(c, 0, rounds=4)
+    assert fetch_offsets(cluster) == [0, 3]  # at 5: nothing more asked for
+    c.seek(A, 4)
+    cluster.run(c, 0, rounds=4)
+    assert fetch_offsets(cluster) == [0, 3, 4]  # below the end again: fetched, but not on past it
+    assert [r.offset for r in c.poll(0).records()] == [4]
+    c.fetch_until(A, None)
+    cluster.run(c, 0, rounds=2)
+    assert fetch_offsets(cluster)[3:4] == [5]
+
+
 def test_without_prefetch_nothing_is_fetched_while_a_fetch_waits():
     cluster = Cluster()
     cluster.lead(A, 1, 1, [(1, 3), (1, 2)])

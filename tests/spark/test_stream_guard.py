@@ -346,6 +346,32 @@ def test_executors_fetch_with_the_last_fetched_epoch(cluster: GuardCluster, tmp_
     assert not any(isinstance(req, OffsetsForLeaderEpochRequest) for req in executor)
 
 
+def test_a_task_after_the_first_asks_for_its_records_only(cluster: GuardCluster, tmp_path: Path) -> None:
+    """Executor requests per task, counted at serve's wire: tasks in one Python worker share its consumer
+    (pyspark reuses workers), so a task after the first sends no ApiVersions, Metadata or
+    OffsetsForLeaderEpoch, only the Fetch of its range; and no task fetches at or past its planned end
+    (no prefetch the broker would hold fetch_max_wait_ms for records nobody reads)."""
+    from epochguard.protocol.messages import FetchRequest
+
+    run = MicroBatches(cluster, "fail", tmp_path)
+    cluster.produce(10)
+    assert cluster.high_watermark(TP) == 10
+    seen = cluster.record_requests()
+    schema = kafka_schema()
+    spent = []
+    for start, until in ((0, 4), (4, 10), (10, 10)):
+        seen.clear()
+        rows = [r["offset"] for b in read_range(run.reader.options, TP, EpochOffset(start, 0),
+                                                 EpochOffset(until, 0), schema) for r in b.to_pylist()]
+        assert rows == list(range(start, until))
+        executor = [req for client, req in seen if client == "epochguard-spark-executor"]
+        assert all(p.fetch_offset < until for req in executor if isinstance(req, FetchRequest)
+                   for p in req.partitions), executor
+        spent.append(sorted(type(req).__name__ for req in executor))
+    assert {"ApiVersionsRequest", "MetadataRequest", "FetchRequest"} <= set(spent[0])
+    assert spent[1:] == [["FetchRequest"], []], spent
+
+
 @pytest.mark.parametrize("mode", ["fail", "rewind"])
 def test_unclean_election_before_the_replay_of_a_failed_batch(cluster: GuardCluster, tmp_path: Path,
                                                               mode: str) -> None:

@@ -532,6 +532,13 @@ class AsyncConsumer:
             self._machine.resume(TopicPartition(*tp))
         self._poke()
 
+    def fetch_until(self, partition: TopicPartition, offset: int | None) -> None:
+        """Beyond kafka-python: fetch `partition` only below `offset` (None: no limit). A reader of a known
+        range asks for nothing past its end: no bytes it drops, no fetch held fetch_max_wait_ms at the
+        broker (which, one fetch a broker, would delay the next fetch there). Kept by seeks."""
+        self._machine.fetch_until(TopicPartition(*partition), offset)
+        self._poke()
+
     async def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
         """The offset of the next record to fetch, once known (committed offset or reset)."""
         self._unread()
@@ -877,6 +884,9 @@ class KafkaConsumer(BlockingClient[AsyncConsumer]):
 
     def resume(self, *partitions: TopicPartition) -> None:
         self._call(lambda: _now(self._async.resume, *partitions))
+
+    def fetch_until(self, partition: TopicPartition, offset: int | None) -> None:
+        self._call(lambda: _now(self._async.fetch_until, partition, offset))
 
     def position(self, partition: TopicPartition, timeout_ms: int | None = None) -> int:
         self._unread()

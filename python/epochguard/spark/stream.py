@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -496,19 +497,22 @@ if DataSource is not None:
 def read_range(options: StreamOptions, tp: TopicPartition, start: EpochOffset, until: EpochOffset,
                schema: StructType) -> Iterator[pa.RecordBatch]:
     """Records [start, until) of `tp` as Arrow batches in `schema`, those at epochs <= `until.epoch`: the
-    partition stops at the first record above that epoch or when its start is found truncated."""
+    partition stops at the first record above that epoch or when its start is found truncated.
+
+    Nothing past `until` is fetched (`fetch_until`). The consumer is this Python worker's for these
+    settings, kept for the next task (pyspark reuses its workers): a task after the first opens no
+    connection and asks no ApiVersions or Metadata. A task that ends otherwise than at `until` closes it.
+    """
     import time
 
     import pyarrow.compute as pc
 
-    from epochguard.client import KafkaConsumer
-
     target = _arrow_schema(schema)
-    consumer = KafkaConsumer(bootstrap_servers=options.bootstrap, auto_offset_reset="none",
-                             enable_auto_commit=False, client_id="epochguard-spark-executor",
-                             send_last_fetched_epoch=True, **options.client)
+    consumer, key = _borrow_consumer(options)
+    done = False
     try:
         consumer.assign([tp])
+        consumer.fetch_until(tp, until.offset)
         consumer.seek(tp, start.offset if start.epoch is None else OffsetAndMetadata(start.offset,
                                                                                      leader_epoch=start.epoch))
         position = start.offset
@@ -529,20 +533,20 @@ def read_range(options: StreamOptions, tp: TopicPartition, start: EpochOffset, u
                                        f"{until.offset}) within {options.poll_timeout_ms} ms")
                 continue
             deadline = time.monotonic() + options.poll_timeout_ms / 1000
+            # A partition's offsets ascend: what is kept is a prefix, sliced (no copy), not filtered.
             offsets = batch.column("offset")
-            keep = pc.less(offsets, until.offset)
+            n = batch.num_rows
+            keep = n if offsets[n - 1].as_py() < until.offset else pc.sum(pc.less(offsets, until.offset)).as_py()
             stop = False
             if until.epoch is not None:
                 above = pc.greater(batch.column("leader_epoch"), until.epoch)
                 if pc.any(above).as_py():
                     # Records below the planned end written at a later epoch: the range was rewritten
                     # after planning. Emit what precedes the first of them and stop here.
-                    first = pc.min(pc.filter(offsets, above)).as_py()
-                    keep = pc.and_(keep, pc.less(offsets, first))
+                    keep = min(keep, pc.index(above, True).as_py())
                     stop = True
-            kept = batch.filter(keep)
-            if kept.num_rows:
-                yield _to_spark(kept, tp, target)
+            if keep:
+                yield _to_spark(batch.slice(0, keep), tp, target)
             if stop:
                 return
             try:  # the client raises a truncation it found (pipelined fetches) here too, as Java's position()
@@ -550,8 +554,44 @@ def read_range(options: StreamOptions, tp: TopicPartition, start: EpochOffset, u
             except LogTruncationError as exc:
                 log.warning("%s %s stopped at %d: %s", TRUNCATION_PREFIX, tp, position, exc)
                 return
+        done = True
     finally:
-        consumer.close()
+        if done:
+            _give_back_consumer(key, consumer)
+        else:
+            consumer.close()
+
+
+# One idle consumer per client settings in this process (a Python worker runs one task at a time; the
+# lock guards a worker that runs tasks on threads). Keyed by the pid too: a forked child opens its own.
+_IDLE_CONSUMERS: dict[tuple[Any, ...], Any] = {}
+_IDLE_LOCK = threading.Lock()
+_MAX_IDLE = 2
+
+
+def _borrow_consumer(options: StreamOptions) -> tuple[Any, tuple[Any, ...]]:
+    from epochguard.client import KafkaConsumer
+
+    key = (os.getpid(), options.bootstrap, tuple(sorted((k, repr(v)) for k, v in options.client.items())))
+    with _IDLE_LOCK:
+        consumer = _IDLE_CONSUMERS.pop(key, None)
+    if consumer is None:
+        consumer = KafkaConsumer(bootstrap_servers=options.bootstrap, auto_offset_reset="none",
+                                 enable_auto_commit=False, client_id="epochguard-spark-executor",
+                                 send_last_fetched_epoch=True, **options.client)
+    return consumer, key
+
+
+def _give_back_consumer(key: tuple[Any, ...], consumer: Any) -> None:
+    closing = [consumer]
+    with _IDLE_LOCK:
+        if key not in _IDLE_CONSUMERS:
+            closing = []
+            _IDLE_CONSUMERS[key] = consumer
+            while len(_IDLE_CONSUMERS) > _MAX_IDLE:  # the least recently used settings go
+                closing.append(_IDLE_CONSUMERS.pop(next(iter(_IDLE_CONSUMERS))))
+    for c in closing:
+        c.close()
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:

@@ -181,6 +181,11 @@ class Consumer:
     def resume(self, tp: TopicPartition) -> None:
         self._subscriptions.state(tp).paused = False
 
+    def fetch_until(self, tp: TopicPartition, offset: int | None) -> None:
+        """Beyond Kafka: fetch `tp` only from positions below `offset` (None: no limit), prefetches
+        included; a seek keeps the limit, unassigning drops it."""
+        self._subscriptions.state(tp).fetch_until = offset
+
     def seek(self, tp: TopicPartition, offset: int | OffsetAndMetadata) -> None:
         """`seek(tp, offset)`: no epoch, no validation. `seek(tp, OffsetAndMetadata)`: with its epoch,
         validated against the leader before fetching (the current leader is read before the epoch bump)."""

@@ -60,6 +60,9 @@ class PartitionState:
     preferred_read_replica: int | None = None
     reported_truncation: tuple[FetchPosition, int | None, int | None] | None = None
     consumed: LeaderEpochCache | None = None  # epochs of the records handed out (track_consumed_epochs)
+    # Beyond Kafka: no fetch from this offset on (a reader of a planned range: nothing past its end is
+    # asked for, and no fetch waits fetch_max_wait_ms at the broker for records nobody will read).
+    fetch_until: int | None = None
 
     def transition(self, new: FetchState, position: FetchPosition | None = None) -> None:
         """Kafka's `transitionState`: a disallowed transition is silently ignored. `position`: the new

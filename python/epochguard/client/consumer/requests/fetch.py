@@ -13,7 +13,8 @@ application has not yet taken the buffered one. Memory stays bounded: at most pr
 it continues the position the one before left (a seek, reset or leader change drops the whole chain,
 as it drops one fetch). An error answer to a fetch ahead of the buffer is dropped after the back-off:
 the partition is fetched again from its own position once the buffer is taken, and errors are handled
-there. FENCED_LEADER_EPOCH,
+there. A partition's `fetch_until` (beyond Kafka, set by a reader of a planned range) stops its fetches,
+prefetches included, at that offset. FENCED_LEADER_EPOCH,
 NOT_LEADER_OR_FOLLOWER and the like refresh metadata (or follow the KIP-951 leader hint);
 UNKNOWN_LEADER_EPOCH just retries; OFFSET_OUT_OF_RANGE from a read replica sends the consumer back to
 the leader, from the leader it resets by policy or, under policy none, is buffered for `poll()` to raise.
@@ -85,6 +86,8 @@ class FetchManager(RequestManager[_Positions]):
                 if end is None or count > self.ctx.prefetch:
                     continue
                 position = end  # ahead of the buffer (prefetch)
+            if s.fetch_until is not None and position.offset >= s.fetch_until:
+                continue  # the reader's range ends here
             if now_ms is not None and now_ms < s.next_retry_ms:
                 continue
             node = s.preferred_read_replica

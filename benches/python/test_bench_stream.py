@@ -6,7 +6,10 @@ query (its own checkpoint) that reads the whole topic from `earliest` in one `Tr
 into Spark's `noop` sink (every row is produced and dropped), timed from `start()` to the end of
 `awaitTermination()`; both sources run in one local[2] session with Spark's Kafka source's jars
 (`make spark-kafka`), each warmed up first (JVM JIT, Python workers, connections), then rounds
-alternate between them. The figure is rows/s (goal: epochguard-kafka >= 1x Spark's source).
+alternate between them. The figure is rows/s of the best round (goal: epochguard-kafka >= 1x Spark's
+source). The same again in 8 micro-batches (maxOffsetsPerTrigger), also as rows/s of the batches after
+the first (the steady state: a running query's micro-batches without the query's start, which for a
+Python data source includes starting a Python process for its planner).
 
 Cost: in steady state (the leader epoch does not move) a trigger of epochguard-kafka asks no more of the
 cluster than Spark's source: counted at `epochguard serve`'s wire (its cluster in-process,
@@ -22,7 +25,6 @@ import os
 import shutil
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -84,8 +86,10 @@ def kafka() -> Iterator[str]:
         yield cluster.bootstrap
     for source, rate in sorted(RATES.items()):
         print(f"\n{source}: {rate:,.0f} rows/s")
-    if len(RATES) == 2:
-        print(f"epochguard-kafka / Spark's Kafka source: {RATES['epochguard-kafka'] / RATES['kafka']:.2f}x")
+    for suffix in ("", " micro-batches", " micro-batches, steady"):
+        if f"epochguard-kafka{suffix}" in RATES and f"kafka{suffix}" in RATES:
+            print(f"epochguard-kafka / Spark's Kafka source{suffix}: "
+                  f"{RATES[f'epochguard-kafka{suffix}'] / RATES[f'kafka{suffix}']:.2f}x")
 
 
 def _read_all(spark: Any, fmt: str, bootstrap: str) -> float:
@@ -106,82 +110,85 @@ def _read_all(spark: Any, fmt: str, bootstrap: str) -> float:
         shutil.rmtree(checkpoint, ignore_errors=True)
 
 
-@pytest.mark.parametrize("fmt", ["epochguard-kafka", "kafka"])
-def test_stream_read(benchmark: Any, spark: Any, kafka: str, fmt: str) -> None:
-    benchmark.group = "streaming source: 100,000 records of 1 KiB, 8 partitions, Kafka 4.4"
-    _read_all(spark, fmt, kafka)  # warm-up: JIT, Python workers, connections
-    benchmark.pedantic(_read_all, args=(spark, fmt, kafka), rounds=3, iterations=1)
-    RATES[fmt] = PARTITIONS * RECORDS_PER_PARTITION / benchmark.stats.stats.min
-    benchmark.extra_info["rows_per_s"] = RATES[fmt]
+FORMATS = ("epochguard-kafka", "kafka")
+
+
+def test_stream_read(benchmark: Any, spark: Any, kafka: str) -> None:
+    """Both sources warmed up, then 3 rounds, each reading with one source then the other (a load that
+    changes during the run falls on both); the figure of each is its best round."""
+    benchmark.group = "streaming source: 100,000 records of 1 KiB, 8 partitions, Kafka 4.4, one batch"
+    for fmt in FORMATS:
+        _read_all(spark, fmt, kafka)  # warm-up: JIT, Python workers, connections
+    took: dict[str, list[float]] = {fmt: [] for fmt in FORMATS}
+
+    def rounds() -> None:
+        for fmt in FORMATS:
+            took[fmt].append(_read_all(spark, fmt, kafka))
+
+    benchmark.pedantic(rounds, rounds=3, iterations=1)
+    for fmt in FORMATS:
+        RATES[fmt] = PARTITIONS * RECORDS_PER_PARTITION / min(took[fmt])
+        benchmark.extra_info[f"{fmt} rows_per_s"] = RATES[fmt]
+        benchmark.extra_info[f"{fmt} seconds"] = took[fmt]
+
+
+def _micro_batches(spark: Any, fmt: str, bootstrap: str) -> tuple[float, float]:
+    """One query reading the whole topic in 8 micro-batches of about 12,500 records (maxOffsetsPerTrigger
+    12,504: 1,563 a partition, under AvailableNow) into noop: (seconds from start() to the end, rows/s of
+    the triggers after the first: the steady state, without the query's start)."""
+    checkpoint = tempfile.mkdtemp(prefix="stream-bench-")
+    try:
+        began = time.perf_counter()
+        query = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+                 .option("subscribe", TOPIC).option("startingOffsets", "earliest")
+                 .option("maxOffsetsPerTrigger", str(PARTITIONS * 1_563)).load()
+                 .writeStream.format("noop").option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        took = time.perf_counter() - began
+        batches = [p for p in query.recentProgress if p["numInputRows"]]
+        assert sum(p["numInputRows"] for p in batches) == PARTITIONS * RECORDS_PER_PARTITION
+        assert len(batches) == PARTITIONS, [p["numInputRows"] for p in batches]
+        steady = batches[1:]
+        return took, sum(p["numInputRows"] for p in steady) / sum(p["durationMs"]["triggerExecution"] / 1000
+                                                                  for p in steady)
+    finally:
+        shutil.rmtree(checkpoint, ignore_errors=True)
+
+
+def test_stream_micro_batches(benchmark: Any, spark: Any, kafka: str) -> None:
+    """The same 100,000 records in 8 micro-batches (64 tasks), rounds alternating as above: rows/s of the
+    whole query, and of the batches after the first (`steady`: no query start)."""
+    benchmark.group = "streaming source: 8 micro-batches of 12,504 records of 1 KiB, 8 partitions, Kafka 4.4"
+    for fmt in FORMATS:
+        _micro_batches(spark, fmt, kafka)  # warm-up
+    runs: dict[str, list[tuple[float, float]]] = {fmt: [] for fmt in FORMATS}
+
+    def rounds() -> None:
+        for fmt in FORMATS:
+            runs[fmt].append(_micro_batches(spark, fmt, kafka))
+
+    benchmark.pedantic(rounds, rounds=3, iterations=1)
+    for fmt in FORMATS:
+        RATES[f"{fmt} micro-batches"] = PARTITIONS * RECORDS_PER_PARTITION / min(t for t, _ in runs[fmt])
+        RATES[f"{fmt} micro-batches, steady"] = max(r for _, r in runs[fmt])
+        benchmark.extra_info[f"{fmt} micro-batches rows_per_s"] = RATES[f"{fmt} micro-batches"]
+        benchmark.extra_info[f"{fmt} steady rows_per_s"] = RATES[f"{fmt} micro-batches, steady"]
+        benchmark.extra_info[f"{fmt} runs"] = runs[fmt]
 
 
 # --- requests per trigger in steady state, counted at serve's wire ------------------------------------
-def _count_driver_requests(cluster: Any) -> Counter[tuple[str, str]]:
-    """From now on, count (client id, request kind) of every request the cluster receives."""
-    from epochguard.protocol.api_versions import ApiKey
-    from epochguard.wire import codec
-
-    endpoint = cluster.server.endpoint
-    receive = type(endpoint).receive
-    counts: Counter[tuple[str, str]] = Counter()
-
-    def counting(conn: Any, frame: bytes) -> None:
-        try:
-            header, _ = codec.decode_request(frame)
-            counts[(header.client_id or "", ApiKey(header.api_key).name)] += 1
-        except Exception:  # a frame serve itself refuses is counted by nobody
-            pass
-        receive(endpoint, conn, frame)
-
-    cluster.call(lambda: setattr(endpoint, "receive", counting))
-    return counts
-
-
-@pytest.mark.parametrize("fmt", ["epochguard-kafka", "kafka"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_steady_state_requests_per_trigger(benchmark: Any, spark: Any, fmt: str) -> None:
     """Timed: 8 batches of one new record each (200 ms trigger interval, so empty triggers in between);
-    the figures are the requests of the driver and of the executors, by kind, and the number of triggers
-    and batches, in `extra_info` and printed."""
-    from tests.spark.guard_cluster import GuardCluster
+    the figures are the requests of the driver (per trigger) and of the executors (per batch), by kind
+    (`tests.spark.stream_matrix.steady_state_requests`, which tests/spark/test_stream_matrix.py asserts)."""
+    from tests.spark.stream_matrix import steady_state_requests
 
-    benchmark.group = "streaming source: 8 steady-state triggers on serve (driver requests per batch)"
-    cluster = GuardCluster()
-    checkpoint = tempfile.mkdtemp(prefix="stream-bench-")
-    try:
-        cluster.produce(5)
-        query = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", cluster.bootstrap)
-                 .option("subscribe", cluster.topic).option("startingOffsets", "earliest").load()
-                 .writeStream.format("noop").option("checkpointLocation", checkpoint)
-                 .trigger(processingTime="200 milliseconds").start())
-        try:
-            query.processAllAvailable()  # connections made, metadata known
-            cluster.produce(1)
-            query.processAllAvailable()
-            counts = _count_driver_requests(cluster)
-            first = query.lastProgress["batchId"]
-
-            def triggers() -> None:
-                for _ in range(8):  # one record, and the trigger that plans it
-                    cluster.produce(1)
-                    query.processAllAvailable()
-
-            benchmark.pedantic(triggers, rounds=1, iterations=1)
-            batches = query.lastProgress["batchId"] - first
-            snapshot = Counter(counts)
-        finally:
-            query.stop()
-        by_role: dict[str, Counter[str]] = {"driver": Counter(), "executors": Counter()}
-        for (client, kind), n in snapshot.items():
-            if "producer" not in client:  # the test's own producer
-                by_role["executors" if "executor" in client else "driver"][kind] += n
-        # Each trigger's planning asks ListOffsets once (both sources), with or without new records.
-        triggers = by_role["driver"]["LIST_OFFSETS"]
-        benchmark.extra_info.update(batches=batches, triggers=triggers,
-                                    driver={k: n for k, n in sorted(by_role["driver"].items())},
-                                    executors={k: n for k, n in sorted(by_role["executors"].items())})
-        print(f"\n{fmt}: {triggers} triggers, {batches} batches; driver {dict(by_role['driver'])}, "
-              f"executors {dict(by_role['executors'])}")
-        assert by_role["driver"]["OFFSET_FOR_LEADER_EPOCH"] == 0  # no epoch moved: no validation request
-    finally:
-        cluster.close()
-        shutil.rmtree(checkpoint, ignore_errors=True)
+    benchmark.group = "streaming source: 8 steady-state batches on serve (requests per trigger)"
+    got = benchmark.pedantic(steady_state_requests, args=(spark, fmt, 8), rounds=1, iterations=1)
+    benchmark.extra_info.update(batches=got.batches, triggers=got.triggers, driver=got.driver,
+                                executors=got.executors, per_trigger=got.per_trigger(), per_batch=got.per_batch())
+    print(f"\n{fmt}: {got.triggers} triggers, {got.batches} batches; driver {got.driver} "
+          f"({got.per_trigger():.2f} a trigger), executors {got.executors} ({got.per_batch():.2f} a batch)")
+    assert "OffsetsForLeaderEpoch" not in got.driver  # no epoch moved: no validation request

@@ -235,3 +235,61 @@ def table_in_docs() -> tuple[str, str]:
     table = START + text.split(START, 1)[1].split(END, 1)[0] + END
     data = json.loads(RESULTS.read_text())
     return table, render(data["results"], data["meta"])
+
+
+@dataclass
+class SteadyRequests:
+    """What a source asked of serve over `batches` micro-batches of one record each (200 ms triggers, the
+    empty triggers in between planning too), by role and request kind."""
+
+    source: str
+    batches: int
+    triggers: int  # the driver's ListOffsets: one a trigger for both sources
+    driver: dict[str, int]
+    executors: dict[str, int]
+
+    def per_trigger(self) -> float:
+        return sum(self.driver.values()) / self.triggers
+
+    def per_batch(self) -> float:
+        return sum(self.executors.values()) / self.batches
+
+
+def steady_state_requests(spark: Any, source: str, batches: int = 4) -> SteadyRequests:
+    """Count at serve's wire, after two warm-up batches (connections made, metadata known, both local[2]
+    Python workers used), the requests of `source`'s driver and executors (Spark's: client ids with
+    "executor"; epochguard-kafka's: "epochguard-spark-executor") over `batches` one-record batches."""
+    from collections import Counter
+
+    cluster = GuardCluster()
+    tmp = Path(tempfile.mkdtemp(prefix="steady-"))
+    try:
+        cluster.produce(5)
+        query = (spark.readStream.format(source).option("kafka.bootstrap.servers", cluster.bootstrap)
+                 .option("subscribe", cluster.topic).option("startingOffsets", "earliest").load()
+                 .writeStream.format("noop").option("checkpointLocation", str(tmp / "checkpoint"))
+                 .trigger(processingTime="200 milliseconds").start())
+        try:
+            query.processAllAvailable()
+            for _ in range(2):
+                cluster.produce(1)
+                query.processAllAvailable()
+            seen = cluster.record_requests()
+            first = query.lastProgress["batchId"]
+            for _ in range(batches):
+                cluster.produce(1)
+                query.processAllAvailable()
+            snapshot = list(seen)
+            done = query.lastProgress["batchId"] - first
+        finally:
+            query.stop()
+    finally:
+        cluster.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    roles: dict[str, Counter[str]] = {"driver": Counter(), "executors": Counter()}
+    for client, request in snapshot:
+        if "producer" not in client:  # the cluster's own producer
+            kind = type(request).__name__.removesuffix("Request")
+            roles["executors" if "executor" in client else "driver"][kind] += 1
+    return SteadyRequests(source, done, roles["driver"]["ListOffsets"], dict(roles["driver"]),
+                          dict(roles["executors"]))

@@ -3,7 +3,8 @@
 `make test` runs, for Spark's source, the cell that tells the two sources apart most cheaply (the log
 refilled past the checkpoint before a trigger) and the cells where the election falls inside a planned
 batch (its task's Fetch held at serve's wire); test_stream_guard.py runs epochguard-kafka's cells; `tools/stream_matrix.py` runs every cell for both and
-writes the table, which must be what docs/stream-matrix.json renders to (generated, not typed).
+writes the table, which must be what docs/stream-matrix.json renders to (generated, not typed). And the
+steady-state cost of both sources, counted at serve's wire (`stream_matrix.steady_state_requests`).
 """
 
 from __future__ import annotations
@@ -57,3 +58,25 @@ def test_sparks_kafka_source_in_an_election_inside_a_batch(spark: Any, cell: str
     assert (result.verdict, result.lost, result.phantoms, result.named, result.duplicates) == \
         ("SILENT", lost, lost, 0, 0), result
     assert result.emitted == 22
+
+
+def test_steady_state_requests_are_no_more_than_sparks_source(spark: Any) -> None:
+    """The Speed section's cost half: in steady state (no leader epoch moves), counted at serve's wire over
+    the same one-record batches, epochguard-kafka's driver asks no more a trigger and its executors no more
+    a batch than Spark's source's: one Metadata and one ListOffsets a trigger (no OffsetsForLeaderEpoch),
+    one Fetch a batch (the worker's consumer kept from its earlier tasks, nothing fetched past the end).
+    Measured (load 14): ours 1 Metadata + 1 ListOffsets a trigger and 1 Fetch a batch; Spark's 3 Metadata
+    + 1 ListOffsets a trigger (its Admin client) and 2 Fetch + 2 ListOffsets a batch (its pooled consumer)."""
+    _needs_sparks_source()
+    from tests.spark.stream_matrix import steady_state_requests
+
+    ours = steady_state_requests(spark, "epochguard-kafka")
+    theirs = steady_state_requests(spark, "kafka")
+    print(f"\n{ours}\n{theirs}")
+    assert ours.batches == theirs.batches == 4, (ours, theirs)
+    assert ours.driver == {"Metadata": ours.triggers, "ListOffsets": ours.triggers}, ours
+    # One Fetch a batch; a Python worker's first task also connects (ApiVersions, Metadata): the warm-up
+    # batches normally cover both local[2] workers (test_stream_guard asserts a later task's Fetch alone).
+    assert ours.executors["Fetch"] == ours.batches and set(ours.executors) <= {"Fetch", "ApiVersions", "Metadata"}, ours
+    assert ours.per_trigger() <= theirs.per_trigger(), (ours, theirs)
+    assert ours.per_batch() <= theirs.per_batch(), (ours, theirs)

@@ -53,20 +53,19 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once: later lookups do not come here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
-
-
 class _Package(types.ModuleType):
+    """This package: its public names resolved on first use (`_LAZY`), then kept."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in _LAZY:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        setattr(self, name, value)
+        return value
+
+    def __dir__(self) -> list[str]:
+        return sorted({*vars(self), *__all__})
+
     def __setattr__(self, name: str, value: Any) -> None:
         # The import system binds a loaded submodule to its package's attribute: `epochguard.spark.audit`
         # stays the function (as when this package imported it eagerly), not the module of that name.

@@ -253,6 +253,24 @@ class Partition:
             aborted_transactions=aborted,
         )
 
+    def preferred_read_replica_answer(self, p: FetchPartition, preferred: int) -> FetchPartitionData:
+        """The leader's answer when it sends a consumer to `preferred` (KIP-392): no records, its offsets
+        (Kafka's `fetchOffsetSnapshot(currentLeaderEpoch, fetchOnlyFromLeader = false)`, so the epoch is
+        still checked) and the replica to read from."""
+        code = self._check_epoch(p.current_leader_epoch, absent=p.current_leader_epoch < 0)
+        if code != Errors.NONE:
+            return FetchPartitionData(p.topic, p.partition_index, code, current_leader=self._leader_hint())
+        log = self.log
+        return FetchPartitionData(
+            p.topic,
+            p.partition_index,
+            Errors.NONE,
+            high_watermark=log.high_watermark,
+            last_stable_offset=log.last_stable_offset,
+            log_start_offset=log.log_start_offset,
+            preferred_read_replica=preferred,
+        )
+
     def _fetch_refusal(self, p: FetchPartition, replica_id: int, replica_epoch: int, version: int) -> Errors:
         """The error a Fetch gets before any offset is looked at (NONE: go on): the current leader
         epoch, leadership (a consumer may fetch from a follower from v11), and a follower's membership

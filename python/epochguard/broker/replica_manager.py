@@ -4,7 +4,9 @@ Mirrors Kafka's `kafka.server.ReplicaManager`: hosting errors, the Produce / Fet
 OffsetsForLeaderEpoch / ListOffsets request paths over `epochguard.broker.partition.Partition`, delayed
 (acks=all) produce, becoming leader or follower on the controller's decisions, the follower side
 through `epochguard.broker.fetcher.ReplicaFetcher`, and the broker's ApiVersions answer
-(`epochguard.protocol.api_versions.answer_api_versions` over its served table, the one the wire server uses).
+(`epochguard.protocol.api_versions.answer_api_versions` over its served table, the one the wire server uses),
+and KIP-392's preferred read replica (`find_preferred_read_replica`, with the `replica_selector` Kafka's
+`replica.selector.class` names; none by default, as Kafka).
 The leader (`partition.py`) and follower (`fetcher.py`) modules do not import this one: the fetcher gets
 only the broker id and a getter for the broker epoch.
 """
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from epochguard.broker.fetcher import ReplicaFetcher
 from epochguard.broker.partition import DEFAULT_ALTER_PARTITION_RETRY_MS, DEFAULT_REPLICA_LAG_TIME_MAX_MS, Partition
+from epochguard.broker.replica_selector import ReplicaSelector, ReplicaView
 from epochguard.errors import Errors
 from epochguard.protocol.api_versions import (
     BROKER_API_VERSIONS,
@@ -55,6 +58,8 @@ from epochguard.storage.log import DEFAULT_SEGMENT_BYTES, PartitionLog
 from epochguard.types import EpochProtocol, TopicPartition
 
 __all__ = ["ReplicaManager"]
+
+_CONSUMER_FETCH_FROM_FOLLOWER_VERSION = 11  # KIP-392: Fetch v11 added rack_id and preferred_read_replica
 
 
 @dataclass(slots=True)
@@ -98,8 +103,10 @@ class ReplicaManager:
         logs: Mapping[TopicPartition, PartitionLog] | None = None,
         api_versions: NodeApiVersions = BROKER_API_VERSIONS,
         peer_api_versions: Callable[[int], NodeApiVersions | None] | None = None,
+        replica_selector: ReplicaSelector | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self.replica_selector = replica_selector  # replica.selector.class (KIP-392); None: consumers read the leader
         self._broker_epoch = broker_epoch
         self.api_versions = api_versions  # what this broker serves (its ApiVersions answer)
         self.request_timeout_ms = request_timeout_ms
@@ -239,8 +246,13 @@ class ReplicaManager:
             if code is not None:
                 out.append(FetchPartitionData(p.topic, p.partition_index, code))
                 continue
+            partition = self.partitions[p.tp]
+            preferred = self.find_preferred_read_replica(partition, request, p.fetch_offset, now_ms)
+            if preferred is not None:  # no read: the consumer is sent to the replica (KIP-392)
+                out.append(partition.preferred_read_replica_answer(p, preferred))
+                continue
             out.append(
-                self.partitions[p.tp].fetch(
+                partition.fetch(
                     p,
                     replica_id=request.replica_id,
                     replica_epoch=request.replica_epoch,
@@ -251,6 +263,36 @@ class ReplicaManager:
             )
         self._complete_delayed(now_ms)  # follower progress may have advanced a high watermark
         return FetchResponse(tuple(out))
+
+    def find_preferred_read_replica(
+        self, partition: Partition, request: FetchRequest, fetch_offset: int, now_ms: int
+    ) -> int | None:
+        """The replica the leader names to a consumer (Kafka's `ReplicaManager.findPreferredReadReplica`), or
+        None (read here). Only a leader with a selector names one, only to consumers that can follow it (Fetch
+        v11+, Kafka's `ClientMetadata`), and only among the followers in the committed ISR whose log, as their
+        last fetch told the leader, holds `fetch_offset` (KAFKA-14372: an out-of-sync follower could keep a
+        consumer behind forever); a replica the metadata has no endpoint for (unknown or fenced, as
+        `MetadataCache.getPartitionReplicaEndpoints`) is never named, nor is the leader itself."""
+        if self.replica_selector is None or not partition.is_leader or request.replica_id >= 0:
+            return None
+        if request.version < _CONSUMER_FETCH_FROM_FOLLOWER_VERSION:
+            return None
+        candidates = []
+        for broker_id, state in partition.replicas.items():
+            if broker_id in partition.isr and state.log_start_offset <= fetch_offset <= state.log_end_offset:
+                candidates.append(self._replica_view(broker_id, state.log_end_offset,
+                                                     now_ms - state.last_caught_up_time_ms))
+        leader = self._replica_view(self.broker_id, partition.log.log_end_offset, 0)
+        selected = self.replica_selector.select(request.rack_id, (*candidates, leader), leader)
+        if selected is None or not selected.known or selected == leader:
+            return None
+        return selected.broker_id
+
+    def _replica_view(self, broker_id: int, log_end_offset: int, since_caught_up_ms: int) -> ReplicaView:
+        registration = self.brokers.get(broker_id)
+        known = registration is not None and not registration.fenced
+        rack = registration.rack if registration is not None and known else None
+        return ReplicaView(broker_id, log_end_offset, since_caught_up_ms, rack, known)
 
     def _handle_offsets_for_leader_epoch(self, request: OffsetsForLeaderEpochRequest) -> OffsetsForLeaderEpochResponse:
         out = []

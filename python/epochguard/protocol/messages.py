@@ -521,6 +521,7 @@ class BrokerRegistration:
     broker_epoch: int = -1
     fenced: bool = False
     in_controlled_shutdown: bool = False
+    rack: str | None = None  # broker.rack: KIP-392's rack-aware replica selector reads it
 
 # --- Producer id, coordinator and the classic group protocol (the wire server's own requests) -----
 @dataclass(frozen=True, slots=True)

@@ -190,11 +190,19 @@ def run_matrix(
                 print(f"compat: {scenario} --trigger {trigger}{names} ...", file=progress, flush=True)
             try:
                 command = serve_command(scenario, trigger, seed, trace=run_dir / "trace.jsonl", consumers=len(group))
-                parts.append((group, run_clients(command, group, run_dir, driver_args=driver_args)))
+                parts.append((group, run_clients(command, group, run_dir, driver_args=driver_args,
+                                                 unclean=allows_unclean(scenario))))
             except (RunError, OSError, TimeoutError) as exc:
                 parts.append((group, f"run failed: {exc}"))
         results[(scenario, trigger)] = merge_runs(parts)
     return results
+
+
+def allows_unclean(scenario: str) -> bool:
+    """Whether `scenario`'s cluster may elect an out-of-sync replica: a lost acknowledged record is expected."""
+    from epochguard.wire.scenarios import SCENARIOS as BUILT
+
+    return scenario in BUILT and BUILT[scenario]().config.unclean_leader_election
 
 
 def run_groups(clients: Sequence[Client]) -> list[list[Client]]:

@@ -6,6 +6,8 @@ One JSON object a line, each with `t` (wall-clock seconds) and `kind`:
 - `produced`: topic, partition, offset (null on failure), digest, acks, error;
 - `error`, `reset`, `truncation`: what the client surfaced (an exception, an error event, a log line),
   with its text; `log`: any other client log line;
+- `assigned`: topic and `partitions` (all when absent): the client's position was set on purpose (a group
+  assignment, a seek), so no rewind or skip is counted across it (the drivers assign once, at the start);
 - `stop`: the driver's counts when it ended.
 Lines are flushed as written so a killed driver still leaves a readable log.
 """

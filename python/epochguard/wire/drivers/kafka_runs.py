@@ -328,7 +328,8 @@ def run_kafka(
     # elect the new leader 20 ms after the old one dies); Kafka elects after a broker's stop and another's
     # start (10-45 s of JVMs), which no client can shorten: every client read nothing meanwhile.
     truths = {name: judge_client(path, final, consume_topic=events, stuck_after_s=stuck_after_s,
-                                 faults_t=run.served_at or run.fault_at) for name, path in logs.items()}
+                                 faults_t=run.served_at or run.fault_at, unclean=scenario.startswith("unclean"))
+              for name, path in logs.items()}
     return RunResult(cluster.bootstrap, logs, final, truths, None)
 
 

@@ -118,7 +118,9 @@ def run_clients(
     start_timeout_s: float = 60.0,
     stuck_after_s: float = 5.0,
     driver_args: dict[str, Sequence[str]] | None = None,
+    unclean: bool = False,
 ) -> RunResult:
+    """`unclean`: the cluster allows unclean elections (the ground truth tags a lost ack `expected`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     stderr = open(workdir / "cluster.stderr", "w")
     cluster = subprocess.Popen(list(cluster_cmd), stdout=subprocess.PIPE, stderr=stderr, text=True)
@@ -158,7 +160,7 @@ def run_clients(
             report = json.loads(line)
             break
     faults_t = next((at for line, at in zip(out.lines, out.arrived, strict=True) if line.strip() == "trigger"), None)
-    truths = {name: judge_client(path, final, stuck_after_s=stuck_after_s, faults_t=faults_t)
+    truths = {name: judge_client(path, final, stuck_after_s=stuck_after_s, faults_t=faults_t, unclean=unclean)
               for name, path in logs.items()}
     return RunResult(bootstrap, logs, final, truths, report, out.lines)
 

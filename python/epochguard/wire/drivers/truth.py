@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from epochguard.wire.anomalies import Ack, Anomaly, Healed, History, Moved, Read, find_anomalies
 from epochguard.wire.drivers.delivery_log import CONSUME_TOPIC, PRODUCE_TOPIC, digest, read_log
 
 TopicPartition = tuple[str, int]
@@ -105,6 +106,8 @@ class ClientTruth:
     # duplicate (an acknowledged record twice in the final log), clean. The server says whether there was a
     # sequence error at all; this is the same outcome from the client's side.
     producer_outcome: str = "clean"
+    # The record-level anomalies of its history against the final log (`epochguard.wire.anomalies`)
+    anomalies: list[Anomaly] = field(default_factory=list)
 
     def verdicts(self) -> dict[tuple[str, int, int], str]:
         return {d.key(): d.verdict for d in self.divergences}
@@ -161,9 +164,11 @@ def judge_client(
     consume_topic: str = CONSUME_TOPIC,
     stuck_after_s: float = 10.0,
     faults_t: float | None = None,
+    unclean: bool = False,
 ) -> ClientTruth:
-    """The client's verdicts and producer outcome from its delivery log and the final log; `faults_t`, when
-    known, is the wall-clock time the run's faults started (the delivery logs' clock)."""
+    """The client's verdicts, anomalies and producer outcome from its delivery log and the final log;
+    `faults_t`, when known, is the wall-clock time the run's faults started (the delivery logs' clock);
+    `unclean`: the run's cluster allows unclean elections (a lost acknowledged record is then expected)."""
     entries: list[Mapping[str, Any]] = list(read_log(log)) if isinstance(log, (str, Path)) else list(log)
     start = next((e for e in entries if e["kind"] == "start"), {})
     end_t = max((e["t"] for e in entries), default=0.0)
@@ -183,7 +188,26 @@ def judge_client(
         truth.producer_outcome = "fatal"
     elif truth.duplicated_produced:
         truth.producer_outcome = "duplicate"
+    healed = Healed.of_records(final.partitions, final.log_start)
+    truth.anomalies = find_anomalies(client_history(entries, consume_topic, truth), healed,
+                                     expected=lambda _ack: unclean)
     return truth
+
+
+def client_history(entries: Iterable[Mapping[str, Any]], consume_topic: str, truth: ClientTruth) -> History:
+    """The client's history as its delivery log tells it: `consumed` records of `consume_topic` (value: the
+    digest), `assigned` entries as moves (of their `partitions`, or of all), acknowledged `produced`
+    records in the order acknowledged, and the partitions it stalled on (`truth.stalls`)."""
+    history = History(stalled={(t, p) for t, p, _last in truth.stalls})
+    for e in entries:
+        if e["kind"] == "consumed" and e["topic"] == consume_topic:
+            history.events.append(Read((e["topic"], e["partition"]), e["offset"], e["digest"]))
+        elif e["kind"] == "assigned":
+            parts = e.get("partitions")
+            history.events.extend([Moved((e["topic"], p)) for p in parts] if parts is not None else [Moved()])
+        elif e["kind"] == "produced" and e.get("offset") is not None and e.get("partition") is not None:
+            history.acks.append(Ack((e["topic"], e["partition"]), e["offset"], e["digest"]))
+    return history
 
 
 def _judge_partition(

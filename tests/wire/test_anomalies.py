@@ -1,0 +1,124 @@
+"""The per-client anomalies (`epochguard.wire.anomalies`) on hand-made histories: each rule, and the wrong
+rule it must not be (an off-by-one in skip, markers counted as gaps, a seek taken for a rewind)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from epochguard.wire.anomalies import Ack, Healed, History, Moved, Read, find_anomalies, summary
+from epochguard.wire.drivers.delivery_log import digest
+from epochguard.wire.drivers.truth import FinalLog, judge_client
+
+TP = ("events", 0)
+IN = ("input", 0)
+# Offsets 0-9 hold v0-v9; 10 is a transaction marker (no record); 11-19 hold v11-v19.
+HEALED = Healed.of_records({TP: {o: f"v{o}" for o in range(20) if o != 10}}, {TP: 0})
+
+
+def reads(*offsets: int, value: str = "v") -> list[Read]:
+    return [Read(TP, o, f"{value}{o}") for o in offsets]
+
+
+def found(events: list[Any], healed: Healed = HEALED, **kw: Any) -> list[tuple[str, int, int]]:
+    return [(a.name, a.offset, a.count) for a in find_anomalies(History(events, **kw), healed)]
+
+
+def test_a_monotonic_history_has_no_anomaly() -> None:
+    assert found(reads(*range(0, 10), *range(11, 20))) == []
+
+
+def test_skip_is_more_than_one_index_past_the_last_read() -> None:
+    assert found(reads(3, 5)) == [("skip", 4, 1)]  # 4 was never read
+    assert found(reads(3, 4)) == []  # the next index: no gap (a `> a` rule would flag it)
+    assert found(reads(2, 6)) == [("skip", 3, 3)]  # 3, 4, 5
+
+
+def test_a_transaction_marker_is_no_gap() -> None:
+    # 10 holds a marker, not a record: 9 then 11 are successive indices (Jepsen's dense index)
+    assert found(reads(9, 11)) == []
+    assert found(reads(8, 11)) == [("skip", 9, 1)]
+
+
+def test_rewind_is_a_read_at_or_below_the_last() -> None:
+    assert found(reads(5, 3)) == [("rewind", 3, 3)]  # 3, 4, 5 consumed again
+    assert found(reads(5, 5)) == [("rewind", 5, 1)]  # the same record twice
+    assert found(reads(5, 6, 3, 4)) == [("rewind", 3, 4)]  # judged on successive reads, once
+
+
+def test_a_seek_or_assignment_between_is_neither_a_rewind_nor_a_skip() -> None:
+    assert found([*reads(5), Moved(TP), *reads(2)]) == []
+    assert found([*reads(5), Moved(), *reads(12)]) == []
+    assert found([*reads(5), Moved(("events", 1)), *reads(2)]) == [("rewind", 2, 4)]  # another partition's
+
+
+def test_phantoms_are_one_run_and_the_rewind_after_them_is_the_divergences() -> None:
+    events = [*reads(8, 9), *reads(11, 12, 13, value="zombie"), *reads(11, 12)]
+    assert found(events) == [("phantom-read", 11, 3)]  # re-read from the divergence point: no rewind
+    silent = [*reads(8, 9), *reads(11, 12, value="zombie"), *reads(16)]
+    assert found(silent) == [("phantom-read", 11, 2)]  # the jump after phantoms is the divergence's `silent`
+    # another partition's reads in between do not split a run
+    mixed = [Read(TP, 11, "z11"), Read(("events", 1), 0, "w0"), Read(TP, 12, "z12")]
+    healed = Healed.of_records({TP: HEALED.values[TP], ("events", 1): {0: "w0"}}, {TP: 0})
+    assert found(mixed, healed) == [("phantom-read", 11, 2)]
+
+
+def test_records_below_the_log_start_were_deleted_not_replaced_nor_skipped() -> None:
+    healed = Healed.of_records({TP: {o: f"v{o}" for o in range(12, 20)}}, {TP: 12})
+    assert found(reads(3, 12), healed) == []  # out-of-range's, not a skip; 3 is no phantom
+    assert found(reads(3, 4, 14), healed) == []  # 4 + 1 < 12: the jump over the deleted records is the log start's
+    assert found(reads(10, 14), healed) == []
+    assert found(reads(11, 14), healed) == [("skip", 12, 2)]  # its position was the log start: 12, 13 skipped
+
+
+def test_unseen_counts_what_a_stalled_client_never_reached() -> None:
+    assert found(reads(0, 1, 2), stalled={TP}) == [("unseen", 3, 16)]  # 3-9 and 11-19
+    assert found(reads(0, 1, 2)) == []  # still reading when the run ended: lag, not unseen
+    assert found([], stalled={TP}) == [("unseen", 0, 19)]
+
+
+def test_acknowledged_sends() -> None:
+    healed = Healed.of_records({IN: {0: "a", 1: "b", 2: "b", 3: "d", 4: "c"}}, {IN: 0})
+
+    def acks(*sent: tuple[int, str]) -> list[tuple[str, int, int]]:
+        history = History(acks=[Ack(IN, o, v) for o, v in sent])
+        return [(a.label, a.offset, a.count) for a in find_anomalies(history, healed)]
+
+    assert acks((0, "a"), (1, "b")) == [("duplicate-write", 2, 1)]
+    assert acks((0, "a"), (5, "x")) == [("lost-ack", 5, 1)]
+    assert acks((3, "c"), (4, "d")) == [("send-reorder", 3, 1)]  # d acked after c, held below it
+    assert acks((3, "d"), (4, "c")) == []
+    expected = find_anomalies(History(acks=[Ack(IN, 5, "x")]), healed, expected=lambda _a: True)
+    assert [a.label for a in expected] == ["lost-ack/expected"]
+
+
+def test_aborted_reads() -> None:
+    assert [a.name for a in find_anomalies(History(reads(4, 5)), HEALED, aborted={"v5"})] == ["aborted-read"]
+
+
+def test_served_batches_compare_by_their_base_offsets_value() -> None:
+    """The server's side: a batch read is a range, its value the batch's CRC at its base offset."""
+    healed = Healed({TP: {0: 100, 5: 105, 11: 111}}, {TP: [(0, 4), (5, 9), (11, 14)]}, {TP: 0})
+    served = [Read(TP, 2, 100, last=4, at=0), Read(TP, 5, 105, last=9, at=5), Read(TP, 11, 111, last=14, at=11)]
+    assert found(served, healed) == []  # fetched from 2 into the first batch; the marker at 10 is no gap
+    assert found([served[0], served[2]], healed) == [("skip", 5, 5)]
+    assert found([served[0], Read(TP, 5, 999, last=9, at=5)], healed) == [("phantom-read", 5, 5)]
+
+
+def test_the_delivery_log_truth_names_them() -> None:
+    final = FinalLog({("events", 0): {o: digest(f"v{o}".encode()) for o in range(10)},
+                      ("input", 0): {0: digest(b"p0"), 1: digest(b"p0")}},
+                     {("events", 0): 0, ("input", 0): 0}, {("events", 0): 10, ("input", 0): 2})
+
+    def consumed(t: float, offset: int) -> dict[str, Any]:
+        return {"t": t, "kind": "consumed", "topic": "events", "partition": 0, "offset": offset,
+                "leader_epoch": None, "digest": digest(f"v{offset}".encode())}
+
+    log = [{"t": 0.0, "kind": "start", "client_id": "c"}, consumed(1.0, 0), consumed(1.1, 2),
+           consumed(1.2, 1), {"t": 1.3, "kind": "assigned", "topic": "events"}, consumed(1.4, 0),
+           {"t": 1.5, "kind": "produced", "topic": "input", "partition": 0, "offset": 0, "digest": digest(b"p0")},
+           {"t": 1.6, "kind": "produced", "topic": "input", "partition": 0, "offset": 2, "digest": digest(b"p9")},
+           {"t": 20.0, "kind": "stop"}]
+    truth = judge_client(log, final, stuck_after_s=5.0, unclean=True)
+    assert summary(truth.anomalies) == {"skip": 1, "rewind": 1, "duplicate-write": 1, "lost-ack/expected": 1,
+                                        "unseen": 1}
+    assert summary(judge_client(log, final, stuck_after_s=5.0).anomalies)["lost-ack"] == 1

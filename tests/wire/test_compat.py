@@ -115,3 +115,23 @@ def test_producer_scenarios_run_once_with_their_trigger_and_only_idempotent_clie
     table = format_table({("idempotent-truncation", "ack"): producing(["fatal"], "fatal")},
                          [client("confluent-kafka"), client("kafka-go")]).splitlines()
     assert table[2] == "| idempotent-truncation | ack | fatal | n/a |"
+
+
+def test_cells_name_the_anomalies_of_both_histories() -> None:
+    from epochguard.wire.anomalies import Anomaly
+
+    kp = client("kafka-python")
+    r = result(["silent"], ["silent"])
+    server = r.server_report["clients"][0]
+    server["anomalies"] = [{"anomaly": "phantom-read", "tag": ""}, {"anomaly": "phantom-read", "tag": ""}]
+    assert cell(r, kp) == "silent · phantom-read x2 != -"
+    r.truths["kafka-python"].anomalies.append(Anomaly("phantom-read", "events", 0, 25, 6))
+    assert cell(r, kp) == "silent · phantom-read x2"  # the server split it into two served batches: agreed
+    server["anomalies"].append({"anomaly": "lost-ack", "tag": "expected"})
+    r.truths["kafka-python"].anomalies.append(Anomaly("lost-ack", "input", 0, 3))
+    assert cell(r, kp) == "silent · lost-ack/expected, phantom-read x2 != lost-ack, phantom-read"
+    ck = client("confluent-kafka")
+    dup = producing(["duplicate"], "duplicate")
+    dup.server_report["clients"][0]["anomalies"] = [{"anomaly": "duplicate-write", "tag": ""}]
+    dup.truths["confluent-kafka"].anomalies.append(Anomaly("duplicate-write", "input", 0, 7))
+    assert producer_cell(dup, ck) == "duplicate · duplicate-write"

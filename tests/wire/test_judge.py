@@ -797,3 +797,98 @@ def test_a_fetch_in_flight_when_the_member_left_is_not_judged() -> None:
     for _ in range(STUCK_AFTER_STEPS + 10):
         w.step()
     assert clients(judge)["A"]["divergences"] == []
+
+
+# --- the per-client anomalies from what the server served and acknowledged ----------------------------
+def anomalies(w: WireCluster, judge: Judge, client: str = "scripted") -> list[tuple[str, int, int]]:
+    judge.on_step(w)
+    judge.finish()
+    report = {c["client_id"]: c for c in judge.report()}
+    return [(a["anomaly"] + (f"/{a['tag']}" if a["tag"] else ""), a["offset"], a["count"])
+            for a in report[client]["anomalies"]]
+
+
+def test_served_phantoms_are_a_phantom_read_and_the_jump_past_them_no_skip(diverged) -> None:
+    w, judge, served_to = diverged
+    point = w.cluster.log(2, TP).leader_epoch_cache.end_offset_for(0, w.cluster.log(2, TP).log_end_offset)[1]
+    fetch(w, w.connect(2), served_to)
+    assert anomalies(w, judge) == [("phantom-read", point, served_to - point)]  # `silent` owns the skip
+
+
+@pytest.mark.parametrize("back", ["validated", "listed"])
+def test_going_back_after_phantoms_is_the_divergences_not_a_rewind(diverged, back: str) -> None:
+    w, judge, _ = diverged
+    conn = w.connect(2)
+    if back == "validated":
+        answer = ask(w, conn, 23, 4, OffsetsForLeaderEpochRequest((OffsetForLeaderPartition("events", 0, 0, 1),)))
+        to = answer.partitions[0].end_offset
+    else:
+        ask(w, conn, 2, 4, ListOffsetsRequest((ListOffsetsPartition("events", 0, EARLIEST_TIMESTAMP),)))
+        to = 0
+    fetch(w, conn, to, epoch=1)
+    assert [name for name, _, _ in anomalies(w, judge)] == ["phantom-read"]
+
+
+def served_whole(scenario: str = "false-divergence") -> tuple[WireCluster, Judge, object, int]:
+    """A healthy cluster whose producers paused at 20+ records; the client fetched events-0 from 0 to the end."""
+    w = WireCluster(build(scenario), 0, ADDRESSES)
+    judge = Judge()
+    w.observers.append(judge)
+    run_until(w, w.ready)
+    run_until(w, lambda: w.cluster.log(1, TP).high_watermark >= 20)
+    w.fire(PauseProducers())
+    for _ in range(20):
+        w.step()
+    conn = w.connect(1)
+    return w, judge, conn, fetch(w, conn, 0).partitions[0].high_watermark
+
+
+def test_an_answer_fetched_again_was_never_consumed_and_is_no_rewind() -> None:
+    """A fetch at the offset of the last answer (its connection died), or inside it (the client dropped what
+    it had buffered, librdkafka on a leader change), says how much of it the client consumed."""
+    w, judge, conn, end = served_whole()
+    fetch(w, conn, 0)
+    fetch(w, conn, 5)
+    fetch(w, conn, end)
+    assert anomalies(w, judge) == []
+
+
+def test_going_back_on_the_clusters_word_with_nothing_replaced_is_a_rewind(lied_to) -> None:
+    """false-divergence: the stale validation answer sends it back; Jepsen's nonmonotonic-poll, the false
+    alarm's record-level face (a refetch at the answer is not a lost answer: it was told to go there)."""
+    w, judge, conn, served_to, answer = lied_to
+    fetch(w, conn, answer, epoch=1)
+    assert anomalies(w, judge) == [("rewind", answer, served_to - answer)]
+
+
+def test_a_fetch_past_records_the_log_holds_is_a_skip() -> None:
+    w, judge, conn, end = served_whole()
+    w.fire(ResumeProducers())
+    run_until(w, lambda: w.cluster.log(1, TP).high_watermark >= end + 5)
+    fetch(w, conn, end + 2)
+    assert anomalies(w, judge) == [("skip", end, 2)]  # end and end + 1 never served
+
+
+def test_an_acknowledged_batch_an_unclean_election_lost_is_an_expected_lost_ack() -> None:
+    from epochguard.protocol.messages import ProducePartition, ProduceRequest
+    from epochguard.records import encode_batch
+
+    w, judge = leader_alone("unclean-election")
+    inp = TopicPartition("input", 0)
+    leader = w.cluster.acting_leader(inp)
+    conn = w.connect(leader)
+    records = encode_batch([(None, b"lost")], partition_leader_epoch=-1)
+    w.submit(conn, codec.RequestHeader(0, 9, 1, "scripted"),
+             ProduceRequest((ProducePartition("input", 0, records),), acks=-1, timeout_ms=60000, version=9))
+    answers: list = []
+    for _ in range(3000):
+        answers += [r for c, _, r in w.drain() if c is conn]
+        if answers:
+            break
+        w.step()
+    assert answers[0].partitions[0].error_code == Errors.NONE  # once the ISR shrank to the leader alone
+    w.fire(Crash(leader))
+    run_until(w, lambda: w.cluster.acting_leader(inp) not in (None, leader))
+    for _ in range(50):
+        w.step()
+    assert [name for name, _, _ in anomalies(w, judge)] == ["lost-ack/expected"]

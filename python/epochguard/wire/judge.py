@@ -83,6 +83,7 @@ from epochguard.errors import Errors
 from epochguard.protocol.messages import (
     FetchRequest,
     FetchResponse,
+    JoinGroupRequest,
     LeaveGroupRequest,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -96,6 +97,7 @@ from epochguard.protocol.messages import (
 from epochguard.records import batch_index
 from epochguard.sim.invariants import METADATA_EPOCH_MONOTONIC
 from epochguard.types import FetchPosition, IsolationLevel, TopicPartition
+from epochguard.wire.anomalies import Ack, Anomaly, Healed, History, Moved, Read, find_anomalies
 
 __all__ = ["Judge", "Divergence", "batch_spans", "STUCK_AFTER_STEPS", "VERDICTS"]
 
@@ -106,6 +108,9 @@ _OFFSET_COMMIT_EPOCH_VERSION = 6
 STORM_REQUESTS, STORM_STEPS = 50, 100  # 50 asks in 1 s of the server's clock; a retry with back-off asks ~10
 SPIN_REQUESTS = 100  # within STUCK_AFTER_STEPS: 10 a second; a long-polling fetch at 500 ms asks 20
 _SERVED_SPANS = 256  # per client and partition: enough to place any commit near the client's position
+HISTORY_LIMIT = 200_000  # served batches and acks kept per client for its anomalies (a benchmark's run is longer)
+_PENDING_ANSWERS = 8  # per client and partition: fetch answers a later fetch may show it never consumed whole
+_TRANSACTIONAL, _CONTROL = 0x10, 0x20  # record batch attributes
 
 
 def batch_spans(records: bytes) -> list[tuple[int, int, int, int]]:
@@ -177,6 +182,10 @@ class ClientReport:
     # fatal (no acknowledgement on the partition after it)
     sequence_errors: list[dict[str, Any]] = field(default_factory=list)
     epochs_sent: dict[str, int] = field(default_factory=dict)  # api name -> requests carrying an epoch >= 0
+    # The record-level anomalies of what it was served and acknowledged, against the leaders' final logs
+    # (`epochguard.wire.anomalies`); `history_capped`: past HISTORY_LIMIT, judged on the first part only
+    anomalies: list[Anomaly] = field(default_factory=list)
+    history_capped: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -186,7 +195,8 @@ class ClientReport:
             "metadata_epoch_backwards": self.metadata_epoch_backwards, "epochs_sent": self.epochs_sent,
             "storms": self.storms, "false_alarms": self.false_alarms, "stalls": self.stalls,
             "out_of_range": self.out_of_range, "aborted_reads": self.aborted_reads,
-            "sequence_errors": self.sequence_errors,
+            "sequence_errors": self.sequence_errors, "anomalies": [a.to_json() for a in self.anomalies],
+            "history_capped": self.history_capped,
         }
 
 
@@ -222,6 +232,12 @@ class Judge:
         self._acked: list[_Acked] = []
         self._producer_ids: dict[str, set[int]] = {}  # of the batches each client had acknowledged
         self._decided: set[tuple[str, TopicPartition, int, int]] = set()
+        # Each client's history for its anomalies: the batches it was served (None: an answer a later fetch
+        # showed it never consumed), moves, acknowledged batches
+        self._reads: dict[str, list[Read | Moved | None]] = {}
+        self._sent: dict[str, list[Ack]] = {}
+        self._pending: dict[tuple[str, TopicPartition], deque[tuple[int, list[int]]]] = {}  # (fetched, indices)
+        self._answered: dict[tuple[str, TopicPartition], set[int]] = {}  # offsets the cluster told it since
         self._conns: set[int] = set()
         self._wire: Any = None
         self.step = 0
@@ -264,12 +280,18 @@ class Judge:
             self._on_commit(report, request)
         elif isinstance(request, OffsetFetchRequest) and isinstance(response, OffsetFetchResponse):
             self._on_offset_fetch(name, request, response)
-        elif isinstance(request, LeaveGroupRequest):
-            self._left[name] = applied_step
-            for key in [k for k in self._served if k[0] == name]:  # it fetches no more: nothing to judge
-                del self._served[key]
+        elif isinstance(request, (JoinGroupRequest, LeaveGroupRequest)):
+            self._on_membership(name, request, applied_step)
         elif isinstance(request, ProduceRequest) and isinstance(response, ProduceResponse) and request.acks == -1:
             self._on_acked(name, request, response)
+
+    def _on_membership(self, name: str, request: JoinGroupRequest | LeaveGroupRequest, applied_step: int) -> None:
+        if isinstance(request, JoinGroupRequest):
+            self._record(name, Moved())  # a rebalance: whatever it is assigned next starts anew
+            return
+        self._left[name] = applied_step
+        for key in [k for k in self._served if k[0] == name]:  # it fetches no more: nothing to judge
+            del self._served[key]
 
     def _on_validation(self, report: ClientReport, request: OffsetsForLeaderEpochRequest, response: Any) -> None:
         name = report.client_id
@@ -278,6 +300,8 @@ class Judge:
         self._count_asks(report, "OffsetForLeaderEpoch", [tp for tp, _ in sent])
         for r in getattr(response, "partitions", ()):
             d = self._open.get((name, r.tp))
+            if r.error_code == Errors.NONE:
+                self._answered.setdefault((name, r.tp), set()).add(r.end_offset)
             if d is not None and r.error_code == Errors.NONE:
                 d.validated = r.end_offset
             served = self._served.get((name, r.tp))
@@ -327,6 +351,7 @@ class Judge:
         self._sent_epochs(report, "Fetch", [(p.tp, p.current_leader_epoch) for p in request.partitions])
         offsets = {p.tp: p.fetch_offset for p in request.partitions}
         for tp, offset in offsets.items():
+            self._refetched(name, tp, offset)
             na = self._not_available.pop((name, tp), None)
             if na is not None:
                 na["then"] = f"fetched at {offset} without a new offset"
@@ -336,6 +361,7 @@ class Judge:
             if p.tp in offsets and self._from_leader(broker_id, p.tp):
                 self._out_of_range(name, p.tp, offsets[p.tp], p.error_code)
             d = self._open.get((name, p.tp))
+            self._told_diverging(name, p)
             if d is not None and p.diverging_epoch is not None:
                 d.validated = p.diverging_epoch.end_offset
             elif p.error_code == Errors.NONE and p.tp in offsets and self._in_current_epoch(broker_id, p.tp):
@@ -348,6 +374,7 @@ class Judge:
                 continue
             if request.isolation_level == IsolationLevel.READ_COMMITTED:
                 self._aborted_read(name, p, offsets.get(p.tp, 0))
+            self._served_reads(name, p, offsets.get(p.tp, 0), request.isolation_level)
             spans = batch_spans(p.records)
             fetched = offsets.get(p.tp, 0)
             spans = [s for s in spans if s[1] >= fetched]
@@ -358,6 +385,111 @@ class Judge:
                 self._served[(name, p.tp)] = _Served(epoch, last + 1, fetched)
                 if last + 1 > self._progress.get((name, p.tp), (-1, 0))[0]:
                     self._progress[(name, p.tp)] = (last + 1, self.step)
+
+    # --- the history behind each client's anomalies ---------------------------------------------------
+    def _record(self, name: str, event: Read | Moved) -> int:
+        """Appends `event` to `name`'s history; its index, or -1 past HISTORY_LIMIT."""
+        history = self._reads.setdefault(name, [])
+        if len(history) >= HISTORY_LIMIT:
+            self.clients[name].history_capped = True
+            return -1
+        history.append(event)
+        return len(history) - 1
+
+    def _served_reads(self, name: str, p: Any, fetched: int, isolation: IsolationLevel) -> None:
+        """The data batches of a Fetch answer the client's consumer hands out (Kafka's `CompletedFetch`: none
+        below the fetch offset, no control batch, under read_committed no batch of a transaction the answer
+        names aborted), each a `Read` of its offsets whose value is its CRC; pending until a later fetch of
+        the partition shows how much of the answer it consumed."""
+        aborted = sorted((t.first_offset, t.producer_id) for t in p.aborted_transactions or ()) \
+            if isolation == IsolationLevel.READ_COMMITTED else []
+        aborting: set[int] = set()
+        indices = []
+        tp = (p.tp.topic, p.tp.partition)
+        for position, _size, base, last in batch_index(p.records, allow_partial_tail=True):
+            crc, attributes = struct.unpack_from(">Ih", p.records, position + 17)
+            (pid,) = struct.unpack_from(">q", p.records, position + 43)
+            while aborted and aborted[0][0] <= base:  # Kafka's abortedProducerIds, by first offset
+                aborting.add(aborted.pop(0)[1])
+            if attributes & _CONTROL:
+                aborting.discard(pid)  # its marker: what follows of that producer is another transaction
+                continue
+            if last < fetched or (attributes & _TRANSACTIONAL and pid in aborting):
+                continue
+            i = self._record(name, Read(tp, max(base, fetched), crc, last=last, at=base))
+            if i >= 0:
+                indices.append(i)
+        if indices:
+            pending = self._pending.setdefault((name, p.tp), deque(maxlen=_PENDING_ANSWERS))
+            pending.append((fetched, indices))
+            self._answered.pop((name, p.tp), None)
+
+    def _told_diverging(self, name: str, p: Any) -> None:
+        if p.diverging_epoch is not None:
+            self._answered.setdefault((name, p.tp), set()).add(p.diverging_epoch.end_offset)
+
+    def _refetched(self, name: str, tp: TopicPartition, offset: int) -> None:
+        """A fetch of `tp` at `offset`: the answers before it that end at or past `offset` were not consumed
+        whole (their connection died, or the client dropped what it had buffered), unless the cluster told it
+        to go to `offset` since (a validation, ListOffsets, DivergingEpoch or OffsetFetch answer: it consumed
+        them and went back on the cluster's word). Those records are taken out of its history."""
+        pending = self._pending.get((name, tp))
+        told = self._answered.pop((name, tp), set())
+        if not pending or offset in told:
+            return
+        history = self._reads[name]
+        while pending:
+            fetched, indices = pending[-1]
+            reads = [history[i] for i in indices]
+            end = max((r.end for r in reads if isinstance(r, Read)), default=-1)
+            if end < 0:  # trimmed away already
+                pending.pop()
+                continue
+            if offset > end:
+                return
+            if offset > fetched:  # consumed up to `offset` only
+                for i, r in zip(indices, reads, strict=True):
+                    if isinstance(r, Read) and r.end >= offset:
+                        history[i] = None if r.offset >= offset else Read(r.tp, r.offset, r.value, offset - 1, r.at)
+                return
+            for i in indices:
+                history[i] = None
+            pending.pop()
+
+    def _find_anomalies(self) -> None:
+        """Each client's anomalies, against the leaders' logs from their log start to the high watermark."""
+        cluster = self._wire.cluster
+        tps = {TopicPartition(*r.tp) for h in self._reads.values() for r in h if isinstance(r, Read)}
+        tps |= {TopicPartition(*a.tp) for acks in self._sent.values() for a in acks}
+        values: dict[tuple[str, int], dict[int, int]] = {}
+        spans: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        log_start: dict[tuple[str, int], int] = {}
+        for tp in tps:
+            leader = cluster.acting_leader(tp)
+            if leader is None:
+                continue
+            log = cluster.log(leader, tp)
+            key = (tp.topic, tp.partition)
+            hw, aborted = log.high_watermark, log.aborted_transactions
+            log_start[key] = log.log_start_offset
+            values[key], spans[key] = {}, []
+            for b in log.batches(end=hw):
+                if b.is_control or (b.is_transactional and any(
+                        t.producer_id == b.producer_id and t.first_offset <= b.base_offset <= t.last_offset
+                        for t in aborted)):
+                    continue  # a marker, or an aborted transaction's records: no record a consumer reads
+                values[key][b.base_offset] = b.crc
+                spans[key].append((b.base_offset, b.last_offset))
+        healed = Healed(values, spans, log_start)
+        for name, report in self.clients.items():
+            stalled = {(s["topic"], s["partition"]) for s in report.stalls}
+            events = [e for e in self._reads.get(name, ()) if e is not None]
+            history = History(events, self._sent.get(name, []), stalled)
+            report.anomalies = find_anomalies(
+                history, healed, expected=lambda a: cluster.controller.unclean_after_epoch(TopicPartition(*a.tp),
+                                                                                          a.epoch))
+            report.anomalies += [Anomaly("aborted-read", r["topic"], r["partition"], r["offset"])
+                                 for r in report.aborted_reads]
 
     def _out_of_range(self, name: str, tp: TopicPartition, offset: int, error: int) -> None:
         leader = None if self._wire is None else self._wire.leader_log(tp)
@@ -481,7 +613,9 @@ class Judge:
                 entry = {"topic": p.tp.topic, "partition": p.tp.partition, "step": self.step, "then": "nothing"}
                 self.clients[name].offset_not_available.append(entry)
                 self._not_available[key] = entry
-            elif p.error_code == Errors.NONE and key in self._open:
+            if p.error_code == Errors.NONE:
+                self._answered.setdefault(key, set()).add(p.offset)
+            if p.error_code == Errors.NONE and key in self._open:
                 self._open[key].reset_to = p.offset
 
     def _on_commit(self, report: ClientReport, request: OffsetCommitRequest) -> None:
@@ -508,6 +642,9 @@ class Judge:
     def _on_offset_fetch(self, name: str, request: OffsetFetchRequest, response: OffsetFetchResponse) -> None:
         """A committed position handed to `name`: an event of its own when the leader ends its epoch below it."""
         for p in response.partitions:
+            if p.error_code == Errors.NONE and p.committed_offset >= 0:  # it resumes from a commit
+                self._record(name, Moved(p.tp))
+                self._answered.setdefault((name, p.tp), set()).add(p.committed_offset)
             if p.error_code != Errors.NONE or p.committed_offset < 0 or (name, p.tp) in self._open:
                 continue
             answered = (p.committed_offset, p.committed_leader_epoch)
@@ -572,8 +709,12 @@ class Judge:
             epoch = -1
             if wire is not None:
                 epoch = wire.cluster.controller.state(p.tp).leader_epoch
-            crcs = tuple(s[3] for s in batch_spans(p.records))
+            spans = batch_spans(p.records)
+            crcs = tuple(s[3] for s in spans)
             self._acked.append(_Acked(name, p.tp, r.base_offset, crcs, epoch, self.step))
+            sent = self._sent.setdefault(name, [])
+            for base, _last, _epoch, crc in spans[:max(0, HISTORY_LIMIT - len(sent))]:
+                sent.append(Ack((p.tp.topic, p.tp.partition), r.base_offset + base - spans[0][0], crc, epoch))
 
     def _sent_epochs(self, report: ClientReport, api: str, epochs: list[tuple[TopicPartition, int]]) -> None:
         if any(e >= 0 for _, e in epochs):
@@ -604,6 +745,7 @@ class Judge:
                 self.clients[name].stalls.append({"topic": tp.topic, "partition": tp.partition, "served_end": end,
                                                   "served_at": at, "asked_until": asked})
         self._decide_sequence_errors()
+        self._find_anomalies()
         for a in self._acked:
             leader = cluster.acting_leader(a.tp)
             if leader is None:

@@ -2,8 +2,10 @@
 
 Each scenario x trigger is one `epochguard serve` run shared by all the clients installed here. A cell
 holds the server's verdicts for that client (`-`: the fault never reached it: it was not served records
-that were later replaced); where the client's own delivery log says otherwise (`truth.judge_client`),
-the cell shows both, `server != truth`, so a disagreement is never hidden.
+that were later replaced), then after ` · ` its record-level anomalies (`epochguard.wire.anomalies`:
+phantom-read, rewind, skip, unseen, lost-ack, duplicate-write, send-reorder, aborted-read); where the
+client's own delivery log says otherwise (`truth.judge_client`), the cell shows both, `server != truth`,
+so a disagreement is never hidden.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from epochguard.wire.anomalies import summary
 from epochguard.wire.drivers.kafka_runs import KAFKA_SCENARIOS
 from epochguard.wire.drivers.registry import CLIENTS, Client
 from epochguard.wire.drivers.session import (
@@ -30,6 +33,7 @@ from epochguard.wire.drivers.session import (
     serve_command,
 )
 from epochguard.wire.drivers.toolchain import ToolchainError
+from epochguard.wire.drivers.truth import ClientTruth
 
 __all__ = ["configure", "run_matrix", "format_table", "cell", "producer_cell", "truth_cell", "format_comparison"]
 
@@ -254,7 +258,22 @@ def cell(result: RunResult, client: Client) -> str:
     # The same verdicts agree even when the server split one divergence into several events.
     text = _summary(verdicts) if set(verdicts) == set(truth) else f"{_summary(verdicts)} != {_summary(truth)}"
     # A stuck client that kept asking: only the server sees requests, so it is a note, not a verdict.
-    return text + (" (spin)" if any(d.get("spin") for d in server.get("divergences", [])) else "")
+    text += " (spin)" if any(d.get("spin") for d in server.get("divergences", [])) else ""
+    return text + anomaly_text(server, result.truths[client.name])
+
+
+def anomaly_text(server: dict[str, Any], truth: ClientTruth) -> str:
+    """` · phantom-read x3, skip`: the client's record-level anomalies (`epochguard.wire.anomalies`), by
+    name, `server != truth` where the two histories disagree on which (counts differ by design: the
+    server counts served batches and acknowledged batches, the delivery log records); empty when none."""
+    said: Counter[str] = Counter()
+    for a in server.get("anomalies", ()):
+        said[f"{a['anomaly']}/{a['tag']}" if a.get("tag") else a["anomaly"]] += 1
+    logged = summary(truth.anomalies)
+    if not said and not logged:
+        return ""
+    both = _summary(said) if set(said) == set(logged) else f"{_summary(said)} != {_summary(logged)}"
+    return f" · {both}"
 
 
 def producer_cell(result: RunResult, client: Client) -> str:
@@ -272,7 +291,8 @@ def producer_cell(result: RunResult, client: Client) -> str:
     truth = result.truths[client.name].producer_outcome
     text = ", ".join(said) or "-"
     # Without a sequence error the log has nothing to say (its `clean` is the default): no disagreement.
-    return text if not said or said == [truth] else f"{text} != {truth}"
+    text = text if not said or said == [truth] else f"{text} != {truth}"
+    return text + anomaly_text(server, result.truths[client.name])
 
 
 def _cell(scenario: str) -> Callable[[RunResult, Client], str]:
@@ -330,4 +350,5 @@ def _client_json(result: RunResult, c: Client, text: str) -> dict[str, Any]:
     truth = result.truths[c.name]
     return {"client": c.name, "cell": text, "server": result.server_client(c.client_id),
             "truth": [d.__dict__ for d in truth.divergences], "lost_acked": len(truth.lost_acked),
+            "truth_anomalies": [a.to_json() for a in truth.anomalies],
             "producer_outcome": truth.producer_outcome}

@@ -122,3 +122,15 @@ def test_the_delivery_log_truth_names_them() -> None:
     assert summary(truth.anomalies) == {"skip": 1, "rewind": 1, "duplicate-write": 1, "lost-ack/expected": 1,
                                         "unseen": 1}
     assert summary(judge_client(log, final, stuck_after_s=5.0).anomalies)["lost-ack"] == 1
+
+
+def test_send_reorder_compares_successive_acks_as_jepsen() -> None:
+    healed = Healed.of_records({IN: {0: "a", 1: "b", 2: "c", 3: "d"}}, {IN: 0})
+    history = History(acks=[Ack(IN, 3, "d"), Ack(IN, 0, "a"), Ack(IN, 1, "b"), Ack(IN, 2, "c")])
+    # one reorder (d then a); b and c each follow the ack before them (a `< highest so far` rule flags three)
+    assert [(a.name, a.offset) for a in find_anomalies(history, healed)] == [("send-reorder", 0)]
+
+
+def test_a_read_the_healed_log_does_not_hold_is_no_rewind_nor_skip() -> None:
+    # a zombie's record at 5 after 9: the phantom-read, not a rewind (Jepsen: no index, no delta)
+    assert found([*reads(9), Read(TP, 5, "zombie5"), *reads(10 + 1)]) == [("phantom-read", 5, 1)]

@@ -362,6 +362,9 @@ def test_the_verdict_line_says_how_and_what_it_cost() -> None:
     assert "): DETECTED (rewound, 3 redelivered) - d" in lines
     assert "): SILENT (12 skipped) - d" in lines
     assert "): STUCK - d" in lines
+    client["anomalies"] = [{"anomaly": "lost-ack", "tag": "expected", "topic": "input", "partition": 0, "offset": o,
+                            "count": 1} for o in (4, 9)]
+    assert "  anomaly lost-ack/expected on input-0: 2 from 4 (2 in all)" in format_table([client]).splitlines()
 
 
 def test_a_commit_with_an_epoch_older_than_the_served_batch_is_reported(diverged) -> None:
@@ -438,6 +441,20 @@ def test_a_stuck_client_long_polling_does_not_spin(diverged) -> None:
     assert (event["verdict"], event["spin"]) == ("stuck", "")
 
 
+def served_whole(scenario: str = "false-divergence") -> tuple[WireCluster, Judge, object, int]:
+    """A healthy cluster whose producers paused at 20+ records; the client fetched events-0 from 0 to the end."""
+    w = WireCluster(build(scenario), 0, ADDRESSES)
+    judge = Judge()
+    w.observers.append(judge)
+    run_until(w, w.ready)
+    run_until(w, lambda: w.cluster.log(1, TP).high_watermark >= 20)
+    w.fire(PauseProducers())
+    for _ in range(20):
+        w.step()
+    conn = w.connect(1)
+    return w, judge, conn, fetch(w, conn, 0).partitions[0].high_watermark
+
+
 def lie(whole: bool = False) -> tuple[WireCluster, Judge, object, int, int]:
     """false-divergence by hand: a client read events-0 from leader 1 to its end (epoch 0) in one fetch
     from 0, the leader moved cleanly to broker 2, which answers the client's first validation 5 short (or,
@@ -446,16 +463,7 @@ def lie(whole: bool = False) -> tuple[WireCluster, Judge, object, int, int]:
     from epochguard.sim.faults import PreferredElection
     from epochguard.wire.scenarios import StaleEpochAnswer
 
-    w = WireCluster(build("false-divergence"), 0, ADDRESSES)
-    judge = Judge()
-    w.observers.append(judge)
-    run_until(w, w.ready)
-    run_until(w, lambda: w.cluster.log(1, TP).high_watermark >= 20)
-    w.fire(PauseProducers())
-    for _ in range(20):
-        w.step()
-    served_to = w.cluster.log(1, TP).high_watermark
-    fetch(w, w.connect(1), 0)
+    w, judge, _, served_to = served_whole()
     w.fire(StaleEpochAnswer(TP, 2, served_to if whole else 5))
     w.fire(PreferredElection(TP, 2))
     run_until(w, lambda: w.cluster.acting_leader(TP) == 2)
@@ -827,20 +835,6 @@ def test_going_back_after_phantoms_is_the_divergences_not_a_rewind(diverged, bac
         to = 0
     fetch(w, conn, to, epoch=1)
     assert [name for name, _, _ in anomalies(w, judge)] == ["phantom-read"]
-
-
-def served_whole(scenario: str = "false-divergence") -> tuple[WireCluster, Judge, object, int]:
-    """A healthy cluster whose producers paused at 20+ records; the client fetched events-0 from 0 to the end."""
-    w = WireCluster(build(scenario), 0, ADDRESSES)
-    judge = Judge()
-    w.observers.append(judge)
-    run_until(w, w.ready)
-    run_until(w, lambda: w.cluster.log(1, TP).high_watermark >= 20)
-    w.fire(PauseProducers())
-    for _ in range(20):
-        w.step()
-    conn = w.connect(1)
-    return w, judge, conn, fetch(w, conn, 0).partitions[0].high_watermark
 
 
 def test_an_answer_fetched_again_was_never_consumed_and_is_no_rewind() -> None:

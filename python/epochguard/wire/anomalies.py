@@ -18,20 +18,22 @@ holds no record) or a compacted offset between two reads is no gap.
 - `phantom-read` (Jepsen: inconsistent-offsets): a maximal run of successive reads whose value the healed
   log does not hold at that offset (at or above its log start: records below it were deleted, not
   replaced): the client consumed records an unclean election or a zombie later replaced.
-- `rewind` (nonmonotonic-poll): a read at or below the previous successive read, which the healed log
-  holds: the client went back though nothing it had read was replaced (after a phantom the rewind is
-  the divergence's `detected` or `reset`, judged per event). `count`: records consumed again.
-- `skip` (poll-skip): a read more than one index past the previous successive read, which the healed log
-  holds: records the healed log has between them were never consumed. After a phantom the jump is the
-  divergence's `silent`; below the log start it is `out-of-range` (the records were deleted).
+- `rewind` (nonmonotonic-poll): a read at or below the previous successive read (index delta < 1), both
+  held by the healed log: the client went back though nothing it had read was replaced (after a phantom
+  the rewind is the divergence's `detected` or `reset`, judged per event). `count`: records consumed again.
+- `skip` (poll-skip): a read more than one index past the previous successive read (delta > 1), both held
+  by the healed log: records the healed log has between them were never consumed. After a phantom the
+  jump is the divergence's `silent`; from below the log start it is `out-of-range` (records deleted).
+  Jepsen compares a value's index only when both values are in its version order, the same rule.
 - `unseen` (unseen): on a partition where the client stalled (it stopped consuming while the log went
   on), the healed log's records past the furthest it read. `count`: those records.
 - `lost-ack` (lost-write): an acknowledged (acks=all) send whose value the healed log holds nowhere on its
   partition; tagged `expected` when an unclean election made the loss allowed.
 - `duplicate-write` (duplicate): an acknowledged send whose value the healed log holds at more than one
   offset (a retry written twice).
-- `send-reorder` (nonmonotonic-send): an acknowledged send that the healed log holds below a send
-  acknowledged before it on the same partition.
+- `send-reorder` (nonmonotonic-send): an acknowledged send that the healed log holds below the send
+  acknowledged just before it on the same partition (in acknowledgement order: what the client and the
+  server both see; a retried batch acknowledged after a later one is in order there).
 - `aborted-read` (G1a): a read of a record whose transaction was aborted (the caller says which values).
 """
 
@@ -211,7 +213,7 @@ def _reads(history: History, healed: Healed, aborted: set[Hashable]) -> list[Ano
             run[1] += records
         else:
             close_run(tp)
-        if prev is not None and not phantom(prev):
+        if prev is not None and not phantom(prev) and not phantom(e):  # both in the healed order, as Jepsen's
             out.extend(_successive(prev, e, healed))
         previous[tp] = e
     for tp in list(phantom_run):
@@ -242,7 +244,7 @@ def _successive(prev: Read, read: Read, healed: Healed) -> list[Anomaly]:
 
 def _acks(acks: Sequence[Ack], healed: Healed, expected: Callable[[Ack], bool]) -> list[Anomaly]:
     out: list[Anomaly] = []
-    highest: dict[TP, int] = {}  # the highest healed offset of the sends acknowledged so far
+    last: dict[TP, int] = {}  # the healed offset of the send acknowledged last
     doubled: set[tuple[TP, Hashable]] = set()
     for a in acks:
         tp = a.tp
@@ -253,9 +255,9 @@ def _acks(acks: Sequence[Ack], healed: Healed, expected: Callable[[Ack], bool]) 
         if len(where) > 1 and (tp, a.value) not in doubled:
             doubled.add((tp, a.value))
             out.append(Anomaly("duplicate-write", tp[0], tp[1], where[1], len(where) - 1))
-        if where[0] < highest.get(tp, -1):
+        if where[0] < last.get(tp, -1):
             out.append(Anomaly("send-reorder", tp[0], tp[1], where[0]))
-        highest[tp] = max(highest.get(tp, -1), where[0])
+        last[tp] = where[0]
     return out
 
 

@@ -116,7 +116,19 @@ def format_table(clients: list[dict[str, Any]]) -> str:
             lines.append(f"  acks=all batch lost: {x['topic']}-{x['partition']}@{x['offset']}")
         for x in c["offset_not_available"]:
             lines.append(f"  OFFSET_NOT_AVAILABLE on {x['topic']}-{x['partition']}: then {x['then']}")
+        lines += _anomaly_lines(c.get("anomalies", ()))
     return "\n".join(lines) if lines else "no client connected"
+
+
+def _anomaly_lines(anomalies: Any) -> list[str]:
+    """`  anomaly phantom-read on events-0: 2 at 25 (55 records)`: per name and partition, how many, where
+    the first was, how many records or batches in all."""
+    grouped: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for a in anomalies:
+        label = f"{a['anomaly']}/{a['tag']}" if a.get("tag") else a["anomaly"]
+        grouped.setdefault((label, a["topic"], a["partition"]), []).append(a)
+    return [f"  anomaly {label} on {topic}-{partition}: {len(xs)} from {xs[0]['offset']} "
+            f"({sum(x['count'] for x in xs)} in all)" for (label, topic, partition), xs in grouped.items()]
 
 
 def _verdict_text(d: dict[str, Any]) -> str:

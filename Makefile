@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 
-.PHONY: setup kcat drivers kafka spark-kafka demo test test-rust test-python bench lint docs mutants mutants-changed mutants-tools
+.PHONY: setup kcat drivers kafka spark-kafka demo test test-rust test-python bench compat lint docs mutants mutants-changed mutants-tools
 
 setup:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -76,6 +76,11 @@ test-rust:
 
 test-python:
 	$(PY) -m pytest
+
+# The compatibility table of docs/serve.md and docs/compat.json: every installed client through every serve
+# scenario and trigger (about an hour on 2 cores). `COMPAT_ARGS='--scenario NAME'` re-runs rows alone.
+compat: setup
+	$(PY) -m epochguard compat --docs docs $(COMPAT_ARGS)
 
 bench: setup
 	cargo bench --locked

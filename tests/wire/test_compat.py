@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pytest
 
 from epochguard.wire.drivers.compat import cell, format_table, merge_runs, producer_cell, run_groups, serve_runs
 from epochguard.wire.drivers.registry import CLIENTS, client
@@ -135,3 +138,34 @@ def test_cells_name_the_anomalies_of_both_histories() -> None:
     dup.server_report["clients"][0]["anomalies"] = [{"anomaly": "duplicate-write", "tag": ""}]
     dup.truths["confluent-kafka"].anomalies.append(Anomaly("duplicate-write", "input", 0, 7))
     assert producer_cell(dup, ck) == "duplicate · duplicate-write"
+
+
+def test_docs_rows_merge_with_the_last_run_and_land_between_the_markers(tmp_path: Path) -> None:
+    from epochguard.wire.drivers.compat import DOC_END, DOC_START, write_docs
+
+    kp, kcat = client("kafka-python"), client("kcat")
+    page = tmp_path / "serve.md"
+    page.write_text(f"intro\n{DOC_START}\nold table\n{DOC_END}\nafter\n", encoding="utf-8")
+    write_docs({("zombie-leader", "served"): result(["silent"], ["silent"]),
+                ("unclean-election", "caught-up"): "run failed: boom"}, [kp, kcat], tmp_path, seed=3)
+    # a second run of one row and one client: the other rows, and the other client's cell, stay
+    write_docs({("unclean-election", "served"): result(["reset"], ["reset"])}, [kp], tmp_path, seed=3)
+    write_docs({("zombie-leader", "served"): result(["detected"], ["silent"])}, [kp], tmp_path, seed=3)
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("intro\n") and text.endswith(f"{DOC_END}\nafter\n") and "old table" not in text
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    assert rows == [
+        "| scenario | trigger | kafka-python 3.0.12 | kcat |",
+        "| unclean-election | served | reset | not run |",
+        "| unclean-election | caught-up | run failed: boom | run failed: boom |",
+        "| zombie-leader | served | detected != silent | not seen |",
+    ]
+    data = json.loads((tmp_path / "compat.json").read_text(encoding="utf-8"))
+    assert data["seed"] == 3 and data["labels"] == {"kafka-python": "kafka-python 3.0.12", "kcat": "kcat"}
+    assert [(r["scenario"], r["trigger"]) for r in data["rows"]] == [
+        ("unclean-election", "served"), ("unclean-election", "caught-up"), ("zombie-leader", "served")]
+    (tmp_path / "serve.md").write_text("no markers\n", encoding="utf-8")
+    before = (tmp_path / "compat.json").read_text(encoding="utf-8")
+    with pytest.raises(ValueError, match="compat:start"):
+        write_docs({("clean", "served"): result([], [])}, [kp], tmp_path, seed=1)
+    assert (tmp_path / "compat.json").read_text(encoding="utf-8") == before  # nothing half-written

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,23 @@ def test_cells() -> None:
     assert cell(jumped, kp) == "out-of-range/start != -"
     jumped.truths["kafka-python"].out_of_range.append(OutOfRange("events", 0, 5, 12, 17, "forward", 5))
     assert cell(jumped, kp) == "out-of-range/start != out-of-range/forward"
+
+
+def test_a_reset_the_log_reads_as_a_rewind_at_the_log_start_is_marked_not_a_disagreement() -> None:
+    kp = client("kafka-python")
+    alike = result(["reset"], ["detected"], how=("back", "rewound"))
+    divs = alike.truths["kafka-python"].divergences
+    assert cell(alike, kp) == "reset/back != detected/rewound"  # above the log start: a real disagreement
+    divs[0] = replace(divs[0], at_log_start=True)
+    assert cell(alike, kp) == "reset/back†"
+    rewound = result(["detected"], ["detected"], how=("rewound", "rewound"))
+    rewound.truths["kafka-python"].divergences[0] = replace(rewound.truths["kafka-python"].divergences[0],
+                                                             at_log_start=True)
+    assert cell(rewound, kp) == "detected/rewound"  # both say rewound: no mark
+    silent = result(["silent"], ["detected"], how=("", "rewound"))
+    silent.truths["kafka-python"].divergences[0] = replace(silent.truths["kafka-python"].divergences[0],
+                                                            at_log_start=True)
+    assert cell(silent, kp) == "silent != detected/rewound"  # only a reset is read alike
 
 
 def test_table_rows_and_labels() -> None:

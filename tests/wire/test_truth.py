@@ -216,3 +216,21 @@ def test_nothing_consumed_after_falling_below_the_log_start_is_stopped_or_undeci
 def test_reading_up_to_the_log_start_is_no_out_of_range() -> None:
     assert judge_client(jumped(*range(20)), JUMPED).out_of_range == []
     assert judge_client(jumped(*range(12), *range(12, 20)), JUMPED).out_of_range == []
+
+
+def test_going_back_to_the_log_start_where_the_divergence_began_is_marked_alike() -> None:
+    """An empty new leader (`unclean-empty-leader`): everything read was replaced, from offset 0, the log
+    start. A rewind to the divergence point and a reset to the start read the same records again."""
+    empty = FinalLog(partitions={TP: {o: digest(f"new-{o}".encode()) for o in range(20)}}, log_start={TP: 0},
+                     high_watermark={TP: 20})
+    head = [{"t": 0.0, "kind": "start", "client_id": "epochguard-x", "software": "x"}]
+    head += [consumed(1.0 + o / 100, o, f"old-{o}") for o in range(10)]
+    back = [consumed(3.0 + o / 100, o, f"new-{o}") for o in range(20)]
+    (d,) = judge_client([*head, *back, {"t": 100.0, "kind": "stop"}], empty, stuck_after_s=5.0).divergences
+    assert (d.offset, d.verdict, d.how, d.at_log_start) == (0, "detected", "rewound", True)
+    # a divergence that began above the log start is told apart: a rewind there is no reset
+    assert not event(history(*(consumed(3.0 + o / 100, o, f"new-{o}") for o in range(10, 20)))).at_log_start
+    # nor is going on from somewhere else than the start (silent) marked
+    on = [consumed(3.0 + o / 100, o, f"new-{o}") for o in range(12, 20)]
+    (d,) = judge_client([*head, *on, {"t": 100.0, "kind": "stop"}], empty, stuck_after_s=5.0).divergences
+    assert (d.verdict, d.at_log_start) == ("silent", False)

@@ -256,6 +256,13 @@ def cell(result: RunResult, client: Client) -> str:
         return "not seen"
     verdicts = Counter(_label(d["verdict"], d.get("how", "")) for d in server.get("divergences", []))
     truth = Counter(_label(d.verdict, d.how) for d in result.truths[client.name].divergences)
+    # Back at the log start where the divergence began, the log reads a reset as a rewind: where the server
+    # saw the ListOffsets, its `reset/back` stands and the cell is marked (†), not shown as a disagreement.
+    alike = sum(d.at_log_start for d in result.truths[client.name].divergences)
+    marked = bool(alike) and "reset/back" in verdicts and "reset/back" not in truth
+    if marked:
+        truth -= Counter({"detected/rewound": alike})
+        truth["reset/back"] += alike
     # Going back though nothing diverged: after a short validation answer (server), a re-read (the log).
     verdicts.update("false-alarm" for _ in server.get("false_alarms", ()))
     truth.update("false-alarm" for _ in result.truths[client.name].rewinds)
@@ -264,6 +271,7 @@ def cell(result: RunResult, client: Client) -> str:
     truth.update(_label("out-of-range", o.how) for o in result.truths[client.name].out_of_range)
     # The same verdicts agree even when the server split one divergence into several events.
     text = _summary(verdicts) if set(verdicts) == set(truth) else f"{_summary(verdicts)} != {_summary(truth)}"
+    text += "†" if marked else ""
     # A stuck client that kept asking: only the server sees requests, so it is a note, not a verdict.
     text += " (spin)" if any(d.get("spin") for d in server.get("divergences", [])) else ""
     return text + anomaly_text(server, result.truths[client.name])

@@ -65,6 +65,10 @@ class Divergence:
     how: str = ""  # detected: rewound / raised; reset: back
     redelivered: int = 0  # records below the first phantom consumed again
     skipped: int = 0  # final-log records from the first phantom on jumped over
+    # It went back to the log start, where the divergence began (an empty leader: `unclean-empty-leader`):
+    # a reset to the start and a rewind to the divergence point read the same records, and the log alone
+    # cannot tell which it was (`rewound` is what it says); only the requests the server saw can.
+    at_log_start: bool = False
 
     def key(self) -> tuple[str, int, int]:
         return (self.topic, self.partition, self.offset)
@@ -255,6 +259,7 @@ def _judge_partition(
             skipped = sum(1 for o in final.partitions.get(tp, {}) if first <= o < nxt_offset)
         truth.divergences.append(Divergence(
             tp[0], tp[1], first, last, len(run), verdict, nxt_offset, evidence, how, max(redelivered, 0), skipped,
+            at_log_start=how == "rewound" and nxt_offset == log_start,  # below: a reset, not a rewind
         ))
         furthest = -1  # what comes next is judged by the divergence's verdict, not as a rewind
         i = j

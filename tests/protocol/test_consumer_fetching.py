@@ -203,6 +203,17 @@ def test_a_stale_leader_error_from_a_read_replica_sends_the_consumer_back_to_the
 
 
 # --- preferred read replica (KIP-392) ------------------------------------------------------------------
+def test_every_fetch_carries_the_client_rack():
+    """client.rack goes out as Fetch's rack_id (v11+), to the leader and to the replica it names alike."""
+    c = consumer({TP0: 0}, client_rack="rack-2")
+    request = one_fetch(c, 0)
+    assert request.rack_id == "rack-2"
+    answer_fetch(c, 1, request, fetched(TP0, batch(0, 2), preferred_read_replica=3))
+    c.poll(0)
+    assert [r.rack_id for r, _ in fetches(c, 0).values()] == ["rack-2"]
+    assert one_fetch(consumer({TP0: 0}), 0).rack_id == ""  # none set: Kafka's default
+
+
 @pytest.mark.parametrize("replica", [0, 3])
 def test_the_next_fetch_goes_to_the_preferred_read_replica(replica):
     c = consumer({TP0: 0})

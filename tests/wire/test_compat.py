@@ -187,3 +187,29 @@ def test_docs_rows_merge_with_the_last_run_and_land_between_the_markers(tmp_path
     with pytest.raises(ValueError, match="compat:start"):
         write_docs({("clean", "served"): result([], [])}, [kp], tmp_path, seed=1)
     assert (tmp_path / "compat.json").read_text(encoding="utf-8") == before  # nothing half-written
+
+
+def test_follower_fetch_lag_runs_clients_with_a_rack_and_notes_where_they_went(monkeypatch, tmp_path) -> None:
+    from epochguard.wire.drivers import compat
+
+    assert {c.name for c in CLIENTS if c.rack is None} == {"kafka-go"}  # its reader has no client rack
+    assert client("confluent-kafka").rack_args("rack-2") == ("--option", "client.rack=rack-2")
+    assert client("kafka-go").rack_args("rack-2") == ()
+    started: dict[str, tuple] = {}
+
+    def fake_run(command, group, run_dir, driver_args=None, **_kw):
+        started.update({c.name: tuple(driver_args[c.name]) for c in group})
+        return "run failed: not run here"
+
+    monkeypatch.setattr(compat, "run_clients", fake_run)
+    compat.run_matrix([("follower-fetch-lag", "served")], [client("kcat"), client("kafka-go"), client("franz-go")],
+                      tmp_path)
+    assert started == {"kcat": ("--option", "client.rack=rack-2"), "franz-go": ("--option", "rack=rack-2")}
+    kp = client("kafka-python")
+    run = result([], [])
+    run.server_report["clients"][0]["follower_out_of_range"] = [{"how": "leader"}, {"how": "leader"}]
+    assert cell(run, kp) == "- (follower/leader x2)"
+    run.server_report["clients"][0]["follower_out_of_range"] = [{"how": "reset"}]
+    assert cell(run, kp) == "- (follower/reset)"
+    table = format_table({("follower-fetch-lag", "served"): run}, [kp, client("kafka-go")]).splitlines()
+    assert table[2] == "| follower-fetch-lag | served | - (follower/reset) | n/a |"  # kafka-go sat out

@@ -110,6 +110,7 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     # Beyond kafka-python and Java: Fetch v12+ carries LastFetchedEpoch, the leader answers a divergence
     # (DivergingEpoch) and a seek with an epoch needs no OffsetsForLeaderEpoch (a follower's rule).
     "send_last_fetched_epoch": False,
+    "client_rack": "",  # KIP-392: sent in every Fetch; a rack-aware leader may name a follower to read from
 }
 
 # kafka-python settings this client refuses when set to anything but their default, and why.
@@ -195,6 +196,7 @@ class AsyncConsumer:
             group_generation=self._generation,
             prefetch=PREFETCH,
             send_last_fetched_epoch=bool(c["send_last_fetched_epoch"]),
+            client_rack=str(c["client_rack"] or ""),
         )
         self._group: ConsumerCoordinator | None = None
         if self._group_id is not None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from epochguard.broker.fetcher import FetchState
 from epochguard.broker.replica_manager import ReplicaManager
+from epochguard.broker.replica_selector import RackAwareReplicaSelector
 from epochguard.errors import Errors
 from epochguard.protocol.messages import (
     BrokerRegistration,
@@ -74,6 +75,7 @@ class Broker:
             min_insync_replicas=cfg.min_insync_replicas,
             controller_id=CONTROLLER_ID,
             logs=dict(self.logs),
+            replica_selector=RackAwareReplicaSelector() if cfg.rack_aware_selector else None,
         )
         # Kafka's defaults (1 s backoff, 30 s timeout) are scaled down to the simulation's tick.
         self.manager.fetcher.fetch_backoff_ms = cfg.fetch_backoff_ms
@@ -257,7 +259,7 @@ class Broker:
             self.metadata = update
             alive, epochs = set(update.alive_brokers), dict(update.broker_epochs)
             self.manager.update_brokers(
-                BrokerRegistration(b, epochs.get(b, -1), fenced=b not in alive)
+                BrokerRegistration(b, epochs.get(b, -1), fenced=b not in alive, rack=self.ctx.config.rack(b))
                 for b in self.ctx.broker_ids
             )
 
@@ -270,8 +272,9 @@ class Broker:
         """
         md = self.metadata
         alive = sorted(md.alive_brokers) if md is not None else []
-        brokers = tuple(MetadataResponseBroker(b) if listeners is None else MetadataResponseBroker(b, *listeners[b])
-                        for b in alive)
+        rack = self.ctx.config.rack
+        brokers = tuple(MetadataResponseBroker(b, rack=rack(b)) if listeners is None
+                        else MetadataResponseBroker(b, *listeners[b], rack=rack(b)) for b in alive)
         names = self._cluster_topics if request.topics is None else list(request.topics)
         topics = []
         for name in names:

@@ -24,6 +24,10 @@ class ClusterConfig:
     heartbeat_interval_ms: int = 20
     hw_checkpoint_interval_ms: int = 50
     fetch_backoff_ms: int = 20
+    # KIP-392: broker b's broker.rack is racks[b - 1] (none past the end), and the leaders name a preferred
+    # read replica to consumers with Kafka's RackAwareReplicaSelector when `rack_aware_selector` is on
+    racks: tuple[str, ...] = ()
+    rack_aware_selector: bool = False
     # clients
     producers: tuple[int, ...] = (-1,)  # one producer per entry: its acks
     transactional_producers: int = 0  # the first N producers write transactions (their acks must be -1)
@@ -44,6 +48,9 @@ class ClusterConfig:
     # network
     base_delay_ms: int = 2
     jitter_ms: int = 3
+
+    def rack(self, broker_id: int) -> str | None:
+        return self.racks[broker_id - 1] if 0 < broker_id <= len(self.racks) else None
 
     def assignment(self) -> dict[TopicPartition, tuple[int, ...]]:
         """Partition p's replicas start at broker (p mod brokers) + 1, like Kafka's round robin."""

@@ -350,12 +350,13 @@ class WireCluster:
     # --- delayed operations ----------------------------------------------------------------------
     @staticmethod
     def _fetch_ready(request: FetchRequest, response: Any) -> bool:
-        """Kafka's DelayedFetch completes on an error, or once min_bytes of records are there."""
+        """Kafka's DelayedFetch completes on an error, a diverging epoch or a preferred read replica
+        (`ReplicaManager.fetchMessages`), or once min_bytes of records are there."""
         if not isinstance(response, FetchResponse) or response.error_code != Errors.NONE:
             return True
         size = 0
         for p in response.partitions:
-            if p.error_code != Errors.NONE or p.diverging_epoch is not None:
+            if p.error_code != Errors.NONE or p.diverging_epoch is not None or p.preferred_read_replica >= 0:
                 return True
             size += len(p.records)
         return size > 0 and size >= request.min_bytes

@@ -62,6 +62,14 @@ did: `start` (at the log start: it lost only what was deleted), `forward` (past 
 records, a reset to the log end; franz-go #1416/#1428, Aiven tiered-storage#663), or `stopped` (none
 within `STUCK_AFTER_STEPS`: raised, as auto.offset.reset=none asks, or stuck).
 
+Follower out of range (KIP-392; `follower-fetch-lag`): a fetch from a follower (a preferred read replica)
+answered OFFSET_OUT_OF_RANGE. That replica is behind; only the leader can say whether the offset is out of
+range (Java's consumer clears the preferred replica and fetches the same offset from the leader: apache/kafka
+PR #6731). The client's next move on the partition says what it did: `leader` (it fetched the same offset
+from the leader), `replica` (it fetched the same offset from the replica again until it was served), `reset`
+(a ListOffsets, or a fetch at another offset, with no fetch from the leader first: the `follower-reset` check;
+redpanda PR #16146, librdkafka#4620), or `stopped` (nothing within `STUCK_AFTER_STEPS`).
+
 An aborted read: a read_committed Fetch answer that hands a client (after the client's own filtering of
 control batches and of the aborted transactions the answer names) a record whose transaction the
 scenario's simulated producer had aborted, its ABORT acknowledged (Jepsen's G1a; `marker-truncated`,
@@ -177,6 +185,7 @@ class ClientReport:
     stalls: list[dict[str, Any]] = field(default_factory=list)
     out_of_range: list[dict[str, Any]] = field(default_factory=list)
     aborted_reads: list[dict[str, Any]] = field(default_factory=list)
+    follower_out_of_range: list[dict[str, Any]] = field(default_factory=list)  # how: leader/replica/reset/stopped
     # An idempotent producer answered OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID, and what it did
     # next (`outcome`, at the end): clean, duplicate (a record it had acknowledged is in the log twice),
     # fatal (no acknowledgement on the partition after it)
@@ -196,7 +205,7 @@ class ClientReport:
             "storms": self.storms, "false_alarms": self.false_alarms, "stalls": self.stalls,
             "out_of_range": self.out_of_range, "aborted_reads": self.aborted_reads,
             "sequence_errors": self.sequence_errors, "anomalies": [a.to_json() for a in self.anomalies],
-            "history_capped": self.history_capped,
+            "history_capped": self.history_capped, "follower_out_of_range": self.follower_out_of_range,
         }
 
 
@@ -227,6 +236,7 @@ class Judge:
         self._not_available: dict[tuple[str, TopicPartition], dict[str, Any]] = {}
         self._below_start: dict[tuple[str, TopicPartition], dict[str, Any]] = {}  # OFFSET_OUT_OF_RANGE, undecided
         self._jumped: set[tuple[str, TopicPartition, int]] = set()  # (client, tp, log start) it went past
+        self._follower_oor: dict[tuple[str, TopicPartition], dict[str, Any]] = {}  # undecided, by client and tp
         self._committed: dict[tuple[str, TopicPartition], tuple[int, int]] = {}  # (group, tp) -> (offset, epoch)
         self._left: dict[str, int] = {}  # client -> step its LeaveGroup was applied
         self._acked: list[_Acked] = []
@@ -267,6 +277,7 @@ class Judge:
         if isinstance(request, (FetchRequest, OffsetsForLeaderEpochRequest, ListOffsetsRequest)) and self._open:
             self._count_open(name, request)
         if isinstance(request, FetchRequest) and not request.is_from_follower:
+            self._follower_reset(name, conn.broker_id, request, response, applied_step)
             if applied_step > self._left.get(name, -1):  # not a fetch in flight when it left its group
                 self._on_fetch(name, conn.broker_id, request, response)
         elif isinstance(request, OffsetsForLeaderEpochRequest):
@@ -274,6 +285,7 @@ class Judge:
         elif isinstance(request, ListOffsetsRequest):
             self._sent_epochs(report, "ListOffsets", [(p.tp, p.current_leader_epoch) for p in request.partitions])
             self._count_asks(report, "ListOffsets", [p.tp for p in request.partitions])
+            self._follower_reset(name, conn.broker_id, request, response, applied_step)
             if isinstance(response, ListOffsetsResponse):
                 self._on_list_offsets(name, response)
         elif isinstance(request, OffsetCommitRequest):
@@ -518,6 +530,45 @@ class Judge:
                 self._jumped.add((name, tp, start))
                 entry.update(to=offset, how="start" if offset <= start else "forward", skipped=max(0, offset - start))
 
+    def _follower_reset(self, name: str, broker_id: int, request: FetchRequest | ListOffsetsRequest, response: Any,
+                        applied_step: int) -> None:
+        """Decide each open follower out-of-range answer by the client's next request for the partition
+        (applied after that answer), then open one for each fetch a follower answers OFFSET_OUT_OF_RANGE."""
+        if isinstance(request, ListOffsetsRequest):
+            for lp in request.partitions:
+                entry = self._follower_oor.get((name, lp.tp))
+                if entry is not None and applied_step >= entry["step"]:
+                    self._decide_follower(name, lp.tp, "reset", f"ListOffsets (timestamp {lp.timestamp}) before "
+                                                                "any fetch from the leader")
+            return
+        offsets = {p.tp: p.fetch_offset for p in request.partitions}
+        answers = {p.tp: p.error_code for p in getattr(response, "partitions", ())}
+        for tp, offset in offsets.items():
+            entry = self._follower_oor.get((name, tp))
+            if entry is None or applied_step < entry["step"]:
+                continue
+            if offset != entry["offset"]:
+                self._decide_follower(name, tp, "reset", f"fetched at {offset} from broker {broker_id} before any "
+                                                         "fetch from the leader")
+            elif self._from_leader(broker_id, tp):
+                self._decide_follower(name, tp, "leader", f"fetched {offset} from the leader, broker {broker_id}")
+            elif answers.get(tp) == Errors.NONE:
+                self._decide_follower(name, tp, "replica", f"fetched {offset} from broker {broker_id} again until "
+                                                           "it had it")
+            else:
+                entry["retried"] += 1
+        for tp, code in answers.items():
+            if (code == Errors.OFFSET_OUT_OF_RANGE and tp in offsets and not self._from_leader(broker_id, tp)
+                    and (name, tp) not in self._follower_oor):
+                entry = {"topic": tp.topic, "partition": tp.partition, "offset": offsets[tp], "broker": broker_id,
+                         "step": self.step, "how": "", "detail": "", "retried": 0}
+                self.clients[name].follower_out_of_range.append(entry)
+                self._follower_oor[(name, tp)] = entry
+
+    def _decide_follower(self, name: str, tp: TopicPartition, how: str, detail: str) -> None:
+        entry = self._follower_oor.pop((name, tp))
+        entry.update(how=how, detail=detail)
+
     def _aborted_read(self, name: str, p: Any, fetched: int) -> None:
         aborted: set[bytes] = set()
         for producer in () if self._wire is None else self._wire.cluster.producers:
@@ -539,6 +590,10 @@ class Judge:
             if self.step - entry["step"] >= STUCK_AFTER_STEPS:
                 entry["how"] = "stopped"
                 del self._below_start[key]
+        for key, entry in list(self._follower_oor.items()):
+            if self.step - entry["step"] >= STUCK_AFTER_STEPS:
+                entry.update(how="stopped", detail="no fetch nor ListOffsets of the partition since")
+                del self._follower_oor[key]
 
     def _from_leader(self, broker_id: int, tp: TopicPartition) -> bool:
         return self._wire is None or self._wire.cluster.acting_leader(tp) == broker_id

@@ -21,16 +21,20 @@ func runFranz(ctx context.Context, cfg config, out *emitter) error {
 		"latest":   kgo.NewOffset().AtEnd(),
 		"none":     kgo.NoResetOffset(),
 	}[cfg.reset]
-	cl, err := kgo.NewClient(
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.bootstrap...),
 		kgo.ClientID(cfg.clientID),
 		kgo.ConsumeTopics(cfg.consumeTopic),
 		kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()),
 		kgo.ConsumeResetOffset(reset),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProducerLinger(5*time.Millisecond),
+		kgo.ProducerLinger(5 * time.Millisecond),
 		kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, nil)),
-	)
+	}
+	if rack := cfg.options["rack"]; rack != "" { // KIP-392: fetch from a follower in this rack
+		opts = append(opts, kgo.Rack(rack))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}

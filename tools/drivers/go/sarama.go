@@ -34,6 +34,12 @@ func runSarama(ctx context.Context, cfg config, out *emitter) error {
 		sc.Producer.Idempotent = true
 		sc.Net.MaxOpenRequests = 1
 	}
+	if rack := cfg.options["rack"]; rack != "" { // KIP-392: Fetch v11+, which sarama sends from Kafka 2.3 on
+		sc.RackID = rack
+		if !sc.Version.IsAtLeast(sarama.V2_3_0_0) {
+			sc.Version = sarama.V2_3_0_0
+		}
+	}
 	var client sarama.Client
 	var partitions []int32
 	for { // the cluster may not answer yet, or not know the topic yet

@@ -94,7 +94,8 @@ class Consumer:
     (beyond Kafka, whose rule is 0, the default; see `requests.fetch`). `send_last_fetched_epoch`: Fetch
     v12+ carries each position's offset epoch (LastFetchedEpoch) and a DivergingEpoch answer validates the
     position, as a follower's fetch does (beyond Kafka's consumer, which sends none). Times are milliseconds of the
-    caller's clock (`now_ms` arguments); nothing here reads a clock.
+    caller's clock (`now_ms` arguments); nothing here reads a clock. `client_rack`: Java's `client.rack`, sent in
+    every Fetch (v11+, KIP-392) so a leader with a rack-aware replica selector may name a follower to read from.
     """
 
     def __init__(
@@ -118,6 +119,7 @@ class Consumer:
         group_generation: Callable[[], tuple[int, str]] | None = None,
         prefetch: int = 0,
         send_last_fetched_epoch: bool = False,
+        client_rack: str = "",
     ) -> None:
         if reset_policy not in ("earliest", "latest", "none"):
             raise ValueError(f"invalid reset policy {reset_policy!r}")
@@ -143,6 +145,7 @@ class Consumer:
             fetch_max_bytes=fetch_max_bytes,
             max_partition_fetch_bytes=max_partition_fetch_bytes,
             prefetch=prefetch,
+            client_rack=client_rack,
             send_last_fetched_epoch=send_last_fetched_epoch and protocol == "kip-320",
         )
         self.committed = self._ctx.committed

@@ -25,6 +25,7 @@ from epochguard.wire.drivers.registry import CLIENTS, Client
 from epochguard.wire.drivers.session import (
     CONTROLS,
     PRODUCER_SCENARIOS,
+    RACK_SCENARIOS,
     SCENARIOS,
     TRIGGERS,
     RunError,
@@ -189,10 +190,13 @@ def run_matrix(
     results: dict[tuple[str, str], RunResult | str] = {}
     for scenario, trigger in runs:
         # A producer scenario runs the clients whose producer can be idempotent, asked to be.
-        producing = scenario in PRODUCER_SCENARIOS
-        groups = run_groups([c for c in clients if c.idempotent is not None] if producing else clients)
+        producing, rack = scenario in PRODUCER_SCENARIOS, RACK_SCENARIOS.get(scenario)
+        # A rack scenario runs the clients that can fetch from a follower, each given the rack.
+        groups = run_groups([c for c in clients if c.idempotent is not None] if producing
+                            else [c for c in clients if c.rack is not None] if rack else clients)
         driver_args: dict[str, Sequence[str]] | None = (
-            {c.name: c.idempotent or () for c in clients} if producing else None)
+            {c.name: c.idempotent or () for c in clients} if producing
+            else {c.name: c.rack_args(rack) for c in clients} if rack else None)
         parts: list[tuple[Sequence[Client], RunResult | str]] = []
         for i, group in enumerate(groups):
             run_dir = workdir / f"{scenario}-{trigger}" / (f"group-{i}" if len(groups) > 1 else "")
@@ -272,8 +276,13 @@ def cell(result: RunResult, client: Client) -> str:
     # The same verdicts agree even when the server split one divergence into several events.
     text = _summary(verdicts) if set(verdicts) == set(truth) else f"{_summary(verdicts)} != {_summary(truth)}"
     text += "†" if marked else ""
-    # A stuck client that kept asking: only the server sees requests, so it is a note, not a verdict.
-    text += " (spin)" if any(d.get("spin") for d in server.get("divergences", [])) else ""
+    # A stuck client that kept asking: only the server sees requests, so it is a note, not a verdict. So is
+    # where a client went after a follower's OFFSET_OUT_OF_RANGE (follower-fetch-lag): to the leader, the
+    # replica again, or a reset (whose cost the log sees: a re-read, or a skip).
+    follower = Counter(_label("follower", e["how"]) for e in server.get("follower_out_of_range", ()))
+    notes = [*(["spin"] if any(d.get("spin") for d in server.get("divergences", [])) else []),
+             *([_summary(follower)] if follower else [])]
+    text += f" ({'; '.join(notes)})" if notes else ""
     return text + anomaly_text(server, result.truths[client.name])
 
 
@@ -312,7 +321,14 @@ def producer_cell(result: RunResult, client: Client) -> str:
 
 def _cell(scenario: str) -> Callable[[RunResult, Client], str]:
     """How a scenario's cells are judged: on the consumers' verdicts, or on the producers' outcome."""
+    if scenario in RACK_SCENARIOS:
+        return rack_cell
     return producer_cell if scenario in PRODUCER_SCENARIOS else cell
+
+
+def rack_cell(result: RunResult, client: Client) -> str:
+    """A consumer cell, `n/a` for a client that cannot fetch from a follower (no `Client.rack`: sat out)."""
+    return "n/a" if client.rack is None else cell(result, client)
 
 
 def _label(verdict: str, how: str) -> str:

@@ -48,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "group.id": config.client_id,  # required by the constructor; assign() never joins it
         "enable.auto.commit": False,
         "auto.offset.reset": "error" if config.reset == "none" else config.reset,
+        **config.consumer_options,  # client.rack (follower-fetch-lag)
     })
     producer = ck.Producer({**common, "acks": "all", "linger.ms": 5, **config.producer_options})
     version: object = ck.version()  # a (str, int) pair in most builds, a bare str in some

@@ -47,9 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
               client_id=config.client_id, reset=config.reset)
     common = ["-b", config.bootstrap, "-X", f"client.id={config.client_id}", "-E"]
     reset = "error" if config.reset == "none" else config.reset
+    options = [a for k, v in config.consumer_options.items() for a in ("-X", f"{k}={v}")]  # client.rack
     consumer = subprocess.Popen(
         [exe, "-C", *common, "-t", config.consume_topic, "-o", "beginning", "-J", "-u",
-         "-X", f"auto.offset.reset={reset}"],
+         "-X", f"auto.offset.reset={reset}", *options],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, encoding="utf-8", errors="surrogateescape",
     )
     producer = subprocess.Popen(

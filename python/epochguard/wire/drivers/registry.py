@@ -25,6 +25,12 @@ class Client:
     # The driver arguments that make its producer idempotent (`()`: it is by default); None: its driver has
     # no idempotent producer, and it sits out the producer scenarios (session.PRODUCER_SCENARIOS).
     idempotent: tuple[str, ...] | None = None
+    # The driver option naming the consumer's rack (Java's `client.rack`; KIP-392, follower-fetch-lag), given
+    # as `--option KEY=RACK`; None: the client cannot fetch from a follower, and sits out that scenario.
+    rack: str | None = None
+
+    def rack_args(self, rack: str) -> tuple[str, ...]:
+        return () if self.rack is None else ("--option", f"{self.rack}={rack}")
 
     @property
     def client_id(self) -> str:
@@ -59,28 +65,29 @@ class Client:
 
 CLIENTS: tuple[Client, ...] = (
     Client("confluent-kafka", "epochguard.wire.drivers.confluent_kafka", "confluent-kafka>=2.16",
-           importable="confluent_kafka", idempotent=("--option", "producer.enable.idempotence=true")),
+           importable="confluent_kafka", idempotent=("--option", "producer.enable.idempotence=true"),
+           rack="client.rack"),
     Client("kafka-python", "epochguard.wire.drivers.kafka_python", "kafka-python>=3", importable="kafka",
-           idempotent=("--option", "producer.enable_idempotence=true")),
+           idempotent=("--option", "producer.enable_idempotence=true"), rack="client_rack"),
     Client("aiokafka", "epochguard.wire.drivers.aiokafka", "aiokafka>=0.14", importable="aiokafka",
-           idempotent=("--option", "producer.enable_idempotence=true")),
-    Client("kcat", "epochguard.wire.drivers.kcat", "kcat", executable="kcat"),
+           idempotent=("--option", "producer.enable_idempotence=true"), rack="client_rack"),
+    Client("kcat", "epochguard.wire.drivers.kcat", "kcat", executable="kcat", rack="client.rack"),
     # Apache Kafka's own client, both consumer implementations; then the Go clients (toolchain.py).
     Client("java-classic", "epochguard.wire.drivers.java", "kafka-clients 4.4.0 (JDK 17 + Maven)",
-           toolchain="java", args=("--variant", "classic"), idempotent=()),
+           toolchain="java", args=("--variant", "classic"), idempotent=(), rack="client.rack"),
     Client("java-consumer", "epochguard.wire.drivers.java", "kafka-clients 4.4.0 (JDK 17 + Maven)",
-           toolchain="java", args=("--variant", "consumer"), idempotent=()),
+           toolchain="java", args=("--variant", "consumer"), idempotent=(), rack="client.rack"),
     Client("franz-go", "epochguard.wire.drivers.go", "franz-go (Go toolchain)", toolchain="go",
-           args=("--client", "franz-go"), idempotent=()),
+           args=("--client", "franz-go"), idempotent=(), rack="rack"),
     Client("sarama", "epochguard.wire.drivers.go", "IBM/sarama (Go toolchain)", toolchain="go",
-           args=("--client", "sarama"), idempotent=("--option", "producer.idempotent=true")),
+           args=("--client", "sarama"), idempotent=("--option", "producer.idempotent=true"), rack="rack"),
     Client("kafka-go", "epochguard.wire.drivers.go", "segmentio/kafka-go (Go toolchain)", toolchain="go",
            args=("--client", "kafka-go")),
     # epochguard's own client (epochguard.client), blocking and asyncio.
     Client("epochguard", "epochguard.wire.drivers.epochguard_client", "epochguard",
-           idempotent=("--option", "producer.enable_idempotence=1")),
+           idempotent=("--option", "producer.enable_idempotence=1"), rack="client_rack"),
     Client("epochguard-asyncio", "epochguard.wire.drivers.epochguard_client", "epochguard", args=("--asyncio",),
-           idempotent=("--option", "producer.enable_idempotence=1")),
+           idempotent=("--option", "producer.enable_idempotence=1"), rack="client_rack"),
 )
 
 

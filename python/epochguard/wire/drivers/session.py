@@ -32,7 +32,9 @@ SCENARIOS = ("clean", "unclean-election", "unclean-empty-leader", "zombie-leader
              "leader-bounce")
 # Nothing diverges, and no client may be given a divergence verdict (compat runs them; tests run each alone):
 # the controls, and a log start that jumps past the clients' positions.
-CONTROLS = ("false-divergence", "epoch-flap", "log-start-jump")
+CONTROLS = ("false-divergence", "epoch-flap", "log-start-jump", "follower-fetch-lag")
+# Run with each client's rack set (`Client.rack`: KIP-392, fetch from a follower); a client that has none sits out.
+RACK_SCENARIOS = {"follower-fetch-lag": "rack-2"}  # epochguard.wire.scenarios.FOLLOWER_RACK
 TRIGGERS = ("served", "caught-up")
 # Judged on what the clients' producers did (an idempotent producer's outcome after a lost sequence), each
 # with the one trigger it has; only clients with an idempotent producer (`Client.idempotent`) take part.

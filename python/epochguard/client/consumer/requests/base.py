@@ -77,6 +77,7 @@ class ConsumerContext:
     # truncate-on-fetch): each Fetch v12+ carries the position's offset epoch, so the leader answers a
     # divergence itself (DivergingEpoch) and a position with an epoch needs no OffsetsForLeaderEpoch.
     send_last_fetched_epoch: bool = False
+    client_rack: str = ""  # client.rack: Fetch's rack_id (KIP-392)
 
     @property
     def kip320(self) -> bool:

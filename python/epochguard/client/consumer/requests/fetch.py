@@ -115,7 +115,7 @@ class FetchManager(RequestManager[_Positions]):
             )
             request = FetchRequest(parts, isolation_level=self.ctx.isolation_level,
                                    max_wait_ms=self.ctx.fetch_max_wait_ms, min_bytes=self.ctx.fetch_min_bytes,
-                                   max_bytes=self.ctx.fetch_max_bytes)
+                                   max_bytes=self.ctx.fetch_max_bytes, rack_id=self.ctx.client_rack)
             out.append(self._send(node, request, now_ms, dict(entries)))
         return out
 

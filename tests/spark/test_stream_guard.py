@@ -26,6 +26,7 @@ from epochguard.spark.stream import (
     StreamOptions,
     TruncationWarning,
     append_truncations,
+    group_ranges,
     kafka_schema,
     offsets_json,
     parse_offsets,
@@ -427,7 +428,36 @@ def test_max_offsets_per_trigger_spreads_the_batch(cluster: GuardCluster, tmp_pa
     assert judge(run.output, run.truncations(), cluster.truth(TP)) == (10, 0)
 
 
+
+def test_small_ranges_share_a_task_and_each_is_read_once(tmp_path: Path) -> None:
+    """A batch of 4 partitions x 5 records (< minOffsetsPerTask) is one task reading the 4 one after the
+    other; minOffsetsPerTask=1 gives one task a partition, as Spark's source. Both read every record once."""
+    cluster = GuardCluster(partitions=4)
+    try:
+        for p in range(4):
+            cluster.produce(5, partition=p)
+        for extra, tasks in (({}, 1), ({"minOffsetsPerTask": "1"}, 4), ({"minOffsetsPerTask": "10"}, 2)):
+            run = MicroBatches(cluster, "fail", tmp_path, **extra)
+            end = run.reader.latestOffset(run.start, None)
+            parts = run.reader.partitions(run.start, end)
+            assert len(parts) == tasks
+            rows = run._read(run.start, end)
+            assert sorted((p, o) for p, o, _, _ in rows) == [(p, o) for p in range(4) for o in range(5)]
+    finally:
+        cluster.close()
+
+
 # --- pure parts -------------------------------------------------------------------------------------
+def test_group_ranges() -> None:
+    tps = [TopicPartition("t", p) for p in range(8)]
+    groups = group_ranges(dict.fromkeys(tps, 1563), 4096)  # the bench's micro-batch: 12,504 offsets
+    assert len(groups) == 3 and sorted(tp for g in groups for tp in g) == tps
+    assert sorted(len(g) * 1563 for g in groups) == [3126, 4689, 4689]  # largest first, to the lightest
+    assert group_ranges(dict.fromkeys(tps, 5000), 4096) == [[tp] for tp in tps]  # big enough: as Spark's
+    assert group_ranges(dict.fromkeys(tps, 10), 1) == [[tp] for tp in tps]
+    assert group_ranges(dict.fromkeys(tps, 10), 4096) == [tps]  # fewer than one task's worth: one task
+    uneven = {tps[0]: 10_000, tps[1]: 10, tps[2]: 10, tps[3]: 3000}
+    assert group_ranges(uneven, 4096) == [[tps[0]], [tps[3]], [tps[1], tps[2]]]  # 13,020 // 4096 = 3 tasks
 def test_check_is_kafkas_rule() -> None:
     ck = EpochOffset(15, 3)
     assert check(TP, ck, (3, 20)) is None  # the leader still has epoch 3 up to 20
@@ -452,7 +482,7 @@ def test_options() -> None:
     base = {"kafka.bootstrap.servers": "h:1", "subscribe": "a, b"}
     o = StreamOptions.parse({**base, "kafka.request.timeout.ms": "2000",
                              "startingOffsets": '{"a": {"0": -2, "1": 5, "2": {"offset": 9, "epoch": 4}}}'})
-    assert o.topics == ("a", "b") and o.client == {"request_timeout_ms": 2000}
+    assert o.topics == ("a", "b") and o.client == {"request_timeout_ms": 2000} and o.min_offsets_per_task == 4096
     assert o.starting == {TopicPartition("a", 0): -2, TopicPartition("a", 1): EpochOffset(5, None),
                           TopicPartition("a", 2): EpochOffset(9, 4)}
     assert StreamOptions.parse({"kafka.bootstrap.servers": "h:1", "assign": '{"t": [1, 0]}'}).assigned == (
@@ -460,7 +490,8 @@ def test_options() -> None:
     for bad, match in [({}, "bootstrap"), ({"assign": '{"t": [0]}'}, "exactly one"),
                        ({"onTruncation": "skip"}, "no skip"), ({"kafka.group.id": "g"}, "source decides"),
                        ({"startingOffsets": "yesterday"}, "startingOffsets"),
-                       ({"maxOffsetsPerTrigger": "0"}, "positive"), ({"failOnDataLoss": "false"}, "not supported")]:
+                       ({"maxOffsetsPerTrigger": "0"}, "positive"), ({"minOffsetsPerTask": "0"}, "positive"),
+                       ({"failOnDataLoss": "false"}, "not supported")]:
         with pytest.raises(ValueError, match=match):
             StreamOptions.parse({**base, **bad} if "bootstrap" != match else {"subscribe": "a"})
     with pytest.raises(TypeError, match="no_such"):

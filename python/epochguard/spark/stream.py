@@ -36,7 +36,9 @@ list), ``assign`` (JSON ``{"t": [0, 1]}``), ``startingOffsets`` (earliest, lates
 partition: -2 earliest, -1 latest, an offset, or ``{"offset": N, "epoch": E}``), ``maxOffsetsPerTrigger``,
 ``includeHeaders``, ``kafka.``-prefixed client settings (``kafka.request.timeout.ms``, ...). Own options:
 ``onTruncation``, ``truncationLog``, ``kafkaConsumer.pollTimeoutMs`` (Spark's name; how long an executor
-waits for records it was planned to read before failing the task).
+waits for records it was planned to read before failing the task), ``minOffsetsPerTask`` (default 4096: a
+batch whose partitions would give tasks of fewer offsets is read by fewer tasks, each reading several
+partitions one after the other; 1 gives one task a partition, as Spark's source).
 """
 
 from __future__ import annotations
@@ -86,11 +88,15 @@ except ImportError:  # pragma: no cover - pyspark 4.0 / 4.1
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
 __all__ = ["NAME", "DATA_LOSS_PREFIX", "TRUNCATION_PREFIX", "StreamOptions", "kafka_schema", "parse_offsets",
-           "offsets_json", "append_truncations"]
+           "offsets_json", "append_truncations", "group_ranges"]
 
 NAME = "epochguard-kafka"
 DATA_LOSS_PREFIX = "[EPOCHGUARD_DATA_LOSS]"
 TIMEOUT_PREFIX = "[EPOCHGUARD_TIMEOUT]"
+# A batch's partitions are read by fewer tasks when each would read fewer offsets than this
+# (`minOffsetsPerTask`): a Python task costs Spark a fixed amount (a worker round trip, the pickled read
+# function, the daemon's gc.collect() after it) worth more than reading a few thousand records.
+DEFAULT_MIN_OFFSETS_PER_TASK = 4096
 log = logging.getLogger("epochguard.spark.stream")
 
 # Client settings the source decides itself (as Spark's `KafkaSourceProvider` refuses them).
@@ -159,6 +165,7 @@ class StreamOptions:
     include_headers: bool
     poll_timeout_ms: int
     client: dict[str, Any]
+    min_offsets_per_task: int = 1
 
     @staticmethod
     def parse(options: Mapping[str, str]) -> StreamOptions:
@@ -181,12 +188,15 @@ class StreamOptions:
             raise ValueError(f"{NAME}: failOnDataLoss=false is not supported: truncation is handled by "
                              "onTruncation=rewind, and lost data (retention) always fails")
         client = _client_settings(opts)
+        min_per_task = int(lower.get("minoffsetspertask", str(DEFAULT_MIN_OFFSETS_PER_TASK)))
+        if min_per_task <= 0:
+            raise ValueError(f"{NAME}: minOffsetsPerTask must be positive: {min_per_task}")
         return StreamOptions(
             bootstrap=bootstrap, topics=topics, assigned=assigned, starting=starting, max_offsets=max_offsets,
             on_truncation=on_truncation, truncation_log=lower.get("truncationlog"),
             include_headers=lower.get("includeheaders", "false").lower() == "true",
             poll_timeout_ms=int(lower.get("kafkaconsumer.polltimeoutms", "120000")),
-            client=client)
+            client=client, min_offsets_per_task=min_per_task)
 
 
 def _subscription(lower: Mapping[str, str]) -> tuple[tuple[str, ...], tuple[TopicPartition, ...]]:
@@ -292,6 +302,25 @@ def _torn(path: str) -> bool:
         return f.read(1) != b"\n"
 
 
+# --- tasks ----------------------------------------------------------------------------------------
+def group_ranges(sizes: Mapping[TopicPartition, int], min_per_task: int) -> list[list[TopicPartition]]:
+    """The partitions of a batch (each with the number of offsets it reads, > 0) as the tasks that read
+    them: one a partition, as Spark's Kafka source, unless that leaves tasks of fewer than `min_per_task`
+    offsets; then ``total // min_per_task`` tasks (at least one), the partitions spread over them largest
+    first, each to the task with the fewest offsets so far. A partition is never split."""
+    tps = sorted(sizes)
+    tasks = max(1, min(len(tps), sum(sizes.values()) // min_per_task))
+    if tasks >= len(tps):
+        return [[tp] for tp in tps]
+    groups: list[list[TopicPartition]] = [[] for _ in range(tasks)]
+    loads = [0] * tasks
+    for tp in sorted(tps, key=lambda tp: (-sizes[tp], tp)):
+        i = min(range(tasks), key=lambda i: (loads[i], i))
+        groups[i].append(tp)
+        loads[i] += sizes[tp]
+    return [sorted(g) for g in groups]
+
+
 # --- the source ---------------------------------------------------------------------------------
 if DataSource is not None:
 
@@ -309,11 +338,18 @@ if DataSource is not None:
             return KafkaGuardStreamReader(dict(self.options), schema)
 
     class OffsetRange(InputPartition):
-        """One task: records [start, until) of a partition, read at epochs <= `until.epoch`."""
+        """Records [start, until) of a partition, read at epochs <= `until.epoch`."""
 
         def __init__(self, tp: TopicPartition, start: EpochOffset, until: EpochOffset) -> None:
             super().__init__(f"{tp.topic}-{tp.partition}")
             self.tp, self.start, self.until = tp, start, until
+
+    class OffsetRanges(InputPartition):
+        """One task: its partitions' ranges, read one after the other by the worker's consumer."""
+
+        def __init__(self, ranges: Sequence[OffsetRange]) -> None:
+            super().__init__(",".join(r.value for r in ranges))
+            self.ranges = tuple(ranges)
 
     class KafkaGuardStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def __init__(self, options: dict[str, str], schema: StructType) -> None:
@@ -477,21 +513,25 @@ if DataSource is not None:
                 # A batch planned by an earlier run (replay after a failure or restart): its end is
                 # validated too, so a log rewritten since its planning cannot be read as if it were the same.
                 self._validate_or_fail({**previous, **ends}, "replay")
-            out = []
+            ranges = {}
             for tp in sorted(ends):
                 begin = starts.get(tp, previous.get(tp))
                 if begin is None or ends[tp].offset <= begin.offset:
                     continue
-                out.append(OffsetRange(tp, begin, ends[tp]))
-            return out
+                ranges[tp] = OffsetRange(tp, begin, ends[tp])
+            sizes = {tp: r.until.offset - r.start.offset for tp, r in ranges.items()}
+            return [OffsetRanges([ranges[tp] for tp in group])
+                    for group in group_ranges(sizes, self.options.min_offsets_per_task)]
 
         def commit(self, end: dict[str, Any]) -> None:
             """Nothing to commit: the checkpoint is Spark's (as Spark's Kafka source)."""
 
         # --- reading (executors) --------------------------------------------------------------
         def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-            assert isinstance(partition, OffsetRange)
-            yield from read_range(self.options, partition.tp, partition.start, partition.until, self.schema)
+            assert isinstance(partition, (OffsetRanges, OffsetRange))
+            # A range that stops early (a truncation found) does not stop the task's other partitions.
+            for r in partition.ranges if isinstance(partition, OffsetRanges) else (partition,):
+                yield from read_range(self.options, r.tp, r.start, r.until, self.schema)
 
 
 def read_range(options: StreamOptions, tp: TopicPartition, start: EpochOffset, until: EpochOffset,

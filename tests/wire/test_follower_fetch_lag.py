@@ -19,7 +19,7 @@ from epochguard.types import EARLIEST_TIMESTAMP
 from epochguard.wire.drivers.session import RunResult
 from epochguard.wire.engine import WireCluster
 from epochguard.wire.judge import STUCK_AFTER_STEPS, Judge
-from epochguard.wire.scenarios import FOLLOWER_RACK, PauseProducers, PowerLoss, build
+from epochguard.wire.scenarios import FOLLOWER_RACK, PauseProducers, PowerLoss, ResumeProducers, build
 from tests.wire.conftest import require_final_reader
 from tests.wire.serving import NEEDS_SERVE, PY_CLIENTS, ServeRuns, undiverged
 from tests.wire.test_judge import ADDRESSES, TP, ask, run_until
@@ -71,6 +71,9 @@ def test_fetching_the_same_offset_from_the_leader_is_correct() -> None:
     assert follower_events(judge) == [(position, 2, "leader")]
     ask(w, w.connect(1), 2, 7, ListOffsetsRequest((ListOffsetsPartition("events", 0, EARLIEST_TIMESTAMP, 0),)))
     assert follower_events(judge) == [(position, 2, "leader")]  # decided once: a later ListOffsets is no reset
+    fetch(w, w.connect(1), 0)
+    (client,) = judge.report()
+    assert client["false_alarms"] == []  # a seek after the leader answered is the application's, not a reset
 
 
 def test_a_listoffsets_before_asking_the_leader_is_a_follower_reset() -> None:
@@ -79,12 +82,36 @@ def test_a_listoffsets_before_asking_the_leader_is_a_follower_reset() -> None:
     assert follower_events(judge) == [(position, 2, "reset")]
     (client,) = judge.report()
     assert "ListOffsets" in client["follower_out_of_range"][0]["detail"]
+    assert client["follower_out_of_range"][0]["to"] is None and client["false_alarms"] == []  # not landed yet
+    assert fetch(w, w.connect(1), 0).error_code == Errors.NONE  # at the answer: the log start
+    (client,) = judge.report()
+    assert client["follower_out_of_range"][0]["to"] == 0
+    # Back although nothing diverged: a false alarm (issue 20), the re-read the delivery log sees.
+    assert [(x["offset"], x["redelivered"], x["from"]) for x in client["false_alarms"]] == [
+        (0, position, "follower-reset")]
+    from epochguard.wire.cli import format_table
+
+    text = format_table(judge.report())
+    assert "reset after a follower's OFFSET_OUT_OF_RANGE" in text and "from follower 2" in text
 
 
 def test_fetching_another_offset_from_the_leader_is_a_follower_reset() -> None:
     w, judge, position = lagging()
     fetch(w, w.connect(1), 0)  # auto.offset.reset=earliest from a cached answer
     assert follower_events(judge) == [(position, 2, "reset")]
+    (client,) = judge.report()
+    assert [(x["offset"], x["redelivered"]) for x in client["false_alarms"]] == [(0, position)]
+
+
+def test_a_reset_forward_is_a_follower_reset_but_no_false_alarm() -> None:
+    w, judge, position = lagging()
+    w.fire(ResumeProducers())
+    run_until(w, lambda: w.cluster.log(1, TP).high_watermark >= position + 10)
+    end = w.cluster.log(1, TP).high_watermark
+    fetch(w, w.connect(1), end)  # auto.offset.reset=latest
+    (client,) = judge.report()
+    assert [(e["how"], e["to"]) for e in client["follower_out_of_range"]] == [("reset", end)]
+    assert client["false_alarms"] == []  # nothing re-read (skipped, if the log had moved on)
 
 
 def test_asking_the_replica_again_until_it_has_the_offset_is_no_reset() -> None:

@@ -89,6 +89,14 @@ def _judge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _false_alarm_line(x: dict[str, Any]) -> str:
+    if x.get("from") == "follower-reset":
+        why = f"reset after a follower's OFFSET_OUT_OF_RANGE at {x['served_end']} (nothing diverged)"
+    else:
+        why = f"an OffsetsForLeaderEpoch answer of {x['answer']} (served to {x['served_end']}, nothing diverged)"
+    return f"  false alarm on {x['topic']}-{x['partition']}: {why}, fetched at {x['offset']}"
+
+
 def format_table(clients: list[dict[str, Any]]) -> str:
     lines = []
     for c in clients:
@@ -103,9 +111,10 @@ def format_table(clients: list[dict[str, Any]]) -> str:
             lines.append(f"  metadata epoch went backwards ({m['api']}): {m['message']}")
         for x in c["commits"]:
             lines.append(f"  commit {x['topic']}-{x['partition']}@{x['offset']}: {x['problem']}")
-        for x in c.get("false_alarms", ()):
-            lines.append(f"  false alarm on {x['topic']}-{x['partition']}: an OffsetsForLeaderEpoch answer of "
-                         f"{x['answer']} (served to {x['served_end']}, nothing diverged), fetched at {x['offset']}")
+        lines.extend(_false_alarm_line(x) for x in c.get("false_alarms", ()))
+        lines.extend(f"  OFFSET_OUT_OF_RANGE from follower {x['broker']} on {x['topic']}-{x['partition']}@"
+                     f"{x['offset']}: {x['how'] or 'undecided'} - {x['detail']}"
+                     for x in c.get("follower_out_of_range", ()))
         for x in c.get("stalls", ()):
             lines.append(f"  stalled on {x['topic']}-{x['partition']}: nothing new past {x['served_end']} from step "
                          f"{x['served_at']} while it kept asking until step {x['asked_until']}")

@@ -68,7 +68,9 @@ range (Java's consumer clears the preferred replica and fetches the same offset 
 PR #6731). The client's next move on the partition says what it did: `leader` (it fetched the same offset
 from the leader), `replica` (it fetched the same offset from the replica again until it was served), `reset`
 (a ListOffsets, or a fetch at another offset, with no fetch from the leader first: the `follower-reset` check;
-redpanda PR #16146, librdkafka#4620), or `stopped` (nothing within `STUCK_AFTER_STEPS`).
+redpanda PR #16146, librdkafka#4620), or `stopped` (nothing within `STUCK_AFTER_STEPS`). A reset's first fetch
+answered says where it landed (`to`); below the position it is also a false alarm (nothing diverged: the
+delivery log sees the re-read).
 
 An aborted read: a read_committed Fetch answer that hands a client (after the client's own filtering of
 control batches and of the aborted transactions the answer names) a record whose transaction the
@@ -237,6 +239,7 @@ class Judge:
         self._below_start: dict[tuple[str, TopicPartition], dict[str, Any]] = {}  # OFFSET_OUT_OF_RANGE, undecided
         self._jumped: set[tuple[str, TopicPartition, int]] = set()  # (client, tp, log start) it went past
         self._follower_oor: dict[tuple[str, TopicPartition], dict[str, Any]] = {}  # undecided, by client and tp
+        self._follower_resets: dict[tuple[str, TopicPartition], dict[str, Any]] = {}  # reset, not yet landed
         self._committed: dict[tuple[str, TopicPartition], tuple[int, int]] = {}  # (group, tp) -> (offset, epoch)
         self._left: dict[str, int] = {}  # client -> step its LeaveGroup was applied
         self._acked: list[_Acked] = []
@@ -557,17 +560,38 @@ class Judge:
                                                            "it had it")
             else:
                 entry["retried"] += 1
+        self._resets_landed(name, offsets, answers, applied_step)
         for tp, code in answers.items():
             if (code == Errors.OFFSET_OUT_OF_RANGE and tp in offsets and not self._from_leader(broker_id, tp)
                     and (name, tp) not in self._follower_oor):
                 entry = {"topic": tp.topic, "partition": tp.partition, "offset": offsets[tp], "broker": broker_id,
-                         "step": self.step, "how": "", "detail": "", "retried": 0}
+                         "step": self.step, "how": "", "detail": "", "retried": 0, "to": None}
                 self.clients[name].follower_out_of_range.append(entry)
                 self._follower_oor[(name, tp)] = entry
 
     def _decide_follower(self, name: str, tp: TopicPartition, how: str, detail: str) -> None:
         entry = self._follower_oor.pop((name, tp))
         entry.update(how=how, detail=detail)
+        if how == "reset":
+            self._follower_resets[(name, tp)] = entry  # where it lands: its first fetch answered since
+
+    def _resets_landed(self, name: str, offsets: dict[TopicPartition, int], answers: dict[TopicPartition, Any],
+                       applied_step: int) -> None:
+        for tp, offset in offsets.items():
+            reset = self._follower_resets.get((name, tp))
+            if reset is not None and answers.get(tp) == Errors.NONE and applied_step >= reset["step"]:
+                self._reset_landed(name, self._follower_resets.pop((name, tp)), offset)
+
+    def _reset_landed(self, name: str, entry: dict[str, Any], offset: int) -> None:
+        """A follower reset's first fetch answered: `to`; below where it was, it goes back although nothing
+        diverged, a false alarm (issue 20's definition: rewound or reset with no divergence), which the delivery
+        log sees as a re-read."""
+        entry["to"] = offset
+        if offset < entry["offset"]:
+            self.clients[name].false_alarms.append({
+                "topic": entry["topic"], "partition": entry["partition"], "offset": offset,
+                "served_end": entry["offset"], "answer": None, "redelivered": entry["offset"] - offset,
+                "step": self.step, "from": "follower-reset"})  # at most, as for a validation answer
 
     def _aborted_read(self, name: str, p: Any, fetched: int) -> None:
         aborted: set[bytes] = set()

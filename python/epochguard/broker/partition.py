@@ -224,15 +224,7 @@ class Partition:
                 return error(Errors.OFFSET_OUT_OF_RANGE)
             if diverging is not None:
                 # No records and no follower progress: the follower truncates and fetches again.
-                return FetchPartitionData(
-                    p.topic,
-                    p.partition_index,
-                    Errors.NONE,
-                    high_watermark=log.high_watermark,
-                    last_stable_offset=log.last_stable_offset,
-                    log_start_offset=log.log_start_offset,
-                    diverging_epoch=DivergingEpoch(*diverging),
-                )
+                return self._offsets_answer(p, diverging_epoch=DivergingEpoch(*diverging))
         if p.fetch_offset < log.log_start_offset or p.fetch_offset > leo:
             return error(Errors.OFFSET_OUT_OF_RANGE)
         read_committed = not from_follower and isolation_level == IsolationLevel.READ_COMMITTED
@@ -260,6 +252,11 @@ class Partition:
         code = self._check_epoch(p.current_leader_epoch, absent=p.current_leader_epoch < 0)
         if code != Errors.NONE:
             return FetchPartitionData(p.topic, p.partition_index, code, current_leader=self._leader_hint())
+        return self._offsets_answer(p, preferred_read_replica=preferred)
+
+    def _offsets_answer(self, p: FetchPartition, *, diverging_epoch: DivergingEpoch | None = None,
+                        preferred_read_replica: int = -1) -> FetchPartitionData:
+        """No records, the log's offsets: a diverging epoch for a follower, or a preferred read replica."""
         log = self.log
         return FetchPartitionData(
             p.topic,
@@ -268,7 +265,8 @@ class Partition:
             high_watermark=log.high_watermark,
             last_stable_offset=log.last_stable_offset,
             log_start_offset=log.log_start_offset,
-            preferred_read_replica=preferred,
+            diverging_epoch=diverging_epoch,
+            preferred_read_replica=preferred_read_replica,
         )
 
     def _fetch_refusal(self, p: FetchPartition, replica_id: int, replica_epoch: int, version: int) -> Errors:

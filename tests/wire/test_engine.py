@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from epochguard.protocol.messages import (
     ProduceResponse,
 )
 from epochguard.records import encode_batch, iter_batches
-from epochguard.sim.faults import Crash, StaleMetadata
+from epochguard.sim.faults import Crash, Isolate, LinkDelay, StaleMetadata
 from epochguard.sim.network import Envelope, broker_node
 from epochguard.sim.scenarios import topic_id
 from epochguard.storage.logdir import DEFAULT_CLUSTER_ID
@@ -63,10 +64,11 @@ def produce(w: WireCluster, conn, values: list[bytes], acks: int, correlation_id
 
 def test_acks_all_is_answered_once_the_isr_has_the_batch_stamped_in_place(wire: WireCluster) -> None:
     conn = wire.connect(1)
+    step = wire.step_no
     raw = produce(wire, conn, [b"a", b"b", b"c"], acks=-1)
-    assert wire.drain() == []  # the followers have not fetched it yet
-    answers = steps(wire, 20)
-    ((_, hdr, response),) = answers
+    # The append completes the followers' fetches (Kafka's purgatory): answered before any step.
+    ((_, hdr, response),) = wire.drain()
+    assert wire.step_no == step
     assert isinstance(response, ProduceResponse) and hdr.correlation_id == 7
     assert response.partitions[0].error_code == Errors.NONE and response.partitions[0].base_offset == 0
     for broker in (1, 2, 3):  # every ISR member holds the client's batch as it was sent, offsets and epoch set
@@ -76,16 +78,37 @@ def test_acks_all_is_answered_once_the_isr_has_the_batch_stamped_in_place(wire: 
         assert [r.value for r in batch.records()] == [b"a", b"b", b"c"]
 
 
-def test_a_fetch_at_the_log_end_long_polls_until_records_arrive(wire: WireCluster) -> None:
+@pytest.mark.parametrize("acks", [1, -1])
+def test_a_fetch_at_the_log_end_long_polls_until_records_arrive(wire: WireCluster, acks: int) -> None:
     consumer, producer = wire.connect(1), wire.connect(1)
     fetch = FetchRequest((FetchPartition("input", 0, 0),), max_wait_ms=2000, min_bytes=1, version=12)
     wire.submit(consumer, header(1, 12, 3), fetch)
     assert steps(wire, 20) == []  # 200 ms of a 2 s wait: nothing yet
-    produce(wire, producer, [b"x"], acks=1)
-    answers = steps(wire, 20)
-    fetched = [r for c, _, r in answers if c is consumer]
-    assert len(fetched) == 1 and isinstance(fetched[0], FetchResponse)
-    assert [r.value for b in iter_batches(fetched[0].partitions[0].records) for r in b.records()] == [b"x"]
+    produce(wire, producer, [b"x"], acks=acks)
+    # The followers fetch it at once, the high watermark moves, the long poll completes: no step between.
+    answers = wire.drain()
+    assert [c for c, _, _ in answers] == [producer, consumer]
+    fetched = answers[1][2]
+    assert isinstance(fetched, FetchResponse) and fetched.partitions[0].high_watermark == 1
+    assert [r.value for b in iter_batches(fetched.partitions[0].records) for r in b.records()] == [b"x"]
+
+
+@pytest.mark.parametrize("fault", [Isolate(3), LinkDelay(broker_node(1), broker_node(3), delay_ms=30)],
+                         ids=["isolated", "delayed-link"])
+def test_a_follower_behind_a_fault_is_not_replicated_at_once(wire: WireCluster, fault: Any) -> None:
+    """Only followers the regular path could reach now fetch at once: an acks=all produce waits for the
+    one behind the fault (its next fetch over the delayed link, or its removal from the ISR)."""
+    wire.fire(fault)
+    tp = wire.all_partitions[-1]
+    conn = wire.connect(1)
+    produce(wire, conn, [b"a"], acks=-1)
+    assert wire.drain() == []
+    assert wire.cluster.log(2, tp).log_end_offset == 1 and wire.cluster.log(3, tp).log_end_offset == 0
+    answers = steps(wire, 80)
+    assert [r.partitions[0].error_code for _, _, r in answers] == [Errors.NONE]
+    isolated = isinstance(fault, Isolate)
+    assert wire.cluster.controller.state(tp).isr == ((1, 2) if isolated else (1, 2, 3))
+    assert wire.cluster.log(3, tp).log_end_offset == (0 if isolated else 1)
 
 
 def test_an_empty_long_poll_ends_at_max_wait_of_the_clusters_clock(wire: WireCluster) -> None:
@@ -144,6 +167,7 @@ def test_a_frame_that_does_not_decode_closes_only_its_connection(wire: WireClust
 
 
 def test_produces_pipeline_behind_waiting_acks_but_answers_stay_in_order(wire: WireCluster) -> None:
+    wire.fire(Isolate(3))  # the acks wait for broker 3 to leave the ISR
     conn = wire.connect(1)
     produce(wire, conn, [b"a"], acks=-1, correlation_id=1)
     produce(wire, conn, [b"b"], acks=-1, correlation_id=2)
@@ -151,7 +175,7 @@ def test_produces_pipeline_behind_waiting_acks_but_answers_stay_in_order(wire: W
     leader_log = wire.cluster.log(1, wire.all_partitions[-1])
     assert leader_log.tp.topic == "input" and leader_log.log_end_offset == 2  # both appended at once
     assert wire.drain() == []  # neither is in the ISR yet; the metadata request waits behind them
-    answers = steps(wire, 20)
+    answers = steps(wire, 80)
     assert [h.correlation_id for _, h, _ in answers] == [1, 2, 3]
     assert [r.partitions[0].base_offset for _, _, r in answers[:2]] == [0, 1]
 

@@ -184,6 +184,25 @@ class ReplicaFetcher:
                 out.append((leader, self._track(self._list_offsets_request(s), [s], now_ms)))
         return out
 
+    def fetch_at_once(self, tp: TopicPartition, leader_id: int, leader_epoch: int, now_ms: int) -> FetchRequest | None:
+        """A fetch of `tp` alone from `leader_id` in `leader_epoch`, besides the regular one that may be in
+        flight: what a follower's fetch parked in the leader's purgatory becomes when an append completes
+        it (`DelayedFetch`), for a caller that delivers it at once (`epochguard.sim.Cluster.replicate_at_once`).
+        None unless `tp` is fetching from that leader in that epoch and not backing off. Its answer goes to
+        `on_fetch_at_once`; the regular fetch's answer, for an older offset by then, is ignored as stale."""
+        s = self.states.get(tp)
+        if (s is None or s.state != FetchState.FETCHING or s.leader_id != leader_id
+                or s.current_leader_epoch != leader_epoch or now_ms < s.delay_until_ms):
+            return None
+        return self._fetch_request([s])
+
+    def on_fetch_at_once(self, node_id: int, request: FetchRequest, response: FetchResponse, now_ms: int) -> None:
+        """The answer to `fetch_at_once`: appended as any fetch answer (same checks, same truncation)."""
+        sent = {p.tp: p for p in request.partitions}
+        for data in response.partitions:
+            if data.tp in sent:
+                self._on_fetch_data(node_id, sent[data.tp], data, now_ms)
+
     def _track(self, request: Request, states: list[PartitionFetchState], now_ms: int) -> Request:
         for s in states:
             s.in_flight = True

@@ -287,6 +287,8 @@ class Partition:
 
     def _aborted_within(self, fetch_offset: int, records: bytes) -> tuple[AbortedTransaction, ...]:
         """The aborted transactions within what is returned (`collectAbortedTransactions`)."""
+        if not self.log.collect_aborted_transactions(fetch_offset, self.log.log_end_offset):
+            return ()  # none from here on: no need to find where the answer's data ends
         upper = fetch_offset
         for batch in iter_batches(records, verify_crc=False):  # headers only: where the data ends
             upper = batch.next_offset

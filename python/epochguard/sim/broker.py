@@ -197,16 +197,21 @@ class Broker:
         self._expire_requests(now)
         for node_id, request in self.manager.poll_requests(now):
             self._send(node_id, request)
-        for _client, request, response in self.manager.poll_responses(now):
+        self.deliver_delayed_responses()
+        self._report_fetcher(now)
+        if now >= self._next_checkpoint_ms:
+            self._next_checkpoint_ms = now + self.ctx.config.hw_checkpoint_interval_ms
+            self.hw_checkpoint = {tp: log.high_watermark for tp, log in self.logs.items()}
+
+    def deliver_delayed_responses(self) -> None:
+        """Answer the acks=all produces (and marker writes) whose ISR has caught up: every step, and at once
+        after `Cluster.replicate_at_once`."""
+        for _client, request, response in self.manager.poll_responses(self.now_ms):
             env = self._waiting_produce.pop(id(request), None)
             if env is not None:
                 self.ctx.network.reply(env, response)
             elif self.on_delayed_response is not None:  # a produce from outside the sim (epochguard serve)
                 self.on_delayed_response(request, response)
-        self._report_fetcher(now)
-        if now >= self._next_checkpoint_ms:
-            self._next_checkpoint_ms = now + self.ctx.config.hw_checkpoint_interval_ms
-            self.hw_checkpoint = {tp: log.high_watermark for tp, log in self.logs.items()}
 
     def _report_fetcher(self, now: int) -> None:
         """Follower truncations and fenced fetchers, for the timeline."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from epochguard.protocol.messages import FetchResponse
 from epochguard.sim.broker import Broker
 from epochguard.sim.clock import SeededRandom, VirtualClock
 from epochguard.sim.config import ClusterConfig
@@ -30,6 +31,10 @@ from epochguard.sim.timeline import Timeline
 from epochguard.types import EpochProtocol, TopicPartition
 
 __all__ = ["Cluster", "ClusterConfig"]
+
+# Fetches of one follower in one `replicate_at_once`: the one the append completes, the one reporting
+# its new end, and room for a truncation (a diverging epoch) or an answer cut at the fetch size.
+_AT_ONCE_ROUNDS = 4
 
 
 @dataclass
@@ -125,6 +130,45 @@ class Cluster:
         if self.brokers[broker_id].alive:  # a bounce: the old process dies first
             self.crash(broker_id)
         self.brokers[broker_id].restart()
+
+    # --- replication at once (epochguard serve) --------------------------------------------------
+    def replicate_at_once(self, leader_id: int, tps: Iterable[TopicPartition]) -> None:
+        """The followers of `leader_id` fetch what it just appended to `tps` now, not at their next step.
+
+        Kafka parks a follower's fetch that found nothing in the leader's purgatory (`DelayedFetch`) and
+        an append completes it: the follower appends, and its next fetch reports its new end, which moves
+        the high watermark and completes the acks=all produces waiting for it (`DelayedProduce`). Only
+        what the regular path could also do now is done: the leader is the controller's acting leader,
+        both processes are up, no fault (cut, drop, delay) is on the link between them, and the follower
+        fetches from that leader in that epoch and is not backing off; each fetch goes through the same
+        state machines (`ReplicaManager.handle`, `ReplicaFetcher.on_fetch_at_once`). No virtual time
+        passes and no randomness is drawn for it. `epochguard serve` calls this after a client's append;
+        the simulator's own traffic keeps its network delays."""
+        leader = self.brokers[leader_id]
+        if not leader.alive:
+            return
+        now = self.clock.now_ms
+        for tp in tps:
+            partition = leader.manager.partitions.get(tp)
+            if partition is None or self.acting_leader(tp) != leader_id:
+                continue
+            for follower_id in partition.assignment:
+                follower = self.brokers.get(follower_id)
+                if (follower_id == leader_id or follower is None or not follower.alive
+                        or not self.network.link_clear(leader.node, follower.node)):
+                    continue
+                fetcher = follower.manager.fetcher
+                for _ in range(_AT_ONCE_ROUNDS):
+                    request = fetcher.fetch_at_once(tp, leader_id, partition.leader_epoch, now)
+                    if request is None:
+                        break
+                    offset = request.partitions[0].fetch_offset
+                    response = leader.manager.handle(follower_id, request, now)
+                    assert isinstance(response, FetchResponse)  # a Fetch is always answered at once
+                    fetcher.on_fetch_at_once(leader_id, request, response, now)
+                    if offset >= partition.log.log_end_offset or fetcher.states[tp].fetch_offset == offset:
+                        break  # this fetch reported the leader's end, or moved nothing (an error)
+        leader.deliver_delayed_responses()
 
     # --- running ---------------------------------------------------------------------------------
     def step(self) -> None:

@@ -133,6 +133,10 @@ class Network:
         self.set_fault(a, b, LinkFault(drop_rate=1.0, until_ms=until_ms))
         self.set_fault(b, a, LinkFault(drop_rate=1.0, until_ms=until_ms))
 
+    def link_clear(self, a: Node, b: Node) -> bool:
+        """No fault (cut, drop, delay) on either direction between a and b now."""
+        return self._active_fault(a, b) is None and self._active_fault(b, a) is None
+
     def _active_fault(self, src: Node, dst: Node) -> LinkFault | None:
         fault = self._faults.get((src, dst))
         if fault is not None and fault.until_ms is not None and fault.until_ms <= self.clock.now_ms:

@@ -535,22 +535,22 @@ class PartitionLog:
         bound = self._log_end_offset if upper_bound is None else min(upper_bound, self._log_end_offset)
         if fetch_offset >= bound:
             return b""
-        # A segment's batches are contiguous: copy each segment's run of batches in one slice.
-        out, size = bytearray(), 0
-        run: LogSegment | None = None
-        start = end = 0
+        # A segment's batches are contiguous: each segment's run of batches is one slice, copied once
+        # (through a view, released at once: a bytearray with a live view cannot grow).
+        runs: list[tuple[LogSegment, int, int]] = []
+        size = 0
         for segment, info in self._batches_from(fetch_offset):
             if info.base_offset >= bound or (size and size + info.size > max_bytes):
                 break
-            if segment is not run:
-                if run is not None:
-                    out += run.data[start:end]
-                run, start = segment, info.position
-            end = info.position + info.size
+            if not runs or runs[-1][0] is not segment:
+                runs.append((segment, info.position, info.position))
+            runs[-1] = (segment, runs[-1][1], info.position + info.size)
             size += info.size
-        if run is not None:
-            out += run.data[start:end]
-        return bytes(out)
+        pieces = []
+        for segment, start, end in runs:
+            with memoryview(segment.data) as view:
+                pieces.append(view[start:end].tobytes())
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def batches(self, start: int | None = None, end: int | None = None) -> Iterator[RecordBatch]:
         """Decoded batches from the one holding `start` (default log start) while base offset < `end`."""

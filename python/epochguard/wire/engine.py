@@ -14,6 +14,8 @@ does around them:
 - one request at a time per connection, answered in order; later ones wait in a bounded queue;
 - Fetch long-polls (up to `max_wait_ms`, virtual time) while no partition has records or an error;
 - an acks=all Produce completes when the ReplicaManager says the ISR has it (`on_delayed_response`);
+  a client's append completes the followers' fetches at once (`Cluster.replicate_at_once`, Kafka's
+  purgatory), so the ISR has it before the next step unless a fault stands between them;
 - a crashed broker drops its connections and refuses new ones (a dead process).
 
 Time is the cluster's step counter: nothing here reads a clock, so a recorded run replays exactly
@@ -265,10 +267,11 @@ class WireCluster:
         response = self._handle_by_manager(conn, waiting)
         if response is None:  # acks=all: the ISR has not got it yet
             self._delayed[id(request)] = waiting
-        elif request.acks == 0:
-            self._answer(waiting, _NO_ANSWER)
-        else:
-            self._answer(waiting, response)
+        # The append completes the followers' parked fetches at once (as Kafka's purgatory does), which
+        # may move the high watermark and answer this produce and others waiting (`_on_delayed_response`).
+        self.cluster.replicate_at_once(conn.broker_id, [p.tp for p in request.partitions])
+        if response is not None:
+            self._answer(waiting, _NO_ANSWER if request.acks == 0 else response)
         self._poll_fetches()  # new records may complete long polls (once the HW moves)
 
     def _on_offsets(self, conn: Connection, waiting: _Waiting) -> None:

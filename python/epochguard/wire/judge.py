@@ -242,7 +242,10 @@ class Judge:
         self._follower_resets: dict[tuple[str, TopicPartition], dict[str, Any]] = {}  # reset, not yet landed
         self._committed: dict[tuple[str, TopicPartition], tuple[int, int]] = {}  # (group, tp) -> (offset, epoch)
         self._left: dict[str, int] = {}  # client -> step its LeaveGroup was applied
-        self._acked: list[_Acked] = []
+        self._acked: list[_Acked] = []  # in the order they were answered
+        # id(sequence error entry) -> how many acks came before it: answers complete between steps (the
+        # followers fetch at once), so an error and the next ack can share a step; their order is this.
+        self._acks_before: dict[int, int] = {}
         self._producer_ids: dict[str, set[int]] = {}  # of the batches each client had acknowledged
         self._decided: set[tuple[str, TopicPartition, int, int]] = set()
         # Each client's history for its anomalies: the batches it was served (None: an answer a later fetch
@@ -776,9 +779,10 @@ class Judge:
         for p in request.partitions:
             r = results.get(p.tp)
             if r is not None and r.error_code in _SEQUENCE_LOST:
-                self.clients[name].sequence_errors.append({"topic": p.tp.topic, "partition": p.tp.partition,
-                                                           "error": r.error_code.name, "step": self.step,
-                                                           "outcome": ""})
+                entry = {"topic": p.tp.topic, "partition": p.tp.partition, "error": r.error_code.name,
+                         "step": self.step, "outcome": ""}
+                self.clients[name].sequence_errors.append(entry)
+                self._acks_before[id(entry)] = len(self._acked)
             if r is None or r.error_code != Errors.NONE or not isinstance(p.records, bytes):
                 continue
             if len(p.records) >= 51:  # the producer id of its batches (a request holds one producer's)
@@ -843,7 +847,8 @@ class Judge:
         for name, report in self.clients.items():
             for e in report.sequence_errors:
                 tp = TopicPartition(e["topic"], e["partition"])
-                if not any(a.client == name and a.tp == tp and a.step > e["step"] for a in self._acked):
+                later = self._acked[self._acks_before.get(id(e), len(self._acked)):]
+                if not any(a.client == name and a.tp == tp for a in later):
                     e["outcome"] = "fatal"
                     continue
                 # A record of its own twice in the leader's log: sent again after it was written.

@@ -886,3 +886,33 @@ def test_an_acknowledged_batch_an_unclean_election_lost_is_an_expected_lost_ack(
     for _ in range(50):
         w.step()
     assert [name for name, _, _ in anomalies(w, judge)] == ["lost-ack/expected"]
+
+
+def test_a_batch_a_zombie_acknowledged_after_the_election_is_an_expected_lost_ack() -> None:
+    """zombie-leader: broker 1, cut off from the controller, still leads in epoch 0 and acknowledges acks=all
+    batches (its ISR is itself) after the controller elected broker 2 uncleanly in epoch 1. The batch is
+    lost when broker 1 hears of epoch 1 and truncates: allowed by that election, as its epoch (0, the
+    zombie's, not the controller's 1) says."""
+    from epochguard.protocol.messages import ProducePartition, ProduceRequest
+    from epochguard.records import encode_batch
+
+    w, judge = leader_alone("zombie-leader")
+    inp = TopicPartition("input", 0)
+    conn = w.connect(1)
+    first = encode_batch([(None, b"kept")], partition_leader_epoch=-1)  # followers lag: the ISR shrinks to 1
+    ask(w, conn, 0, 9, ProduceRequest((ProducePartition("input", 0, first),), acks=1, timeout_ms=60000, version=9))
+    run_until(w, lambda: w.cluster.controller.state(inp).isr == (1,), limit=5000)
+    w.fire(Zombie(1))
+    run_until(w, lambda: w.cluster.acting_leader(inp) not in (None, 1), limit=5000)
+    zombie = w.cluster.log(1, inp)
+    assert w.cluster.controller.state(inp).leader_epoch == 1 and zombie.leader_epoch_cache.latest_epoch == 0
+    records = encode_batch([(None, b"zombie")], partition_leader_epoch=-1)
+    answer = ask(w, conn, 0, 9, ProduceRequest((ProducePartition("input", 0, records),), acks=-1, timeout_ms=60000,
+                                               version=9))
+    assert answer.partitions[0].error_code == Errors.NONE  # the zombie acknowledged it
+    w.fire(Heal(broker_node(1)))
+    run_until(w, lambda: zombie.log_end_offset == w.cluster.log(2, inp).log_end_offset, limit=5000)  # truncated
+    for _ in range(50):
+        w.step()
+    assert [name for name, _, _ in anomalies(w, judge)] == ["lost-ack/expected"]
+    assert {c["client_id"]: c for c in judge.report()}["scripted"]["acks_lost"] == []  # acked-durable: exempt too

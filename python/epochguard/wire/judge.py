@@ -301,7 +301,7 @@ class Judge:
         elif isinstance(request, (JoinGroupRequest, LeaveGroupRequest)):
             self._on_membership(name, request, applied_step)
         elif isinstance(request, ProduceRequest) and isinstance(response, ProduceResponse) and request.acks == -1:
-            self._on_acked(name, request, response)
+            self._on_acked(name, conn.broker_id, request, response)
 
     def _on_membership(self, name: str, request: JoinGroupRequest | LeaveGroupRequest, applied_step: int) -> None:
         if isinstance(request, JoinGroupRequest):
@@ -773,7 +773,7 @@ class Judge:
                 report.storms.append({"api": api, "topic": tp.topic, "partition": tp.partition, "step": self.step,
                                       "requests": STORM_REQUESTS, "within_steps": self.step - steps[0]})
 
-    def _on_acked(self, name: str, request: ProduceRequest, response: ProduceResponse) -> None:
+    def _on_acked(self, name: str, broker_id: int, request: ProduceRequest, response: ProduceResponse) -> None:
         wire = self._wire
         results = {p.tp: p for p in response.partitions}
         for p in request.partitions:
@@ -791,7 +791,10 @@ class Judge:
                     self._producer_ids.setdefault(name, set()).add(pid)
             epoch = -1
             if wire is not None:
-                epoch = wire.cluster.controller.state(p.tp).leader_epoch
+                # The epoch the answering broker appended it in, not the controller's: a zombie acknowledges
+                # in the epoch it still believes in, after the controller elected another leader.
+                held = wire.cluster.log(broker_id, p.tp).epoch_for_offset(r.base_offset)
+                epoch = wire.cluster.controller.state(p.tp).leader_epoch if held is None else held
             spans = batch_spans(p.records)
             crcs = tuple(s[3] for s in spans)
             self._acked.append(_Acked(name, p.tp, r.base_offset, crcs, epoch, self.step))

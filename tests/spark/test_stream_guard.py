@@ -447,6 +447,32 @@ def test_small_ranges_share_a_task_and_each_is_read_once(tmp_path: Path) -> None
         cluster.close()
 
 
+
+def test_a_spark_worker_freezes_what_it_holds_after_its_first_range(cluster: GuardCluster, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """pyspark's daemon runs gc.collect() after every task of a reused worker: the first range read in a
+    task freezes the worker's objects (gc.freeze) so the later collections skip them; never outside a task."""
+    import gc
+
+    import pyspark
+
+    from epochguard.spark import stream
+
+    cluster.produce(3)
+    run = MicroBatches(cluster, "fail", tmp_path)
+    end = run.reader.latestOffset(run.start, None)
+    monkeypatch.setattr(stream, "_FROZEN", False)
+    assert gc.get_freeze_count() == 0
+    assert len(run._read(run.start, end)) == 3  # no task context: this process is not frozen
+    assert gc.get_freeze_count() == 0 and not stream._FROZEN
+    monkeypatch.setattr(pyspark.TaskContext, "get", classmethod(lambda cls: object()))
+    try:
+        assert len(run._read(run.start, end)) == 3
+        assert gc.get_freeze_count() > 0 and stream._FROZEN
+    finally:
+        gc.unfreeze()
+
+
 # --- pure parts -------------------------------------------------------------------------------------
 def test_group_ranges() -> None:
     tps = [TopicPartition("t", p) for p in range(8)]

@@ -600,6 +600,29 @@ def read_range(options: StreamOptions, tp: TopicPartition, start: EpochOffset, u
             _give_back_consumer(key, consumer)
         else:
             consumer.close()
+        _freeze_worker_once()
+
+
+_FROZEN = False
+
+
+def _freeze_worker_once() -> None:
+    """In a Spark Python worker, after its first range: move what the process holds (pyspark, pyarrow,
+    epochguard, the kept consumer; 51,000-85,000 objects) out of the cyclic collector's reach (`gc.freeze`).
+    pyspark's daemon runs a full `gc.collect()` after every task of a reused worker (140-190 ms at load 16,
+    about 1 s at load 22, on a 2-core machine): with this it scans only what the task created. Only in a
+    task (pyspark's `TaskContext`), never in a driver or a test process."""
+    global _FROZEN
+    if _FROZEN:
+        return
+    from pyspark import TaskContext
+
+    if TaskContext.get() is None:
+        return
+    import gc
+
+    gc.freeze()
+    _FROZEN = True
 
 
 # One idle consumer per client settings in this process (a Python worker runs one task at a time; the

@@ -916,3 +916,19 @@ def test_a_batch_a_zombie_acknowledged_after_the_election_is_an_expected_lost_ac
         w.step()
     assert [name for name, _, _ in anomalies(w, judge)] == ["lost-ack/expected"]
     assert {c["client_id"]: c for c in judge.report()}["scripted"]["acks_lost"] == []  # acked-durable: exempt too
+
+
+def test_a_zombies_out_of_range_answer_is_no_follower_reset() -> None:
+    """zombie-leader: broker 1 still leads in its own eyes after the controller elected broker 2; a client
+    that asks it past its log end and then lists offsets on it talks to the leader it was told of, not to
+    a preferred read replica (KIP-392's follower-reset is about those)."""
+    w, judge = leader_alone("zombie-leader")
+    w.fire(Zombie(1))
+    run_until(w, lambda: w.cluster.acting_leader(TP) not in (None, 1), limit=5000)
+    zombie = w.connect(1)
+    assert fetch(w, zombie, w.cluster.log(1, TP).log_end_offset + 5).partitions[0].error_code == \
+        Errors.OFFSET_OUT_OF_RANGE
+    ask(w, zombie, 2, 7, ListOffsetsRequest((ListOffsetsPartition("events", 0, EARLIEST_TIMESTAMP, 0),)))
+    judge.on_step(w)
+    judge.finish()
+    assert {c["client_id"]: c for c in judge.report()}["scripted"]["follower_out_of_range"] == []

@@ -566,7 +566,7 @@ class Judge:
         self._resets_landed(name, offsets, answers, applied_step)
         for tp, code in answers.items():
             if (code == Errors.OFFSET_OUT_OF_RANGE and tp in offsets and not self._from_leader(broker_id, tp)
-                    and (name, tp) not in self._follower_oor):
+                    and not self._believes_it_leads(broker_id, tp) and (name, tp) not in self._follower_oor):
                 entry = {"topic": tp.topic, "partition": tp.partition, "offset": offsets[tp], "broker": broker_id,
                          "step": self.step, "how": "", "detail": "", "retried": 0, "to": None}
                 self.clients[name].follower_out_of_range.append(entry)
@@ -624,6 +624,14 @@ class Judge:
 
     def _from_leader(self, broker_id: int, tp: TopicPartition) -> bool:
         return self._wire is None or self._wire.cluster.acting_leader(tp) == broker_id
+
+    def _believes_it_leads(self, broker_id: int, tp: TopicPartition) -> bool:
+        """A zombie (`zombie-leader`) answers as the leader it still thinks it is: its out-of-range answer is
+        no preferred read replica's, and what the client does next is judged as a divergence, if any."""
+        if self._wire is None:
+            return False
+        partition = self._wire.cluster.broker(broker_id).manager.partitions.get(tp)
+        return partition is not None and partition.is_leader
 
     def _in_current_epoch(self, broker_id: int, tp: TopicPartition) -> bool:
         return self._wire is None or self._wire.cluster.in_current_epoch(tp, broker_id)

@@ -134,3 +134,30 @@ def test_send_reorder_compares_successive_acks_as_jepsen() -> None:
 def test_a_read_the_healed_log_does_not_hold_is_no_rewind_nor_skip() -> None:
     # a zombie's record at 5 after 9: the phantom-read, not a rewind (Jepsen: no index, no delta)
     assert found([*reads(9), Read(TP, 5, "zombie5"), *reads(10 + 1)]) == [("phantom-read", 5, 1)]
+
+
+def test_producer_stuck_is_no_ack_for_the_bound_with_a_failure_after_the_last() -> None:
+    healed = Healed.of_records({IN: {0: "a", 1: "b"}}, {IN: 0})
+
+    def stuck(failed_at: float | None, end: float) -> list[tuple[str, int]]:
+        history = History(acks=[Ack(IN, 0, "a", at=1.0), Ack(IN, 1, "b", at=2.0)], end=end,
+                          failed={} if failed_at is None else {IN: failed_at})
+        return [(a.name, a.offset) for a in find_anomalies(history, healed, stuck_after=10.0)]
+
+    assert stuck(3.0, 12.0) == [("producer-stuck", 1)]  # failing from 3.0, nothing acknowledged after 1 at 2.0
+    assert stuck(3.0, 11.9) == []  # the bound not reached yet
+    assert stuck(None, 50.0) == []  # it stopped sending by itself: nothing failed
+    assert stuck(1.5, 50.0) == []  # it failed, then got through again
+
+
+def test_the_delivery_log_truth_names_a_stuck_producer() -> None:
+    final = FinalLog({("input", 0): {0: digest(b"p0")}}, {("input", 0): 0}, {("input", 0): 1})
+
+    def produced(t: float, offset: int | None, partition: int | None = 0) -> dict[str, Any]:
+        return {"t": t, "kind": "produced", "topic": "input", "partition": partition, "offset": offset,
+                "digest": digest(b"p0" if offset == 0 else b"px"), "error": None if offset is not None else "_FATAL"}
+
+    # failed sends without a partition (librdkafka's purged queue) count for the topic's acknowledged partitions
+    log = [produced(1.0, 0), produced(1.2, None, None), {"t": 10.0, "kind": "stop"}]
+    assert summary(judge_client(log, final, stuck_after_s=5.0).anomalies) == {"producer-stuck": 1}
+    assert summary(judge_client(log[:1] + log[2:], final, stuck_after_s=5.0).anomalies) == {}

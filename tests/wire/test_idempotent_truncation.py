@@ -25,7 +25,7 @@ from epochguard.wire.drivers.compat import run_groups
 from epochguard.wire.drivers.registry import client
 from epochguard.wire.drivers.session import RunResult
 from epochguard.wire.engine import WireCluster
-from epochguard.wire.judge import Judge
+from epochguard.wire.judge import STUCK_AFTER_STEPS, Judge
 from epochguard.wire.scenarios import build
 from tests.wire.conftest import require, require_final_reader
 from tests.wire.serving import ServeRuns
@@ -105,6 +105,25 @@ def test_a_producer_never_acknowledged_after_the_error_is_fatal(answered_out_of_
     assert _outcomes(judge) == [("OUT_OF_ORDER_SEQUENCE_NUMBER", "fatal")] * 2
 
 
+def test_a_producer_refused_for_the_stuck_bound_is_producer_stuck(answered_out_of_order) -> None:
+    """aiokafka#1017's shape: refused OUT_OF_ORDER_SEQUENCE_NUMBER from then on; the anomaly once its last
+    acknowledgement is STUCK_AFTER_STEPS behind its last request, not before."""
+    w, judge, conn = answered_out_of_order
+    for _ in range(STUCK_AFTER_STEPS - 50):
+        w.step()
+    assert _produce(w, conn, 7, [b"c"]) == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+    judge.finish()
+    (report,) = [c for c in judge.report() if c["client_id"] == "scripted"]
+    assert [a["anomaly"] for a in report["anomalies"]] == []
+    for _ in range(100):
+        w.step()
+    assert _produce(w, conn, 7, [b"c"]) == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+    judge.finish()
+    (report,) = [c for c in judge.report() if c["client_id"] == "scripted"]
+    assert [(a["anomaly"], a["partition"], a["offset"]) for a in report["anomalies"]] == [
+        ("producer-stuck", INPUT.partition, 0)]  # its last acknowledged batch, at 0
+
+
 def test_a_producer_that_writes_acknowledged_records_again_duplicates(answered_out_of_order) -> None:
     w, judge, conn = answered_out_of_order
     assert _produce(w, conn, 0, [b"b", b"c"], epoch=1) == Errors.NONE  # b was written already
@@ -153,6 +172,10 @@ def test_each_producer_does_what_its_code_says_and_both_sides_agree(runs: ServeR
     assert truth.producer_outcome == IDEMPOTENT[name], f"{name}: {truth.producer_outcome}; log {run.logs[name]}"
     # The tail broker 1 alone acknowledged is gone with the election: lost, and blamed on no client.
     assert truth.lost_acked and server["acks_lost"] == []
+    # Both histories name the same anomalies of its producer: a fatal one is producer-stuck on both sides.
+    said = {a["anomaly"] for a in server["anomalies"] if a["topic"] == "input"}
+    logged = {a.name for a in truth.anomalies if a.topic == "input"}
+    assert said == logged, f"{name}: server {said}, log {logged}\n{run.why(name)}"
 
 
 def test_librdkafka_says_why_it_stopped(runs: ServeRuns) -> None:

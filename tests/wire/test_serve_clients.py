@@ -62,6 +62,10 @@ def test_server_verdicts_match_the_delivery_log(runs: Runs, scenario: str, trigg
         f"{name} in {scenario} --trigger {trigger}: server {sorted(served)} "
         f"(from {len(server['divergences'])} events), delivery log {sorted(own)}; log {result.logs[name]}"
     )
+    # The record-level anomalies of both histories (which ones: the server counts batches, the log records)
+    said = {f"{a['anomaly']}/{a['tag']}" if a["tag"] else a["anomaly"] for a in server["anomalies"]}
+    logged = {a.label for a in truth.anomalies}
+    assert said == logged, f"{name} in {scenario} --trigger {trigger}: server {said}, log {logged}\n{result.why(name)}"
 
 
 @pytest.mark.parametrize("name", [c.name for c in CLIENTS if c.name.startswith("epochguard")])

@@ -35,6 +35,9 @@ holds no record) or a compacted offset between two reads is no gap.
   acknowledged just before it on the same partition (in acknowledgement order: what the client and the
   server both see; a retried batch acknowledged after a later one is in order there).
 - `aborted-read` (G1a): a read of a record whose transaction was aborted (the caller says which values).
+- `producer-stuck` (no Jepsen name; Bufstream's "stuck producers" are kin): the client's last acknowledgement
+  on a partition came the stuck bound or more before its history ends, and a send to it failed after;
+  `offset`: that last acknowledgement's.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ __all__ = ["ANOMALIES", "Ack", "Anomaly", "Healed", "History", "Moved", "Read", 
 
 TP = tuple[str, int]
 ANOMALIES = ("phantom-read", "rewind", "skip", "unseen", "lost-ack", "duplicate-write", "send-reorder",
-             "aborted-read")
+             "aborted-read", "producer-stuck")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,7 @@ class Ack:
     offset: int
     value: Hashable
     epoch: int = -1  # the partition's leader epoch when it was acknowledged, where known
+    at: float = 0.0  # when (the history's clock: the server's steps, the delivery log's seconds)
 
 
 @dataclass
@@ -96,6 +100,8 @@ class History:
     events: list[Read | Moved] = field(default_factory=list)
     acks: list[Ack] = field(default_factory=list)
     stalled: set[TP] = field(default_factory=set)  # partitions it stopped consuming while the log went on
+    failed: dict[TP, float] = field(default_factory=dict)  # when a send to each partition last failed
+    end: float = 0.0  # when its history ends (the acks' clock)
 
 
 class Healed:
@@ -175,12 +181,27 @@ class Anomaly:
 
 
 def find_anomalies(history: History, healed: Healed, *, expected: Callable[[Ack], bool] = lambda _a: False,
-                   aborted: Iterable[Hashable] = ()) -> list[Anomaly]:
+                   aborted: Iterable[Hashable] = (), stuck_after: float | None = None) -> list[Anomaly]:
     """Every anomaly of one client's `history` against `healed`; `expected(ack)` says whether an unclean
-    election allowed that ack's loss, `aborted` holds the values of aborted transactions' records."""
+    election allowed that ack's loss, `aborted` holds the values of aborted transactions' records,
+    `stuck_after` is the stuck bound on the history's clock (None: no producer-stuck)."""
     out = _reads(history, healed, set(aborted))
     out += _acks(history.acks, healed, expected)
+    if stuck_after is not None:
+        out += _producer_stuck(history, stuck_after)
     return out
+
+
+def _producer_stuck(history: History, bound: float) -> list[Anomaly]:
+    """Partitions whose last acknowledgement came `bound` or more before the history's end, a send failing
+    after it: the producer stopped getting through (aiokafka#1017: refused OUT_OF_ORDER_SEQUENCE_NUMBER until
+    restarted; librdkafka#3584: fatal). A producer that stopped sending by itself had no failure after."""
+    last: dict[TP, Ack] = {}
+    for a in history.acks:
+        if a.tp not in last or a.at >= last[a.tp].at:
+            last[a.tp] = a
+    return [Anomaly("producer-stuck", tp[0], tp[1], a.offset) for tp, a in sorted(last.items())
+            if history.failed.get(tp, a.at) > a.at and history.end - a.at >= bound]
 
 
 def _reads(history: History, healed: Healed, aborted: set[Hashable]) -> list[Anomaly]:

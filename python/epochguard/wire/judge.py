@@ -254,6 +254,7 @@ class Judge:
         self._sent: dict[str, list[Ack]] = {}
         self._pending: dict[tuple[str, TopicPartition], deque[tuple[int, list[int]]]] = {}  # (fetched, indices)
         self._answered: dict[tuple[str, TopicPartition], set[int]] = {}  # offsets the cluster told it since
+        self._failed: dict[str, dict[tuple[str, int], float]] = {}  # client -> partition -> step of a Produce error
         self._conns: set[int] = set()
         self._wire: Any = None
         self.step = 0
@@ -300,8 +301,12 @@ class Judge:
             self._on_offset_fetch(name, request, response)
         elif isinstance(request, (JoinGroupRequest, LeaveGroupRequest)):
             self._on_membership(name, request, applied_step)
-        elif isinstance(request, ProduceRequest) and isinstance(response, ProduceResponse) and request.acks == -1:
-            self._on_acked(name, conn.broker_id, request, response)
+        elif isinstance(request, ProduceRequest) and isinstance(response, ProduceResponse):
+            failed = self._failed.setdefault(name, {})
+            failed.update(((p.tp.topic, p.tp.partition), step) for p in response.partitions
+                          if p.error_code != Errors.NONE)
+            if request.acks == -1:
+                self._on_acked(name, conn.broker_id, request, response)
 
     def _on_membership(self, name: str, request: JoinGroupRequest | LeaveGroupRequest, applied_step: int) -> None:
         if isinstance(request, JoinGroupRequest):
@@ -491,21 +496,25 @@ class Judge:
             hw, aborted = log.high_watermark, log.aborted_transactions
             log_start[key] = log.log_start_offset
             values[key], spans[key] = {}, []
-            for b in log.batches(end=hw):
-                if b.is_control or (b.is_transactional and any(
-                        t.producer_id == b.producer_id and t.first_offset <= b.base_offset <= t.last_offset
-                        for t in aborted)):
-                    continue  # a marker, or an aborted transaction's records: no record a consumer reads
-                values[key][b.base_offset] = b.crc
-                spans[key].append((b.base_offset, b.last_offset))
+            for segment in log.segments:  # the batch headers alone: no record is decoded, no CRC computed
+                for b in segment.batches:
+                    if b.base_offset >= hw or b.last_offset < log.log_start_offset or b.is_control:
+                        continue  # past the high watermark, deleted, or a marker: no record a consumer reads
+                    if b.is_transactional and any(t.producer_id == b.producer_id and t.first_offset <= b.base_offset
+                                                  <= t.last_offset for t in aborted):
+                        continue  # an aborted transaction's records
+                    (values[key][b.base_offset],) = struct.unpack_from(">I", segment.data, b.position + 17)
+                    spans[key].append((b.base_offset, b.last_offset))
         healed = Healed(values, spans, log_start)
         for name, report in self.clients.items():
             stalled = {(s["topic"], s["partition"]) for s in report.stalls}
             events = [e for e in self._reads.get(name, ()) if e is not None]
-            history = History(events, self._sent.get(name, []), stalled)
+            history = History(events, self._sent.get(name, []), stalled, self._failed.get(name, {}),
+                              self._last_asked.get(name, 0))
             report.anomalies = find_anomalies(
                 history, healed, expected=lambda a: cluster.controller.unclean_after_epoch(TopicPartition(*a.tp),
-                                                                                          a.epoch))
+                                                                                          a.epoch),
+                stuck_after=STUCK_AFTER_STEPS)
             report.anomalies += [Anomaly("aborted-read", r["topic"], r["partition"], r["offset"])
                                  for r in report.aborted_reads]
 
@@ -808,7 +817,8 @@ class Judge:
             self._acked.append(_Acked(name, p.tp, r.base_offset, crcs, epoch, self.step))
             sent = self._sent.setdefault(name, [])
             for base, _last, _epoch, crc in spans[:max(0, HISTORY_LIMIT - len(sent))]:
-                sent.append(Ack((p.tp.topic, p.tp.partition), r.base_offset + base - spans[0][0], crc, epoch))
+                sent.append(Ack((p.tp.topic, p.tp.partition), r.base_offset + base - spans[0][0], crc, epoch,
+                                at=self.step))
 
     def _sent_epochs(self, report: ClientReport, api: str, epochs: list[tuple[TopicPartition, int]]) -> None:
         if any(e >= 0 for _, e in epochs):

@@ -194,23 +194,31 @@ def judge_client(
         truth.producer_outcome = "duplicate"
     healed = Healed.of_records(final.partitions, final.log_start)
     truth.anomalies = find_anomalies(client_history(entries, consume_topic, truth), healed,
-                                     expected=lambda _ack: unclean)
+                                     expected=lambda _ack: unclean, stuck_after=stuck_after_s)
     return truth
 
 
 def client_history(entries: Iterable[Mapping[str, Any]], consume_topic: str, truth: ClientTruth) -> History:
     """The client's history as its delivery log tells it: `consumed` records of `consume_topic` (value: the
     digest), `assigned` entries as moves (of their `partitions`, or of all), acknowledged `produced`
-    records in the order acknowledged, and the partitions it stalled on (`truth.stalls`)."""
-    history = History(stalled={(t, p) for t, p, _last in truth.stalls})
+    records in the order acknowledged, when a send to each partition last failed (one without a partition:
+    to each of its topic's it had acknowledgements from), the partitions it stalled on (`truth.stalls`), and
+    when its log ends."""
+    history = History(stalled={(t, p) for t, p, _last in truth.stalls}, end=max((e["t"] for e in entries),
+                                                                                   default=0.0))
+    failed: dict[str, list[tuple[int | None, float]]] = defaultdict(list)
     for e in entries:
+        if e["kind"] == "produced" and e.get("offset") is None:
+            failed[e["topic"]].append((e.get("partition"), e["t"]))
         if e["kind"] == "consumed" and e["topic"] == consume_topic:
             history.events.append(Read((e["topic"], e["partition"]), e["offset"], e["digest"]))
         elif e["kind"] == "assigned":
             parts = e.get("partitions")
             history.events.extend([Moved((e["topic"], p)) for p in parts] if parts is not None else [Moved()])
         elif e["kind"] == "produced" and e.get("offset") is not None and e.get("partition") is not None:
-            history.acks.append(Ack((e["topic"], e["partition"]), e["offset"], e["digest"]))
+            history.acks.append(Ack((e["topic"], e["partition"]), e["offset"], e["digest"], at=e["t"]))
+    for tp in {a.tp for a in history.acks}:
+        history.failed[tp] = max((t for p, t in failed[tp[0]] if p is None or p == tp[1]), default=0.0)
     return history
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from epochguard.wire.drivers.compat import allows_unclean
 from epochguard.wire.drivers.registry import CLIENTS, Client, client
 from epochguard.wire.drivers.session import RunResult, run_clients, serve_command
 from tests.wire.conftest import require, usable
@@ -161,7 +162,7 @@ class ServeRuns:
                 self._runs[key] = run_clients(
                     serve_command(scenario, trigger, trace=workdir / "trace.jsonl", consumers=len(here)), here,
                     workdir, after_settle_s=self.AFTER_SETTLE_S, stuck_after_s=self.STUCK_AFTER_S,
-                    driver_args=driver_args,
+                    driver_args=driver_args, unclean=allows_unclean(scenario),
                 )
             except Exception as exc:  # every client's test fails on it; a second run would overwrite its logs
                 self._runs[key] = exc

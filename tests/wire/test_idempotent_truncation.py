@@ -121,7 +121,7 @@ def test_a_producer_refused_for_the_stuck_bound_is_producer_stuck(answered_out_o
     judge.finish()
     (report,) = [c for c in judge.report() if c["client_id"] == "scripted"]
     assert [(a["anomaly"], a["partition"], a["offset"]) for a in report["anomalies"]] == [
-        ("producer-stuck", INPUT.partition, 0)]  # its last acknowledged batch, at 0
+        ("producer-stuck", INPUT.partition, 1)]  # its last acknowledged record: b, at 1
 
 
 def test_a_producer_that_writes_acknowledged_records_again_duplicates(answered_out_of_order) -> None:

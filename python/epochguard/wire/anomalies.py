@@ -181,12 +181,14 @@ class Anomaly:
 
 
 def find_anomalies(history: History, healed: Healed, *, expected: Callable[[Ack], bool] = lambda _a: False,
-                   aborted: Iterable[Hashable] = (), stuck_after: float | None = None) -> list[Anomaly]:
+                   aborted: Iterable[Hashable] = (), stuck_after: float | None = None,
+                   acks_healed: Healed | None = None) -> list[Anomaly]:
     """Every anomaly of one client's `history` against `healed`; `expected(ack)` says whether an unclean
     election allowed that ack's loss, `aborted` holds the values of aborted transactions' records,
-    `stuck_after` is the stuck bound on the history's clock (None: no producer-stuck)."""
+    `stuck_after` is the stuck bound on the history's clock (None: no producer-stuck), `acks_healed` the
+    log the acks are looked up in when their values are not `healed`'s (records, where reads are batches)."""
     out = _reads(history, healed, set(aborted))
-    out += _acks(history.acks, healed, expected)
+    out += _acks(history.acks, healed if acks_healed is None else acks_healed, expected)
     if stuck_after is not None:
         out += _producer_stuck(history, stuck_after)
     return out

@@ -104,7 +104,7 @@ from epochguard.protocol.messages import (
     ProduceRequest,
     ProduceResponse,
 )
-from epochguard.records import batch_index
+from epochguard.records import batch_index, iter_batches
 from epochguard.sim.invariants import METADATA_EPOCH_MONOTONIC
 from epochguard.types import FetchPosition, IsolationLevel, TopicPartition
 from epochguard.wire.anomalies import Ack, Anomaly, Healed, History, Moved, Read, find_anomalies
@@ -119,8 +119,20 @@ STORM_REQUESTS, STORM_STEPS = 50, 100  # 50 asks in 1 s of the server's clock; a
 SPIN_REQUESTS = 100  # within STUCK_AFTER_STEPS: 10 a second; a long-polling fetch at 500 ms asks 20
 _SERVED_SPANS = 256  # per client and partition: enough to place any commit near the client's position
 HISTORY_LIMIT = 200_000  # served batches and acks kept per client for its anomalies (a benchmark's run is longer)
+ACKED_BYTES = 64 << 20  # acknowledged batches kept per client; the healed log decoded only up to HISTORY_LIMIT records
 _PENDING_ANSWERS = 8  # per client and partition: fetch answers a later fetch may show it never consumed whole
 _TRANSACTIONAL, _CONTROL = 0x10, 0x20  # record batch attributes
+
+
+def _acked_records(tp: TopicPartition, offset: int, records: bytes, epoch: int, step: int) -> list[Ack]:
+    """The records of an acknowledged Produce request's batches, at the offsets it was answered with."""
+    out: list[Ack] = []
+    first = None
+    for batch in iter_batches(records, verify_crc=False):
+        for r in batch.records():
+            first = r.offset if first is None else first
+            out.append(Ack((tp.topic, tp.partition), offset + r.offset - first, r.value, epoch, at=step))
+    return out
 
 
 def batch_spans(records: bytes) -> list[tuple[int, int, int, int]]:
@@ -251,7 +263,10 @@ class Judge:
         # Each client's history for its anomalies: the batches it was served (None: an answer a later fetch
         # showed it never consumed), moves, acknowledged batches
         self._reads: dict[str, list[Read | Moved | None]] = {}
-        self._sent: dict[str, list[Ack]] = {}
+        # per client: acks=all batches acknowledged (tp, offset, the request's records, epoch, step), their records
+        # decoded at the end; bounded by ACKED_BYTES
+        self._sent: dict[str, list[tuple[TopicPartition, int, bytes, int, int]]] = {}
+        self._sent_bytes: dict[str, int] = {}
         self._pending: dict[tuple[str, TopicPartition], deque[tuple[int, list[int]]]] = {}  # (fetched, indices)
         self._answered: dict[tuple[str, TopicPartition], set[int]] = {}  # offsets the cluster told it since
         self._failed: dict[str, dict[tuple[str, int], float]] = {}  # client -> partition -> step of a Produce error
@@ -483,7 +498,6 @@ class Judge:
         """Each client's anomalies, against the leaders' logs from their log start to the high watermark."""
         cluster = self._wire.cluster
         tps = {TopicPartition(*r.tp) for h in self._reads.values() for r in h if isinstance(r, Read)}
-        tps |= {TopicPartition(*a.tp) for acks in self._sent.values() for a in acks}
         values: dict[tuple[str, int], dict[int, int]] = {}
         spans: dict[tuple[str, int], list[tuple[int, int]]] = {}
         log_start: dict[tuple[str, int], int] = {}
@@ -506,17 +520,41 @@ class Judge:
                     (values[key][b.base_offset],) = struct.unpack_from(">I", segment.data, b.position + 17)
                     spans[key].append((b.base_offset, b.last_offset))
         healed = Healed(values, spans, log_start)
+        written = self._healed_records({tp for sent in self._sent.values() for tp, *_ in sent})
         for name, report in self.clients.items():
             stalled = {(s["topic"], s["partition"]) for s in report.stalls}
             events = [e for e in self._reads.get(name, ()) if e is not None]
-            history = History(events, self._sent.get(name, []), stalled, self._failed.get(name, {}),
-                              self._last_asked.get(name, 0))
+            acks = [a for sent in self._sent.get(name, ()) for a in _acked_records(*sent)
+                    if (a.tp[0], a.tp[1]) in written.values]
+            history = History(events, acks, stalled, self._failed.get(name, {}), self._last_asked.get(name, 0))
             report.anomalies = find_anomalies(
                 history, healed, expected=lambda a: cluster.controller.unclean_after_epoch(TopicPartition(*a.tp),
                                                                                           a.epoch),
-                stuck_after=STUCK_AFTER_STEPS)
+                stuck_after=STUCK_AFTER_STEPS, acks_healed=written)
             report.anomalies += [Anomaly("aborted-read", r["topic"], r["partition"], r["offset"])
                                  for r in report.aborted_reads]
+
+    def _healed_records(self, tps: set[TopicPartition]) -> Healed:
+        """The records (offset -> value) the leaders' logs hold to their high watermarks on `tps`, where they
+        are at most HISTORY_LIMIT (a benchmark's are not decoded: its acks go unjudged)."""
+        cluster = self._wire.cluster
+        values: dict[tuple[str, int], dict[int, Any]] = {}
+        log_start: dict[tuple[str, int], int] = {}
+        for tp in tps:
+            leader = cluster.acting_leader(tp)
+            log = None if leader is None else cluster.log(leader, tp)
+            if log is None or log.high_watermark - log.log_start_offset > HISTORY_LIMIT:
+                continue
+            key = (tp.topic, tp.partition)
+            log_start[key], values[key] = log.log_start_offset, {}
+            aborted = log.aborted_transactions
+            for b in log.batches(end=log.high_watermark):
+                if b.is_control or (b.is_transactional and any(
+                        t.producer_id == b.producer_id and t.first_offset <= b.base_offset <= t.last_offset
+                        for t in aborted)):
+                    continue
+                values[key].update((r.offset, r.value) for r in b.records() if r.offset < log.high_watermark)
+        return Healed.of_records(values, log_start)
 
     def _out_of_range(self, name: str, tp: TopicPartition, offset: int, error: int) -> None:
         leader = None if self._wire is None else self._wire.leader_log(tp)
@@ -815,10 +853,15 @@ class Judge:
             spans = batch_spans(p.records)
             crcs = tuple(s[3] for s in spans)
             self._acked.append(_Acked(name, p.tp, r.base_offset, crcs, epoch, self.step))
-            sent = self._sent.setdefault(name, [])
-            for base, _last, _epoch, crc in spans[:max(0, HISTORY_LIMIT - len(sent))]:
-                sent.append(Ack((p.tp.topic, p.tp.partition), r.base_offset + base - spans[0][0], crc, epoch,
-                                at=self.step))
+            # The epoch of the leader that acknowledged it, as its log stamped it (a zombie's is its old one)
+            stamped = None if wire is None else wire.cluster.log(broker_id, p.tp).epoch_for_offset(r.base_offset)
+            kept = self._sent_bytes.get(name, 0) + len(p.records)
+            if kept <= ACKED_BYTES:
+                self._sent_bytes[name] = kept
+                self._sent.setdefault(name, []).append(
+                    (p.tp, r.base_offset, p.records, epoch if stamped is None else stamped, self.step))
+            else:
+                self.clients[name].history_capped = True
 
     def _sent_epochs(self, report: ClientReport, api: str, epochs: list[tuple[TopicPartition, int]]) -> None:
         if any(e >= 0 for _, e in epochs):

@@ -853,13 +853,10 @@ class Judge:
             spans = batch_spans(p.records)
             crcs = tuple(s[3] for s in spans)
             self._acked.append(_Acked(name, p.tp, r.base_offset, crcs, epoch, self.step))
-            # The epoch of the leader that acknowledged it, as its log stamped it (a zombie's is its old one)
-            stamped = None if wire is None else wire.cluster.log(broker_id, p.tp).epoch_for_offset(r.base_offset)
             kept = self._sent_bytes.get(name, 0) + len(p.records)
             if kept <= ACKED_BYTES:
                 self._sent_bytes[name] = kept
-                self._sent.setdefault(name, []).append(
-                    (p.tp, r.base_offset, p.records, epoch if stamped is None else stamped, self.step))
+                self._sent.setdefault(name, []).append((p.tp, r.base_offset, p.records, epoch, self.step))
             else:
                 self.clients[name].history_capped = True
 

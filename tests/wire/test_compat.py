@@ -178,10 +178,15 @@ def test_docs_rows_merge_with_the_last_run_and_land_between_the_markers(tmp_path
         "| unclean-election | caught-up | run failed: boom | run failed: boom |",
         "| zombie-leader | served | detected != silent | not seen |",
     ]
+    # a run kafka-python sat out (no version reported) keeps the label an earlier run gave it
+    write_docs({("zombie-leader", "caught-up"): "run failed: boom"}, [kp], tmp_path, seed=3)
+    assert page.read_text(encoding="utf-8").count("| kafka-python 3.0.12 |") == 1
+    write_docs({("zombie-leader", "caught-up"): result(["reset"], ["reset"])}, [kp], tmp_path, seed=3)
     data = json.loads((tmp_path / "compat.json").read_text(encoding="utf-8"))
     assert data["seed"] == 3 and data["labels"] == {"kafka-python": "kafka-python 3.0.12", "kcat": "kcat"}
     assert [(r["scenario"], r["trigger"]) for r in data["rows"]] == [
-        ("unclean-election", "served"), ("unclean-election", "caught-up"), ("zombie-leader", "served")]
+        ("unclean-election", "served"), ("unclean-election", "caught-up"), ("zombie-leader", "served"),
+        ("zombie-leader", "caught-up")]
     (tmp_path / "serve.md").write_text("no markers\n", encoding="utf-8")
     before = (tmp_path / "compat.json").read_text(encoding="utf-8")
     with pytest.raises(ValueError, match="compat:start"):

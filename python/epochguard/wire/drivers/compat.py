@@ -385,7 +385,8 @@ def merge_docs(cells: dict[tuple[str, str], dict[str, str]], labels: dict[str, s
         raise ValueError(f"{page} has no {DOC_START} ... {DOC_END} block to write the table into")
     old = json.loads(data_path.read_text(encoding="utf-8")) if data_path.exists() else {}
     rows = {(r["scenario"], r["trigger"]): r["cells"] for r in old.get("rows", [])}
-    labels = {**old.get("labels", {}), **labels}
+    # A client that sat a run out reported no version: its label from an earlier run stays.
+    labels = {**labels, **old.get("labels", {}), **{n: label for n, label in labels.items() if label != n}}
     for key, fresh in cells.items():
         rows[key] = {**rows.get(key, {}), **fresh}
     order = {name: i for i, name in enumerate(dict.fromkeys((*ALL, *KAFKA_SCENARIOS)))}

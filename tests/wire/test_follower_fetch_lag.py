@@ -143,6 +143,11 @@ def test_out_of_range_from_the_leader_is_no_follower_event() -> None:
 
 # --- real clients: one serve run with the Python-driven ones, each given client.rack=rack-2 -----------------
 RACKED = [c for c in PY_CLIENTS if c.rack is not None]
+# aiokafka 0.14 forgets a preferred replica whose connection failed, but when it still asks the replica it
+# applies auto_offset_reset to the replica's OFFSET_OUT_OF_RANGE ("Fetch offset 20 is out of range ...,
+# resetting offset", then ListOffsets to it): the follower-reset check's real case (redpanda#16146). Which of
+# the two it meets is timing (seen once in a CI run of 2026-11-28: reset to earliest, 20 records re-read).
+RESETS = {"aiokafka"}
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +166,11 @@ def test_each_client_goes_back_to_the_leader_and_loses_nothing(run: RunResult, n
     latest would leave."""
     truth, server = undiverged(run, name)
     went = [e["how"] for e in server["follower_out_of_range"]]
+    if name in RESETS:  # may go either way; both sides must see the same
+        assert set(went) <= {"leader", "replica", "reset"}, f"{name}: {server['follower_out_of_range']}"
+        moved = bool(truth.rewinds) or truth.skipped > 0
+        assert ("reset" in went) == moved, f"{name}: {went}, {truth.rewinds} {truth.skipped}\n{run.why(name)}"
+        return
     assert set(went) <= {"leader", "replica"}, f"{name}: {server['follower_out_of_range']}\n{run.why(name)}"
     assert truth.rewinds == [] and truth.skipped == 0, f"{name}: {truth.rewinds} {truth.skipped}\n{run.why(name)}"
 

@@ -56,8 +56,7 @@ def test_server_verdicts_match_the_delivery_log(runs: Runs, scenario: str, trigg
     served = {(d["topic"], d["partition"], d["offset"], d["verdict"]) for d in server["divergences"]}
     # Back at the log start where the divergence began (`unclean-empty-leader`), the log reads a reset as
     # a rewind; the server saw the ListOffsets (compat marks such a cell †).
-    own = {(*d.key(), "reset" if d.at_log_start and (*d.key(), "reset") in served else d.verdict)
-           for d in truth.divergences}
+    own = {(*d.key(), d.reads_as((*d.key(), "reset") in served)[0]) for d in truth.divergences}
     assert served == own, (
         f"{name} in {scenario} --trigger {trigger}: server {sorted(served)} "
         f"(from {len(server['divergences'])} events), delivery log {sorted(own)}; log {result.logs[name]}"

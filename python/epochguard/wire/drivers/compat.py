@@ -259,14 +259,11 @@ def cell(result: RunResult, client: Client) -> str:
     if server is None:
         return "not seen"
     verdicts = Counter(_label(d["verdict"], d.get("how", "")) for d in server.get("divergences", []))
-    truth = Counter(_label(d.verdict, d.how) for d in result.truths[client.name].divergences)
     # Back at the log start where the divergence began, the log reads a reset as a rewind: where the server
     # saw the ListOffsets, its `reset/back` stands and the cell is marked (†), not shown as a disagreement.
-    alike = sum(d.at_log_start for d in result.truths[client.name].divergences)
-    marked = bool(alike) and "reset/back" in verdicts and "reset/back" not in truth
-    if marked:
-        truth -= Counter({"detected/rewound": alike})
-        truth["reset/back"] += alike
+    divergences, reset = result.truths[client.name].divergences, "reset/back" in verdicts
+    truth = Counter(_label(*d.reads_as(reset)) for d in divergences)
+    marked = any(d.reads_as(reset) != (d.verdict, d.how) for d in divergences)
     # Going back though nothing diverged: after a short validation answer (server), a re-read (the log).
     verdicts.update("false-alarm" for _ in server.get("false_alarms", ()))
     truth.update("false-alarm" for _ in result.truths[client.name].rewinds)

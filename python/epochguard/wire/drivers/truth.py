@@ -70,6 +70,11 @@ class Divergence:
     # cannot tell which it was (`rewound` is what it says); only the requests the server saw can.
     at_log_start: bool = False
 
+    def reads_as(self, server_reset: bool) -> tuple[str, str]:
+        """(verdict, how) once the server's word is heard: at the log start a reset the server saw (its
+        ListOffsets) stands for the rewind the log reads; anywhere else the log's own verdict stands."""
+        return ("reset", "back") if self.at_log_start and server_reset else (self.verdict, self.how)
+
     def key(self) -> tuple[str, int, int]:
         return (self.topic, self.partition, self.offset)
 

@@ -38,6 +38,9 @@ RATIOS = (
     Ratio("read_kafka_logs vs kafka-python pandas UDF", "test_read_kafka_logs", "test_kafka_python_pandas_udf"),
     *(Ratio(f"client poll_arrow vs confluent-kafka consume(10000), {where}", f"test_client_poll_arrow[{where}]",
             f"test_confluent_consume[{where}]") for where in ("serve", "kafka")),
+    *(Ratio(f"client poll_arrow vs confluent-kafka consume(10000), fetch.queue.backoff.ms 10, {where}",
+            f"test_client_poll_arrow[{where}]", f"test_confluent_consume_no_backoff[{where}]")
+      for where in ("serve", "kafka")),
     *(Ratio(f"client iterator vs kafka-python iterator, {where}", f"test_client_iterator[{where}]",
             f"test_kafka_python_iterator[{where}]") for where in ("serve", "kafka")),
     *(Ratio(f"client send_arrow vs confluent-kafka produce() loop, {where}", f"test_client_send_arrow[{where}]",

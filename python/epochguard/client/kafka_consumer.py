@@ -63,7 +63,8 @@ from epochguard.types import (
 from .blocking import BlockingClient
 from .coordinator import ConsumerCoordinator
 from .network import NetworkClient
-from .security import SECURITY_DEFAULTS, SECURITY_UNSUPPORTED, security_of
+from .security import SECURITY_DEFAULTS, security_of
+from .settings import COMMON_UNSUPPORTED, check_settings
 
 __all__ = ["AsyncConsumer", "KafkaConsumer", "CONSUMER_DEFAULTS", "UNSUPPORTED_SETTINGS", "COORDINATOR_NODE"]
 
@@ -113,36 +114,23 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "client_rack": "",  # KIP-392: sent in every Fetch; a rack-aware leader may name a follower to read from
 }
 
-# kafka-python settings this client refuses when set to anything but their default, and why.
+# kafka-python settings this client refuses when set to anything but None, and why.
 UNSUPPORTED_SETTINGS: dict[str, str] = {
-    **SECURITY_UNSUPPORTED,
-    "api_version": "versions always come from the ApiVersions handshake (every broker this client serves has it)",
+    **COMMON_UNSUPPORTED,
     "max_poll_records": "poll() hands out every completed fetch (bounded by max_partition_fetch_bytes)",
-    "selector": "the network layer is asyncio",
-    "sock_chunk_bytes": "the network layer is asyncio",
-    "sock_chunk_buffer_count": "the network layer is asyncio",
-    "connections_max_idle_ms": "idle connections are kept",
-    "receive_buffer_bytes": "socket options are the operating system's",
-    "send_buffer_bytes": "socket options are the operating system's",
-    "socket_options": "socket options are the operating system's",
-    "metric_reporters": "no metrics yet",
-    "metrics_num_samples": "no metrics yet",
-    "metrics_sample_window_ms": "no metrics yet",
-    "metric_group_prefix": "no metrics yet",
     "exclude_internal_topics": "subscribe() takes topic names only (no patterns)",
     "legacy_iterator": "kafka-python's old iterator is not offered",
+    "enable_incremental_fetch_sessions": "every Fetch is a full one (no KIP-227 fetch sessions)",
+    "group_instance_id": "static group membership (KIP-345) is not offered yet",
+    "max_in_flight_requests_per_connection": "a consumer has at most one Fetch in flight a broker, as Java's",
+    "receive_message_max_bytes": "the largest answer read is max_response_bytes (default fetch_max_bytes + 1 MiB)",
 }
 
 
 def consumer_config(configs: Mapping[str, Any]) -> dict[str, Any]:
     """The settings with defaults filled in; unknown names are a TypeError, unsupported ones (set) a
     ValueError naming why, as kafka-python refuses unrecognised configs."""
-    unknown = sorted(set(configs) - set(CONSUMER_DEFAULTS) - set(UNSUPPORTED_SETTINGS))
-    if unknown:
-        raise TypeError(f"unrecognised consumer settings: {', '.join(unknown)}")
-    for name in sorted(set(configs) & set(UNSUPPORTED_SETTINGS)):
-        if configs[name] is not None:
-            raise ValueError(f"{name} is not supported: {UNSUPPORTED_SETTINGS[name]}")
+    check_settings(configs, CONSUMER_DEFAULTS, UNSUPPORTED_SETTINGS, "consumer")
     config = {**CONSUMER_DEFAULTS, **{k: v for k, v in configs.items() if k in CONSUMER_DEFAULTS}}
     if config["auto_offset_reset"] not in ("earliest", "latest", "none"):
         raise ValueError(f"auto_offset_reset must be earliest, latest or none: {config['auto_offset_reset']!r}")

@@ -48,10 +48,11 @@ from epochguard.protocol.messages import MetadataResponse
 from .blocking import BlockingClient
 from .network import NetworkClient
 from .producer import BatchMetadata, Delivery, Producer, RecordMetadata
-from .security import SECURITY_DEFAULTS, SECURITY_UNSUPPORTED, security_of
+from .security import SECURITY_DEFAULTS, security_of
+from .settings import COMMON_UNSUPPORTED, check_settings
 
-__all__ = ["AsyncProducer", "KafkaProducer", "PRODUCER_DEFAULTS", "FutureRecordMetadata", "ArrowDelivery",
-           "FutureArrowMetadata"]
+__all__ = ["AsyncProducer", "KafkaProducer", "PRODUCER_DEFAULTS", "UNSUPPORTED_SETTINGS", "FutureRecordMetadata",
+           "ArrowDelivery", "FutureArrowMetadata"]
 
 _IDLE_S = 1.0
 _MIN_ROUND_S = 0.002
@@ -81,13 +82,25 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
 }
 
 
+# kafka-python settings this client refuses when set to anything but None, and why.
+UNSUPPORTED_SETTINGS: dict[str, str] = {
+    **COMMON_UNSUPPORTED,
+    "transactional_id": "the transactional producer is not offered yet (enable_idempotence is)",
+    "transaction_timeout_ms": "the transactional producer is not offered yet (enable_idempotence is)",
+    "retries": "a batch is retried until delivery_timeout_ms, as Java's producer (retries=MAX_INT); "
+               "bound it with delivery_timeout_ms",
+    "partitioner": "Java's default partitioner only (murmur2 of the key, sticky for null keys); "
+                   "pass partition= to send() to choose",
+    "max_request_size": "batches hold up to batch_size bytes (a larger record travels alone in its own); a "
+                        "record larger than buffer_memory is refused",
+    "receive_message_max_bytes": "not offered: Produce answers are small",
+}
+
+
 def producer_config(configs: Mapping[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(configs) - set(PRODUCER_DEFAULTS) - set(SECURITY_UNSUPPORTED))
-    if unknown:
-        raise TypeError(f"unrecognised (or not yet supported) producer settings: {', '.join(unknown)}")
-    for name in sorted(set(configs) & set(SECURITY_UNSUPPORTED)):
-        if configs[name] is not None:
-            raise ValueError(f"{name} is not supported: {SECURITY_UNSUPPORTED[name]}")
+    """The settings with defaults filled in; unknown names are a TypeError, unsupported ones (set) a
+    ValueError naming why, as kafka-python refuses unrecognised configs."""
+    check_settings(configs, PRODUCER_DEFAULTS, UNSUPPORTED_SETTINGS, "producer")
     config = {**PRODUCER_DEFAULTS, **{k: v for k, v in configs.items() if k in PRODUCER_DEFAULTS}}
     acks = config["acks"]
     config["acks"] = -1 if acks in ("all", -1) else acks

@@ -52,5 +52,5 @@ def test_a_refused_setting_names_why(check, name: str, value: object, reason: st
 
 @pytest.mark.parametrize("check", [consumer_config, producer_config])
 def test_an_unknown_name_is_a_type_error(check) -> None:
-    with pytest.raises(TypeError, match="unrecognised (consumer|producer) settings: fetch_max_bytez"):
+    with pytest.raises(TypeError, match=r"unrecognised (consumer|producer) settings: fetch_max_bytez"):
         check({"fetch_max_bytez": 1})

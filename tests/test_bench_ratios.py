@@ -51,10 +51,22 @@ def test_no_pair_found_is_exit_2(ratios_module, tmp_path: Path) -> None:
     assert ratios_module.main([str(tmp_path / "bench.json")]) == 2
 
 
+def test_a_baseline_that_took_turns_is_read_from_ours_extra_info(ratios_module, tmp_path: Path) -> None:
+    ours = {"fullname": "benches/python/test_bench_client.py::test_client_send[kafka]",
+            "stats": {"min": 0.5, "median": 0.6}, "extra_info": {"baseline_seconds": [1.5, 1.0, 2.5]}}
+    alone = {"fullname": "benches/python/test_bench_client.py::test_client_send[serve]",
+             "stats": {"min": 0.5, "median": 0.6}, "extra_info": {}}  # no turns recorded: left out
+    got = {r["name"]: r["value"] for r in ratios_module.ratios({"benchmarks": [ours, alone]})}
+    assert got == {"client send vs kafka-python send, kafka": 2.0}  # the baseline's min over ours'
+
+
 def test_every_ratio_names_benchmarks_that_exist(ratios_module) -> None:
     sources = "\n".join(p.read_text() for p in (ROOT / "benches" / "python").glob("test_*.py"))
     for ratio in ratios_module.RATIOS:
         for name in (ratio.ours, ratio.baseline):
+            if name == ratios_module.TURNS:
+                assert '"baseline_seconds"' in sources
+                continue
             assert f"def {name.split('[')[0]}(" in sources, name
 
 

@@ -27,7 +27,10 @@ in one, and the median would count only the fast ones.
 
 Producing, each round 100-byte values to partition 0 with acks=all (PRODUCE_BATCH_RECORDS for the batch
 pair, PRODUCE_RECORDS per-record), timed from the first send until the last is acknowledged (flush), seven
-rounds after a warm-up one, every producer with linger 5 ms, its default requests in flight per broker
+rounds after a warm-up one, the two producers of a pair taking turns round by round (a round of the
+baseline, then one of epochguard's: on a shared machine a burst of load falls on both alike; a
+produce round starts and ends empty, so one producer's turn leaves nothing for the other's), every
+producer with linger 5 ms, its default requests in flight per broker
 (epochguard's and kafka-python's 5, as Java's; librdkafka's 1,000,000) and batches of up to
 1,000,000 bytes (librdkafka's default batch.size; kafka-python's and Java's 16 KiB default would cut
 a 1,000-record batch into seven), warmed up on the endpoint first:
@@ -48,6 +51,7 @@ import importlib.util
 import itertools
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -70,6 +74,7 @@ RATES: dict[tuple[str, str], float] = {}
 PRODUCE_RECORDS = 20_000  # a round of per-record sends
 PRODUCE_BATCH_RECORDS = 40_000  # a round of send_arrow / the confluent-kafka produce() loop
 BATCH_BYTES = 1_000_000
+PRODUCE_ROUNDS = 7
 
 
 def _produce(bootstrap: str) -> int:
@@ -259,8 +264,36 @@ def test_kafka_python_iterator(benchmark: Any, endpoint: tuple[str, int]) -> Non
     _iterator_rounds(benchmark, consumer, "kafka-python iterator")
 
 
+def _take_turns(benchmark: Any, ours: Any, theirs: Any, names: tuple[str, str], records: int) -> None:
+    """PRODUCE_ROUNDS rounds of `ours` (timed by pytest-benchmark) after a warm-up, each after a round of
+    `theirs`, timed here: its times go in the JSON as extra_info["baseline_seconds"] (benches/ratios.py)."""
+    baseline: list[float] = []
+
+    def turn_of_theirs() -> None:
+        began = time.perf_counter()
+        theirs()
+        baseline.append(time.perf_counter() - began)
+
+    benchmark.pedantic(ours, setup=turn_of_theirs, rounds=PRODUCE_ROUNDS, warmup_rounds=1, iterations=1)
+    del baseline[:-PRODUCE_ROUNDS]  # the warm-up round's
+    benchmark.extra_info["baseline"] = names[1]
+    benchmark.extra_info["baseline_seconds"] = baseline
+    _rate(benchmark, names[0], records)
+    where = benchmark.name.rpartition("[")[2].rstrip("]")
+    RATES[where, names[1]] = records / statistics.median(baseline)
+
+
+def _confluent_producer(bootstrap: str) -> Any:
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                            "batch.size": BATCH_BYTES, "queue.buffering.max.messages": 1_000_000, "log_level": 3})
+    producer.produce(TOPIC, VALUE, partition=0)
+    assert producer.flush(60) == 0  # connections, metadata
+    return producer
+
+
 @pytest.mark.benchmark(group="client-produce-batch")
 def test_client_send_arrow(benchmark: Any, endpoint: tuple[str, int]) -> None:
+    """`send_arrow` of a table, taking turns with confluent-kafka's `produce()` loop."""
     from epochguard.client import KafkaProducer
 
     bootstrap, _ = endpoint
@@ -268,60 +301,43 @@ def test_client_send_arrow(benchmark: Any, endpoint: tuple[str, int]) -> None:
                       "partition": pa.array([0] * PRODUCE_BATCH_RECORDS, pa.int32())})
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, batch_size=BATCH_BYTES)
     producer.send_arrow(TOPIC, table.slice(0, 100)).get(60)  # connections, metadata
+    theirs = _confluent_producer(bootstrap)
 
     def produce() -> None:
         batches = producer.send_arrow(TOPIC, table).get(60)
         assert sum(b.record_count for b in batches) == PRODUCE_BATCH_RECORDS
 
-    benchmark.pedantic(produce, rounds=7, warmup_rounds=1, iterations=1)
-    producer.close()
-    _rate(benchmark, "epochguard send_arrow", PRODUCE_BATCH_RECORDS)
-
-
-@pytest.mark.benchmark(group="client-produce-batch")
-def test_confluent_produce(benchmark: Any, endpoint: tuple[str, int]) -> None:
-    bootstrap, _ = endpoint
-    producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                            "batch.size": BATCH_BYTES, "queue.buffering.max.messages": 1_000_000, "log_level": 3})
-    producer.produce(TOPIC, VALUE, partition=0)
-    assert producer.flush(60) == 0
-
-    def produce() -> None:
-        send = producer.produce
+    def confluent_produce() -> None:
+        send = theirs.produce
         for _ in range(PRODUCE_BATCH_RECORDS):
             send(TOPIC, VALUE, partition=0)
-        assert producer.flush(60) == 0
+        assert theirs.flush(60) == 0
 
-    benchmark.pedantic(produce, rounds=7, warmup_rounds=1, iterations=1)
-    _rate(benchmark, "confluent-kafka produce", PRODUCE_BATCH_RECORDS)
-
-
-def _per_record_rounds(benchmark: Any, producer: Any, name: str) -> None:
-    """Rounds of PRODUCE_RECORDS `send` calls and a `flush`, for both per-record producers alike."""
-    producer.send(TOPIC, VALUE, partition=0).get(60)  # connections, metadata
-
-    def produce() -> None:
-        send = producer.send
-        for _ in range(PRODUCE_RECORDS - 1):
-            send(TOPIC, VALUE, partition=0)
-        last = send(TOPIC, VALUE, partition=0)
-        producer.flush(60)
-        assert last.get(0).offset >= 0
-
-    benchmark.pedantic(produce, rounds=7, warmup_rounds=1, iterations=1)
+    _take_turns(benchmark, produce, confluent_produce, ("epochguard send_arrow", "confluent-kafka produce"),
+                PRODUCE_BATCH_RECORDS)
     producer.close()
-    _rate(benchmark, name, PRODUCE_RECORDS)
+
+
+def _per_record_round(producer: Any) -> None:
+    """PRODUCE_RECORDS `send` calls and a `flush`, for both per-record producers alike."""
+    send = producer.send
+    for _ in range(PRODUCE_RECORDS - 1):
+        send(TOPIC, VALUE, partition=0)
+    last = send(TOPIC, VALUE, partition=0)
+    producer.flush(60)
+    assert last.get(0).offset >= 0
 
 
 @pytest.mark.benchmark(group="client-produce-records")
 def test_client_send(benchmark: Any, endpoint: tuple[str, int]) -> None:
+    """`KafkaProducer.send` per record, taking turns with kafka-python's."""
     from epochguard.client import KafkaProducer
 
-    _per_record_rounds(benchmark, KafkaProducer(bootstrap_servers=endpoint[0], acks="all", linger_ms=5,
-                                                batch_size=BATCH_BYTES), "epochguard send")
-
-
-@pytest.mark.benchmark(group="client-produce-records")
-def test_kafka_python_send(benchmark: Any, endpoint: tuple[str, int]) -> None:
-    _per_record_rounds(benchmark, kafka.KafkaProducer(bootstrap_servers=endpoint[0], acks="all", linger_ms=5,
-                                                      batch_size=BATCH_BYTES), "kafka-python send")
+    ours = KafkaProducer(bootstrap_servers=endpoint[0], acks="all", linger_ms=5, batch_size=BATCH_BYTES)
+    theirs = kafka.KafkaProducer(bootstrap_servers=endpoint[0], acks="all", linger_ms=5, batch_size=BATCH_BYTES)
+    for producer in (ours, theirs):
+        producer.send(TOPIC, VALUE, partition=0).get(60)  # connections, metadata
+    _take_turns(benchmark, lambda: _per_record_round(ours), lambda: _per_record_round(theirs),
+                ("epochguard send", "kafka-python send"), PRODUCE_RECORDS)
+    ours.close()
+    theirs.close()

@@ -256,7 +256,12 @@ class AsyncProducer:
         self._loop: asyncio.AbstractEventLoop | None = None
         # buffer_memory (Java's BufferPool, counted per record rather than per pooled batch): the bytes of
         # the records sent and not yet answered. A send that would pass it waits up to max_block_ms.
-        self._buffer = threading.Condition()
+        # The reservation's counter under a plain lock (a Condition's `with` is a Python call, and a
+        # blocking `send` and each record's release both take it); the Condition, on the same lock, only
+        # for a send waiting for room, and notified only while one waits.
+        self._buffer_lock = threading.Lock()
+        self._buffer = threading.Condition(self._buffer_lock)
+        self._buffer_waiters = 0
         self._buffered = 0
 
     async def __aenter__(self) -> AsyncProducer:
@@ -367,7 +372,7 @@ class AsyncProducer:
         return size
 
     def _try_reserve(self, size: int) -> bool:
-        with self._buffer:
+        with self._buffer_lock:
             if self._buffered + size > self.config["buffer_memory"]:
                 return False
             self._buffered += size
@@ -376,22 +381,28 @@ class AsyncProducer:
     def _reserve_blocking(self, size: int) -> None:
         """On the caller's thread (the blocking `send`): wait for room up to max_block_ms."""
         limit, waited = self.config["buffer_memory"], self.config["max_block_ms"]
-        with self._buffer:
+        with self._buffer_lock:
             if self._buffered + size <= limit:
                 self._buffered += size
                 return
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self._wake.set)  # the queued records go out: room comes back
-            if not self._buffer.wait_for(lambda: self._buffered + size <= limit or self._closed, waited / 1000):
+            self._buffer_waiters += 1
+            try:
+                room = self._buffer.wait_for(lambda: self._buffered + size <= limit or self._closed, waited / 1000)
+            finally:
+                self._buffer_waiters -= 1
+            if not room:
                 raise BufferExhaustedError(f"no room for a {size}-byte record in buffer_memory ({limit} bytes) "
                                            f"within max_block_ms ({waited} ms)")
             self._check_open()
             self._buffered += size
 
     def _release(self, size: int, _delivery: Any = None) -> None:
-        with self._buffer:
+        with self._buffer_lock:
             self._buffered -= size
-            self._buffer.notify_all()
+            if self._buffer_waiters:
+                self._buffer.notify_all()
 
     def _serialized(self, key: Any, value: Any, timestamp_ms: int | None) -> tuple[Any, Any, int]:
         ks, vs = self.config["key_serializer"], self.config["value_serializer"]

@@ -69,6 +69,22 @@ def test_room_comes_back_when_records_are_answered(served) -> None:
         producer.close()
 
 
+def test_a_send_waiting_for_room_wakes_when_an_answer_frees_it(served) -> None:
+    """The release on the loop thread wakes the waiting send (not max_block_ms's end): with one record's
+    room and a minute to wait, the second send goes through as soon as the first is answered."""
+    producer = KafkaProducer(bootstrap_servers=served.bootstrap, acks="all", linger_ms=0,
+                             buffer_memory=RECORD, max_block_ms=60_000)
+    try:
+        producer.send("input", VALUE, partition=0).get(30)  # connections and metadata, then room again
+        began = time.monotonic()
+        first = producer.send("input", VALUE, partition=0)
+        second = producer.send("input", VALUE, partition=0)  # waits for the first's answer
+        assert second.get(30).offset == first.get(0).offset + 1
+        assert time.monotonic() - began < 20, "the waiting send slept on to max_block_ms"
+    finally:
+        producer.close()
+
+
 def test_a_send_waiting_for_room_is_released_by_close() -> None:
     producer = _producer(buffer_memory=RECORD, max_block_ms=60_000)
     producer.send("t", VALUE)

@@ -256,13 +256,15 @@ class AsyncProducer:
         self._loop: asyncio.AbstractEventLoop | None = None
         # buffer_memory (Java's BufferPool, counted per record rather than per pooled batch): the bytes of
         # the records sent and not yet answered. A send that would pass it waits up to max_block_ms.
-        # The reservation's counter under a plain lock (a Condition's `with` is a Python call, and a
-        # blocking `send` and each record's release both take it); the Condition, on the same lock, only
-        # for a send waiting for room, and notified only while one waits.
+        # Bytes reserved (by sends, on any thread, under the lock) and released (by each record's answer,
+        # on the loop thread only: its one writer, so no lock). A lock per release made the loop and a
+        # sending thread hand the GIL and the lock back and forth once a record. The Condition, on the
+        # same lock, only for a send waiting for room, notified only while one waits.
         self._buffer_lock = threading.Lock()
         self._buffer = threading.Condition(self._buffer_lock)
         self._buffer_waiters = 0
-        self._buffered = 0
+        self._reserved = 0
+        self._released = 0
 
     async def __aenter__(self) -> AsyncProducer:
         await self.start()
@@ -375,7 +377,7 @@ class AsyncProducer:
         with self._buffer_lock:
             if self._buffered + size > self.config["buffer_memory"]:
                 return False
-            self._buffered += size
+            self._reserved += size
             return True
 
     def _reserve_blocking(self, size: int) -> None:
@@ -383,11 +385,11 @@ class AsyncProducer:
         limit, waited = self.config["buffer_memory"], self.config["max_block_ms"]
         with self._buffer_lock:
             if self._buffered + size <= limit:
-                self._buffered += size
+                self._reserved += size
                 return
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self._wake.set)  # the queued records go out: room comes back
-            self._buffer_waiters += 1
+            self._buffer_waiters += 1  # before wait_for checks the room again: a release after it notifies
             try:
                 room = self._buffer.wait_for(lambda: self._buffered + size <= limit or self._closed, waited / 1000)
             finally:
@@ -396,12 +398,18 @@ class AsyncProducer:
                 raise BufferExhaustedError(f"no room for a {size}-byte record in buffer_memory ({limit} bytes) "
                                            f"within max_block_ms ({waited} ms)")
             self._check_open()
-            self._buffered += size
+            self._reserved += size
+
+    @property
+    def _buffered(self) -> int:
+        """Bytes of records sent and not yet answered."""
+        return self._reserved - self._released
 
     def _release(self, size: int, _delivery: Any = None) -> None:
-        with self._buffer_lock:
-            self._buffered -= size
-            if self._buffer_waiters:
+        """On the loop thread only (deliveries resolve there)."""
+        self._released += size
+        if self._buffer_waiters:
+            with self._buffer_lock:
                 self._buffer.notify_all()
 
     def _serialized(self, key: Any, value: Any, timestamp_ms: int | None) -> tuple[Any, Any, int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from epochguard.wire.anomalies import Ack, Healed, History, Moved, Read, find_anomalies, summary
+from epochguard.wire.anomalies import Ack, Healed, History, Moved, Read, Txn, find_anomalies, summary
 from epochguard.wire.drivers.delivery_log import digest
 from epochguard.wire.drivers.truth import FinalLog, judge_client
 
@@ -161,3 +161,94 @@ def test_the_delivery_log_truth_names_a_stuck_producer() -> None:
     log = [produced(1.0, 0), produced(1.2, None, None), {"t": 10.0, "kind": "stop"}]
     assert summary(judge_client(log, final, stuck_after_s=5.0).anomalies) == {"producer-stuck": 1}
     assert summary(judge_client(log[:1] + log[2:], final, stuck_after_s=5.0).anomalies) == {}
+
+
+# Transactions on TP: 0-4 committed (marker at 5), 6-9 aborted (marker at 10), 11-15 committed (marker at
+# 16), 17-19 a transaction still open (no marker yet: no `Txn`).
+TXNS = {TP: [Txn(0, 4, ((0, 4),), True), Txn(6, 9, ((6, 9),), False), Txn(11, 15, ((11, 15),), True)]}
+TXN_LOG = Healed.of_records({TP: {o: f"v{o}" for o in range(20) if o not in (5, 10, 16)}}, {TP: 0}, TXNS)
+
+
+def committed(events: list[Any], **kw: Any) -> list[tuple[str, int, int]]:
+    return found(events, TXN_LOG, read_committed=True, **kw)
+
+
+def test_an_aborted_transaction_is_no_gap_for_a_read_committed_client_nor_a_phantom_when_read() -> None:
+    assert committed(reads(*range(0, 5), *range(11, 16))) == []  # 6-9 aborted: skipped, as it must
+    # read_uncommitted read it: no phantom (the log holds those values), no rewind, no skip
+    assert found(reads(*range(0, 5), *range(6, 10), *range(11, 16), 17, 18, 19), TXN_LOG) == []
+
+
+def test_torn_txn_is_part_of_a_committed_transaction_read_on_the_way_past_it() -> None:
+    # 11-15 committed: 11 and 12 read, then 17: 13-15 missed (a skip too: the records are held)
+    assert committed(reads(3, 4, 11, 12, 17)) == [("skip", 13, 3), ("torn-txn", 11, 3)]
+    # all of it read: no tear (a rule counting reads, not distinct records, would be fooled by a re-read)
+    assert committed(reads(4, 11, 12, 12, 13, 14, 15, 17)) == [("rewind", 12, 1)]
+    assert committed(reads(4, 11, 12, 11, 17)) == [("rewind", 11, 2), ("skip", 12, 4), ("torn-txn", 11, 3)]
+    # none of it read: a skip, no tear (a rule taking "not all" alone would call it torn)
+    assert committed(reads(4, 17)) == [("skip", 5, 5)]
+    # still inside it when the history ends, or a position set inside it on purpose: undecided, no tear
+    assert committed(reads(4, 11, 12)) == []
+    assert committed([*reads(4), Moved(TP), *reads(13, 14, 15, 17)]) == []
+    assert committed(reads(13, 14, 15, 17)) == []
+    # a read_uncommitted client promises no atomicity: only the skip
+    assert found(reads(4, 11, 12, 17), TXN_LOG) == [("skip", 13, 3)]
+
+
+def test_torn_txn_on_served_batches() -> None:
+    """The server's side: a transaction of two batches (11-12, 13-15), one of them read."""
+    txns = {TP: [Txn(0, 4, ((0, 4),), True), Txn(11, 15, ((11, 12), (13, 15)), True)]}
+    healed = Healed({TP: {0: 100, 11: 111, 13: 113, 17: 117}}, {TP: [(0, 4), (11, 12), (13, 15), (17, 19)]},
+                    {TP: 0}, txns)
+    served = [Read(TP, 0, 100, last=4, at=0), Read(TP, 13, 113, last=15, at=13), Read(TP, 17, 117, last=19, at=17)]
+    assert found(served, healed, read_committed=True) == [("skip", 5, 2), ("torn-txn", 11, 2)]
+
+
+def test_lso_stuck_is_a_stall_right_below_a_decided_transaction() -> None:
+    # stalled after 4: the next record is 6, an aborted transaction's first, decided by its marker at 10
+    assert committed(reads(*range(0, 5)), stalled={TP}) == [("unseen", 5, 8), ("lso-stuck", 6, 8)]
+    # through the aborted transaction (as a read_uncommitted client would), then a stall below a committed one
+    assert committed(reads(*range(0, 5), *range(6, 10)), stalled={TP}) == [("unseen", 10, 8), ("lso-stuck", 11, 8)]
+    # stalled after 15: 17-19 are a transaction still open, which no read_committed client may read
+    assert committed(reads(*range(11, 16)), stalled={TP}) == [("unseen", 16, 3)]
+    # stalled in the middle of a transaction: no LSO holds it there (a rule taking the transaction the next
+    # record belongs to, not the one it starts, would)
+    assert committed(reads(11, 12), stalled={TP}) == [("unseen", 13, 6)]
+    # not stalled, or read_uncommitted: none
+    assert committed(reads(*range(0, 5))) == []
+    assert found(reads(*range(0, 5)), TXN_LOG, stalled={TP}) == [("unseen", 5, 8)]
+
+
+def test_the_final_log_tells_aborted_transactions_from_the_two_readers() -> None:
+    """`read_final_log`'s rule: a run of records a marker ends is a transaction, aborted when the
+    read_committed reader went past it without them, left out when it never got that far."""
+    from epochguard.wire.drivers.truth import _transactions
+
+    everything = {o: f"d{o}" for o in range(20) if o not in (5, 10, 16)}
+    committed = {o: f"d{o}" for o in [*range(0, 5), *range(11, 16)]}
+    assert _transactions(everything, committed, 0, 20) == (
+        Txn(0, 4, ((0, 4),), True), Txn(6, 9, ((6, 9),), False), Txn(11, 15, ((11, 15),), True))  # 17-19: open
+    # the read_committed reader stopped at 5 (its LSO): 6-9 is undecided for it, not aborted
+    assert _transactions(everything, {o: f"d{o}" for o in range(0, 5)}, 0, 20) == (Txn(0, 4, ((0, 4),), True),)
+    # a log without markers has no transaction (its tail is no open one either)
+    assert _transactions({o: "x" for o in range(5)}, {o: "x" for o in range(5)}, 0, 5) == ()
+
+
+def test_the_delivery_log_truth_names_an_aborted_read_and_leaves_markers_out() -> None:
+    values = {o: digest(f"v{o}".encode()) for o in range(20) if o not in (5, 10, 16)}
+    final = FinalLog({TP: values}, {TP: 0}, {TP: 20}, {TP: TXNS[TP]})
+
+    def consumed(offset: int, value: bytes | None = None) -> dict[str, Any]:
+        return {"t": 1.0 + offset / 100, "kind": "consumed", "topic": "events", "partition": 0, "offset": offset,
+                "leader_epoch": None, "digest": digest(value or f"v{offset}".encode())}
+
+    # read_committed, but it handed out 6 (aborted) and the marker at 10 (kafka-go's reader does both)
+    log = [{"t": 0.0, "kind": "start", "client_id": "c"}, *[consumed(o) for o in range(0, 5)], consumed(6),
+           consumed(10, b"\x00\x00\x00\x00\x00\x00"), *[consumed(o) for o in range(11, 16)], {"t": 2.0, "kind": "stop"}]
+    truth = judge_client(log, final, stuck_after_s=5.0, read_committed=True)
+    assert truth.markers_read == 1 and truth.divergences == []  # the marker is no phantom, nor a divergence
+    assert [(a.name, a.offset) for a in truth.anomalies] == [("aborted-read", 6)]
+    # without the transactions (a final log read once, read_committed) 6 is an ordinary record and the
+    # marker at 10 a phantom: the aborted read is missed
+    bare = judge_client(log, FinalLog({TP: values}, {TP: 0}, {TP: 20}), stuck_after_s=5.0, read_committed=True)
+    assert [(a.name, a.offset) for a in bare.anomalies] == [("phantom-read", 10)] and bare.markers_read == 0

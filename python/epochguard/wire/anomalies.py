@@ -35,6 +35,17 @@ holds no record) or a compacted offset between two reads is no gap.
   acknowledged just before it on the same partition (in acknowledgement order: what the client and the
   server both see; a retried batch acknowledged after a later one is in order there).
 - `aborted-read` (G1a): a read of a record whose transaction was aborted (the caller says which values).
+- `torn-txn` (Jepsen's lost-write through transaction atomicity; Bufstream's torn transactions): a
+  read_committed client that, in one stretch of successive reads of a partition, read a record below a
+  committed transaction of the healed log, some but not all of that transaction's records, and a record
+  past it: it went through the transaction and saw part of it (`count`: its records it never read).
+  `offset`: the transaction's first. A stretch that starts inside the transaction (a position set there
+  on purpose) or that passes it reading none of it (a `skip`) tears nothing.
+- `lso-stuck` (no Jepsen name; KAFKA-20716): a read_committed client that stalled on a partition (as for
+  `unseen`) right below a transaction the healed log holds decided (its COMMIT or ABORT marker is in the
+  log): the first record the log holds past the client's furthest read is that transaction's first, and the
+  client never got past it, as a consumer whose position sits at a last stable offset that stopped moving
+  does. `offset`: the transaction's first; `count`: the records the log holds from it on.
 - `producer-stuck` (no Jepsen name; Bufstream's "stuck producers" are kin): the client's last acknowledgement
   on a partition came the stuck bound or more before its history ends, and a send to it failed after;
   `offset`: that last acknowledgement's.
@@ -48,11 +59,11 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ANOMALIES", "Ack", "Anomaly", "Healed", "History", "Moved", "Read", "find_anomalies", "summary"]
+__all__ = ["ANOMALIES", "Ack", "Anomaly", "Healed", "History", "Moved", "Read", "Txn", "find_anomalies", "summary"]
 
 TP = tuple[str, int]
 ANOMALIES = ("phantom-read", "rewind", "skip", "unseen", "lost-ack", "duplicate-write", "send-reorder",
-             "aborted-read", "producer-stuck")
+             "aborted-read", "torn-txn", "lso-stuck", "producer-stuck")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +113,27 @@ class History:
     stalled: set[TP] = field(default_factory=set)  # partitions it stopped consuming while the log went on
     failed: dict[TP, float] = field(default_factory=dict)  # when a send to each partition last failed
     end: float = 0.0  # when its history ends (the acks' clock)
+    read_committed: bool = False  # its reads were read_committed (torn-txn and lso-stuck judge only those)
+
+
+@dataclass(frozen=True, slots=True)
+class Txn:
+    """A decided transaction of the healed log on one partition: its first and last data offsets, the spans
+    of offsets holding its records, and whether it committed (its marker is in the log; an open one is no
+    `Txn`)."""
+
+    first: int
+    last: int
+    spans: tuple[tuple[int, int], ...]
+    committed: bool
+
+    @property
+    def records(self) -> int:
+        return sum(last - first + 1 for first, last in self.spans)
+
+    def overlap(self, low: int, high: int) -> set[int]:
+        """Its record offsets within `low`..`high`."""
+        return {o for f, last in self.spans for o in range(max(f, low), min(last, high) + 1)}
 
 
 class Healed:
@@ -109,9 +141,14 @@ class Healed:
     (spans of offsets holding a record: the dense index), and its log start."""
 
     def __init__(self, values: Mapping[TP, Mapping[int, Hashable]], spans: Mapping[TP, Sequence[tuple[int, int]]],
-                 log_start: Mapping[TP, int]) -> None:
+                 log_start: Mapping[TP, int], transactions: Mapping[TP, Sequence[Txn]] | None = None) -> None:
+        """`spans`: the records a consumer of the isolation judged reads (an aborted transaction's are no
+        record of the dense index; `values` may still hold them, so reading one is no phantom);
+        `transactions`: each partition's decided transactions."""
         self.values = values
         self.log_start = log_start
+        self.transactions = {tp: sorted(ts, key=lambda t: t.first) for tp, ts in (transactions or {}).items()}
+        self.txn_firsts = {tp: [t.first for t in ts] for tp, ts in self.transactions.items()}
         self._firsts: dict[TP, list[int]] = {}
         self._lasts: dict[TP, list[int]] = {}
         self._before: dict[TP, list[int]] = {}  # records held in the spans before each one
@@ -127,9 +164,19 @@ class Healed:
         self._where: dict[TP, dict[Hashable, list[int]]] = {}
 
     @classmethod
-    def of_records(cls, records: Mapping[TP, Mapping[int, Hashable]], log_start: Mapping[TP, int]) -> Healed:
-        """A log given record by record (offset -> value): each offset is its own span."""
-        return cls(records, {tp: [(o, o) for o in r] for tp, r in records.items()}, log_start)
+    def of_records(cls, records: Mapping[TP, Mapping[int, Hashable]], log_start: Mapping[TP, int],
+                   transactions: Mapping[TP, Sequence[Txn]] | None = None) -> Healed:
+        """A log given record by record (offset -> value): each offset is its own span, but an aborted
+        transaction's (`transactions`)."""
+        aborted = {tp: {o for t in ts if not t.committed for f, last in t.spans for o in range(f, last + 1)}
+                   for tp, ts in (transactions or {}).items()}
+        return cls(records, {tp: [(o, o) for o in r if o not in aborted.get(tp, ())] for tp, r in records.items()},
+                   log_start, transactions)
+
+    def first_after(self, tp: TP, offset: int) -> int | None:
+        """The first offset past `offset` holding a value (a record, an aborted one included)."""
+        later = [o for o in self.values.get(tp, {}) if o > offset]
+        return min(later, default=None)
 
     def value_at(self, tp: TP, offset: int) -> Hashable | None:
         return self.values.get(tp, {}).get(offset)
@@ -188,6 +235,8 @@ def find_anomalies(history: History, healed: Healed, *, expected: Callable[[Ack]
     `stuck_after` is the stuck bound on the history's clock (None: no producer-stuck), `acks_healed` the
     log the acks are looked up in when their values are not `healed`'s (records, where reads are batches)."""
     out = _reads(history, healed, set(aborted))
+    if history.read_committed:
+        out += _torn(history, healed) + _lso_stuck(history, healed)
     out += _acks(history.acks, healed if acks_healed is None else acks_healed, expected)
     if stuck_after is not None:
         out += _producer_stuck(history, stuck_after)
@@ -242,6 +291,50 @@ def _reads(history: History, healed: Healed, aborted: set[Hashable]) -> list[Ano
     for tp in list(phantom_run):
         close_run(tp)
     return out + _unseen(history.stalled, furthest, healed)
+
+
+def _torn(history: History, healed: Healed) -> list[Anomaly]:
+    """The committed transactions a read_committed client went through reading part of them: per stretch of
+    successive reads of a partition (a `Moved` ends it), the lowest offset read, and of each transaction it
+    read into, which of its records, until a read past it decides."""
+    out: list[Anomaly] = []
+    low: dict[TP, int] = {}  # the lowest offset read in the stretch
+    into: dict[TP, dict[int, tuple[Txn, set[int]]]] = defaultdict(dict)  # the transactions read into, by first
+    for e in history.events:
+        if isinstance(e, Moved):
+            for tp in [e.tp] if e.tp is not None else list(low):
+                low.pop(tp, None)
+                into.pop(tp, None)
+            continue
+        txns = healed.transactions.get(e.tp)
+        if not txns:
+            continue
+        low[e.tp] = min(low.get(e.tp, e.offset), e.offset)
+        touched = into[e.tp]
+        for first, (t, seen) in list(touched.items()):
+            if e.offset > t.last:  # past it: decided
+                del touched[first]
+                if low[e.tp] < t.first and len(seen) < t.records:
+                    out.append(Anomaly("torn-txn", e.tp[0], e.tp[1], t.first, t.records - len(seen)))
+        firsts = healed.txn_firsts[e.tp]
+        for t in txns[max(0, bisect.bisect_right(firsts, e.offset) - 1):bisect.bisect_right(firsts, e.end)]:
+            if t.committed and t.last >= e.offset and (part := t.overlap(e.offset, e.end)):
+                touched.setdefault(t.first, (t, set()))[1].update(part)
+    return out
+
+
+def _lso_stuck(history: History, healed: Healed) -> list[Anomaly]:
+    """The stalled partitions whose next record past the furthest read starts a decided transaction."""
+    furthest: dict[TP, int] = {}
+    for e in history.events:
+        if isinstance(e, Read):
+            furthest[e.tp] = max(furthest.get(e.tp, -1), e.end)
+    out = []
+    for tp in sorted(history.stalled):
+        at = healed.first_after(tp, furthest.get(tp, healed.log_start.get(tp, 0) - 1))
+        if at is not None and any(t.first == at for t in healed.transactions.get(tp, ())):
+            out.append(Anomaly("lso-stuck", tp[0], tp[1], at, healed.held_after(tp, at - 1)))
+    return out
 
 
 def _unseen(stalled: Iterable[TP], furthest: Mapping[TP, int], healed: Healed) -> list[Anomaly]:

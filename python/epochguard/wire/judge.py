@@ -107,7 +107,7 @@ from epochguard.protocol.messages import (
 from epochguard.records import batch_index, iter_batches
 from epochguard.sim.invariants import METADATA_EPOCH_MONOTONIC
 from epochguard.types import FetchPosition, IsolationLevel, TopicPartition
-from epochguard.wire.anomalies import Ack, Anomaly, Healed, History, Moved, Read, find_anomalies
+from epochguard.wire.anomalies import Ack, Anomaly, Healed, History, Moved, Read, Txn, find_anomalies
 
 __all__ = ["Judge", "Divergence", "batch_spans", "STUCK_AFTER_STEPS", "VERDICTS"]
 
@@ -253,6 +253,7 @@ class Judge:
         self._follower_oor: dict[tuple[str, TopicPartition], dict[str, Any]] = {}  # undecided, by client and tp
         self._follower_resets: dict[tuple[str, TopicPartition], dict[str, Any]] = {}  # reset, not yet landed
         self._committed: dict[tuple[str, TopicPartition], tuple[int, int]] = {}  # (group, tp) -> (offset, epoch)
+        self._read_committed: set[str] = set()  # the clients that fetched read_committed (torn-txn, lso-stuck)
         self._left: dict[str, int] = {}  # client -> step its LeaveGroup was applied
         self._acked: list[_Acked] = []  # in the order they were answered
         # id(sequence error entry) -> how many acks came before it: answers complete between steps (the
@@ -411,6 +412,7 @@ class Judge:
             if p.error_code != Errors.NONE or not p.records:
                 continue
             if request.isolation_level == IsolationLevel.READ_COMMITTED:
+                self._read_committed.add(name)
                 self._aborted_read(name, p, offsets.get(p.tp, 0))
             self._served_reads(name, p, offsets.get(p.tp, 0), request.isolation_level)
             spans = batch_spans(p.records)
@@ -500,6 +502,7 @@ class Judge:
         tps = {TopicPartition(*r.tp) for h in self._reads.values() for r in h if isinstance(r, Read)}
         values: dict[tuple[str, int], dict[int, int]] = {}
         spans: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        transactions: dict[tuple[str, int], list[Txn]] = {}
         log_start: dict[tuple[str, int], int] = {}
         for tp in tps:
             leader = cluster.acting_leader(tp)
@@ -509,24 +512,35 @@ class Judge:
             key = (tp.topic, tp.partition)
             hw, aborted = log.high_watermark, log.aborted_transactions
             log_start[key] = log.log_start_offset
-            values[key], spans[key] = {}, []
+            values[key], spans[key], transactions[key] = {}, [], []
+            ongoing: dict[int, tuple[int, list[tuple[int, int]]]] = {}  # producer id -> (first, its batches)
             for segment in log.segments:  # the batch headers alone: no record is decoded, no CRC computed
                 for b in segment.batches:
-                    if b.base_offset >= hw or b.last_offset < log.log_start_offset or b.is_control:
-                        continue  # past the high watermark, deleted, or a marker: no record a consumer reads
-                    if b.is_transactional and any(t.producer_id == b.producer_id and t.first_offset <= b.base_offset
-                                                  <= t.last_offset for t in aborted):
-                        continue  # an aborted transaction's records
+                    if b.base_offset >= hw or b.last_offset < log.log_start_offset:
+                        continue  # past the high watermark, or deleted
+                    if b.is_control:  # a marker: no record a consumer reads; it decides its producer's transaction
+                        first, batches = ongoing.pop(b.producer_id, (-1, []))
+                        if batches:
+                            transactions[key].append(Txn(first, batches[-1][1], tuple(batches), not any(
+                                t.producer_id == b.producer_id and t.first_offset == first for t in aborted)))
+                        continue
                     (values[key][b.base_offset],) = struct.unpack_from(">I", segment.data, b.position + 17)
+                    if b.is_transactional:
+                        ongoing.setdefault(b.producer_id, (b.base_offset, []))[1].append((b.base_offset,
+                                                                                          b.last_offset))
+                        if any(t.producer_id == b.producer_id and t.first_offset <= b.base_offset <= t.last_offset
+                               for t in aborted):
+                            continue  # an aborted transaction's records: held (no phantom), no index
                     spans[key].append((b.base_offset, b.last_offset))
-        healed = Healed(values, spans, log_start)
+        healed = Healed(values, spans, log_start, transactions)
         written = self._healed_records({tp for sent in self._sent.values() for tp, *_ in sent})
         for name, report in self.clients.items():
             stalled = {(s["topic"], s["partition"]) for s in report.stalls}
             events = [e for e in self._reads.get(name, ()) if e is not None]
             acks = [a for sent in self._sent.get(name, ()) for a in _acked_records(*sent)
                     if (a.tp[0], a.tp[1]) in written.values]
-            history = History(events, acks, stalled, self._failed.get(name, {}), self._last_asked.get(name, 0))
+            history = History(events, acks, stalled, self._failed.get(name, {}), self._last_asked.get(name, 0),
+                              read_committed=name in self._read_committed)
             report.anomalies = find_anomalies(
                 history, healed, expected=lambda a: cluster.controller.unclean_after_epoch(TopicPartition(*a.tp),
                                                                                           a.epoch),

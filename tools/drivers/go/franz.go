@@ -34,6 +34,9 @@ func runFranz(ctx context.Context, cfg config, out *emitter) error {
 	if rack := cfg.options["rack"]; rack != "" { // KIP-392: fetch from a follower in this rack
 		opts = append(opts, kgo.Rack(rack))
 	}
+	if cfg.options["isolation.level"] == "read_committed" {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err

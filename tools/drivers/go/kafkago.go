@@ -46,12 +46,17 @@ func runKafkaGo(ctx context.Context, cfg config, out *emitter) error {
 	out.emit("start", map[string]any{"client": "kafka-go", "software": "kafka-go",
 		"version": moduleVersion("github.com/segmentio/kafka-go"), "client_id": cfg.clientID, "reset": cfg.reset})
 
+	isolation := kafka.ReadUncommitted
+	if cfg.options["isolation.level"] == "read_committed" {
+		isolation = kafka.ReadCommitted
+	}
 	var wg sync.WaitGroup
 	for _, p := range partitions {
 		reader := kafka.NewReader(kafka.ReaderConfig{
 			Brokers: cfg.bootstrap, Topic: cfg.consumeTopic, Partition: p.ID, Dialer: dialer,
 			MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 500 * time.Millisecond,
 			Logger: logf("[kafka-go] "), ErrorLogger: logf("[kafka-go:error] "),
+			IsolationLevel: isolation,
 		})
 		start := map[string]int64{"earliest": kafka.FirstOffset, "latest": kafka.LastOffset, "none": kafka.FirstOffset}
 		if err := reader.SetOffset(start[cfg.reset]); err != nil {

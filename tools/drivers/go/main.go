@@ -149,7 +149,7 @@ func main() {
 	flag.Float64Var(&everyMs, "produce-interval-ms", 20, "one acks=all record every this many ms (0: none)")
 	flag.IntVar(&cfg.produceCount, "produce-count", 0, "stop producing after N records (0: no limit)")
 	flag.Float64Var(&maxSeconds, "max-seconds", 600, "exit by itself after this long")
-	flag.Var(opts, "option", "KEY=VALUE client setting (rack=R: franz-go's Rack, sarama's RackID; sarama: producer.idempotent=true; others are ignored)")
+	flag.Var(opts, "option", "KEY=VALUE client setting (rack=R: franz-go's Rack, sarama's RackID; isolation.level=read_committed; sarama: producer.idempotent=true; others are ignored)")
 	flag.Parse()
 	if bootstrap == "" || (cfg.reset != "earliest" && cfg.reset != "latest" && cfg.reset != "none") {
 		flag.Usage()

@@ -40,6 +40,12 @@ func runSarama(ctx context.Context, cfg config, out *emitter) error {
 			sc.Version = sarama.V2_3_0_0
 		}
 	}
+	if cfg.options["isolation.level"] == "read_committed" { // Fetch v4+ (Kafka 0.11), sarama's default version
+		sc.Consumer.IsolationLevel = sarama.ReadCommitted
+		if !sc.Version.IsAtLeast(sarama.V0_11_0_0) {
+			sc.Version = sarama.V0_11_0_0
+		}
+	}
 	var client sarama.Client
 	var partitions []int32
 	for { // the cluster may not answer yet, or not know the topic yet

@@ -3,7 +3,8 @@
 Each scenario x trigger is one `epochguard serve` run shared by all the clients installed here. A cell
 holds the server's verdicts for that client (`-`: the fault never reached it: it was not served records
 that were later replaced), then after ` · ` its record-level anomalies (`epochguard.wire.anomalies`:
-phantom-read, rewind, skip, unseen, lost-ack, duplicate-write, send-reorder, aborted-read); where the
+phantom-read, rewind, skip, unseen, lost-ack, duplicate-write, send-reorder, aborted-read, torn-txn,
+lso-stuck, producer-stuck); where the
 client's own delivery log says otherwise (`truth.judge_client`), the cell shows both, `server != truth`,
 so a disagreement is never hidden.
 """
@@ -28,6 +29,7 @@ from epochguard.wire.drivers.session import (
     RACK_SCENARIOS,
     SCENARIOS,
     TRIGGERS,
+    TXN_SCENARIOS,
     RunError,
     RunResult,
     run_clients,
@@ -40,13 +42,18 @@ __all__ = ["configure", "run_matrix", "format_table", "cell", "producer_cell", "
            "write_docs"]
 
 
-ALL = (*SCENARIOS, *CONTROLS, *PRODUCER_SCENARIOS)
+ALL = (*SCENARIOS, *CONTROLS, *TXN_SCENARIOS, *PRODUCER_SCENARIOS)
 
 
 def serve_runs(scenarios: Sequence[str], triggers: Sequence[str]) -> list[tuple[str, str]]:
-    """(scenario, trigger) pairs: each trigger for a consumer scenario, its own one for a producer scenario."""
-    return [(s, t) for s in scenarios
-            for t in ((PRODUCER_SCENARIOS[s],) if s in PRODUCER_SCENARIOS else triggers)]
+    """(scenario, trigger) pairs: each trigger for a consumer scenario, its own one for a producer scenario,
+    those a transactional scenario has."""
+    def of(s: str) -> Sequence[str]:
+        if s in PRODUCER_SCENARIOS:
+            return (PRODUCER_SCENARIOS[s],)
+        return [t for t in triggers if t in TXN_SCENARIOS[s]] if s in TXN_SCENARIOS else triggers
+
+    return [(s, t) for s in scenarios for t in of(s)]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -191,12 +198,16 @@ def run_matrix(
     for scenario, trigger in runs:
         # A producer scenario runs the clients whose producer can be idempotent, asked to be.
         producing, rack = scenario in PRODUCER_SCENARIOS, RACK_SCENARIOS.get(scenario)
-        # A rack scenario runs the clients that can fetch from a follower, each given the rack.
+        # A rack scenario runs the clients that can fetch from a follower, each given the rack; a
+        # transactional one those whose consumer can read committed, asked to.
+        committed = scenario in TXN_SCENARIOS
         groups = run_groups([c for c in clients if c.idempotent is not None] if producing
-                            else [c for c in clients if c.rack is not None] if rack else clients)
+                            else [c for c in clients if c.rack is not None] if rack
+                            else [c for c in clients if c.isolation is not None] if committed else clients)
         driver_args: dict[str, Sequence[str]] | None = (
             {c.name: c.idempotent or () for c in clients} if producing
-            else {c.name: c.rack_args(rack) for c in clients} if rack else None)
+            else {c.name: c.rack_args(rack) for c in clients} if rack
+            else {c.name: c.isolation_args() for c in clients} if committed else None)
         parts: list[tuple[Sequence[Client], RunResult | str]] = []
         for i, group in enumerate(groups):
             run_dir = workdir / f"{scenario}-{trigger}" / (f"group-{i}" if len(groups) > 1 else "")
@@ -206,7 +217,7 @@ def run_matrix(
             try:
                 command = serve_command(scenario, trigger, seed, trace=run_dir / "trace.jsonl", consumers=len(group))
                 parts.append((group, run_clients(command, group, run_dir, driver_args=driver_args,
-                                                 unclean=allows_unclean(scenario))))
+                                                 unclean=allows_unclean(scenario), read_committed=committed)))
             except (RunError, OSError, TimeoutError) as exc:
                 parts.append((group, f"run failed: {exc}"))
         results[(scenario, trigger)] = merge_runs(parts)
@@ -277,8 +288,10 @@ def cell(result: RunResult, client: Client) -> str:
     # where a client went after a follower's OFFSET_OUT_OF_RANGE (follower-fetch-lag): to the leader, the
     # replica again, or a reset (whose cost the log sees: a re-read, or a skip).
     follower = Counter(_label("follower", e["how"]) for e in server.get("follower_out_of_range", ()))
+    # Transaction markers handed to the application as records: only the delivery log sees them (kafka-go).
+    markers = result.truths[client.name].markers_read
     notes = [*(["spin"] if any(d.get("spin") for d in server.get("divergences", [])) else []),
-             *([_summary(follower)] if follower else [])]
+             *([_summary(follower)] if follower else []), *([f"markers read x{markers}"] if markers else [])]
     text += f" ({'; '.join(notes)})" if notes else ""
     return text + anomaly_text(server, result.truths[client.name])
 
@@ -320,12 +333,19 @@ def _cell(scenario: str) -> Callable[[RunResult, Client], str]:
     """How a scenario's cells are judged: on the consumers' verdicts, or on the producers' outcome."""
     if scenario in RACK_SCENARIOS:
         return rack_cell
+    if scenario in TXN_SCENARIOS:
+        return txn_cell
     return producer_cell if scenario in PRODUCER_SCENARIOS else cell
 
 
 def rack_cell(result: RunResult, client: Client) -> str:
     """A consumer cell, `n/a` for a client that cannot fetch from a follower (no `Client.rack`: sat out)."""
     return "n/a" if client.rack is None else cell(result, client)
+
+
+def txn_cell(result: RunResult, client: Client) -> str:
+    """A consumer cell, `n/a` for a client whose consumer cannot read committed (no `Client.isolation`)."""
+    return "n/a" if client.isolation is None else cell(result, client)
 
 
 def _label(verdict: str, how: str) -> str:

@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         enable_auto_commit=False,
         auto_offset_reset=config.reset,
     )
-    shared = {k: v for k, v in options.items() if k != "client_rack"}  # a consumer's setting alone
+    shared = {k: v for k, v in options.items() if k not in ("client_rack", "isolation_level")}  # consumer's alone
     producer = KafkaProducer(**shared, **typed(config.producer_options), bootstrap_servers=config.bootstrap.split(","),
                              client_id=config.client_id, acks="all")
     log.write("start", client=CLIENT, software="kafka-python", version=kafka.__version__,

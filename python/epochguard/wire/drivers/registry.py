@@ -28,6 +28,13 @@ class Client:
     # The driver option naming the consumer's rack (Java's `client.rack`; KIP-392, follower-fetch-lag), given
     # as `--option KEY=RACK`; None: the client cannot fetch from a follower, and sits out that scenario.
     rack: str | None = None
+    # The driver option that makes its consumer read_committed (`isolation.level`, each client's own name
+    # for it), given as `--option KEY=read_committed`; None: its consumer cannot, and it sits out the
+    # transactional scenarios (session.TXN_SCENARIOS).
+    isolation: str | None = None
+
+    def isolation_args(self) -> tuple[str, ...]:
+        return () if self.isolation is None else ("--option", f"{self.isolation}=read_committed")
 
     def rack_args(self, rack: str) -> tuple[str, ...]:
         return () if self.rack is None else ("--option", f"{self.rack}={rack}")
@@ -66,28 +73,36 @@ class Client:
 CLIENTS: tuple[Client, ...] = (
     Client("confluent-kafka", "epochguard.wire.drivers.confluent_kafka", "confluent-kafka>=2.16",
            importable="confluent_kafka", idempotent=("--option", "producer.enable.idempotence=true"),
-           rack="client.rack"),
+           rack="client.rack", isolation="isolation.level"),
     Client("kafka-python", "epochguard.wire.drivers.kafka_python", "kafka-python>=3", importable="kafka",
-           idempotent=("--option", "producer.enable_idempotence=true"), rack="client_rack"),
+           idempotent=("--option", "producer.enable_idempotence=true"), rack="client_rack",
+           isolation="isolation_level"),
     Client("aiokafka", "epochguard.wire.drivers.aiokafka", "aiokafka>=0.14", importable="aiokafka",
-           idempotent=("--option", "producer.enable_idempotence=true"), rack="client_rack"),
-    Client("kcat", "epochguard.wire.drivers.kcat", "kcat", executable="kcat", rack="client.rack"),
+           idempotent=("--option", "producer.enable_idempotence=true"), rack="client_rack",
+           isolation="isolation_level"),
+    Client("kcat", "epochguard.wire.drivers.kcat", "kcat", executable="kcat", rack="client.rack",
+           isolation="isolation.level"),
     # Apache Kafka's own client, both consumer implementations; then the Go clients (toolchain.py).
     Client("java-classic", "epochguard.wire.drivers.java", "kafka-clients 4.4.0 (JDK 17 + Maven)",
-           toolchain="java", args=("--variant", "classic"), idempotent=(), rack="client.rack"),
+           toolchain="java", args=("--variant", "classic"), idempotent=(), rack="client.rack",
+           isolation="isolation.level"),
     Client("java-consumer", "epochguard.wire.drivers.java", "kafka-clients 4.4.0 (JDK 17 + Maven)",
-           toolchain="java", args=("--variant", "consumer"), idempotent=(), rack="client.rack"),
+           toolchain="java", args=("--variant", "consumer"), idempotent=(), rack="client.rack",
+           isolation="isolation.level"),
     Client("franz-go", "epochguard.wire.drivers.go", "franz-go (Go toolchain)", toolchain="go",
-           args=("--client", "franz-go"), idempotent=(), rack="rack"),
+           args=("--client", "franz-go"), idempotent=(), rack="rack", isolation="isolation.level"),
     Client("sarama", "epochguard.wire.drivers.go", "IBM/sarama (Go toolchain)", toolchain="go",
-           args=("--client", "sarama"), idempotent=("--option", "producer.idempotent=true"), rack="rack"),
+           args=("--client", "sarama"), idempotent=("--option", "producer.idempotent=true"), rack="rack",
+           isolation="isolation.level"),
     Client("kafka-go", "epochguard.wire.drivers.go", "segmentio/kafka-go (Go toolchain)", toolchain="go",
-           args=("--client", "kafka-go")),
+           args=("--client", "kafka-go"), isolation="isolation.level"),
     # epochguard's own client (epochguard.client), blocking and asyncio.
     Client("epochguard", "epochguard.wire.drivers.epochguard_client", "epochguard",
-           idempotent=("--option", "producer.enable_idempotence=1"), rack="client_rack"),
+           idempotent=("--option", "producer.enable_idempotence=1"), rack="client_rack",
+           isolation="isolation_level"),
     Client("epochguard-asyncio", "epochguard.wire.drivers.epochguard_client", "epochguard", args=("--asyncio",),
-           idempotent=("--option", "producer.enable_idempotence=1"), rack="client_rack"),
+           idempotent=("--option", "producer.enable_idempotence=1"), rack="client_rack",
+           isolation="isolation_level"),
 )
 
 

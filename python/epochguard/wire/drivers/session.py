@@ -39,6 +39,9 @@ TRIGGERS = ("served", "caught-up")
 # Judged on what the clients' producers did (an idempotent producer's outcome after a lost sequence), each
 # with the one trigger it has; only clients with an idempotent producer (`Client.idempotent`) take part.
 PRODUCER_SCENARIOS = {"idempotent-truncation": "ack"}
+# Judged on read_committed consumers (`Client.isolation`; a client whose consumer cannot read committed sits
+# out), each with the triggers it has: `transactions` has no fault to trigger, so one run.
+TXN_SCENARIOS = {"transactions": ("served",), "marker-truncated": TRIGGERS}
 
 
 class RunError(RuntimeError):
@@ -122,8 +125,10 @@ def run_clients(
     stuck_after_s: float = 5.0,
     driver_args: dict[str, Sequence[str]] | None = None,
     unclean: bool = False,
+    read_committed: bool = False,
 ) -> RunResult:
-    """`unclean`: the cluster allows unclean elections (the ground truth tags a lost ack `expected`)."""
+    """`unclean`: the cluster allows unclean elections (the ground truth tags a lost ack `expected`);
+    `read_committed`: the drivers' consumers were asked to read committed records only."""
     workdir.mkdir(parents=True, exist_ok=True)
     stderr = open(workdir / "cluster.stderr", "w")
     cluster = subprocess.Popen(list(cluster_cmd), stdout=subprocess.PIPE, stderr=stderr, text=True)
@@ -163,7 +168,8 @@ def run_clients(
             report = json.loads(line)
             break
     faults_t = next((at for line, at in zip(out.lines, out.arrived, strict=True) if line.strip() == "trigger"), None)
-    truths = {name: judge_client(path, final, stuck_after_s=stuck_after_s, faults_t=faults_t, unclean=unclean)
+    truths = {name: judge_client(path, final, stuck_after_s=stuck_after_s, faults_t=faults_t, unclean=unclean,
+                                 read_committed=read_committed)
               for name, path in logs.items()}
     return RunResult(bootstrap, logs, final, truths, report, out.lines)
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from epochguard.wire.anomalies import Ack, Anomaly, Healed, History, Moved, Read, find_anomalies
+from epochguard.wire.anomalies import Ack, Anomaly, Healed, History, Moved, Read, Txn, find_anomalies
 from epochguard.wire.drivers.delivery_log import CONSUME_TOPIC, PRODUCE_TOPIC, digest, read_log
 
 TopicPartition = tuple[str, int]
@@ -44,9 +44,16 @@ VERDICTS = ("detected", "reset", "silent", "stuck")  # and "undecided": the run 
 class FinalLog:
     """Each partition's records, offset -> digest, from its log start to its high watermark."""
 
-    partitions: Mapping[TopicPartition, Mapping[int, str]]
+    partitions: Mapping[TopicPartition, Mapping[int, str]]  # read_uncommitted: aborted records included
     log_start: Mapping[TopicPartition, int]
     high_watermark: Mapping[TopicPartition, int]
+    # The decided transactions, where a partition has any (`read_final_log`): which records were aborted.
+    transactions: Mapping[TopicPartition, tuple[Txn, ...]] = field(default_factory=dict)
+
+    def aborted(self) -> set[str]:
+        """The digests of the records of aborted transactions."""
+        return {self.partitions[tp][o] for tp, ts in self.transactions.items() for t in ts if not t.committed
+                for o in range(t.first, t.last + 1) if o in self.partitions.get(tp, {})}
 
     def digest_at(self, tp: TopicPartition, offset: int) -> str | None:
         return self.partitions.get(tp, {}).get(offset)
@@ -117,6 +124,9 @@ class ClientTruth:
     producer_outcome: str = "clean"
     # The record-level anomalies of its history against the final log (`epochguard.wire.anomalies`)
     anomalies: list[Anomaly] = field(default_factory=list)
+    # Records it consumed at the offset of a transaction marker (a control record handed to the application:
+    # a consumer must hide them); left out of every verdict and anomaly, which judge data records.
+    markers_read: int = 0
 
     def verdicts(self) -> dict[tuple[str, int, int], str]:
         return {d.key(): d.verdict for d in self.divergences}
@@ -126,44 +136,103 @@ def read_final_log(
     bootstrap: str, topics: Iterable[str] = (CONSUME_TOPIC, PRODUCE_TOPIC), timeout_s: float = 30.0
 ) -> FinalLog:
     """Read every partition of `topics` from its log start to its high watermark with a fresh
-    confluent-kafka consumer (assign, no group); run it once the cluster has healed."""
+    confluent-kafka consumer (assign, no group), read_uncommitted: every record, an aborted transaction's
+    too; then, where that read left gaps (transaction markers), again read_committed, which tells the
+    aborted transactions' records from the committed ones (`FinalLog.transactions`). Run it once the
+    cluster has healed."""
     import confluent_kafka as ck
 
-    consumer = ck.Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": "epochguard-final-log",
-        "enable.auto.commit": False,
-        "client.id": "epochguard-final-log",
-        "log_level": 3,
-    })
+    def consumer(isolation: str) -> Any:
+        return ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "epochguard-final-log",
+                            "enable.auto.commit": False, "client.id": "epochguard-final-log", "log_level": 3,
+                            "isolation.level": isolation})
+
+    everything = consumer("read_uncommitted")
     try:
-        md = consumer.list_topics(timeout=timeout_s)
+        md = everything.list_topics(timeout=timeout_s)
         bounds: dict[TopicPartition, tuple[int, int]] = {}
         for topic in topics:
             meta = md.topics.get(topic)
             if meta is None or meta.error is not None:
                 continue
             for p in meta.partitions:
-                low, high = consumer.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=timeout_s)
+                low, high = everything.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=timeout_s)
                 bounds[(topic, p)] = (low, high)
-        records: dict[TopicPartition, dict[int, str]] = {tp: {} for tp in bounds}
-        todo = {tp for tp, (low, high) in bounds.items() if high > low}
-        consumer.assign([ck.TopicPartition(t, p, bounds[(t, p)][0]) for (t, p) in todo])
-        deadline = time.monotonic() + timeout_s
-        while todo and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
-                continue
-            tp, offset = (str(msg.topic()), int(msg.partition() or 0)), msg.offset()
-            if tp in todo and offset is not None and offset < bounds[tp][1]:
-                records[tp][offset] = digest(msg.value())
-                if offset == bounds[tp][1] - 1:
-                    todo.discard(tp)
+        records, todo = _read_to(everything, bounds, timeout_s, stop_when_idle=False)
         if todo:
             raise TimeoutError(f"final log: could not read {sorted(todo)} to the high watermark in {timeout_s}s")
     finally:
-        consumer.close()
-    return FinalLog(records, {tp: b[0] for tp, b in bounds.items()}, {tp: b[1] for tp, b in bounds.items()})
+        everything.close()
+    marked = {tp: b for tp, b in bounds.items() if len(records[tp]) < b[1] - b[0]}  # a marker, or a gap
+    transactions: dict[TopicPartition, tuple[Txn, ...]] = {}
+    if marked:
+        visible = consumer("read_committed")
+        try:
+            committed, _ = _read_to(visible, marked, timeout_s, stop_when_idle=True)
+        finally:
+            visible.close()
+        transactions = {tp: _transactions(records[tp], committed[tp], *marked[tp]) for tp in marked}
+    return FinalLog(records, {tp: b[0] for tp, b in bounds.items()}, {tp: b[1] for tp, b in bounds.items()},
+                    {tp: t for tp, t in transactions.items() if t})
+
+
+_IDLE_S = 1.5  # a read_committed reader with nothing new for this long sits at the last stable offset
+
+
+def _read_to(consumer: Any, bounds: Mapping[TopicPartition, tuple[int, int]], timeout_s: float, *,
+             stop_when_idle: bool) -> tuple[dict[TopicPartition, dict[int, str]], set[TopicPartition]]:
+    """offset -> digest of each partition from its low to its high bound, and the partitions not read to
+    the end (a position at or past the high bound ends a partition: a marker may sit just below it); with
+    `stop_when_idle`, once nothing arrived for `_IDLE_S` (a read_committed reader stops at the LSO)."""
+    import confluent_kafka as ck
+
+    records: dict[TopicPartition, dict[int, str]] = {tp: {} for tp in bounds}
+    todo = {tp for tp, (low, high) in bounds.items() if high > low}
+    consumer.assign([ck.TopicPartition(t, p, bounds[(t, p)][0]) for (t, p) in todo])
+    deadline = time.monotonic() + timeout_s
+    last_news = time.monotonic()
+    while todo and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is not None:
+            tp, offset = (str(msg.topic()), int(msg.partition() or 0)), msg.offset()
+            if msg.error() is None and tp in todo and offset is not None and offset < bounds[tp][1]:
+                records[tp][offset] = digest(msg.value())
+                last_news = time.monotonic()
+                if offset == bounds[tp][1] - 1:
+                    todo.discard(tp)
+            continue
+        # Nothing for a poll: a partition whose position is at its high bound is done (its last offset holds
+        # a marker, which no consumer is handed).
+        for position in consumer.position([ck.TopicPartition(t, p) for t, p in todo]):
+            if position.offset >= bounds[(str(position.topic), int(position.partition))][1]:
+                todo.discard((str(position.topic), int(position.partition)))
+        if stop_when_idle and time.monotonic() - last_news > _IDLE_S:
+            break
+    return records, todo
+
+
+def _transactions(everything: Mapping[int, str], committed: Mapping[int, str], low: int, high: int
+                  ) -> tuple[Txn, ...]:
+    """A partition's decided transactions as its records show them: each run of successive offsets that an
+    offset holding no record (its marker) ends, below the high watermark; committed when a read_committed
+    reader got its records, aborted when that reader went past it without them; a run the reader did not
+    reach (past the last stable offset) is undecided for it and left out. One transactional producer a
+    partition is assumed (the scenarios' `events`): interleaved producers' transactions would read as one."""
+    reach = max(committed, default=low - 1)
+    out: list[Txn] = []
+    run: list[int] = []
+    for offset in range(low, high):
+        if offset in everything:
+            run.append(offset)
+            continue
+        if run:  # a marker (or a compacted offset) ends the run
+            first, last = run[0], run[-1]
+            if any(o in committed for o in run):
+                out.append(Txn(first, last, ((first, last),), True))
+            elif last < reach:
+                out.append(Txn(first, last, ((first, last),), False))
+        run = []
+    return tuple(out)
 
 
 def judge_client(
@@ -174,15 +243,24 @@ def judge_client(
     stuck_after_s: float = 10.0,
     faults_t: float | None = None,
     unclean: bool = False,
+    read_committed: bool = False,
 ) -> ClientTruth:
     """The client's verdicts, anomalies and producer outcome from its delivery log and the final log;
     `faults_t`, when known, is the wall-clock time the run's faults started (the delivery logs' clock);
-    `unclean`: the run's cluster allows unclean elections (a lost acknowledged record is then expected)."""
+    `unclean`: the run's cluster allows unclean elections (a lost acknowledged record is then expected);
+    `read_committed`: the client was asked to read committed records only (torn-txn, lso-stuck)."""
     entries: list[Mapping[str, Any]] = list(read_log(log)) if isinstance(log, (str, Path)) else list(log)
+    markers = {(tp, t.last + 1) for tp, ts in final.transactions.items() for t in ts}
+    marker_reads = [e for e in entries if e["kind"] == "consumed" and ((e["topic"], e["partition"]), e["offset"])
+                    in markers and final.digest_at((e["topic"], e["partition"]), e["offset"]) is None]
+    if marker_reads:
+        dropped = {id(e) for e in marker_reads}
+        entries = [e for e in entries if id(e) not in dropped]
     start = next((e for e in entries if e["kind"] == "start"), {})
     end_t = max((e["t"] for e in entries), default=0.0)
     software = " ".join(str(start[k]) for k in ("software", "version") if start.get(k))
-    truth = ClientTruth(client_id=start.get("client_id", "?"), software=software or "?")
+    truth = ClientTruth(client_id=start.get("client_id", "?"), software=software or "?",
+                        markers_read=len(marker_reads))
     surfaced = [e for e in entries if e["kind"] in ("truncation", "reset", "error")]
     by_tp: dict[TopicPartition, list[Mapping[str, Any]]] = defaultdict(list)
     for e in entries:
@@ -197,9 +275,11 @@ def judge_client(
         truth.producer_outcome = "fatal"
     elif truth.duplicated_produced:
         truth.producer_outcome = "duplicate"
-    healed = Healed.of_records(final.partitions, final.log_start)
-    truth.anomalies = find_anomalies(client_history(entries, consume_topic, truth), healed,
-                                     expected=lambda _ack: unclean, stuck_after=stuck_after_s)
+    healed = Healed.of_records(final.partitions, final.log_start, final.transactions)
+    history = client_history(entries, consume_topic, truth)
+    history.read_committed = read_committed
+    truth.anomalies = find_anomalies(history, healed, expected=lambda _ack: unclean, aborted=final.aborted(),
+                                     stuck_after=stuck_after_s)
     return truth
 
 

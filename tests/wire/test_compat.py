@@ -218,3 +218,45 @@ def test_follower_fetch_lag_runs_clients_with_a_rack_and_notes_where_they_went(m
     assert cell(run, kp) == "- (follower/reset)"
     table = format_table({("follower-fetch-lag", "served"): run}, [kp, client("kafka-go")]).splitlines()
     assert table[2] == "| follower-fetch-lag | served | - (follower/reset) | n/a |"  # kafka-go sat out
+
+
+def test_transactional_scenarios_run_read_committed_consumers_and_mark_a_lost_marker(monkeypatch, tmp_path) -> None:
+    from epochguard.wire.anomalies import Anomaly
+    from epochguard.wire.drivers import compat
+
+    assert serve_runs(["transactions", "marker-truncated"], TRIGGERS) == [
+        ("transactions", "served"), ("marker-truncated", "served"), ("marker-truncated", "caught-up")]
+    assert serve_runs(["transactions"], ["caught-up"]) == []  # it has no fault to trigger
+    started: dict[str, tuple] = {}
+    committed: list[bool] = []
+
+    def fake_run(command, group, run_dir, driver_args=None, read_committed=False, **_kw):
+        started.update({c.name: tuple(driver_args[c.name]) for c in group})
+        committed.append(read_committed)
+        return "run failed: not run here"
+
+    monkeypatch.setattr(compat, "run_clients", fake_run)
+    compat.run_matrix([("transactions", "served")], [client("kcat"), client("aiokafka"), client("sarama")], tmp_path)
+    # each client's own name for isolation.level; the truth is told the consumers read committed
+    assert started == {"kcat": ("--option", "isolation.level=read_committed"),
+                       "aiokafka": ("--option", "isolation_level=read_committed"),
+                       "sarama": ("--option", "isolation.level=read_committed")}
+    assert committed == [True, True]
+    kp = client("kafka-python")
+    # a divergence of a transaction marker only: no record it consumed was replaced; the log saw the re-read
+    r = result(["reset"], [], how=("back", ""))
+    server = r.server_report["clients"][0]
+    server["divergences"][0]["marker"] = True
+    r.truths["kafka-python"].rewinds.append(("events", 0, 0, 40))
+    server["anomalies"] = [{"anomaly": "aborted-read", "tag": ""}, {"anomaly": "rewind", "tag": ""}]
+    r.truths["kafka-python"].anomalies.append(Anomaly("rewind", "events", 0, 0, 40))
+    assert cell(r, kp) == "reset/back‡ · aborted-read‡, rewind"
+    # not a marker: the same is a disagreement on both counts
+    server["divergences"][0]["marker"] = False
+    assert cell(r, kp) == "reset/back != false-alarm · aborted-read, rewind != rewind"
+    # an aborted read only the delivery log saw (a client not filtering aborted transactions) stays one
+    r.truths["kafka-python"].anomalies.append(Anomaly("aborted-read", "events", 0, 7))
+    server["anomalies"] = [{"anomaly": "rewind", "tag": ""}]
+    assert cell(r, kp).endswith(" · rewind != aborted-read, rewind")
+    r.truths["kafka-python"].markers_read = 3
+    assert "(markers read x3)" in cell(r, kp)

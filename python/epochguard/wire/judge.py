@@ -77,6 +77,10 @@ control batches and of the aborted transactions the answer names) a record whose
 scenario's simulated producer had aborted, its ABORT acknowledged (Jepsen's G1a; `marker-truncated`,
 KAFKA-20716: an unclean election lost the marker). The cluster's doing: reported, never blamed.
 
+A divergence whose replaced part is transaction markers only (`marker-truncated`: the ABORT marker the
+unclean election lost, served to a client whose position went past it) is flagged `marker`: no record
+the client consumed is gone, so its delivery log cannot see the event, only what the client did next.
+
 The judge sees only exchanges, faults and steps, so the same trace replayed gives the same verdicts.
 """
 
@@ -167,13 +171,16 @@ class Divergence:
     asked: dict[str, int] = field(default_factory=dict)  # request type -> asks for the partition while open
     spin: str = ""  # stuck, asking all along: "OffsetForLeaderEpoch x412"
     source: str = "served"  # "commit": a position handed over through a committed offset
+    # What was replaced is transaction markers only (`marker-truncated`: the lost ABORT): the client was served
+    # no record that is gone, so its delivery log cannot see the event; only its position moved past it.
+    marker: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"topic": self.tp.topic, "partition": self.tp.partition, "offset": self.offset,
                 "verdict": self.verdict or "undecided", "how": self.how, "redelivered": self.redelivered,
                 "skipped": self.skipped, "spin": self.spin, "detail": self.detail, "served_end": self.served_end,
                 "served_epoch": self.served_epoch, "step": self.step, "verdict_step": self.verdict_step,
-                "from": self.source}
+                "from": self.source, "marker": self.marker}
 
 
 @dataclass
@@ -181,6 +188,7 @@ class _Served:
     epoch: int
     end: int  # next offset after the last served record
     fetched_at: int  # the fetch offset of the request those records answered
+    data_end: int = -1  # next offset after the last data (not control) batch served
 
 
 @dataclass
@@ -368,7 +376,7 @@ class Judge:
                     continue
                 self._decided.add(key)
                 d = Divergence(name, tp, end, served.end, served.epoch, state.leader_epoch, self.step,
-                               served_from=served.fetched_at)
+                               served_from=served.fetched_at, marker=served.data_end <= end)
                 self._open[(name, tp)] = d
                 self.clients[name].divergences.append(d)
         self._stop_out_of_range()
@@ -422,7 +430,11 @@ class Judge:
             kept.extend((base, last, epoch) for base, last, epoch, _crc in spans)
             if spans:
                 _base, last, epoch, _crc = spans[-1]
-                self._served[(name, p.tp)] = _Served(epoch, last + 1, fetched)
+                data = [b_last for position, _size, _b, b_last in batch_index(p.records, allow_partial_tail=True)
+                        if b_last >= fetched and not struct.unpack_from(">h", p.records, position + 21)[0] & _CONTROL]
+                before = self._served.get((name, p.tp))
+                data_end = data[-1] + 1 if data else (before.data_end if before is not None else -1)
+                self._served[(name, p.tp)] = _Served(epoch, last + 1, fetched, data_end)
                 if last + 1 > self._progress.get((name, p.tp), (-1, 0))[0]:
                     self._progress[(name, p.tp)] = (last + 1, self.step)
 

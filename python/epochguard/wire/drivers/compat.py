@@ -269,7 +269,12 @@ def cell(result: RunResult, client: Client) -> str:
     server = result.server_client(client.client_id)
     if server is None:
         return "not seen"
-    verdicts = Counter(_label(d["verdict"], d.get("how", "")) for d in server.get("divergences", []))
+    # A divergence of transaction markers only (‡: marker-truncated's lost ABORT) replaced no record the client
+    # consumed: its delivery log cannot see it, so it is shown and not compared; the re-read that follows it
+    # (a rewind or reset to the marker's offset, or below) is the log's false alarm.
+    marker = any(d.get("marker") for d in server.get("divergences", []))
+    verdicts = Counter(_label(d["verdict"], d.get("how", "")) + ("‡" if d.get("marker") else "")
+                       for d in server.get("divergences", []))
     # Back at the log start where the divergence began, the log reads a reset as a rewind: where the server
     # saw the ListOffsets, its `reset/back` stands and the cell is marked (†), not shown as a disagreement.
     divergences, reset = result.truths[client.name].divergences, "reset/back" in verdicts
@@ -277,12 +282,13 @@ def cell(result: RunResult, client: Client) -> str:
     marked = any(d.reads_as(reset) != (d.verdict, d.how) for d in divergences)
     # Going back though nothing diverged: after a short validation answer (server), a re-read (the log).
     verdicts.update("false-alarm" for _ in server.get("false_alarms", ()))
-    truth.update("false-alarm" for _ in result.truths[client.name].rewinds)
+    truth.update("false-alarm" for _ in ([] if marker else result.truths[client.name].rewinds))
     # A position below the log start (log-start-jump): where the client went on, as each side saw it.
     verdicts.update(_label("out-of-range", o["how"]) for o in server.get("out_of_range", ()))
     truth.update(_label("out-of-range", o.how) for o in result.truths[client.name].out_of_range)
     # The same verdicts agree even when the server split one divergence into several events.
-    text = _summary(verdicts) if set(verdicts) == set(truth) else f"{_summary(verdicts)} != {_summary(truth)}"
+    compared = {v for v in verdicts if not v.endswith("‡")}
+    text = _summary(verdicts) if compared == set(truth) else f"{_summary(verdicts)} != {_summary(truth)}"
     text += "†" if marked else ""
     # A stuck client that kept asking: only the server sees requests, so it is a note, not a verdict. So is
     # where a client went after a follower's OFFSET_OUT_OF_RANGE (follower-fetch-lag): to the leader, the
@@ -293,17 +299,24 @@ def cell(result: RunResult, client: Client) -> str:
     notes = [*(["spin"] if any(d.get("spin") for d in server.get("divergences", [])) else []),
              *([_summary(follower)] if follower else []), *([f"markers read x{markers}"] if markers else [])]
     text += f" ({'; '.join(notes)})" if notes else ""
-    return text + anomaly_text(server, result.truths[client.name])
+    return text + anomaly_text(server, result.truths[client.name], marker=marker)
 
 
-def anomaly_text(server: dict[str, Any], truth: ClientTruth) -> str:
+def anomaly_text(server: dict[str, Any], truth: ClientTruth, *, marker: bool = False) -> str:
     """` · phantom-read x3, skip`: the client's record-level anomalies (`epochguard.wire.anomalies`), by
     name, `server != truth` where the two histories disagree on which (counts differ by design: the
-    server counts served batches and acknowledged batches, the delivery log records); empty when none."""
+    server counts served batches and acknowledged batches, the delivery log records); empty when none.
+    `marker`: a transaction's marker was lost (‡); the server's aborted reads are then of records its
+    producer was told were aborted and the final log holds committed (KAFKA-20716), which the delivery
+    log cannot call aborted: shown with ‡, not compared."""
     said: Counter[str] = Counter()
     for a in server.get("anomalies", ()):
         said[f"{a['anomaly']}/{a['tag']}" if a.get("tag") else a["anomaly"]] += 1
     logged = summary(truth.anomalies)
+    if marker and "aborted-read" in said and "aborted-read" not in logged:
+        said["aborted-read‡"] = said.pop("aborted-read")
+        if set(said) - {"aborted-read‡"} == set(logged):
+            return f" · {_summary(said)}"
     if not said and not logged:
         return ""
     both = _summary(said) if set(said) == set(logged) else f"{_summary(said)} != {_summary(logged)}"

@@ -93,3 +93,35 @@ def test_a_stuck_bound_that_never_comes_is_a_run_error() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_member_leaves_its_group_once_idle_after_consuming(tmp_path) -> None:
+    """`--group G --leave-when-idle S` (handoff-truncation's member A): nothing is due before it consumed,
+    nor within S of its last record; then it commits and closes once, and polls no more."""
+    import time as _time
+
+    from epochguard.wire.drivers.delivery_log import DeliveryLog, Membership, parse_args
+
+    config = parse_args("x", ["--bootstrap", "b:1", "--log", str(tmp_path / "x.jsonl"), "--group", "g",
+                              "--leave-when-idle", "0.2"])
+    assert (config.group, config.leave_when_idle) == ("g", 0.2)
+    log = DeliveryLog(tmp_path / "x.jsonl")
+    member, calls = Membership(config, log), []
+
+    def poll() -> str:
+        calls.append("poll")
+        return "records"
+
+    leave = lambda: calls.append("leave")  # noqa: E731
+    assert member.poll(poll, leave, "none") == "records"  # never consumed: it stays however long it idles
+    _time.sleep(0.25)
+    assert member.poll(poll, leave, "none") == "records"
+    member.consumed()
+    assert member.poll(poll, leave, "none") == "records"  # within the idle bound
+    _time.sleep(0.25)
+    assert member.poll(poll, leave, "none") == "none" and member.left
+    assert member.poll(poll, leave, "none") == "none"
+    assert calls == ["poll", "poll", "poll", "leave"]  # left once, polled no more
+    plain = parse_args("x", ["--bootstrap", "b:1", "--log", str(tmp_path / "x.jsonl")])
+    assert plain.group is None and Membership(plain, log).leave_due() is False  # no group: never leaves
+    log.close()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from epochguard.wire.drivers.delivery_log import digest
-from epochguard.wire.drivers.truth import Divergence, FinalLog, judge_client
+from epochguard.wire.drivers.truth import Divergence, FinalLog, judge_client, judge_handoff
 
 TP = ("events", 0)
 # The final log: offsets 0-9 hold "old-i"; 10-19 were truncated in an election and now hold "new-i".
@@ -234,3 +234,29 @@ def test_going_back_to_the_log_start_where_the_divergence_began_is_marked_alike(
     on = [consumed(3.0 + o / 100, o, f"new-{o}") for o in range(12, 20)]
     (d,) = judge_client([*head, *on, {"t": 100.0, "kind": "stop"}], empty, stuck_after_s=5.0).divergences
     assert (d.verdict, d.at_log_start) == ("silent", False)
+
+
+def test_a_handoff_is_judged_from_the_committers_phantoms_and_where_the_next_member_started() -> None:
+    """handoff-truncation: A read 0-9 and the phantoms 10-12, committed 13 and left; B started from the
+    commit. Where B first consumed decides, against A's first phantom (10)."""
+    a = [{"t": 0.0, "kind": "start"}, *[consumed(1.0, o, f"old-{o}") for o in range(10)],
+         *[consumed(1.1, o, f"zombie-{o}") for o in range(10, 13)]]
+
+    def b(*offsets: int, end_t: float = 30.0) -> list[dict[str, Any]]:
+        return [{"t": 20.0, "kind": "start"}, *[consumed(21.0, o, f"new-{o}") for o in offsets],
+                {"t": end_t, "kind": "stop"}]
+
+    def verdict(after: list[dict[str, Any]]) -> tuple[str, str, int]:
+        (d,) = judge_handoff(a, after, FINAL, stuck_after_s=5.0)
+        assert (d.offset, d.last_phantom, d.phantoms) == (10, 12, 3)
+        return d.verdict, d.how, d.skipped
+
+    assert verdict(b(13, 14)) == ("silent", "", 3)  # from the commit: the replacements 10-12 skipped
+    assert verdict(b(10, 11)) == ("detected", "rewound", 0)  # validated: back to the divergence point
+    assert verdict(b(8, 9, 10)) == ("detected", "rewound", 0)  # below it too (an off-by-one `<` would not)
+    assert verdict(b(0, 1)) == ("reset", "back", 0)  # the log start
+    assert verdict(b()) == ("stuck", "", 0)
+    assert verdict(b(end_t=22.0)) == ("undecided", "", 0)
+    # no phantom read by A (nothing it committed past was replaced): no event for B
+    clean = [{"t": 0.0, "kind": "start"}, *[consumed(1.0, o, f"old-{o}") for o in range(10)]]
+    assert judge_handoff(clean, b(10), FINAL) == []

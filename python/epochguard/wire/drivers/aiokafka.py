@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from epochguard.wire.drivers.delivery_log import (
     DeliveryLog,
     DriverConfig,
     LogForwarder,
+    Membership,
     ProduceSchedule,
     Stop,
     parse_args,
@@ -26,13 +28,13 @@ CLIENT = "aiokafka"
 
 async def _run(config: DriverConfig, log: DeliveryLog, stop: Stop) -> None:
     import aiokafka
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
     consumer = AIOKafkaConsumer(
         **typed(config.consumer_options),
         bootstrap_servers=config.bootstrap,
         client_id=config.client_id,
-        group_id=None,
+        group_id=config.group,
         enable_auto_commit=False,
         auto_offset_reset=config.reset,
     )
@@ -52,6 +54,40 @@ async def _run(config: DriverConfig, log: DeliveryLog, stop: Stop) -> None:
         else:
             log.produced(md.topic, md.partition, md.offset, value)
 
+    member = Membership(config, log)
+    await _attach(consumer, producer, config, stop, log)
+    schedule = ProduceSchedule(config)
+    while not stop:
+        try:
+            batches: dict[Any, Any] = await member.apoll(lambda: consumer.getmany(timeout_ms=20),
+                                                         lambda: _leave(consumer), {})
+        except Exception as exc:
+            kind = "reset" if "OutOfRange" in type(exc).__name__ else "error"
+            log.surfaced(f"{type(exc).__name__}: {exc}", source="getmany", kind=kind)
+            batches = {}
+        for records in batches.values():
+            for r in records:
+                log.consumed(r.topic, r.partition, r.offset, None, r.value)
+                member.consumed()
+        seq = schedule.due()
+        if seq is not None:
+            task = asyncio.ensure_future(send(payload(config.client_id, seq)))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+    if pending:
+        await asyncio.wait(pending, timeout=5)
+    await producer.stop()
+    if not member.left:
+        await consumer.stop()
+
+
+async def _attach(consumer: Any, producer: Any, config: DriverConfig, stop: Stop, log: DeliveryLog) -> None:
+    """Subscribe as a member of `--group`, or assign every partition from the beginning."""
+    from aiokafka import TopicPartition
+
+    if config.group:
+        consumer.subscribe([config.consume_topic])
+        return
     partitions: set[int] = set()
     while not partitions and not stop:  # the producer's partitions_for waits for the topic's metadata
         try:
@@ -61,25 +97,10 @@ async def _run(config: DriverConfig, log: DeliveryLog, stop: Stop) -> None:
     tps = [TopicPartition(config.consume_topic, p) for p in sorted(partitions)]
     consumer.assign(tps)
     await consumer.seek_to_beginning(*tps)
-    schedule = ProduceSchedule(config)
-    while not stop:
-        try:
-            batches = await consumer.getmany(timeout_ms=20)
-        except Exception as exc:
-            kind = "reset" if "OutOfRange" in type(exc).__name__ else "error"
-            log.surfaced(f"{type(exc).__name__}: {exc}", source="getmany", kind=kind)
-            batches = {}
-        for records in batches.values():
-            for r in records:
-                log.consumed(r.topic, r.partition, r.offset, None, r.value)
-        seq = schedule.due()
-        if seq is not None:
-            task = asyncio.ensure_future(send(payload(config.client_id, seq)))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
-    if pending:
-        await asyncio.wait(pending, timeout=5)
-    await producer.stop()
+
+
+async def _leave(consumer: Any) -> None:
+    await consumer.commit()
     await consumer.stop()
 
 

@@ -25,6 +25,7 @@ from epochguard.wire.drivers.kafka_runs import KAFKA_SCENARIOS
 from epochguard.wire.drivers.registry import CLIENTS, Client
 from epochguard.wire.drivers.session import (
     CONTROLS,
+    HANDOFF_SCENARIOS,
     PRODUCER_SCENARIOS,
     RACK_SCENARIOS,
     SCENARIOS,
@@ -33,6 +34,7 @@ from epochguard.wire.drivers.session import (
     RunError,
     RunResult,
     run_clients,
+    run_handoff,
     serve_command,
 )
 from epochguard.wire.drivers.toolchain import ToolchainError
@@ -42,15 +44,15 @@ __all__ = ["configure", "run_matrix", "format_table", "cell", "producer_cell", "
            "write_docs"]
 
 
-ALL = (*SCENARIOS, *CONTROLS, *TXN_SCENARIOS, *PRODUCER_SCENARIOS)
+ALL = (*SCENARIOS, *CONTROLS, *TXN_SCENARIOS, *HANDOFF_SCENARIOS, *PRODUCER_SCENARIOS)
 
 
 def serve_runs(scenarios: Sequence[str], triggers: Sequence[str]) -> list[tuple[str, str]]:
     """(scenario, trigger) pairs: each trigger for a consumer scenario, its own one for a producer scenario,
     those a transactional scenario has."""
     def of(s: str) -> Sequence[str]:
-        if s in PRODUCER_SCENARIOS:
-            return (PRODUCER_SCENARIOS[s],)
+        if s in PRODUCER_SCENARIOS or s in HANDOFF_SCENARIOS:
+            return ({**PRODUCER_SCENARIOS, **HANDOFF_SCENARIOS}[s],)
         return [t for t in triggers if t in TXN_SCENARIOS[s]] if s in TXN_SCENARIOS else triggers
 
     return [(s, t) for s in scenarios for t in of(s)]
@@ -200,10 +202,11 @@ def run_matrix(
         producing, rack = scenario in PRODUCER_SCENARIOS, RACK_SCENARIOS.get(scenario)
         # A rack scenario runs the clients that can fetch from a follower, each given the rack; a
         # transactional one those whose consumer can read committed, asked to.
-        committed = scenario in TXN_SCENARIOS
+        committed, handoff = scenario in TXN_SCENARIOS, scenario in HANDOFF_SCENARIOS
         groups = run_groups([c for c in clients if c.idempotent is not None] if producing
                             else [c for c in clients if c.rack is not None] if rack
-                            else [c for c in clients if c.isolation is not None] if committed else clients)
+                            else [c for c in clients if c.isolation is not None] if committed
+                            else [c for c in clients if c.group] if handoff else clients)
         driver_args: dict[str, Sequence[str]] | None = (
             {c.name: c.idempotent or () for c in clients} if producing
             else {c.name: c.rack_args(rack) for c in clients} if rack
@@ -216,6 +219,9 @@ def run_matrix(
                 print(f"compat: {scenario} --trigger {trigger}{names} ...", file=progress, flush=True)
             try:
                 command = serve_command(scenario, trigger, seed, trace=run_dir / "trace.jsonl", consumers=len(group))
+                if handoff:
+                    parts.append((group, run_handoff(command, group, run_dir, unclean=allows_unclean(scenario))))
+                    continue
                 parts.append((group, run_clients(command, group, run_dir, driver_args=driver_args,
                                                  unclean=allows_unclean(scenario), read_committed=committed)))
             except (RunError, OSError, TimeoutError) as exc:
@@ -348,6 +354,8 @@ def _cell(scenario: str) -> Callable[[RunResult, Client], str]:
         return rack_cell
     if scenario in TXN_SCENARIOS:
         return txn_cell
+    if scenario in HANDOFF_SCENARIOS:
+        return handoff_cell
     return producer_cell if scenario in PRODUCER_SCENARIOS else cell
 
 
@@ -359,6 +367,12 @@ def rack_cell(result: RunResult, client: Client) -> str:
 def txn_cell(result: RunResult, client: Client) -> str:
     """A consumer cell, `n/a` for a client whose consumer cannot read committed (no `Client.isolation`)."""
     return "n/a" if client.isolation is None else cell(result, client)
+
+
+def handoff_cell(result: RunResult, client: Client) -> str:
+    """The member that took the partition over (B), as a consumer cell; `not run` for a client whose driver
+    has no group mode (`Client.group`)."""
+    return "not run: its driver has no group mode" if not client.group else cell(result, client)
 
 
 def _label(verdict: str, how: str) -> str:

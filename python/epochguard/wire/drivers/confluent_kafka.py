@@ -11,7 +11,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from epochguard.wire.drivers.delivery_log import DeliveryLog, DriverConfig, ProduceSchedule, Stop, parse_args, payload
+from epochguard.wire.drivers.delivery_log import (
+    DeliveryLog,
+    DriverConfig,
+    Membership,
+    ProduceSchedule,
+    Stop,
+    parse_args,
+    payload,
+)
 
 CLIENT = "confluent-kafka"
 
@@ -45,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               "error_cb": on_error}
     consumer = ck.Consumer({
         **common,
-        "group.id": config.client_id,  # required by the constructor; assign() never joins it
+        "group.id": config.group or config.client_id,  # required by the constructor; assign() never joins it
         "enable.auto.commit": False,
         "auto.offset.reset": "error" if config.reset == "none" else config.reset,
         **config.consumer_options,  # client.rack (follower-fetch-lag)
@@ -65,12 +73,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             log.produced(topic, msg.partition(), msg.offset(), value)
 
-    partitions = _wait_for_partitions(consumer, config.consume_topic, stop, log)
-    consumer.assign([ck.TopicPartition(config.consume_topic, p, ck.OFFSET_BEGINNING) for p in partitions])
+    member = Membership(config, log)
+    _attach(consumer, config, stop, log)
     schedule = ProduceSchedule(config)
     fatal = False  # an idempotent producer's fatal error (librdkafka raises it on every produce after)
     while not stop:
-        msg = consumer.poll(0.02)
+        msg = member.poll(lambda: consumer.poll(0.02), lambda: _leave(consumer), None)
         if msg is not None:
             err = msg.error()
             if err is not None:
@@ -83,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
                 assert topic is not None and partition is not None and offset is not None  # a record has them
                 log.consumed(topic, partition, offset, msg.leader_epoch(), msg.value())
+                member.consumed()
         if not fatal:
             fatal = _produce_due(producer, schedule.due(), config, delivered, log)
     try:
@@ -92,9 +101,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         _fatal(log, "flush", exc)
     if remaining:
         log.surfaced(f"{remaining} records still unacknowledged at exit", source="producer", kind="error")
-    consumer.close()
+    member.close(consumer.close)
     log.close()
     return 0
+
+
+def _attach(consumer: Any, config: DriverConfig, stop: Stop, log: DeliveryLog) -> None:
+    """Subscribe as a member of `--group`, or assign every partition from the beginning."""
+    import confluent_kafka as ck
+
+    if config.group:
+        consumer.subscribe([config.consume_topic], on_assign=lambda _c, ps: log.write(
+            "assigned", topic=config.consume_topic, partitions=[p.partition for p in ps]))
+        return
+    partitions = _wait_for_partitions(consumer, config.consume_topic, stop, log)
+    consumer.assign([ck.TopicPartition(config.consume_topic, p, ck.OFFSET_BEGINNING) for p in partitions])
+
+
+def _leave(consumer: Any) -> None:
+    consumer.commit(asynchronous=False)
+    consumer.close()
 
 
 def _produce_due(producer: Any, seq: int | None, config: DriverConfig, delivered: Any, log: DeliveryLog) -> bool:

@@ -15,6 +15,7 @@ Lines are flushed as written so a killed driver still leaves a readable log.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
 import logging
@@ -22,10 +23,12 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
+
+T = TypeVar("T")
 
 CONSUME_TOPIC = "events"
 PRODUCE_TOPIC = "input"
@@ -176,6 +179,8 @@ class DriverConfig:
     produce_count: int
     max_seconds: float
     options: dict[str, str]  # `--option KEY=VALUE`; `producer.KEY` ones are the producer's alone
+    group: str | None = None  # `--group G`: subscribe as a member of G (commits: see `leave_when_idle`)
+    leave_when_idle: float | None = None  # commit the position, leave the group after this long with nothing new
 
     @property
     def consumer_options(self) -> dict[str, str]:
@@ -210,6 +215,10 @@ def parse_args(client: str, argv: Sequence[str] | None = None) -> DriverConfig:
     parser.add_argument("--max-seconds", type=float, default=600.0, help="exit by itself after this long")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a client setting, passed through (repeatable); producer.KEY=VALUE: the producer's")
+    parser.add_argument("--group", metavar="G", help="subscribe to the topic as a member of group G (no assign)")
+    parser.add_argument("--leave-when-idle", type=float, metavar="S",
+                        help="with --group: once it consumed something and nothing new came for S seconds, commit "
+                             "its position and leave the group (consume no more)")
     ns = parser.parse_args(argv)
     return DriverConfig(
         bootstrap=ns.bootstrap,
@@ -222,7 +231,55 @@ def parse_args(client: str, argv: Sequence[str] | None = None) -> DriverConfig:
         produce_count=ns.produce_count,
         max_seconds=ns.max_seconds,
         options=dict(o.split("=", 1) for o in ns.option),
+        group=ns.group,
+        leave_when_idle=ns.leave_when_idle,
     )
+
+
+class Membership:
+    """A driver's group membership (`--group`, `--leave-when-idle`): when to commit and leave."""
+
+    def __init__(self, config: DriverConfig, log: DeliveryLog) -> None:
+        self.after = config.leave_when_idle
+        self.log = log
+        self.last: float | None = None  # when it last consumed a record
+        self.left = False
+
+    def consumed(self) -> None:
+        self.last = time.monotonic()
+
+    def leave_due(self) -> bool:
+        return (self.after is not None and not self.left and self.last is not None
+                and time.monotonic() - self.last >= self.after)
+
+    def leaving(self) -> None:
+        self.left = True
+        self.log.write("log", source="driver", text="committed its position and left its group")
+
+    def poll(self, poll: Callable[[], T], leave: Callable[[], object], empty: T) -> T:
+        """`poll()`, after `leave()` (commit, close) once leaving is due; `empty` once it left."""
+        if self.leave_due():
+            leave()
+            self.leaving()
+        if self.left:
+            time.sleep(0.02)
+            return empty
+        return poll()
+
+    async def apoll(self, poll: Callable[[], Awaitable[T]], leave: Callable[[], Awaitable[object]], empty: T) -> T:
+        """`poll` for an asyncio client."""
+        if self.leave_due():
+            await leave()
+            self.leaving()
+        if self.left:
+            await asyncio.sleep(0.02)
+            return empty
+        return await poll()
+
+    def close(self, close: Callable[[], object]) -> None:
+        """Closes the consumer unless it left (closed) already."""
+        if not self.left:
+            close()
 
 
 class Stop:

@@ -18,6 +18,7 @@ from typing import Any
 from epochguard.wire.drivers.delivery_log import (
     DeliveryLog,
     DriverConfig,
+    Membership,
     ProduceSchedule,
     Stop,
     parse_args,
@@ -44,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _settings(config: DriverConfig) -> dict[str, Any]:
     return {**typed(config.consumer_options), "bootstrap_servers": config.bootstrap, "client_id": config.client_id,
-            "group_id": None, "enable_auto_commit": False, "auto_offset_reset": config.reset}
+            "group_id": config.group, "enable_auto_commit": False, "auto_offset_reset": config.reset}
 
 
 class _Reporter:
@@ -95,7 +96,6 @@ class _Blocking:
 async def _run(config: DriverConfig, log: DeliveryLog, stop: Stop, use_asyncio: bool) -> None:
     from epochguard.client import AsyncConsumer, AsyncProducer, KafkaConsumer, KafkaProducer
     from epochguard.errors import EpochGuardError, LogTruncationError
-    from epochguard.types import TopicPartition
 
     consumer: Any = AsyncConsumer(**_settings(config)) if use_asyncio else _Blocking(KafkaConsumer(**_settings(config)))
     producer_settings = {"acks": "all", **typed(config.producer_options), "bootstrap_servers": config.bootstrap,
@@ -105,18 +105,12 @@ async def _run(config: DriverConfig, log: DeliveryLog, stop: Stop, use_asyncio: 
     schedule = ProduceSchedule(config)
     _start_line(log, config, ASYNC_CLIENT if use_asyncio else CLIENT)
     reporter = _Reporter(log)
-    partitions: set[int] = set()
-    while not partitions and not stop:
-        try:
-            partitions = await consumer.partitions_for_topic(config.consume_topic)
-        except EpochGuardError as exc:
-            log.surfaced(f"metadata: {exc!r}", source="consumer", kind="error")
-    tps = [TopicPartition(config.consume_topic, p) for p in sorted(partitions)]
-    await consumer.assign(tps)
-    await consumer.seek_to_beginning(*tps)
+    member = Membership(config, log)
+    tps = await _attach(consumer, config, stop, log)
     while not stop:
         try:
-            batches = await consumer.poll(timeout_ms=100)
+            batches: dict[Any, Any] = await member.apoll(lambda: consumer.poll(timeout_ms=100),
+                                                         lambda: _leave(consumer), {})
         except LogTruncationError as exc:
             reporter.report(consumer)
             log.surfaced(f"{type(exc).__name__}: {exc}", source="poll", kind="truncation")
@@ -136,9 +130,37 @@ async def _run(config: DriverConfig, log: DeliveryLog, stop: Stop, use_asyncio: 
         for records in batches.values():
             for r in records:
                 log.consumed(r.topic, r.partition, r.offset, r.leader_epoch, r.value)
+                member.consumed()
         await _produce_due(producer, schedule, config, log)
     await producer.flush(5)
     await producer.close()
+    if not member.left:
+        await consumer.close()
+
+
+async def _attach(consumer: Any, config: DriverConfig, stop: Stop, log: DeliveryLog) -> list[Any]:
+    """Subscribe as a member of `--group`, or assign every partition from the beginning; the partitions
+    assigned (none for a member: the group assigns them)."""
+    from epochguard.errors import EpochGuardError
+    from epochguard.types import TopicPartition
+
+    if config.group:
+        await consumer.subscribe([config.consume_topic])
+        return []
+    partitions: set[int] = set()
+    while not partitions and not stop:
+        try:
+            partitions = await consumer.partitions_for_topic(config.consume_topic)
+        except EpochGuardError as exc:
+            log.surfaced(f"metadata: {exc!r}", source="consumer", kind="error")
+    tps = [TopicPartition(config.consume_topic, p) for p in sorted(partitions)]
+    await consumer.assign(tps)
+    await consumer.seek_to_beginning(*tps)
+    return tps
+
+
+async def _leave(consumer: Any) -> None:
+    await consumer.commit()
     await consumer.close()
 
 

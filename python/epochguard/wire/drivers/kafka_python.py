@@ -13,7 +13,9 @@ from typing import Any
 
 from epochguard.wire.drivers.delivery_log import (
     DeliveryLog,
+    DriverConfig,
     LogForwarder,
+    Membership,
     ProduceSchedule,
     Stop,
     parse_args,
@@ -26,7 +28,7 @@ CLIENT = "kafka-python"
 
 def main(argv: Sequence[str] | None = None) -> int:
     import kafka
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka import KafkaConsumer, KafkaProducer
 
     config = parse_args(CLIENT, argv)
     log = DeliveryLog(config.log)
@@ -39,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         **options,
         bootstrap_servers=config.bootstrap.split(","),
         client_id=config.client_id,
-        group_id=None,
+        group_id=config.group,
         enable_auto_commit=False,
         auto_offset_reset=config.reset,
     )
@@ -55,26 +57,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     def on_failed(topic: str, value: bytes) -> Any:
         return lambda exc: log.produced(topic, None, None, value, error=repr(exc))
 
-    partitions: set[int] | None = None
-    while not partitions and not stop:
-        try:
-            partitions = consumer.partitions_for_topic(config.consume_topic)
-        except Exception as exc:  # a broker down at start-up: ask again
-            log.surfaced(f"metadata: {exc!r}", source="consumer", kind="error")
-            time.sleep(0.1)
-    tps = [TopicPartition(config.consume_topic, p) for p in sorted(partitions or ())]
-    consumer.assign(tps)
-    consumer.seek_to_beginning(*tps)
+    member = Membership(config, log)
+    _attach(consumer, config, stop, log)
     schedule = ProduceSchedule(config)
     while not stop:
         try:
-            batches = consumer.poll(timeout_ms=20)
+            batches: dict[Any, Any] = member.poll(lambda: consumer.poll(timeout_ms=20),
+                                                  lambda: (consumer.commit(), consumer.close()), {})
         except Exception as exc:  # what kafka-python raises to the application: the verdict's evidence
             log.surfaced(f"{type(exc).__name__}: {exc}", source="poll", kind=_exception_kind(exc))
             batches = {}
         for records in batches.values():
             for r in records:
                 log.consumed(r.topic, r.partition, r.offset, r.leader_epoch, r.value)
+                member.consumed()
         seq = schedule.due()
         if seq is not None:
             value = payload(config.client_id, seq)
@@ -85,9 +81,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log.produced(config.produce_topic, None, None, value, error=repr(exc))
     producer.flush(timeout=5)
     producer.close(timeout=5)
-    consumer.close()
+    member.close(consumer.close)
     log.close()
     return 0
+
+
+def _attach(consumer: Any, config: DriverConfig, stop: Stop, log: DeliveryLog) -> None:
+    """Subscribe as a member of `--group`, or assign every partition from the beginning."""
+    from kafka import TopicPartition
+
+    if config.group:
+        consumer.subscribe([config.consume_topic])
+        return
+    partitions: set[int] | None = None
+    while not partitions and not stop:
+        try:
+            partitions = consumer.partitions_for_topic(config.consume_topic)
+        except Exception as exc:  # a broker down at start-up: ask again
+            log.surfaced(f"metadata: {exc!r}", source="consumer", kind="error")
+            time.sleep(0.1)
+    tps = [TopicPartition(config.consume_topic, p) for p in sorted(partitions or ())]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
 
 
 def _exception_kind(exc: Exception) -> str:

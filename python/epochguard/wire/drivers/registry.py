@@ -32,6 +32,9 @@ class Client:
     # for it), given as `--option KEY=read_committed`; None: its consumer cannot, and it sits out the
     # transactional scenarios (session.TXN_SCENARIOS).
     isolation: str | None = None
+    # Its driver can run as a member of a group (`--group G`, `--leave-when-idle S`: subscribe, commit, leave),
+    # as `handoff-truncation` runs it (session.HANDOFF_SCENARIOS); False: it sits out that scenario.
+    group: bool = False
 
     def isolation_args(self) -> tuple[str, ...]:
         return () if self.isolation is None else ("--option", f"{self.isolation}=read_committed")
@@ -73,13 +76,13 @@ class Client:
 CLIENTS: tuple[Client, ...] = (
     Client("confluent-kafka", "epochguard.wire.drivers.confluent_kafka", "confluent-kafka>=2.16",
            importable="confluent_kafka", idempotent=("--option", "producer.enable.idempotence=true"),
-           rack="client.rack", isolation="isolation.level"),
+           rack="client.rack", isolation="isolation.level", group=True),
     Client("kafka-python", "epochguard.wire.drivers.kafka_python", "kafka-python>=3", importable="kafka",
            idempotent=("--option", "producer.enable_idempotence=true"), rack="client_rack",
-           isolation="isolation_level"),
+           isolation="isolation_level", group=True),
     Client("aiokafka", "epochguard.wire.drivers.aiokafka", "aiokafka>=0.14", importable="aiokafka",
            idempotent=("--option", "producer.enable_idempotence=true"), rack="client_rack",
-           isolation="isolation_level"),
+           isolation="isolation_level", group=True),
     Client("kcat", "epochguard.wire.drivers.kcat", "kcat", executable="kcat", rack="client.rack",
            isolation="isolation.level"),
     # Apache Kafka's own client, both consumer implementations; then the Go clients (toolchain.py).
@@ -99,10 +102,10 @@ CLIENTS: tuple[Client, ...] = (
     # epochguard's own client (epochguard.client), blocking and asyncio.
     Client("epochguard", "epochguard.wire.drivers.epochguard_client", "epochguard",
            idempotent=("--option", "producer.enable_idempotence=1"), rack="client_rack",
-           isolation="isolation_level"),
+           isolation="isolation_level", group=True),
     Client("epochguard-asyncio", "epochguard.wire.drivers.epochguard_client", "epochguard", args=("--asyncio",),
            idempotent=("--option", "producer.enable_idempotence=1"), rack="client_rack",
-           isolation="isolation_level"),
+           isolation="isolation_level", group=True),
 )
 
 

@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from epochguard.wire.drivers.delivery_log import explain
 from epochguard.wire.drivers.registry import Client
-from epochguard.wire.drivers.truth import ClientTruth, FinalLog, judge_client, read_final_log
+from epochguard.wire.drivers.truth import ClientTruth, FinalLog, judge_client, judge_handoff, read_final_log
 
 SCENARIOS = ("clean", "unclean-election", "unclean-empty-leader", "zombie-leader", "stale-metadata", "lagging-leader",
              "leader-bounce")
@@ -42,6 +42,13 @@ PRODUCER_SCENARIOS = {"idempotent-truncation": "ack"}
 # Judged on read_committed consumers (`Client.isolation`; a client whose consumer cannot read committed sits
 # out), each with the triggers it has: `transactions` has no fault to trigger, so one run.
 TXN_SCENARIOS = {"transactions": ("served",), "marker-truncated": TRIGGERS}
+# A partition handed over through a committed offset, each with its trigger: every client runs as two members
+# of a group of its own (`Client.group`: its driver can join one): A from the start, which commits and leaves
+# once it read everything there is (the trigger waits for its commit), and B once the cluster settled, which
+# resumes from A's commit (`run_handoff`). Judged on B: the server's event opened by the OffsetFetch answer,
+# the delivery log's by `truth.judge_handoff`.
+HANDOFF_SCENARIOS = {"handoff-truncation": "commit"}
+LEAVE_WHEN_IDLE_S = 1.5  # A commits and leaves after this long with no new record (the producer is paused)
 
 
 class RunError(RuntimeError):
@@ -172,6 +179,67 @@ def run_clients(
                                  read_committed=read_committed)
               for name, path in logs.items()}
     return RunResult(bootstrap, logs, final, truths, report, out.lines)
+
+
+def run_handoff(
+    cluster_cmd: Sequence[str],
+    clients: Sequence[Client],
+    workdir: Path,
+    *,
+    settle_timeout_s: float = 90.0,
+    after_settle_s: float = 12.0,
+    start_timeout_s: float = 60.0,
+    stuck_after_s: float = 5.0,
+    unclean: bool = False,
+) -> RunResult:
+    """A handoff run (`HANDOFF_SCENARIOS`): per client, member A (client id `epochguard-<name>-a`, delivery
+    log `<name>-a.jsonl`) from the start, member B (the client's own id and log) once the cluster settled,
+    both in the group `epochguard-<name>` and producing nothing. B's truth carries the handoff's divergence;
+    A's is kept under `<name>-a`."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    stderr = open(workdir / "cluster.stderr", "w")
+    cluster = subprocess.Popen(list(cluster_cmd), stdout=subprocess.PIPE, stderr=stderr, text=True)
+    assert cluster.stdout is not None
+    out = _Lines(cluster.stdout)
+    drivers: dict[str, subprocess.Popen[bytes]] = {}
+    common = ("--produce-interval-ms", "0")
+    try:
+        first = out.wait_for(lambda line: line.startswith("bootstrap "), 30.0)
+        if first is None:
+            raise RunError(f"{' '.join(cluster_cmd)}: no bootstrap line (see {workdir / 'cluster.stderr'})")
+        bootstrap = first.split(" ", 1)[1].strip()
+        a_logs = {f"{c.name}-a": workdir / f"{c.name}-a.jsonl" for c in clients}
+        b_logs = {c.name: workdir / f"{c.name}.jsonl" for c in clients}
+        for c in clients:
+            drivers[f"{c.name}-a"] = c.start(bootstrap, a_logs[f"{c.name}-a"], *common, "--client-id",
+                                             f"{c.client_id}-a", "--group", f"epochguard-{c.name}",
+                                             "--leave-when-idle", str(LEAVE_WHEN_IDLE_S))
+        if out.wait_for(lambda line: line.strip() == "settled", settle_timeout_s) is None:
+            raise RunError(f"{' '.join(cluster_cmd)}: not settled within {settle_timeout_s}s")
+        for c in clients:
+            drivers[c.name] = c.start(bootstrap, b_logs[c.name], *common, "--group", f"epochguard-{c.name}")
+        _wait_started({n: d for n, d in drivers.items() if n in b_logs}, b_logs, start_timeout_s)
+        time.sleep(after_settle_s)
+        _wait_stuck_bound(out, settle_timeout_s)
+        _stop_all(drivers)
+        final = read_final_log(bootstrap)
+        cluster.send_signal(signal.SIGTERM)
+        out.drain(30.0)
+        cluster.wait(timeout=30)
+    finally:
+        _stop_all(drivers)
+        if cluster.poll() is None:
+            cluster.kill()
+            cluster.wait()
+        stderr.close()
+    (workdir / "cluster.stdout").write_text("\n".join(out.lines) + "\n", encoding="utf-8")
+    report = next((json.loads(line) for line in reversed(out.lines) if line.startswith("{")), None)
+    truths = {name: judge_client(path, final, stuck_after_s=stuck_after_s, unclean=unclean)
+              for name, path in {**a_logs, **b_logs}.items()}
+    for c in clients:
+        truths[c.name].divergences += judge_handoff(a_logs[f"{c.name}-a"], b_logs[c.name], final,
+                                                    stuck_after_s=stuck_after_s)
+    return RunResult(bootstrap, {**a_logs, **b_logs}, final, truths, report, out.lines)
 
 
 def _wait_stuck_bound(out: _Lines, timeout_s: float) -> None:

@@ -427,3 +427,51 @@ def _judge_produced(entries: list[Mapping[str, Any]], final: FinalLog, truth: Cl
     truth.produced_acked = len(acked)
     truth.lost_acked = [e["digest"] for e in acked if held[e["digest"]] == 0]
     truth.duplicated_produced = sorted({e["digest"] for e in acked if held[e["digest"]] > 1})
+
+
+def judge_handoff(
+    before: Iterable[Mapping[str, Any]] | str | Path,
+    after: Iterable[Mapping[str, Any]] | str | Path,
+    final: FinalLog,
+    *,
+    consume_topic: str = CONSUME_TOPIC,
+    stuck_after_s: float = 10.0,
+) -> list[Divergence]:
+    """A partition handed over through a committed offset (`handoff-truncation`): `before` is the delivery
+    log of the member that read records, committed its position and left; `after` that of the member that
+    took the partition over from the commit. The divergence point is the first record `before` consumed
+    that the final log does not hold (at or above its log start: a phantom), as for one client; where `after`
+    first consumed on the partition says what it did with the position it was handed: at the log start
+    (below the point) `reset`/`back`, at or below the point `detected`/`rewound` (it validated the committed
+    offset and epoch), past it `silent` (`skipped`: the final log's records from the point on it jumped
+    over); nothing for `stuck_after_s` after it started, `stuck` (`undecided` before that)."""
+    def entries(log: Iterable[Mapping[str, Any]] | str | Path) -> list[Mapping[str, Any]]:
+        return list(read_log(log)) if isinstance(log, (str, Path)) else list(log)
+
+    first, later = entries(before), entries(after)
+    out: list[Divergence] = []
+    for tp in sorted({(e["topic"], e["partition"]) for e in first if e["kind"] == "consumed"
+                      and e["topic"] == consume_topic}):
+        log_start = final.log_start.get(tp, 0)
+        phantoms = [e for e in first if e["kind"] == "consumed" and (e["topic"], e["partition"]) == tp
+                    and e["offset"] >= log_start and final.digest_at(tp, e["offset"]) != e["digest"]]
+        if not phantoms:
+            continue
+        point, last = phantoms[0]["offset"], max(e["offset"] for e in phantoms)
+        nxt = next((e for e in later if e["kind"] == "consumed" and (e["topic"], e["partition"]) == tp), None)
+        start_t = next((e["t"] for e in later if e["kind"] == "start"), None)
+        end_t = max((e["t"] for e in later), default=0.0)
+        verdict, how, skipped = "undecided", "", 0
+        if nxt is None:
+            if start_t is not None and end_t - start_t >= stuck_after_s:
+                verdict = "stuck"
+        elif nxt["offset"] == log_start and point > log_start:
+            verdict, how = "reset", "back"
+        elif nxt["offset"] <= point:
+            verdict, how = "detected", "rewound"
+        else:
+            verdict = "silent"
+            skipped = sum(1 for o in final.partitions.get(tp, {}) if point <= o < nxt["offset"])
+        out.append(Divergence(tp[0], tp[1], point, last, len(phantoms), verdict,
+                              None if nxt is None else nxt["offset"], how=how, skipped=skipped))
+    return out

@@ -32,3 +32,12 @@ def test_negative_offset_rejected():
     gc = GroupCoordinator()
     r = gc.commit(OffsetCommitRequest("g", (OffsetCommitPartition("t", 0, -1),)))
     assert r.partitions[0].error_code == Errors.OFFSET_OUT_OF_RANGE
+
+
+def test_an_offset_fetch_answer_names_its_group():
+    """OffsetFetch v8+ answers per group (KIP-709): Kafka's Java consumer looks its own group up by id in the
+    answer and throws `IllegalArgumentException: Group g not found in the response` when it is not there."""
+    gc = GroupCoordinator()
+    gc.commit(OffsetCommitRequest("g", (OffsetCommitPartition("t", 0, 5, 3),)))
+    assert gc.fetch(OffsetFetchRequest("g", version=8)).group_id == "g"
+    assert gc.fetch(OffsetFetchRequest("other", version=8)).group_id == "other"

@@ -37,6 +37,9 @@ func runFranz(ctx context.Context, cfg config, out *emitter) error {
 	if cfg.options["isolation.level"] == "read_committed" {
 		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	}
+	if cfg.group != "" { // a member of a group: the group assigns, commits are ours (handoff-truncation)
+		opts = append(opts, kgo.ConsumerGroup(cfg.group), kgo.DisableAutoCommit())
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
@@ -49,8 +52,19 @@ func runFranz(ctx context.Context, cfg config, out *emitter) error {
 			out.produced(r.Topic, r.Partition, r.Offset, value, err)
 		})
 	})
+	var lastConsumed time.Time
+	left := false
 	for ctx.Err() == nil {
-		fetches := cl.PollFetches(ctx)
+		if left {
+			<-ctx.Done()
+			break
+		}
+		pollCtx, cancelPoll := ctx, context.CancelFunc(func() {})
+		if cfg.group != "" && cfg.leaveIdle >= 0 { // wake up to notice the idle bound
+			pollCtx, cancelPoll = context.WithTimeout(ctx, 200*time.Millisecond)
+		}
+		fetches := cl.PollFetches(pollCtx)
+		cancelPoll()
 		fetches.EachError(func(topic string, partition int32, err error) {
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				return
@@ -65,7 +79,16 @@ func runFranz(ctx context.Context, cfg config, out *emitter) error {
 		fetches.EachRecord(func(r *kgo.Record) {
 			epoch := r.LeaderEpoch
 			out.consumed(r.Topic, r.Partition, r.Offset, &epoch, r.Value)
+			lastConsumed = time.Now()
 		})
+		if cfg.group != "" && cfg.leaveIdle >= 0 && !lastConsumed.IsZero() && time.Since(lastConsumed) >= cfg.leaveIdle {
+			if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+				out.surfaced("error", "commit", err.Error())
+			}
+			cl.LeaveGroup()
+			left = true
+			out.surfaced("log", "driver", "committed its position and left its group")
+		}
 	}
 	flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -51,6 +51,19 @@ func runKafkaGo(ctx context.Context, cfg config, out *emitter) error {
 		isolation = kafka.ReadCommitted
 	}
 	var wg sync.WaitGroup
+	if cfg.group != "" { // a member of a group (handoff-truncation): one reader, the group assigns
+		reader := kafka.NewReader(kafka.ReaderConfig{
+			Brokers: cfg.bootstrap, GroupID: cfg.group, Topic: cfg.consumeTopic, Dialer: dialer,
+			MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 500 * time.Millisecond, StartOffset: kafka.FirstOffset,
+			Logger: logf("[kafka-go] "), ErrorLogger: logf("[kafka-go:error] "), IsolationLevel: isolation,
+		})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			memberLoop(ctx, cfg, out, reader)
+		}()
+		partitions = nil
+	}
 	for _, p := range partitions {
 		reader := kafka.NewReader(kafka.ReaderConfig{
 			Brokers: cfg.bootstrap, Topic: cfg.consumeTopic, Partition: p.ID, Dialer: dialer,
@@ -103,4 +116,33 @@ func runKafkaGo(ctx context.Context, cfg config, out *emitter) error {
 	})
 	wg.Wait()
 	return nil
+}
+
+// memberLoop reads as a group member until ctx ends, or with --leave-when-idle until it consumed something
+// and nothing new came for that long: it then commits the last message it read and closes the reader,
+// which leaves the group.
+func memberLoop(ctx context.Context, cfg config, out *emitter, reader *kafka.Reader) {
+	var last *kafka.Message
+	lastAt := time.Time{}
+	for ctx.Err() == nil {
+		fetchCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		m, err := reader.FetchMessage(fetchCtx)
+		cancel()
+		if err == nil {
+			out.consumed(m.Topic, int32(m.Partition), m.Offset, nil, m.Value)
+			last, lastAt = &m, time.Now()
+		} else if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+			out.surfaced("error", "reader", err.Error())
+		}
+		if cfg.leaveIdle >= 0 && last != nil && time.Since(lastAt) >= cfg.leaveIdle {
+			if err := reader.CommitMessages(ctx, *last); err != nil {
+				out.surfaced("error", "commit", err.Error())
+			}
+			reader.Close()
+			out.surfaced("log", "driver", "committed its position and left its group")
+			<-ctx.Done()
+			return
+		}
+	}
+	reader.Close()
 }

@@ -34,7 +34,9 @@ type config struct {
 	produceEvery time.Duration
 	produceCount int
 	maxDuration  time.Duration
-	options      options // --option KEY=VALUE; producer.KEY ones are the producer's
+	options      options       // --option KEY=VALUE; producer.KEY ones are the producer's
+	group        string        // --group G: subscribe as a member of G (franz-go); "": assign every partition
+	leaveIdle    time.Duration // --leave-when-idle S: commit and leave the group after S with nothing new (<0: never)
 }
 
 // emitter writes one JSON object a line to stdout, from any goroutine.
@@ -149,6 +151,9 @@ func main() {
 	flag.Float64Var(&everyMs, "produce-interval-ms", 20, "one acks=all record every this many ms (0: none)")
 	flag.IntVar(&cfg.produceCount, "produce-count", 0, "stop producing after N records (0: no limit)")
 	flag.Float64Var(&maxSeconds, "max-seconds", 600, "exit by itself after this long")
+	var leaveIdleS float64
+	flag.StringVar(&cfg.group, "group", "", "subscribe as a member of this group (franz-go, kafka-go) instead of assigning")
+	flag.Float64Var(&leaveIdleS, "leave-when-idle", -1, "with --group: commit and leave after this many seconds with nothing new")
 	flag.Var(opts, "option", "KEY=VALUE client setting (rack=R: franz-go's Rack, sarama's RackID; isolation.level=read_committed; sarama: producer.idempotent=true; others are ignored)")
 	flag.Parse()
 	if bootstrap == "" || (cfg.reset != "earliest" && cfg.reset != "latest" && cfg.reset != "none") {
@@ -162,6 +167,7 @@ func main() {
 	}
 	cfg.produceEvery = time.Duration(everyMs * float64(time.Millisecond))
 	cfg.maxDuration = time.Duration(maxSeconds * float64(time.Second))
+	cfg.leaveIdle = time.Duration(leaveIdleS * float64(time.Second))
 
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.maxDuration)
 	defer cancel()

@@ -13,6 +13,8 @@
 // Run: java -cp 'jars/*' Driver.java --bootstrap HOST:PORT [--client-id ID] [--reset earliest|latest|none]
 //      [--consume-topic T] [--produce-topic T] [--produce-interval-ms MS] [--produce-count N]
 //      [--max-seconds S] [--option KEY=VALUE ...]   (options go to the consumer)
+//      [--group G [--leave-when-idle S]]   (subscribe as a member of G instead of assign; once it consumed
+//      something and nothing new came for S seconds, commitSync its position and close: it leaves the group)
 
 import java.lang.reflect.Field;
 import java.time.Duration;
@@ -86,6 +88,11 @@ public class Driver {
         cprops.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         cprops.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         cprops.putAll(options);
+        String group = args.get("group");
+        double leaveWhenIdleS = Double.parseDouble(args.getOrDefault("leave-when-idle", "-1"));
+        if (group != null) {
+            cprops.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        }
         Properties pprops = new Properties();
         pprops.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         pprops.put(ProducerConfig.CLIENT_ID_CONFIG, clientId);
@@ -104,7 +111,11 @@ public class Driver {
         CountDownLatch done = new CountDownLatch(1);
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {  // SIGTERM: leave the loop, close, flush
             stopping = true;
-            consumer.wakeup();
+            try {
+                consumer.wakeup();
+            } catch (IllegalStateException e) {
+                // closed already: it left its group
+            }
             try {
                 done.await(15, TimeUnit.SECONDS);
             } catch (InterruptedException e) {
@@ -112,17 +123,36 @@ public class Driver {
             }
         }));
 
+        boolean left = false;
         try {
-            List<TopicPartition> tps = partitions(consumer, consumeTopic, deadline);
-            consumer.assign(tps);
-            consumer.seekToBeginning(tps);
+            if (group != null) {
+                consumer.subscribe(List.of(consumeTopic));
+            } else {
+                List<TopicPartition> tps = partitions(consumer, consumeTopic, deadline);
+                consumer.assign(tps);
+                consumer.seekToBeginning(tps);
+            }
+            long lastConsumed = -1;
             long intervalNs = (long) (intervalMs * 1e6);
             long nextAt = System.nanoTime();
             long sent = 0;
             while (!stopping && System.nanoTime() < deadline) {
+                if (!left && leaveWhenIdleS >= 0 && lastConsumed >= 0
+                        && System.nanoTime() - lastConsumed >= (long) (leaveWhenIdleS * 1e9)) {
+                    consumer.commitSync();
+                    consumer.close(CloseOptions.timeout(Duration.ofSeconds(2)));  // LeaveGroup
+                    left = true;
+                    emit("log", "source", "driver", "text", "committed its position and left its group");
+                }
                 try {
-                    ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(20));
+                    ConsumerRecords<byte[], byte[]> records = ConsumerRecords.empty();
+                    if (left) {
+                        Thread.sleep(20);
+                    } else {
+                        records = consumer.poll(Duration.ofMillis(20));
+                    }
                     for (ConsumerRecord<byte[], byte[]> r : records) {
+                        lastConsumed = System.nanoTime();
                         emit("consumed", "topic", r.topic(), "partition", r.partition(), "offset", r.offset(),
                              "leader_epoch", r.leaderEpoch().orElse(null),
                              "value", r.value() == null ? null : HEX.formatHex(r.value()));
@@ -136,7 +166,7 @@ public class Driver {
                 } catch (OffsetOutOfRangeException e) {
                     emit("reset", "source", "poll", "text", "OffsetOutOfRangeException: " + e.getMessage());
                     consumer.seekToBeginning(e.partitions());
-                } catch (WakeupException e) {
+                } catch (WakeupException | InterruptedException e) {
                     break;
                 } catch (KafkaException e) {
                     emit("error", "source", "poll", "text", e.getClass().getSimpleName() + ": " + e.getMessage());
@@ -161,7 +191,9 @@ public class Driver {
             // stopped while waiting for the topic
         } finally {
             producer.close(Duration.ofSeconds(5));  // unacknowledged records get their error callbacks
-            consumer.close(CloseOptions.timeout(Duration.ofSeconds(2)));
+            if (!left) {
+                consumer.close(CloseOptions.timeout(Duration.ofSeconds(2)));
+            }
             done.countDown();
         }
     }

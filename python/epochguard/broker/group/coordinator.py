@@ -90,4 +90,5 @@ class GroupCoordinator:
             out.append(
                 OffsetFetchPartitionResponse(tp.topic, tp.partition, committed.offset, epoch, committed.metadata)
             )
-        return OffsetFetchResponse(tuple(out), version=request.version)
+        # v8+ answers per group (KIP-709): a client finds its own by id (Java: "Group g not found in the response")
+        return OffsetFetchResponse(tuple(out), version=request.version, group_id=request.group_id)

@@ -370,8 +370,10 @@ def txn_cell(result: RunResult, client: Client) -> str:
 
 
 def handoff_cell(result: RunResult, client: Client) -> str:
-    """The member that took the partition over (B), as a consumer cell; `not run` for a client whose driver
-    has no group mode (`Client.group`)."""
+    """The member that took the partition over (B), as a consumer cell; `n/a` for a client that cannot be a
+    group member against serve (`Client.group_na`), `not run` for one whose driver has no group mode yet."""
+    if client.group_na is not None:
+        return "n/a"
     return "not run: its driver has no group mode" if not client.group else cell(result, client)
 
 

@@ -39,6 +39,10 @@ def driver_argv(config: DriverConfig) -> list[str]:
             str(config.produce_count), "--max-seconds", repr(config.max_seconds)]
     for key, value in config.options.items():
         argv += ["--option", f"{key}={value}"]
+    if config.group is not None:  # only when asked: a driver without a group mode takes no such flag
+        argv += ["--group", config.group]
+        if config.leave_when_idle is not None:
+            argv += ["--leave-when-idle", repr(config.leave_when_idle)]
     return argv
 
 

@@ -35,6 +35,8 @@ class Client:
     # Its driver can run as a member of a group (`--group G`, `--leave-when-idle S`: subscribe, commit, leave),
     # as `handoff-truncation` runs it (session.HANDOFF_SCENARIOS); False: it sits out that scenario.
     group: bool = False
+    # Why the client cannot be a group member against `serve` at all (its cell says n/a), where that is so.
+    group_na: str | None = None
 
     def isolation_args(self) -> tuple[str, ...]:
         return () if self.isolation is None else ("--option", f"{self.isolation}=read_committed")
@@ -88,17 +90,20 @@ CLIENTS: tuple[Client, ...] = (
     # Apache Kafka's own client, both consumer implementations; then the Go clients (toolchain.py).
     Client("java-classic", "epochguard.wire.drivers.java", "kafka-clients 4.4.0 (JDK 17 + Maven)",
            toolchain="java", args=("--variant", "classic"), idempotent=(), rack="client.rack",
-           isolation="isolation.level"),
+           isolation="isolation.level", group=True),
     Client("java-consumer", "epochguard.wire.drivers.java", "kafka-clients 4.4.0 (JDK 17 + Maven)",
            toolchain="java", args=("--variant", "consumer"), idempotent=(), rack="client.rack",
-           isolation="isolation.level"),
+           isolation="isolation.level",
+           group_na="its AsyncKafkaConsumer joins a group only by KIP-848's ConsumerGroupHeartbeat, which serve "
+                    "does not answer"),
     Client("franz-go", "epochguard.wire.drivers.go", "franz-go (Go toolchain)", toolchain="go",
-           args=("--client", "franz-go"), idempotent=(), rack="rack", isolation="isolation.level"),
+           args=("--client", "franz-go"), idempotent=(), rack="rack", isolation="isolation.level",
+           group=True),
     Client("sarama", "epochguard.wire.drivers.go", "IBM/sarama (Go toolchain)", toolchain="go",
            args=("--client", "sarama"), idempotent=("--option", "producer.idempotent=true"), rack="rack",
            isolation="isolation.level"),
     Client("kafka-go", "epochguard.wire.drivers.go", "segmentio/kafka-go (Go toolchain)", toolchain="go",
-           args=("--client", "kafka-go"), isolation="isolation.level"),
+           args=("--client", "kafka-go"), isolation="isolation.level", group=True),
     # epochguard's own client (epochguard.client), blocking and asyncio.
     Client("epochguard", "epochguard.wire.drivers.epochguard_client", "epochguard",
            idempotent=("--option", "producer.enable_idempotence=1"), rack="client_rack",

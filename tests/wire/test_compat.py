@@ -260,3 +260,23 @@ def test_transactional_scenarios_run_read_committed_consumers_and_mark_a_lost_ma
     assert cell(r, kp).endswith(" · rewind != aborted-read, rewind")
     r.truths["kafka-python"].markers_read = 3
     assert "(markers read x3)" in cell(r, kp)
+
+
+def test_handoff_runs_once_with_the_commit_trigger_and_says_who_cannot(monkeypatch, tmp_path) -> None:
+    from epochguard.wire.drivers import compat
+
+    assert serve_runs(["handoff-truncation"], TRIGGERS) == [("handoff-truncation", "commit")]
+    assert {c.name for c in CLIENTS if not c.group} == {"java-consumer"}  # KIP-848 only: n/a
+    ran: list[list[str]] = []
+
+    def fake_handoff(command, group, run_dir, **_kw):
+        ran.append([c.name for c in group])
+        assert command[command.index("--trigger") + 1] == "commit"
+        return "run failed: not run here"
+
+    monkeypatch.setattr(compat, "run_handoff", fake_handoff)
+    compat.run_matrix([("handoff-truncation", "commit")], [client("kcat"), client("java-consumer")], tmp_path)
+    assert ran == [["kcat"]]
+    r = result(["silent"], ["silent"])
+    assert format_table({("handoff-truncation", "commit"): r}, [client("kafka-python"), client("java-consumer")]
+                        ).splitlines()[2] == "| handoff-truncation | commit | silent | n/a |"

@@ -152,7 +152,7 @@ func main() {
 	flag.IntVar(&cfg.produceCount, "produce-count", 0, "stop producing after N records (0: no limit)")
 	flag.Float64Var(&maxSeconds, "max-seconds", 600, "exit by itself after this long")
 	var leaveIdleS float64
-	flag.StringVar(&cfg.group, "group", "", "subscribe as a member of this group (franz-go, kafka-go) instead of assigning")
+	flag.StringVar(&cfg.group, "group", "", "subscribe as a member of this group instead of assigning")
 	flag.Float64Var(&leaveIdleS, "leave-when-idle", -1, "with --group: commit and leave after this many seconds with nothing new")
 	flag.Var(opts, "option", "KEY=VALUE client setting (rack=R: franz-go's Rack, sarama's RackID; isolation.level=read_committed; sarama: producer.idempotent=true; others are ignored)")
 	flag.Parse()

@@ -46,6 +46,13 @@ func runSarama(ctx context.Context, cfg config, out *emitter) error {
 			sc.Version = sarama.V0_11_0_0
 		}
 	}
+	if cfg.group != "" {
+		sc.Consumer.Offsets.AutoCommit.Enable = false // commits are the driver's: on leaving only
+		sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+		if !sc.Version.IsAtLeast(sarama.V0_10_2_0) {
+			sc.Version = sarama.V0_10_2_0
+		}
+	}
 	var client sarama.Client
 	var partitions []int32
 	for { // the cluster may not answer yet, or not know the topic yet
@@ -82,6 +89,16 @@ func runSarama(ctx context.Context, cfg config, out *emitter) error {
 		return err
 	}
 	var wg sync.WaitGroup
+	if cfg.group != "" { // a member of a group (handoff-truncation): the group assigns, commits are ours
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := saramaMember(ctx, cfg, out, client); err != nil {
+				out.surfaced("error", "group", err.Error())
+			}
+		}()
+		partitions = nil
+	}
 	for _, p := range partitions {
 		wg.Add(1)
 		go func(p int32) {
@@ -170,5 +187,87 @@ func consumeSaramaPartition(ctx context.Context, cfg config, out *emitter, consu
 			return
 		}
 		offset = map[string]int64{"earliest": sarama.OffsetOldest, "latest": sarama.OffsetNewest}[cfg.reset]
+	}
+}
+
+// saramaHandler consumes every claim, marking each message; the last session is kept for the commit.
+type saramaHandler struct {
+	out     *emitter
+	mu      sync.Mutex
+	session sarama.ConsumerGroupSession
+	last    time.Time // when it last consumed a record (zero: never)
+}
+
+func (h *saramaHandler) Setup(s sarama.ConsumerGroupSession) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.session = s
+	return nil
+}
+
+func (h *saramaHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+
+func (h *saramaHandler) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for {
+		select {
+		case m, ok := <-claim.Messages():
+			if !ok {
+				return nil
+			}
+			h.out.consumed(m.Topic, m.Partition, m.Offset, nil, m.Value)
+			s.MarkMessage(m, "")
+			h.mu.Lock()
+			h.last = time.Now()
+			h.mu.Unlock()
+		case <-s.Context().Done():
+			return nil
+		}
+	}
+}
+
+// saramaMember consumes as a member of --group until ctx ends, or with --leave-when-idle until it consumed
+// something and nothing new came for that long: it then commits what it marked and closes the group,
+// which leaves it.
+func saramaMember(ctx context.Context, cfg config, out *emitter, client sarama.Client) error {
+	group, err := sarama.NewConsumerGroupFromClient(cfg.group, client)
+	if err != nil {
+		return err
+	}
+	h := &saramaHandler{out: out}
+	consumeCtx, stopConsuming := context.WithCancel(ctx)
+	defer stopConsuming()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for consumeCtx.Err() == nil {
+			if err := group.Consume(consumeCtx, []string{cfg.consumeTopic}, h); err != nil && consumeCtx.Err() == nil {
+				out.surfaced("error", "group", err.Error())
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+	}()
+	ticker := time.NewTicker(50 * time.Millisecond)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			stopConsuming()
+			<-done
+			return group.Close()
+		case <-ticker.C:
+		}
+		h.mu.Lock()
+		due := cfg.leaveIdle >= 0 && !h.last.IsZero() && time.Since(h.last) >= cfg.leaveIdle
+		session := h.session
+		h.mu.Unlock()
+		if due && session != nil {
+			session.Commit()
+			stopConsuming()
+			<-done
+			err := group.Close()
+			out.surfaced("log", "driver", "committed its position and left its group")
+			<-ctx.Done()
+			return err
+		}
 	}
 }

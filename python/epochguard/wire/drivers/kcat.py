@@ -18,7 +18,15 @@ import threading
 from collections.abc import Sequence
 from typing import IO
 
-from epochguard.wire.drivers.delivery_log import DeliveryLog, DriverConfig, ProduceSchedule, Stop, parse_args, payload
+from epochguard.wire.drivers.delivery_log import (
+    DeliveryLog,
+    DriverConfig,
+    Membership,
+    ProduceSchedule,
+    Stop,
+    parse_args,
+    payload,
+)
 
 CLIENT = "kcat"
 _DELIVERED = re.compile(r"Message delivered to partition (\d+) \(offset (-?\d+)\)")
@@ -48,9 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     common = ["-b", config.bootstrap, "-X", f"client.id={config.client_id}", "-E"]
     reset = "error" if config.reset == "none" else config.reset
     options = [a for k, v in config.consumer_options.items() for a in ("-X", f"{k}={v}")]  # client.rack
+    # A group member (`--group`): kcat's balanced consumer, committing the offsets it stored (each record
+    # it printed) when it closes: on SIGTERM it closes, which commits and leaves the group.
+    source = (["-G", config.group, "-X", "enable.auto.commit=true", config.consume_topic] if config.group
+              else ["-t", config.consume_topic, "-o", "beginning"])
     consumer = subprocess.Popen(
-        [exe, "-C", *common, "-t", config.consume_topic, "-o", "beginning", "-J", "-u",
-         "-X", f"auto.offset.reset={reset}", *options],
+        [exe, "-C", *common, *source, "-J", "-u", "-X", f"auto.offset.reset={reset}", *options],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, encoding="utf-8", errors="surrogateescape",
     )
     producer = subprocess.Popen(
@@ -60,8 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         errors="surrogateescape",
     )
     sent: collections.deque[bytes] = collections.deque()
+    member = Membership(config, log)
     readers = [
-        threading.Thread(target=_read_consumed, args=(consumer.stdout, log), daemon=True),
+        threading.Thread(target=_read_consumed, args=(consumer.stdout, log, member), daemon=True),
         threading.Thread(target=_read_stderr, args=(consumer.stderr, log, "kcat-consumer", None), daemon=True),
         threading.Thread(target=_read_stderr, args=(producer.stderr, log, "kcat-producer", (sent, config)),
                          daemon=True),
@@ -70,7 +82,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         t.start()
     schedule = ProduceSchedule(config)
     assert producer.stdin is not None
-    while not stop and consumer.poll() is None:
+    while not stop and (member.left or consumer.poll() is None):
+        if member.leave_due():
+            consumer.terminate()  # kcat closes its consumer: commits, leaves the group
+            _wait(consumer)
+            member.leaving()
         seq = schedule.due()
         if seq is not None and producer.poll() is None:
             value = payload(config.client_id, seq)
@@ -97,7 +113,7 @@ def _wait(proc: subprocess.Popen[str]) -> None:
         proc.wait()
 
 
-def _read_consumed(stream: IO[str] | None, log: DeliveryLog) -> None:
+def _read_consumed(stream: IO[str] | None, log: DeliveryLog, member: Membership) -> None:
     assert stream is not None
     for line in stream:
         try:
@@ -108,6 +124,7 @@ def _read_consumed(stream: IO[str] | None, log: DeliveryLog) -> None:
         value = rec.get("payload")
         raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else None
         log.consumed(rec["topic"], rec["partition"], rec["offset"], None, raw)
+        member.consumed()
 
 
 def _read_stderr(

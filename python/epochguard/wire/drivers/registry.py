@@ -86,7 +86,7 @@ CLIENTS: tuple[Client, ...] = (
            idempotent=("--option", "producer.enable_idempotence=true"), rack="client_rack",
            isolation="isolation_level", group=True),
     Client("kcat", "epochguard.wire.drivers.kcat", "kcat", executable="kcat", rack="client.rack",
-           isolation="isolation.level"),
+           isolation="isolation.level", group=True),
     # Apache Kafka's own client, both consumer implementations; then the Go clients (toolchain.py).
     Client("java-classic", "epochguard.wire.drivers.java", "kafka-clients 4.4.0 (JDK 17 + Maven)",
            toolchain="java", args=("--variant", "classic"), idempotent=(), rack="client.rack",
@@ -101,7 +101,7 @@ CLIENTS: tuple[Client, ...] = (
            group=True),
     Client("sarama", "epochguard.wire.drivers.go", "IBM/sarama (Go toolchain)", toolchain="go",
            args=("--client", "sarama"), idempotent=("--option", "producer.idempotent=true"), rack="rack",
-           isolation="isolation.level"),
+           isolation="isolation.level", group=True),
     Client("kafka-go", "epochguard.wire.drivers.go", "segmentio/kafka-go (Go toolchain)", toolchain="go",
            args=("--client", "kafka-go"), isolation="isolation.level", group=True),
     # epochguard's own client (epochguard.client), blocking and asyncio.

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -136,44 +136,13 @@ def run_clients(
 ) -> RunResult:
     """`unclean`: the cluster allows unclean elections (the ground truth tags a lost ack `expected`);
     `read_committed`: the drivers' consumers were asked to read committed records only."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    stderr = open(workdir / "cluster.stderr", "w")
-    cluster = subprocess.Popen(list(cluster_cmd), stdout=subprocess.PIPE, stderr=stderr, text=True)
-    assert cluster.stdout is not None
-    out = _Lines(cluster.stdout)
-    drivers: dict[str, subprocess.Popen[bytes]] = {}
-    try:
-        first = out.wait_for(lambda line: line.startswith("bootstrap "), 30.0)
-        if first is None:
-            raise RunError(f"{' '.join(cluster_cmd)}: no bootstrap line (see {workdir / 'cluster.stderr'})")
-        bootstrap = first.split(" ", 1)[1].strip()
-        logs = {c.name: workdir / f"{c.name}.jsonl" for c in clients}
-        for c in clients:
-            drivers[c.name] = c.start(bootstrap, logs[c.name], *(driver_args or {}).get(c.name, ()))
-        if out.wait_for(lambda line: line.strip() == "settled", settle_timeout_s) is None:
-            raise RunError(f"{' '.join(cluster_cmd)}: not settled within {settle_timeout_s}s")
-        # A cluster may settle before a driver (importing its client, bootstrapping) is even up: the
-        # margin counts from when every driver has logged `start`, so none is stopped before it ran.
-        _wait_started(drivers, logs, start_timeout_s)
-        time.sleep(after_settle_s)
-        _wait_stuck_bound(out, settle_timeout_s)
-        _stop_all(drivers)
-        final = read_final_log(bootstrap)
-        cluster.send_signal(signal.SIGTERM)
-        out.drain(30.0)
-        cluster.wait(timeout=30)
-    finally:
-        _stop_all(drivers)
-        if cluster.poll() is None:
-            cluster.kill()
-            cluster.wait()
-        stderr.close()
-    (workdir / "cluster.stdout").write_text("\n".join(out.lines) + "\n", encoding="utf-8")
-    report = None
-    for line in reversed(out.lines):
-        if line.startswith("{"):
-            report = json.loads(line)
-            break
+    logs = {c.name: workdir / f"{c.name}.jsonl" for c in clients}
+    bootstrap, final, out = _serve(
+        cluster_cmd, workdir,
+        lambda bootstrap: {c.name: (c.start(bootstrap, logs[c.name], *(driver_args or {}).get(c.name, ())),
+                                    logs[c.name]) for c in clients},
+        settle_timeout_s=settle_timeout_s, after_settle_s=after_settle_s, start_timeout_s=start_timeout_s)
+    report = _report(out)
     faults_t = next((at for line, at in zip(out.lines, out.arrived, strict=True) if line.strip() == "trigger"), None)
     truths = {name: judge_client(path, final, stuck_after_s=stuck_after_s, faults_t=faults_t, unclean=unclean,
                                  read_committed=read_committed)
@@ -196,29 +165,66 @@ def run_handoff(
     log `<name>-a.jsonl`) from the start, member B (the client's own id and log) once the cluster settled,
     both in the group `epochguard-<name>` and producing nothing. B's truth carries the handoff's divergence;
     A's is kept under `<name>-a`."""
+    common = ("--produce-interval-ms", "0")
+    a_logs = {f"{c.name}-a": workdir / f"{c.name}-a.jsonl" for c in clients}
+    b_logs = {c.name: workdir / f"{c.name}.jsonl" for c in clients}
+    bootstrap, final, out = _serve(
+        cluster_cmd, workdir,
+        lambda bootstrap: {f"{c.name}-a": (c.start(bootstrap, a_logs[f"{c.name}-a"], *common, "--client-id",
+                                                   f"{c.client_id}-a", "--group", f"epochguard-{c.name}",
+                                                   "--leave-when-idle", str(LEAVE_WHEN_IDLE_S)),
+                                           a_logs[f"{c.name}-a"]) for c in clients},
+        lambda bootstrap: {c.name: (c.start(bootstrap, b_logs[c.name], *common, "--group", f"epochguard-{c.name}"),
+                                    b_logs[c.name]) for c in clients},
+        settle_timeout_s=settle_timeout_s, after_settle_s=after_settle_s, start_timeout_s=start_timeout_s)
+    report = _report(out)
+    truths = {name: judge_client(path, final, stuck_after_s=stuck_after_s, unclean=unclean)
+              for name, path in {**a_logs, **b_logs}.items()}
+    for c in clients:
+        truths[c.name].divergences += judge_handoff(a_logs[f"{c.name}-a"], b_logs[c.name], final,
+                                                    stuck_after_s=stuck_after_s)
+    return RunResult(bootstrap, {**a_logs, **b_logs}, final, truths, report, out.lines)
+
+
+Started = dict[str, tuple[subprocess.Popen[bytes], Path]]  # driver name -> (its process, its delivery log)
+
+
+def _serve(
+    cluster_cmd: Sequence[str],
+    workdir: Path,
+    early: Callable[[str], Started],
+    late: Callable[[str], Started] | None = None,
+    *,
+    settle_timeout_s: float,
+    after_settle_s: float,
+    start_timeout_s: float,
+) -> tuple[str, FinalLog, _Lines]:
+    """One serve run: the cluster, the drivers `early(bootstrap)` starts at once and those `late(bootstrap)`
+    starts once it settled; `after_settle_s` after the last of them (the late ones, else the early ones) has
+    logged `start`, and past the cluster's stuck bound, every driver is stopped and the final log read.
+    Returns the bootstrap, the final log and the cluster's stdout (also written to `cluster.stdout`)."""
     workdir.mkdir(parents=True, exist_ok=True)
     stderr = open(workdir / "cluster.stderr", "w")
     cluster = subprocess.Popen(list(cluster_cmd), stdout=subprocess.PIPE, stderr=stderr, text=True)
     assert cluster.stdout is not None
     out = _Lines(cluster.stdout)
     drivers: dict[str, subprocess.Popen[bytes]] = {}
-    common = ("--produce-interval-ms", "0")
     try:
         first = out.wait_for(lambda line: line.startswith("bootstrap "), 30.0)
         if first is None:
             raise RunError(f"{' '.join(cluster_cmd)}: no bootstrap line (see {workdir / 'cluster.stderr'})")
         bootstrap = first.split(" ", 1)[1].strip()
-        a_logs = {f"{c.name}-a": workdir / f"{c.name}-a.jsonl" for c in clients}
-        b_logs = {c.name: workdir / f"{c.name}.jsonl" for c in clients}
-        for c in clients:
-            drivers[f"{c.name}-a"] = c.start(bootstrap, a_logs[f"{c.name}-a"], *common, "--client-id",
-                                             f"{c.client_id}-a", "--group", f"epochguard-{c.name}",
-                                             "--leave-when-idle", str(LEAVE_WHEN_IDLE_S))
+        started = early(bootstrap)
+        drivers.update({name: proc for name, (proc, _log) in started.items()})
         if out.wait_for(lambda line: line.strip() == "settled", settle_timeout_s) is None:
             raise RunError(f"{' '.join(cluster_cmd)}: not settled within {settle_timeout_s}s")
-        for c in clients:
-            drivers[c.name] = c.start(bootstrap, b_logs[c.name], *common, "--group", f"epochguard-{c.name}")
-        _wait_started({n: d for n, d in drivers.items() if n in b_logs}, b_logs, start_timeout_s)
+        if late is not None:
+            started = late(bootstrap)
+            drivers.update({name: proc for name, (proc, _log) in started.items()})
+        # A cluster may settle before a driver (importing its client, bootstrapping) is even up: the
+        # margin counts from when every driver has logged `start`, so none is stopped before it ran.
+        _wait_started({name: proc for name, (proc, _log) in started.items()},
+                      {name: log for name, (_proc, log) in started.items()}, start_timeout_s)
         time.sleep(after_settle_s)
         _wait_stuck_bound(out, settle_timeout_s)
         _stop_all(drivers)
@@ -233,13 +239,12 @@ def run_handoff(
             cluster.wait()
         stderr.close()
     (workdir / "cluster.stdout").write_text("\n".join(out.lines) + "\n", encoding="utf-8")
-    report = next((json.loads(line) for line in reversed(out.lines) if line.startswith("{")), None)
-    truths = {name: judge_client(path, final, stuck_after_s=stuck_after_s, unclean=unclean)
-              for name, path in {**a_logs, **b_logs}.items()}
-    for c in clients:
-        truths[c.name].divergences += judge_handoff(a_logs[f"{c.name}-a"], b_logs[c.name], final,
-                                                    stuck_after_s=stuck_after_s)
-    return RunResult(bootstrap, {**a_logs, **b_logs}, final, truths, report, out.lines)
+    return bootstrap, final, out
+
+
+def _report(out: _Lines) -> dict[str, Any] | None:
+    """The cluster's last JSON line: its report of every client."""
+    return next((json.loads(line) for line in reversed(out.lines) if line.startswith("{")), None)
 
 
 def _wait_stuck_bound(out: _Lines, timeout_s: float) -> None:

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from turns import take_turns
 
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed (pip install confluent-kafka)")
 kafka = pytest.importorskip("kafka", reason="kafka-python is not installed (pip install kafka-python)")
@@ -265,19 +266,8 @@ def test_kafka_python_iterator(benchmark: Any, endpoint: tuple[str, int]) -> Non
 
 
 def _take_turns(benchmark: Any, ours: Any, theirs: Any, names: tuple[str, str], records: int) -> None:
-    """PRODUCE_ROUNDS rounds of `ours` (timed by pytest-benchmark) after a warm-up, each after a round of
-    `theirs`, timed here: its times go in the JSON as extra_info["baseline_seconds"] (benches/ratios.py)."""
-    baseline: list[float] = []
-
-    def turn_of_theirs() -> None:
-        began = time.perf_counter()
-        theirs()
-        baseline.append(time.perf_counter() - began)
-
-    benchmark.pedantic(ours, setup=turn_of_theirs, rounds=PRODUCE_ROUNDS, warmup_rounds=1, iterations=1)
-    del baseline[:-PRODUCE_ROUNDS]  # the warm-up round's
-    benchmark.extra_info["baseline"] = names[1]
-    benchmark.extra_info["baseline_seconds"] = baseline
+    """PRODUCE_ROUNDS rounds of `ours` and of `theirs`, taking turns (turns.py); both rates recorded."""
+    baseline = take_turns(benchmark, ours, theirs, rounds=PRODUCE_ROUNDS, baseline=names[1])
     _rate(benchmark, names[0], records)
     where = benchmark.name.rpartition("[")[2].rstrip("]")
     RATES[where, names[1]] = records / statistics.median(baseline)

@@ -38,6 +38,8 @@ __all__ = [
     "LeaderNotAvailableError",
     "NotLeaderOrFollowerError",
     "RequestTimedOutError",
+    "UnknownTopicIdError",
+    "InconsistentTopicIdError",
     "ReplicaNotAvailableError",
     "NotEnoughReplicasError",
     "NotEnoughReplicasAfterAppendError",
@@ -149,6 +151,20 @@ class NotLeaderOrFollowerError(ApiError):
 
 
 class RequestTimedOutError(ApiError):
+    retriable = True
+
+
+class UnknownTopicIdError(ApiError):
+    """A Fetch v13+ named a topic id the broker's metadata does not know (Kafka's `UnknownTopicIdException`,
+    an `InvalidMetadataException`: refresh metadata and retry)."""
+
+    retriable = True
+
+
+class InconsistentTopicIdError(ApiError):
+    """The topic id in a request differs from the one in the partition's log (`InconsistentTopicIdException`,
+    an `InvalidMetadataException`)."""
+
     retriable = True
 
 
@@ -329,6 +345,8 @@ class Errors(enum.IntEnum):
     OFFSET_NOT_AVAILABLE = 78
     MEMBER_ID_REQUIRED = 79
     PRODUCER_FENCED = 90
+    UNKNOWN_TOPIC_ID = 100
+    INCONSISTENT_TOPIC_ID = 103
     INELIGIBLE_REPLICA = 107
     INVALID_UPDATE_VERSION = 108
 
@@ -392,6 +410,8 @@ _EXCEPTIONS: dict[Errors, type[ApiError]] = {
     Errors.LEADER_NOT_AVAILABLE: LeaderNotAvailableError,
     Errors.NOT_LEADER_OR_FOLLOWER: NotLeaderOrFollowerError,
     Errors.REQUEST_TIMED_OUT: RequestTimedOutError,
+    Errors.UNKNOWN_TOPIC_ID: UnknownTopicIdError,
+    Errors.INCONSISTENT_TOPIC_ID: InconsistentTopicIdError,
     Errors.REPLICA_NOT_AVAILABLE: ReplicaNotAvailableError,
     Errors.NOT_ENOUGH_REPLICAS: NotEnoughReplicasError,
     Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND: NotEnoughReplicasAfterAppendError,

@@ -231,7 +231,11 @@ fn request_object<'py>(
             )
         }
         RequestKind::Fetch(r) => {
+            // v13+ names topics by id (KIP-516): the topic stays "" and `topic_id` carries the id in
+            // Kafka's printed form; the broker's request layer resolves it (UNKNOWN_TOPIC_ID if it cannot).
+            let by_id = version >= 13;
             let parts = r.topics.iter().flat_map(|t| {
+                let topic_id = by_id.then(|| wire::format_topic_id(*t.topic_id.as_bytes()));
                 t.partitions.iter().map(move |p| {
                     Ok(obj!(
                         py,
@@ -242,20 +246,31 @@ fn request_object<'py>(
                         current_leader_epoch = p.current_leader_epoch,
                         last_fetched_epoch = p.last_fetched_epoch,
                         log_start_offset = p.log_start_offset,
-                        partition_max_bytes = p.partition_max_bytes
+                        partition_max_bytes = p.partition_max_bytes,
+                        topic_id = topic_id.clone()
                     ))
                 })
             });
             let forgotten = r.forgotten_topics_data.iter().flat_map(|t| {
-                t.partitions
-                    .iter()
-                    .map(move |p| tp(py, t.topic.as_str(), *p))
+                let topic = if by_id {
+                    wire::format_topic_id(*t.topic_id.as_bytes())
+                } else {
+                    t.topic.to_string()
+                };
+                t.partitions.iter().map(move |p| tp(py, &topic, *p))
             });
+            // v15 moved ReplicaId (and the follower's broker epoch) into the tagged ReplicaState.
+            let (replica_id, replica_epoch) = if version >= 15 {
+                (r.replica_state.replica_id.0, r.replica_state.replica_epoch)
+            } else {
+                (r.replica_id.0, -1)
+            };
             obj!(
                 py,
                 "FetchRequest",
                 partitions = tuple(py, parts)?,
-                replica_id = r.replica_id.0,
+                replica_id = replica_id,
+                replica_epoch = replica_epoch,
                 isolation_level = isolation(py, r.isolation_level)?,
                 max_wait_ms = r.max_wait_ms,
                 min_bytes = r.min_bytes,
@@ -571,6 +586,46 @@ fn by_topic<T>(
     Ok(topics)
 }
 
+/// As [`by_topic`], keyed by (topic, topic id) when `by_id` (Fetch v13+: each topic is sent by its id,
+/// and an unknown id answered UNKNOWN_TOPIC_ID has no name): the id parsed from `topic_id`, required.
+#[allow(clippy::type_complexity)]
+fn by_topic_and_id<T>(
+    partitions: Vec<Bound<'_, PyAny>>,
+    by_id: bool,
+    mut convert: impl FnMut(&Bound<'_, PyAny>) -> PyResult<T>,
+) -> PyResult<Vec<(StrBytes, Option<[u8; 16]>, Vec<T>)>> {
+    let mut topics: Vec<(StrBytes, Option<[u8; 16]>, Vec<T>)> = Vec::new();
+    let mut index: HashMap<(String, Option<[u8; 16]>), usize> = HashMap::new();
+    for p in &partitions {
+        let topic: PyBackedStr = get(p, "topic")?;
+        let id = if by_id {
+            let Some(text) = get::<Option<PyBackedStr>>(p, "topic_id")? else {
+                return Err(PyValueError::new_err(format!(
+                    "{}-{}: a topic id is required from Fetch v13 on",
+                    &*topic,
+                    get::<i32>(p, "partition_index")?
+                )));
+            };
+            Some(wire::parse_topic_id(&text).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "topic_id {:?} is neither Kafka's base64 nor a UUID",
+                    &*text
+                ))
+            })?)
+        } else {
+            None
+        };
+        let i = *index.entry((String::from(&*topic), id)).or_insert_with(|| {
+            topics.push((StrBytes::from_string(String::from(&*topic)), id, Vec::new()));
+            topics.len() - 1
+        });
+        if let Some((_, _, list)) = topics.get_mut(i) {
+            list.push(convert(p)?);
+        }
+    }
+    Ok(topics)
+}
+
 fn response_kind(r: &Bound<'_, PyAny>, api_key: i16, version: i16) -> PyResult<ResponseKind> {
     let key = km::ApiKey::try_from(api_key)
         .map_err(|()| PyValueError::new_err(format!("unknown api key {api_key}")))?;
@@ -600,12 +655,27 @@ fn response_kind(r: &Bound<'_, PyAny>, api_key: i16, version: i16) -> PyResult<R
                 out.base_offset = get(p, "base_offset")?;
                 out.log_append_time_ms = get(p, "log_append_time_ms")?;
                 out.log_start_offset = get(p, "log_start_offset")?;
+                if version >= 10 {
+                    let leader = p.getattr(intern!(p.py(), "current_leader"))?;
+                    out.current_leader.leader_id = km::BrokerId(get(&leader, "leader_id")?);
+                    out.current_leader.leader_epoch = get(&leader, "leader_epoch")?;
+                }
                 Ok(out)
             })? {
                 let mut t = km::produce_response::TopicProduceResponse::default();
                 t.name = name.into();
                 t.partition_responses = parts;
                 m.responses.push(t);
+            }
+            if version >= 10 {
+                for e in items(r, "node_endpoints")? {
+                    let mut out = km::produce_response::NodeEndpoint::default();
+                    out.node_id = km::BrokerId(get(&e, "node_id")?);
+                    out.host = get_str(&e, "host")?;
+                    out.port = get(&e, "port")?;
+                    out.rack = get_opt_str(&e, "rack")?;
+                    m.node_endpoints.push(out);
+                }
             }
             ResponseKind::Produce(m)
         }
@@ -825,7 +895,8 @@ fn fetch_response(
     if version >= 7 {
         m.session_id = get(r, "session_id")?;
     }
-    for (name, parts) in by_topic(items(r, "partitions")?, |p| {
+    let by_id = version >= 13;
+    for (name, topic_id, parts) in by_topic_and_id(items(r, "partitions")?, by_id, |p| {
         let mut out = km::fetch_response::PartitionData::default();
         out.partition_index = get(p, "partition_index")?;
         out.error_code = get(p, "error_code")?;
@@ -865,9 +936,23 @@ fn fetch_response(
         Ok(out)
     })? {
         let mut t = km::fetch_response::FetchableTopicResponse::default();
-        t.topic = name.into();
+        // One or the other: the crate refuses a name at v13+ and an id below.
+        match topic_id {
+            Some(id) => t.topic_id = uuid::Uuid::from_bytes(id),
+            None => t.topic = name.into(),
+        }
         t.partitions = parts;
         m.responses.push(t);
+    }
+    if version >= 16 {
+        for e in items(r, "node_endpoints")? {
+            let mut out = km::fetch_response::NodeEndpoint::default();
+            out.node_id = km::BrokerId(get(&e, "node_id")?);
+            out.host = get_str(&e, "host")?;
+            out.port = get(&e, "port")?;
+            out.rack = get_opt_str(&e, "rack")?;
+            m.node_endpoints.push(out);
+        }
     }
     Ok(m)
 }
@@ -951,12 +1036,13 @@ fn wire_api_versions() -> Vec<(i16, i16, i16)> {
 }
 
 /// `[(api_key, min_version, max_version)]`: what the client's half encodes (and decodes the answers
-/// of): the served APIs plus the client-only ones (SASL).
+/// of): the served APIs within `CLIENT_CAPS`, plus the client-only ones (SASL).
 fn client_api_versions() -> Vec<(i16, i16, i16)> {
     SUPPORTED
         .iter()
-        .chain(wire::CLIENT_ONLY)
-        .map(|(k, lo, hi)| (*k as i16, *lo, *hi))
+        .map(|(k, lo, hi)| (*k, *lo, wire::client_cap(*k, *hi)))
+        .chain(wire::CLIENT_ONLY.iter().copied())
+        .map(|(k, lo, hi)| (k as i16, lo, hi))
         .collect()
 }
 

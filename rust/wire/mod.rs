@@ -20,10 +20,11 @@ pub mod client;
 /// `socket.request.max.bytes` default.
 pub const MAX_FRAME_BYTES: usize = 100 * 1024 * 1024;
 
-/// The APIs and versions this codec decodes and encodes (inclusive): what real clients send.
+/// The APIs and versions this codec decodes and encodes (inclusive): what real clients send. Fetch
+/// v13+ names topics by id (KIP-516), Fetch v16 and Produce v10 carry KIP-951's leader hints.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 9),
-    (ApiKey::Fetch, 4, 12),
+    (ApiKey::Produce, 3, 10),
+    (ApiKey::Fetch, 4, 16),
     (ApiKey::ListOffsets, 1, 7),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::OffsetCommit, 2, 8),
@@ -45,17 +46,31 @@ pub const CLIENT_ONLY: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
+/// Where the client's half stops below [`SUPPORTED`]: epochguard's consumer names topics, never topic
+/// ids, so its Fetch stays at v12 (v13+ would need the ids from Metadata in every request).
+pub const CLIENT_CAPS: &[(ApiKey, i16)] = &[(ApiKey::Fetch, 12)];
+
+/// The highest version of `key` the client's half speaks, given the shared table's `high`.
+pub fn client_cap(key: ApiKey, high: i16) -> i16 {
+    CLIENT_CAPS
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map_or(high, |(_, cap)| high.min(*cap))
+}
+
 /// The `ApiKey` the client's codec encodes (and whose answer it decodes) at this version: [`SUPPORTED`]
-/// and [`CLIENT_ONLY`].
+/// (within [`CLIENT_CAPS`]) and [`CLIENT_ONLY`].
 pub fn client_supported(api_key: i16, api_version: i16) -> Option<ApiKey> {
-    supported(api_key, api_version).or_else(|| {
-        CLIENT_ONLY
-            .iter()
-            .find(|(key, low, high)| {
-                *key as i16 == api_key && (*low..=*high).contains(&api_version)
-            })
-            .map(|(key, _, _)| *key)
-    })
+    supported(api_key, api_version)
+        .filter(|key| api_version <= client_cap(*key, i16::MAX))
+        .or_else(|| {
+            CLIENT_ONLY
+                .iter()
+                .find(|(key, low, high)| {
+                    *key as i16 == api_key && (*low..=*high).contains(&api_version)
+                })
+                .map(|(key, _, _)| *key)
+        })
 }
 
 /// The fields of a request header every version shares (`RequestHeaderData`).
@@ -102,6 +117,21 @@ pub fn parse_topic_id(s: &str) -> Option<[u8; 16]> {
         return Some(bits.to_be_bytes());
     }
     uuid::Uuid::parse_str(s).ok().map(|u| *u.as_bytes())
+}
+
+/// A topic id in Kafka's printed form (`Uuid.toString()`: unpadded URL-safe base64, 22 characters), the
+/// inverse of [`parse_topic_id`] for that form.
+pub fn format_topic_id(id: [u8; 16]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bits = u128::from_be_bytes(id);
+    let mut out = String::with_capacity(22);
+    for i in 0..21 {
+        let v = (bits >> (122 - 6 * i)) & 0x3f;
+        out.push(char::from(ALPHABET[v as usize]));
+    }
+    // The last character holds the final 2 bits, then 4 zero bits of padding.
+    out.push(char::from(ALPHABET[((bits & 0x3) << 4) as usize]));
+    out
 }
 
 /// A frame cursor that knows where it is, for error positions.

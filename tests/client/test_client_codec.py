@@ -52,7 +52,7 @@ from epochguard.protocol.messages import (
 )
 from epochguard.types import IsolationLevel, TopicPartition
 
-CODEC = {k: (lo, hi) for k, lo, hi in _core.WIRE_API_VERSIONS}
+CODEC = {k: (lo, hi) for k, lo, hi in _core.CLIENT_API_VERSIONS}  # what the client half speaks
 
 
 def versions(key: ApiKey) -> list[int]:

@@ -67,10 +67,17 @@ fn sample_request(key: ApiKey, version: i16) -> RequestKind {
             p.partition = 2;
             p.fetch_offset = 42;
             let mut t = km::fetch_request::FetchTopic::default();
-            t.topic = topic();
+            // v13+ names the topic by id only (KIP-516); the crate refuses a name there.
+            if version >= 13 {
+                t.topic_id = uuid::Uuid::from_u128(0x5b0c_1a3e_1d2f_4e5a_9b8c_7d6e_5f4a_3b2c);
+            } else {
+                t.topic = topic();
+            }
             t.partitions.push(p);
             let mut r = km::FetchRequest::default();
-            r.replica_id = km::BrokerId(-1);
+            if version < 15 {
+                r.replica_id = km::BrokerId(-1); // v15 moved it into the tagged ReplicaState
+            }
             r.max_wait_ms = 500;
             r.topics.push(t);
             RequestKind::Fetch(r)
@@ -165,7 +172,8 @@ fn unknown_key_or_version_is_refused_with_the_parsed_header() {
     for (key, version) in [
         (ApiKey::ApiVersions as i16, 4),
         (ApiKey::Fetch as i16, 3),
-        (ApiKey::Fetch as i16, 13),
+        (ApiKey::Fetch as i16, 17),
+        (ApiKey::Produce as i16, 11),
         (999, 0),
         (-1, 0),
     ] {

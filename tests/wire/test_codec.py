@@ -29,6 +29,7 @@ from epochguard.protocol.messages import (
     MetadataResponseBroker,
     MetadataResponsePartition,
     MetadataResponseTopic,
+    NodeEndpoint,
     ProducePartition,
     ProducePartitionResponse,
     ProduceRequest,
@@ -189,6 +190,14 @@ def test_metadata_response(version: int) -> None:
     assert (p1.partition_index, p1.leader_id, p1.error_code) == (1, -1, Errors.LEADER_NOT_AVAILABLE)
 
 
+def kafka_id(u: uuid.UUID) -> str:
+    """Kafka's printed form of a topic id (`Uuid.toString()`), as `epochguard.sim.controller.topic_id`."""
+    return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode()
+
+
+EVENTS_ID, INPUT_ID = uuid.UUID("5b0c1a3e-1d2f-4e5a-9b8c-7d6e5f4a3b2c"), uuid.UUID("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
+
+
 # --- Produce -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("version", versions(ApiKey.PRODUCE))
 def test_produce_request(version: int) -> None:
@@ -221,10 +230,11 @@ def test_produce_response(version: int) -> None:
     response = ProduceResponse(
         (
             ProducePartitionResponse("input", 0, base_offset=40, log_append_time_ms=-1, log_start_offset=3),
-            ProducePartitionResponse("events", 1, Errors.NOT_LEADER_OR_FOLLOWER),
+            ProducePartitionResponse("events", 1, Errors.NOT_LEADER_OR_FOLLOWER, current_leader=LeaderIdAndEpoch(3, 9)),
             ProducePartitionResponse("input", 2, base_offset=7, log_start_offset=0),
         ),
         throttle_time_ms=4,
+        node_endpoints=(NodeEndpoint(3, "127.0.0.1", 40003, "rack-3"),),
     )
     parsed = kp_parse(KProduceResponse, _core.encode_response(header(ApiKey.PRODUCE, version), response), version)
     got = [
@@ -238,6 +248,10 @@ def test_produce_response(version: int) -> None:
         ("events", 1, Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, -1 if version >= 5 else None),
     ]
     assert parsed.throttle_time_ms == 4
+    if version >= 10:  # KIP-951: the hint and the hinted leader's listener (tagged fields)
+        hinted = parsed.responses[1].partition_responses[0].current_leader
+        assert (hinted.leader_id, hinted.leader_epoch) == (3, 9)
+        assert [(n.node_id, n.host, n.port, n.rack) for n in parsed.node_endpoints] == [(3, "127.0.0.1", 40003, "rack-3")]
 
 
 # --- Fetch ---------------------------------------------------------------------------------------
@@ -254,21 +268,25 @@ def test_fetch_request(version: int) -> None:
         session_id=12,
         session_epoch=3,
         topics=[
-            R.FetchTopic(topic="events", partitions=[
+            R.FetchTopic(topic="events", topic_id=EVENTS_ID, partitions=[
                 P(partition=0, fetch_offset=100, current_leader_epoch=4, last_fetched_epoch=3, log_start_offset=-1, partition_max_bytes=1048576),
                 P(partition=2, fetch_offset=7, current_leader_epoch=-1, last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=65536),
             ]),
         ],
-        forgotten_topics_data=[R.ForgottenTopic(topic="input", partitions=[5, 6])],
+        forgotten_topics_data=[R.ForgottenTopic(topic="input", topic_id=INPUT_ID, partitions=[5, 6])],
         rack_id="rack-a",
     )
     got = decode(kp_frame(request, version), ApiKey.FETCH, version)
     sessions = version >= 7
+    # v13+ (KIP-516): topics by id only; the name is left for the broker to resolve.
+    by_id = version >= 13
+    events, forgotten = ("", kafka_id(EVENTS_ID)) if by_id else ("events", None), kafka_id(INPUT_ID) if by_id else "input"
     assert got == FetchRequest(
         (
-            FetchPartition("events", 0, 100, current_leader_epoch=4 if version >= 9 else -1,
-                           last_fetched_epoch=3 if version >= 12 else -1, log_start_offset=-1, partition_max_bytes=1048576),
-            FetchPartition("events", 2, 7, log_start_offset=-1, partition_max_bytes=65536),
+            FetchPartition(events[0], 0, 100, current_leader_epoch=4 if version >= 9 else -1,
+                           last_fetched_epoch=3 if version >= 12 else -1, log_start_offset=-1, partition_max_bytes=1048576,
+                           topic_id=events[1]),
+            FetchPartition(events[0], 2, 7, log_start_offset=-1, partition_max_bytes=65536, topic_id=events[1]),
         ),
         replica_id=-1,
         isolation_level=IsolationLevel.READ_COMMITTED,
@@ -279,8 +297,19 @@ def test_fetch_request(version: int) -> None:
         version=version,
         session_id=12 if sessions else 0,
         session_epoch=3 if sessions else -1,
-        forgotten_topics=(TopicPartition("input", 5), TopicPartition("input", 6)) if sessions else (),
+        forgotten_topics=(TopicPartition(forgotten, 5), TopicPartition(forgotten, 6)) if sessions else (),
     )
+
+
+@pytest.mark.parametrize("version", [15, 16])
+def test_fetch_request_replica_state_from_v15(version: int) -> None:
+    """v15 moved ReplicaId into the tagged ReplicaState, with the follower's broker epoch (KIP-903)."""
+    R = KFetchRequest
+    request = R(replica_state=R.ReplicaState(replica_id=2, replica_epoch=77), max_wait_ms=0, min_bytes=1,
+                max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1, topics=[], forgotten_topics_data=[],
+                rack_id="")
+    got = decode(kp_frame(request, version), ApiKey.FETCH, version)
+    assert (got.replica_id, got.replica_epoch) == (2, 77)
 
 
 def fetch_response_message(records: bytes) -> FetchResponse:
@@ -289,12 +318,16 @@ def fetch_response_message(records: bytes) -> FetchResponse:
             FetchPartitionData("events", 0, high_watermark=120, last_stable_offset=110, log_start_offset=0,
                                diverging_epoch=DivergingEpoch(3, 90), current_leader=LeaderIdAndEpoch(2, 5),
                                preferred_read_replica=-1, records=records,
-                               aborted_transactions=(AbortedTransaction(1001, 40), AbortedTransaction(1002, 97))),
-            FetchPartitionData("events", 2, Errors.FENCED_LEADER_EPOCH, aborted_transactions=()),
-            FetchPartitionData("input", 1, high_watermark=0, last_stable_offset=0, log_start_offset=0),
+                               aborted_transactions=(AbortedTransaction(1001, 40), AbortedTransaction(1002, 97)),
+                               topic_id=kafka_id(EVENTS_ID)),
+            FetchPartitionData("events", 2, Errors.FENCED_LEADER_EPOCH, aborted_transactions=(),
+                               topic_id=kafka_id(EVENTS_ID)),
+            FetchPartitionData("input", 1, high_watermark=0, last_stable_offset=0, log_start_offset=0,
+                               topic_id=kafka_id(INPUT_ID)),
         ),
         throttle_time_ms=1,
         session_id=0,
+        node_endpoints=(NodeEndpoint(2, "127.0.0.1", 40002, None),),
     )
 
 
@@ -304,8 +337,15 @@ def test_fetch_response(version: int) -> None:
     frame = _core.encode_response(header(ApiKey.FETCH, version), fetch_response_message(records))
     parsed = kp_parse(KFetchResponse, frame, version)
     assert parsed.throttle_time_ms == 1
-    got = {(t.topic, p.partition_index): p for t in parsed.responses for p in t.partitions}
+    # v13+ names each topic by its id only (KIP-516).
+    names = {EVENTS_ID: "events", INPUT_ID: "input"}
+    got = {(names[t.topic_id] if version >= 13 else t.topic, p.partition_index): p
+           for t in parsed.responses for p in t.partitions}
     assert list(got) == [("events", 0), ("events", 2), ("input", 1)]
+    if version >= 13:
+        assert {t.topic for t in parsed.responses} <= {"", None}
+    if version >= 16:
+        assert [(n.node_id, n.host, n.port, n.rack) for n in parsed.node_endpoints] == [(2, "127.0.0.1", 40002, None)]
     p0 = got["events", 0]
     assert (p0.error_code, p0.high_watermark, p0.last_stable_offset) == (0, 120, 110)
     # read_committed: the aborted transactions in the range; read_uncommitted: null, as Kafka sends.
@@ -321,6 +361,20 @@ def test_fetch_response(version: int) -> None:
     assert got["events", 2].error_code == Errors.FENCED_LEADER_EPOCH
     # Empty records are zero-length, not null.
     assert got["input", 1].records is not None and bytes(got["input", 1].records) == b""
+
+
+def test_fetch_response_from_v13_needs_topic_ids_and_keeps_unknown_ids_apart() -> None:
+    """An UNKNOWN_TOPIC_ID answer has no name: two unknown ids stay two topics; no id is an error."""
+    unknown_a, unknown_b = uuid.uuid4(), uuid.uuid4()
+    response = FetchResponse((
+        FetchPartitionData("", 0, Errors.UNKNOWN_TOPIC_ID, topic_id=kafka_id(unknown_a)),
+        FetchPartitionData("", 0, Errors.UNKNOWN_TOPIC_ID, topic_id=str(unknown_b)),
+    ))
+    parsed = kp_parse(KFetchResponse, _core.encode_response(header(ApiKey.FETCH, 13), response), 13)
+    assert [(t.topic_id, [p.error_code for p in t.partitions]) for t in parsed.responses] == [
+        (unknown_a, [Errors.UNKNOWN_TOPIC_ID]), (unknown_b, [Errors.UNKNOWN_TOPIC_ID])]
+    with pytest.raises(ValueError, match="topic id is required"):
+        _core.encode_response(header(ApiKey.FETCH, 13), FetchResponse((FetchPartitionData("events", 0),)))
 
 
 # --- hostile frames ------------------------------------------------------------------------------
@@ -351,7 +405,7 @@ def test_trailing_bytes_are_ignored_as_kafka_does() -> None:
     assert _core.decode_request(_fetch_frame() + b"\x00") == _core.decode_request(_fetch_frame())
 
 
-@pytest.mark.parametrize("key,version", [(ApiKey.FETCH, 3), (ApiKey.FETCH, 13), (ApiKey.PRODUCE, 2), (ApiKey.ALTER_PARTITION, 0), (77, 0), (-5, 1)])
+@pytest.mark.parametrize("key,version", [(ApiKey.FETCH, 3), (ApiKey.FETCH, 17), (ApiKey.PRODUCE, 2), (ApiKey.PRODUCE, 11), (ApiKey.ALTER_PARTITION, 0), (77, 0), (-5, 1)])
 def test_unknown_key_or_version(key: int, version: int) -> None:
     frame = struct.pack(">hhih", key, version, 42, -1) + b"\x01\x02"
     with pytest.raises(UnsupportedVersionError) as info:
@@ -400,4 +454,4 @@ def test_request_header_is_a_value() -> None:
 
 def test_encoding_a_response_for_an_unserved_version_is_a_value_error() -> None:
     with pytest.raises(ValueError):
-        _core.encode_response(header(ApiKey.FETCH, 13), fetch_response_message(b""))
+        _core.encode_response(header(ApiKey.FETCH, 17), fetch_response_message(b""))

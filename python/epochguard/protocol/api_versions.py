@@ -156,10 +156,13 @@ def has_usable_offset_for_leader_epoch_version(versions: NodeApiVersions) -> boo
 
 # What the simulated broker serves: the versions the real clients we test send (librdkafka 2.x,
 # kafka-python 3, aiokafka, kcat), each range starting at the oldest version they fall back to.
-# Metadata reaches 12 because librdkafka and kafka-python ignore leader epochs below v9.
+# Metadata reaches 12 because librdkafka and kafka-python ignore leader epochs below v9. Fetch reaches
+# 16 and Produce 10 as Kafka 4.x brokers' do (Fetch 4-17, Produce 3-12): the versions that carry KIP-951's
+# leader hints (CurrentLeader and NodeEndpoints), which Java 4.x, franz-go and librdkafka 2.4+ act on;
+# Fetch v13+ names topics by id (KIP-516, from Metadata v10+).
 BROKER_API_VERSIONS = NodeApiVersions([
-    ApiVersionRange(ApiKey.PRODUCE, 3, 9),
-    ApiVersionRange(ApiKey.FETCH, 4, 12),
+    ApiVersionRange(ApiKey.PRODUCE, 3, 10),
+    ApiVersionRange(ApiKey.FETCH, 4, 16),
     ApiVersionRange(ApiKey.LIST_OFFSETS, 1, 7),
     ApiVersionRange(ApiKey.METADATA, 0, 12),
     ApiVersionRange(ApiKey.OFFSET_COMMIT, 2, 8),

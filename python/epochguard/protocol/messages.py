@@ -55,6 +55,7 @@ __all__ = [
     "FetchRequest",
     "DivergingEpoch",
     "LeaderIdAndEpoch",
+    "NodeEndpoint",
     "AbortedTransaction",
     "FetchPartitionData",
     "FetchResponse",
@@ -126,6 +127,17 @@ class LeaderIdAndEpoch:
     leader_epoch: int = NO_EPOCH
 
 
+@dataclass(frozen=True, slots=True)
+class NodeEndpoint:
+    """Produce v10+ / Fetch v16+ response tagged field (KIP-951): where a hinted leader listens, so the
+    client can reach it before its next Metadata answer."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
 # --- Produce -------------------------------------------------------------------------------------
 ProduceRecord = (
     tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
@@ -181,6 +193,7 @@ class ProducePartitionResponse:
 class ProduceResponse:
     partitions: tuple[ProducePartitionResponse, ...]
     throttle_time_ms: int = 0
+    node_endpoints: tuple[NodeEndpoint, ...] = ()  # v10: the hinted leaders' listeners
 
 
 # --- Fetch ---------------------------------------------------------------------------------------
@@ -193,6 +206,9 @@ class FetchPartition:
     last_fetched_epoch: int = NO_EPOCH  # v12; followers only (consumers never send it)
     log_start_offset: int = NO_OFFSET  # followers report theirs
     partition_max_bytes: int = 1 << 20
+    # v13+ (KIP-516): the topic's id as the client sent it (Kafka's base64); `topic` is "" until the
+    # broker's request layer resolves it (`epochguard.wire.engine`), UNKNOWN_TOPIC_ID if it cannot.
+    topic_id: str | None = None
 
     @property
     def tp(self) -> TopicPartition:
@@ -212,7 +228,7 @@ class FetchRequest:
     version: int = FETCH_VERSION
     session_id: int = 0  # v7 (KIP-227); 0 = no session
     session_epoch: int = -1  # v7; -1 = FINAL_EPOCH: a full, sessionless fetch
-    forgotten_topics: tuple[TopicPartition, ...] = ()  # v7: partitions an incremental fetch drops
+    forgotten_topics: tuple[TopicPartition, ...] = ()  # v7: partitions an incremental fetch drops (v13+: topic ids)
 
     @property
     def is_from_follower(self) -> bool:
@@ -248,6 +264,7 @@ class FetchPartitionData:
     preferred_read_replica: int = -1
     records: bytes = b""  # concatenated v2 batches, verbatim from the leader's log
     aborted_transactions: tuple[AbortedTransaction, ...] | None = None  # None (null) unless read_committed
+    topic_id: str | None = None  # v13+: the topic's id, which the answer names the topic by
 
     @property
     def tp(self) -> TopicPartition:
@@ -260,6 +277,7 @@ class FetchResponse:
     error_code: Errors = Errors.NONE
     throttle_time_ms: int = 0
     session_id: int = 0  # v7; 0 = no session
+    node_endpoints: tuple[NodeEndpoint, ...] = ()  # v16: the hinted leaders' listeners
 
 
 # --- OffsetForLeaderEpoch ------------------------------------------------------------------------

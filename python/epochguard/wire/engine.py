@@ -12,6 +12,13 @@ does around them:
   `BrokerServer` enables request processing only once the initial metadata is published, so no client
   ever sees a broker list without brokers (librdkafka 2.16 would drop every broker it knows for good);
 - one request at a time per connection, answered in order; later ones wait in a bounded queue;
+- Fetch v13+ names topics by id: `KafkaApis.handleFetchRequest` resolves them from the metadata cache
+  and answers an id it does not know UNKNOWN_TOPIC_ID; the answer names each topic by its id;
+- KIP-951 leader hints as `KafkaApis` fills them (`getCurrentLeader`): a Produce v10+ partition answered
+  NOT_LEADER_OR_FOLLOWER, a Fetch v16+ partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH,
+  carries the leader id and epoch this broker knows (its partition state, else its metadata cache), and
+  the answer the leader's listener (`NodeEndpoints`) if the metadata cache has it alive; every other
+  answer carries none (-1/-1), older versions included;
 - Fetch long-polls (up to `max_wait_ms`, virtual time) while no partition has records or an error;
 - an acks=all Produce completes when the ReplicaManager says the ISR has it (`on_delayed_response`);
   a client's append completes the followers' fetches at once (`Cluster.replicate_at_once`, Kafka's
@@ -34,6 +41,7 @@ from epochguard.errors import Errors
 from epochguard.protocol.api_versions import ApiKey, ApiVersionsRequest
 from epochguard.protocol.messages import (
     Coordinator,
+    FetchPartitionData,
     FetchRequest,
     FetchResponse,
     FindCoordinatorRequest,
@@ -42,24 +50,35 @@ from epochguard.protocol.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
     JoinGroupRequest,
+    LeaderIdAndEpoch,
     LeaveGroupRequest,
     ListOffsetsRequest,
     MetadataRequest,
+    NodeEndpoint,
     OffsetCommitRequest,
     OffsetFetchRequest,
     OffsetsForLeaderEpochRequest,
     OffsetsForLeaderEpochResponse,
+    ProducePartitionResponse,
     ProduceRequest,
+    ProduceResponse,
     SyncGroupRequest,
 )
 from epochguard.sim.cluster import Cluster
+from epochguard.sim.controller import topic_id
 from epochguard.sim.faults import Fault
+from epochguard.types import TopicPartition
 from epochguard.wire.scenarios import SlowClients, StaleEpochAnswer, WireScenario
 
 __all__ = ["WireCluster", "Connection", "Observer", "MAX_QUEUED_REQUESTS"]
 
 MAX_QUEUED_REQUESTS = 64  # per connection; the socket layer stops reading beyond it
 _BROKER_REPLICA_CONSUMER = -1
+FETCH_TOPIC_IDS_VERSION = 13  # KIP-516: topics by id
+FETCH_LEADER_HINT_VERSION = 16  # KIP-951
+PRODUCE_LEADER_HINT_VERSION = 10
+_FETCH_HINT_ERRORS = (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH)
+_NO_HINT = LeaderIdAndEpoch()
 
 
 class Header(Protocol):
@@ -121,6 +140,7 @@ class WireCluster:
         self.addresses = dict(addresses)
         self.cluster = Cluster(scenario.config, seed, "kip-320")
         self.all_partitions = tuple(sorted(scenario.config.assignment()))
+        self.topic_names = {topic_id(t): t for t in sorted({tp.topic for tp in self.all_partitions})}
         self.connections: dict[int, Connection] = {}
         self.observers: list[Observer] = []
         self.outbox: deque[tuple[Connection, Any, Any]] = deque()
@@ -255,12 +275,92 @@ class WireCluster:
 
     def _on_fetch(self, conn: Connection, waiting: _Waiting) -> None:
         request: FetchRequest = waiting.request
+        if request.version >= FETCH_TOPIC_IDS_VERSION:
+            # The names from the ids, once: the judge and the long poll see the resolved request.
+            request = waiting.request = self._resolve_topic_ids(request)
         waiting.deadline_ms = self.now_ms + max(0, request.max_wait_ms)
-        response = self._handle_by_manager(conn, waiting)
+        response = self._fetch_answer(conn, request)
         if self._fetch_ready(request, response) or request.max_wait_ms <= 0:
             self._answer(waiting, response)
         else:
             self._fetches.append(waiting)
+
+    def _resolve_topic_ids(self, request: FetchRequest) -> FetchRequest:
+        """`FetchRequest.fetchData(topicNames)`: each partition's topic from its id (`metadataCache.
+        topicIdsToNames`); an unknown id leaves the topic "", answered UNKNOWN_TOPIC_ID. Forgotten
+        topics, named by id too, are resolved alike (unknown ones dropped: no session holds them)."""
+        parts = tuple(replace(p, topic=self.topic_names.get(p.topic_id or "", "")) for p in request.partitions)
+        forgotten = tuple(TopicPartition(self.topic_names[tp.topic], tp.partition)
+                          for tp in request.forgotten_topics if tp.topic in self.topic_names)
+        return replace(request, partitions=parts, forgotten_topics=forgotten)
+
+    def _fetch_answer(self, conn: Connection, request: FetchRequest) -> Any:
+        """The ReplicaManager's answer for the partitions whose topic is known, UNKNOWN_TOPIC_ID for the
+        rest (`KafkaApis.handleFetchRequest`'s `erroneous`), in the request's order."""
+        manager = self.cluster.brokers[conn.broker_id].manager
+        if all(p.topic for p in request.partitions):
+            return manager.handle(_BROKER_REPLICA_CONSUMER, request, self.now_ms)
+        known = tuple(p for p in request.partitions if p.topic)
+        answered = manager.handle(_BROKER_REPLICA_CONSUMER, replace(request, partitions=known), self.now_ms)
+        if not isinstance(answered, FetchResponse):
+            return answered
+        by_tp = {d.tp: d for d in answered.partitions}
+        parts = tuple(by_tp[p.tp] if p.topic else FetchPartitionData("", p.partition_index, Errors.UNKNOWN_TOPIC_ID,
+                                                                     topic_id=p.topic_id)
+                      for p in request.partitions)
+        return replace(answered, partitions=parts)
+
+    def _kafka_apis(self, conn: Connection, header: Any, response: Any) -> Any:
+        """What `KafkaApis` adds to a Fetch or Produce answer: topic ids (Fetch v13+), and the leader hints
+        of KIP-951 (`getCurrentLeader`) where Kafka gives them, none elsewhere."""
+        version = header.api_version
+        if isinstance(response, FetchResponse):
+            ids = {name: tid for tid, name in self.topic_names.items()}
+            by_id = version >= FETCH_TOPIC_IDS_VERSION
+            hints = version >= FETCH_LEADER_HINT_VERSION
+            parts, nodes = [], {}
+            for d in response.partitions:
+                hint = _NO_HINT
+                if hints and d.error_code in _FETCH_HINT_ERRORS:
+                    hint, node = self._current_leader(conn.broker_id, d.tp)
+                    if node is not None:
+                        nodes[node.node_id] = node
+                tid = (d.topic_id or ids.get(d.topic)) if by_id else None
+                if hint != d.current_leader or tid != d.topic_id:
+                    d = replace(d, current_leader=hint, topic_id=tid)
+                parts.append(d)
+            return replace(response, partitions=tuple(parts), node_endpoints=tuple(nodes[n] for n in sorted(nodes)))
+        if isinstance(response, ProduceResponse):
+            hints = version >= PRODUCE_LEADER_HINT_VERSION
+            produced: list[ProducePartitionResponse] = []
+            nodes = {}
+            for r in response.partitions:
+                hint = _NO_HINT
+                if hints and r.error_code == Errors.NOT_LEADER_OR_FOLLOWER:
+                    hint, node = self._current_leader(conn.broker_id, r.tp)
+                    if node is not None:
+                        nodes[node.node_id] = node
+                produced.append(r if r.current_leader == hint else replace(r, current_leader=hint))
+            return replace(response, partitions=tuple(produced), node_endpoints=tuple(nodes[n] for n in sorted(nodes)))
+        return response
+
+    def _current_leader(self, broker_id: int, tp: Any) -> tuple[LeaderIdAndEpoch, NodeEndpoint | None]:
+        """`KafkaApis.getCurrentLeader`: the leader id and epoch of the broker's own partition state if it
+        hosts `tp`, else of its metadata cache; the leader's listener if the cache has it alive."""
+        broker = self.cluster.brokers[broker_id]
+        partition = broker.manager.partitions.get(tp)
+        md = broker.metadata
+        if partition is not None:
+            leader_id = -1 if partition.leader_id is None else partition.leader_id
+            leader = LeaderIdAndEpoch(leader_id, partition.leader_epoch)
+        else:
+            state = next((st for st in (md.partitions if md is not None else ()) if st.tp == tp), None)
+            leader = LeaderIdAndEpoch() if state is None else LeaderIdAndEpoch(state.leader, state.leader_epoch)
+        node = None
+        if md is not None and leader.leader_id in md.alive_brokers and leader.leader_id in self.addresses:
+            host, port = self.addresses[leader.leader_id]
+            node = NodeEndpoint(leader.leader_id, host, port, self.scenario.config.rack(leader.leader_id))
+        return leader, node
 
     def _on_produce(self, conn: Connection, waiting: _Waiting) -> None:
         request: ProduceRequest = waiting.request
@@ -340,7 +440,7 @@ class WireCluster:
         conn = waiting.conn
         if conn.closed:
             return
-        waiting.done, waiting.response = True, response
+        waiting.done, waiting.response = True, self._kafka_apis(conn, waiting.header, response)
         while conn.inflight and conn.inflight[0].done:
             w = conn.inflight.popleft()
             if w.response is _NO_ANSWER:
@@ -372,7 +472,7 @@ class WireCluster:
         for w in pending:  # an answer may start the connection's next request, which may wait in turn
             if w.conn.closed:
                 continue
-            response = self.cluster.brokers[w.conn.broker_id].manager.handle(_BROKER_REPLICA_CONSUMER, w.request, now)
+            response = self._fetch_answer(w.conn, w.request)
             if self._fetch_ready(w.request, response) or now >= w.deadline_ms:
                 self._answer(w, response)
             else:

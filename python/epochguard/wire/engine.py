@@ -68,7 +68,7 @@ from epochguard.sim.cluster import Cluster
 from epochguard.sim.controller import topic_id
 from epochguard.sim.faults import Fault
 from epochguard.types import TopicPartition
-from epochguard.wire.scenarios import SlowClients, StaleEpochAnswer, WireScenario
+from epochguard.wire.scenarios import SlowClients, StaleEpochAnswer, StaleLeaderHint, WireScenario
 
 __all__ = ["WireCluster", "Connection", "Observer", "MAX_QUEUED_REQUESTS"]
 
@@ -152,6 +152,7 @@ class WireCluster:
         self._stale_epoch_answers: dict[tuple[int, Any], int] = {}  # (broker, tp) -> lag (StaleEpochAnswer)
         self._lied_to: set[tuple[str, Any]] = set()  # (client id, tp) already given its stale answer
         self._slow_until: dict[int, int] = {}  # broker -> until when it reads no client request (SlowClients)
+        self._stale_hints: dict[int, tuple[StaleLeaderHint, int]] = {}  # broker -> (its lie, until when)
         for broker in self.cluster.brokers.values():
             broker.on_delayed_response = self._on_delayed_response
         self.groups = self.cluster.coordinator.coordinator
@@ -186,6 +187,8 @@ class WireCluster:
             self._stale_epoch_answers[(fault.broker, fault.tp)] = fault.lag
         elif isinstance(fault, SlowClients):
             self._slow_until[fault.broker] = self.now_ms + fault.duration_ms
+        elif isinstance(fault, StaleLeaderHint):
+            self._stale_hints[fault.broker] = (fault, self.now_ms + fault.duration_ms)
         for obs in self.observers:
             obs.on_fault(fault, self.step_no)
         for conn in list(self.connections.values()):
@@ -323,6 +326,7 @@ class WireCluster:
                 hint = _NO_HINT
                 if hints and d.error_code in _FETCH_HINT_ERRORS:
                     hint, node = self._current_leader(conn.broker_id, d.tp)
+                    hint, node = self._lie(conn.broker_id, d.tp, hint, node)
                     if node is not None:
                         nodes[node.node_id] = node
                 tid = (d.topic_id or ids.get(d.topic)) if by_id else None
@@ -338,11 +342,31 @@ class WireCluster:
                 hint = _NO_HINT
                 if hints and r.error_code == Errors.NOT_LEADER_OR_FOLLOWER:
                     hint, node = self._current_leader(conn.broker_id, r.tp)
+                    hint, node = self._lie(conn.broker_id, r.tp, hint, node)
                     if node is not None:
                         nodes[node.node_id] = node
                 produced.append(r if r.current_leader == hint else replace(r, current_leader=hint))
             return replace(response, partitions=tuple(produced), node_endpoints=tuple(nodes[n] for n in sorted(nodes)))
         return response
+
+    def _lie(self, broker_id: int, tp: Any, hint: LeaderIdAndEpoch,
+             node: NodeEndpoint | None) -> tuple[LeaderIdAndEpoch, NodeEndpoint | None]:
+        """A stale hint in place of `hint` while `broker_id` is armed with a `StaleLeaderHint` for `tp`: the
+        third broker (neither this one nor the leader) with the variant's epoch, and that broker's listener."""
+        armed = self._stale_hints.get(broker_id)
+        if armed is None or hint.leader_id < 0 or hint.leader_epoch < 0:
+            return hint, node
+        fault, until = armed
+        if self.now_ms >= until or tp not in fault.tps:
+            return hint, node
+        others = sorted(b for b in self.addresses if b not in (broker_id, hint.leader_id))
+        if not others:
+            return hint, node
+        named = others[0]
+        epoch = {"own-epoch": hint.leader_epoch - 1, "older-epoch": hint.leader_epoch - 2,
+                 "wrong-node": hint.leader_epoch}[fault.variant]
+        host, port = self.addresses[named]
+        return LeaderIdAndEpoch(named, max(0, epoch)), NodeEndpoint(named, host, port, self.scenario.config.rack(named))
 
     def _current_leader(self, broker_id: int, tp: Any) -> tuple[LeaderIdAndEpoch, NodeEndpoint | None]:
         """`KafkaApis.getCurrentLeader`: the leader id and epoch of the broker's own partition state if it

@@ -72,6 +72,16 @@ redpanda PR #16146, librdkafka#4620), or `stopped` (nothing within `STUCK_AFTER_
 answered says where it landed (`to`); below the position it is also a false alarm (nothing diverged: the
 delivery log sees the re-read).
 
+A stale leader hint (KIP-951; `stale-leader-hint`, franz-go#1413, AutoMQ#3546): a Produce or Fetch answer whose
+`CurrentLeader` hint is not the controller's leader and epoch; `regress` when its epoch is no newer than the
+client knows (the largest it was told by Metadata or sent itself for the partition). The client's next move
+says what it did with it: `metadata` (it asked for metadata first: correct), `followed` (its next request of
+that kind for the partition went to the hinted broker; with a regressing hint naming a broker that does not
+lead, the `hint-regress` check: it acted on a hint that could only take it backwards), `elsewhere` (to a third
+broker, without asking), `retried` (asked the answering broker again and got another stale hint), or `stopped`
+(nothing within `STUCK_AFTER_STEPS`); `retried` (the count) is how often it asked the answering broker again
+before its move.
+
 An aborted read: a read_committed Fetch answer that hands a client (after the client's own filtering of
 control batches and of the aborted transactions the answer names) a record whose transaction the
 scenario's simulated producer had aborted, its ABORT acknowledged (Jepsen's G1a; `marker-truncated`,
@@ -101,6 +111,8 @@ from epochguard.protocol.messages import (
     LeaveGroupRequest,
     ListOffsetsRequest,
     ListOffsetsResponse,
+    MetadataRequest,
+    MetadataResponse,
     OffsetCommitRequest,
     OffsetFetchRequest,
     OffsetFetchResponse,
@@ -208,6 +220,9 @@ class ClientReport:
     out_of_range: list[dict[str, Any]] = field(default_factory=list)
     aborted_reads: list[dict[str, Any]] = field(default_factory=list)
     follower_out_of_range: list[dict[str, Any]] = field(default_factory=list)  # how: leader/replica/reset/stopped
+    # A stale KIP-951 hint and what it did next (how: metadata/followed/elsewhere/stopped); `regress`: the hint's
+    # epoch was not newer than the client knew (followed, that is the hint-regress check)
+    leader_hints: list[dict[str, Any]] = field(default_factory=list)
     # An idempotent producer answered OUT_OF_ORDER_SEQUENCE_NUMBER / UNKNOWN_PRODUCER_ID, and what it did
     # next (`outcome`, at the end): clean, duplicate (a record it had acknowledged is in the log twice),
     # fatal (no acknowledgement on the partition after it)
@@ -228,7 +243,14 @@ class ClientReport:
             "out_of_range": self.out_of_range, "aborted_reads": self.aborted_reads,
             "sequence_errors": self.sequence_errors, "anomalies": [a.to_json() for a in self.anomalies],
             "history_capped": self.history_capped, "follower_out_of_range": self.follower_out_of_range,
+            "leader_hints": self.leader_hints, "hint_regress": self.hint_regress(),
         }
+
+    def hint_regress(self) -> list[dict[str, Any]]:
+        """The hint-regress check: stale hints with an epoch no newer than the client knew, which it followed to
+        a broker that did not lead."""
+        return [h for h in self.leader_hints
+                if h["regress"] and h["how"] == "followed" and h["hint"][0] != h["leader"][0]]
 
 
 @dataclass
@@ -260,6 +282,8 @@ class Judge:
         self._jumped: set[tuple[str, TopicPartition, int]] = set()  # (client, tp, log start) it went past
         self._follower_oor: dict[tuple[str, TopicPartition], dict[str, Any]] = {}  # undecided, by client and tp
         self._follower_resets: dict[tuple[str, TopicPartition], dict[str, Any]] = {}  # reset, not yet landed
+        self._known_epochs: dict[tuple[str, TopicPartition], int] = {}  # the newest epoch each client was told or sent
+        self._hints: dict[tuple[str, TopicPartition, str], dict[str, Any]] = {}  # stale hints, undecided
         self._committed: dict[tuple[str, TopicPartition], tuple[int, int]] = {}  # (group, tp) -> (offset, epoch)
         self._read_committed: set[str] = set()  # the clients that fetched read_committed (torn-txn, lso-stuck)
         self._left: dict[str, int] = {}  # client -> step its LeaveGroup was applied
@@ -307,6 +331,7 @@ class Judge:
         self._last_asked[name] = step
         if isinstance(request, (FetchRequest, OffsetsForLeaderEpochRequest, ListOffsetsRequest)) and self._open:
             self._count_open(name, request)
+        self._leader_hints(name, conn.broker_id, request, response, applied_step)
         if isinstance(request, FetchRequest) and not request.is_from_follower:
             self._follower_reset(name, conn.broker_id, request, response, applied_step)
             if applied_step > self._left.get(name, -1):  # not a fetch in flight when it left its group
@@ -645,6 +670,78 @@ class Judge:
                 self.clients[name].follower_out_of_range.append(entry)
                 self._follower_oor[(name, tp)] = entry
 
+    def _leader_hints(self, name: str, broker_id: int, request: Any, response: Any, applied_step: int) -> None:
+        """Decide each open stale hint by the client's next move (a Metadata request, or its next request of the
+        same kind for the partition, applied after the hint was answered), then open one for each stale hint in
+        this answer."""
+        if isinstance(request, MetadataRequest):
+            self._hint_metadata(name, broker_id, request, response, applied_step)
+            return
+        if not isinstance(request, (FetchRequest, ProduceRequest)) or (isinstance(request, FetchRequest)
+                                                                      and request.is_from_follower):
+            return
+        api = "Fetch" if isinstance(request, FetchRequest) else "Produce"
+        sent = {p.tp: getattr(p, "current_leader_epoch", -1) for p in request.partitions}
+        for tp in sent:
+            entry = self._hints.get((name, tp, api))
+            if entry is None or applied_step < entry["step"]:
+                continue
+            named = entry["hint"][0]
+            if broker_id == entry["broker"]:
+                entry["retried"] += 1
+            elif broker_id == named:
+                self._decide_hint(name, tp, api, "followed", f"sent its next {api} to broker {named}, as hinted")
+            else:
+                self._decide_hint(name, tp, api, "elsewhere", f"sent its next {api} to broker {broker_id}")
+        for tp, epoch in sent.items():
+            self._know(name, tp, epoch)
+        if self._wire is not None and isinstance(response, (FetchResponse, ProduceResponse)):
+            self._open_hints(name, broker_id, api, set(sent), response)
+
+    def _hint_metadata(self, name: str, broker_id: int, request: MetadataRequest, response: Any,
+                       applied_step: int) -> None:
+        for (client, tp, api), entry in list(self._hints.items()):
+            if client == name and applied_step >= entry["step"] and (request.topics is None
+                                                                     or tp.topic in request.topics):
+                self._decide_hint(name, tp, api, "metadata", f"asked broker {broker_id} for metadata")
+        if isinstance(response, MetadataResponse) and response.version >= 7:
+            for t in response.topics:
+                for part in t.partitions:
+                    self._know(name, TopicPartition(t.name, part.partition_index), part.leader_epoch)
+
+    def _open_hints(self, name: str, broker_id: int, api: str, sent: set[TopicPartition],
+                    response: FetchResponse | ProduceResponse) -> None:
+        for p in response.partitions:
+            hint = p.current_leader
+            if hint.leader_id < 0 or p.tp not in sent:
+                continue
+            state = self._wire.cluster.controller.state(p.tp)
+            known = self._known_epochs.get((name, p.tp), -1)
+            if (hint.leader_id, hint.leader_epoch) == (state.leader, state.leader_epoch):
+                continue  # the truth: whatever the client does with it is right
+            regress = hint.leader_epoch <= known
+            previous = self._hints.get((name, p.tp, api))
+            if previous is not None and previous["broker"] == broker_id and previous["hint"] == [hint.leader_id,
+                                                                                                hint.leader_epoch]:
+                continue  # the same stale hint again, for a request it had in flight: one entry
+            if previous is not None:
+                self._decide_hint(name, p.tp, api, "elsewhere" if broker_id != previous["broker"] else "retried",
+                                  f"asked broker {broker_id} again before any other move")
+            entry = {"topic": p.tp.topic, "partition": p.tp.partition, "api": api, "broker": broker_id,
+                     "hint": [hint.leader_id, hint.leader_epoch], "known": known, "regress": regress,
+                     "leader": [state.leader, state.leader_epoch], "error": Errors(p.error_code).name,
+                     "step": self.step, "how": "", "detail": "", "retried": 0}
+            self.clients[name].leader_hints.append(entry)
+            self._hints[(name, p.tp, api)] = entry
+
+    def _know(self, name: str, tp: TopicPartition, epoch: int) -> None:
+        if epoch > self._known_epochs.get((name, tp), -1):
+            self._known_epochs[(name, tp)] = epoch
+
+    def _decide_hint(self, name: str, tp: TopicPartition, api: str, how: str, detail: str) -> None:
+        entry = self._hints.pop((name, tp, api))
+        entry.update(how=how, detail=detail)
+
     def _decide_follower(self, name: str, tp: TopicPartition, how: str, detail: str) -> None:
         entry = self._follower_oor.pop((name, tp))
         entry.update(how=how, detail=detail)
@@ -690,6 +787,9 @@ class Judge:
             if self.step - entry["step"] >= STUCK_AFTER_STEPS:
                 entry["how"] = "stopped"
                 del self._below_start[key]
+        for (name, tp, api), entry in list(self._hints.items()):
+            if self.step - entry["step"] >= STUCK_AFTER_STEPS:
+                self._decide_hint(name, tp, api, "stopped", f"no {api} of the partition nor metadata request since")
         for key, entry in list(self._follower_oor.items()):
             if self.step - entry["step"] >= STUCK_AFTER_STEPS:
                 entry.update(how="stopped", detail="no fetch nor ListOffsets of the partition since")

@@ -34,6 +34,8 @@ def fault_from_json(data: dict[str, Any]) -> Fault:
     fields = dict(data["fields"])
     if "tp" in fields:
         fields["tp"] = TopicPartition(*fields["tp"])
+    if "tps" in fields:  # StaleLeaderHint
+        fields["tps"] = tuple(TopicPartition(*tp) for tp in fields["tps"])
     return cls(**fields)  # type: ignore[no-any-return]
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "ResumeProducers",
     "StaleEpochAnswer",
     "SlowClients",
+    "StaleLeaderHint",
     "PowerLoss",
     "SCENARIOS",
     "build",
@@ -152,6 +153,36 @@ class SlowClients:
         return f"broker {self.broker} reads no client request for {self.duration_ms} ms"
 
 
+HINT_VARIANTS = ("own-epoch", "older-epoch", "wrong-node")
+
+
+@dataclass(frozen=True, slots=True)
+class StaleLeaderHint:
+    """For `duration_ms`, `broker` gives every KIP-951 leader hint it answers for `tps` (a Produce v10+ answered
+    NOT_LEADER_OR_FOLLOWER, a Fetch v16+ answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH) a stale one:
+    instead of the leader L and epoch E its state knows, it names the third broker (neither itself nor L) with
+    `own-epoch` E-1 (the epoch the clients had before this leader change: their own), `older-epoch` E-2, or
+    `wrong-node` E (the current epoch, another node: AutoMQ#3546). franz-go#1413: NOT_LEADER_OR_FOLLOWER hints
+    naming the same or an older epoch made its producer retry at round-trip speed with no metadata refresh.
+    A wire fault, as `StaleEpochAnswer`: `WireCluster` tells the lie, the cluster is untouched."""
+
+    broker: int
+    tps: tuple[TopicPartition, ...]
+    variant: str
+    duration_ms: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.variant not in HINT_VARIANTS:
+            raise ValueError(f"unknown hint variant {self.variant!r}; choose from {', '.join(HINT_VARIANTS)}")
+
+    def apply(self, cluster: FaultTarget) -> None:
+        pass  # nothing in the cluster changes; the answers do
+
+    def describe(self) -> str:
+        return (f"broker {self.broker} answers {self.variant} leader hints for "
+                f"{', '.join(map(str, self.tps))} for {self.duration_ms} ms")
+
+
 @dataclass(frozen=True, slots=True)
 class PowerLoss:
     """`broker` loses power: its process dies (as `Crash`) and the last `lost` records of `tp` it had
@@ -175,7 +206,7 @@ class PowerLoss:
 FAULT_TYPES: dict[str, type] = {
     t.__name__: t
     for t in (Crash, Restart, Heal, Isolate, LinkDelay, PreferredElection, StaleMetadata, Zombie, DeleteRecords,
-              PauseProducers, ResumeProducers, StaleEpochAnswer, SlowClients, PowerLoss)
+              PauseProducers, ResumeProducers, StaleEpochAnswer, SlowClients, StaleLeaderHint, PowerLoss)
 }
 
 # Conditions a stage waits for, before its faults are scheduled.
@@ -478,6 +509,26 @@ def follower_fetch_lag() -> WireScenario:
                         "correct client goes back to the leader instead of resetting")
 
 
+def stale_leader_hint() -> WireScenario:
+    """KIP-951 leader hints that are stale (franz-go#1413, AutoMQ#3546): three clean leader changes of `events`-0
+    and `input`-0, 1.5 s apart (1 -> 2 -> 3 -> 1, under acks=all traffic), and after each the old leader answers
+    the clients that still ask it (a Fetch v16 with the old epoch: FENCED_LEADER_EPOCH; a Produce v10:
+    NOT_LEADER_OR_FOLLOWER) for 1 s with a hint naming the third broker: first with the clients' own epoch,
+    then with the current epoch (a wrong node), then with an epoch older than theirs. A correct client ignores
+    a hint whose epoch is not newer than what it knows and asks for metadata (Java's `Metadata.
+    updatePartitionLeadership` keeps the newer epoch); one that follows it goes to a broker that does not
+    lead (the judge's `hint-regress`). Nothing is truncated: no client may lose, skip or re-read a record."""
+    cfg = replace(BASE, producers=(-1,))
+    tps = (_tp(), TopicPartition(INPUT, 0))
+    faults: list[tuple[int, Fault]] = []
+    for i, (old, new, variant) in enumerate(((1, 2, "own-epoch"), (2, 3, "wrong-node"), (3, 1, "older-epoch"))):
+        faults.append((150 * i, StaleLeaderHint(old, tps, variant)))
+        faults += [(150 * i, PreferredElection(tp, new)) for tp in tps]
+    return WireScenario("stale-leader-hint", cfg, (Stage(TRIGGER, tuple(faults), min_steps=50),),
+                        "three clean leader changes 1.5 s apart; after each the old leader gives KIP-951 hints "
+                        "naming the third broker with the clients' own epoch, the current one, then an older one")
+
+
 def transactions() -> WireScenario:
     cfg = replace(BASE, producers=(-1,), transactional_producers=1, abort_every=3)
     return WireScenario("transactions", cfg, (),
@@ -502,6 +553,7 @@ SCENARIOS: dict[str, Callable[[], WireScenario]] = {
     "marker-truncated": marker_truncated,
     "idempotent-truncation": idempotent_truncation,
     "follower-fetch-lag": follower_fetch_lag,
+    "stale-leader-hint": stale_leader_hint,
 }
 
 

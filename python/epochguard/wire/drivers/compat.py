@@ -303,9 +303,24 @@ def cell(result: RunResult, client: Client) -> str:
     # Transaction markers handed to the application as records: only the delivery log sees them (kafka-go).
     markers = result.truths[client.name].markers_read
     notes = [*(["spin"] if any(d.get("spin") for d in server.get("divergences", [])) else []),
-             *([_summary(follower)] if follower else []), *([f"markers read x{markers}"] if markers else [])]
+             *([_summary(follower)] if follower else []), *([f"markers read x{markers}"] if markers else []),
+             *([hints] if (hints := hint_text(server)) else [])]
     text += f" ({'; '.join(notes)})" if notes else ""
     return text + anomaly_text(server, result.truths[client.name], marker=marker)
+
+
+def hint_text(server: dict[str, Any]) -> str:
+    """What a client did with stale KIP-951 leader hints (stale-leader-hint), from the server's trace alone:
+    `hint-regress x2` (followed a hint no newer than it knew to a broker that did not lead: the check),
+    `hint/metadata x3` (asked for metadata first), `hint/followed` (a newer hint naming the wrong node, followed),
+    `hint/elsewhere`, `hint/retried`, `hint/stopped`; empty when it met none."""
+    def key(h: dict[str, Any]) -> tuple[Any, ...]:
+        return h["topic"], h["partition"], h["api"], h["step"]
+
+    regress = {key(h) for h in server.get("hint_regress", ())}  # the judge's check (`ClientReport.hint_regress`)
+    said = Counter("hint-regress" if key(h) in regress else _label("hint", h["how"] or "undecided")
+                   for h in server.get("leader_hints", ()))
+    return _summary(said) if said else ""
 
 
 def anomaly_text(server: dict[str, Any], truth: ClientTruth, *, marker: bool = False) -> str:

@@ -32,7 +32,7 @@ SCENARIOS = ("clean", "unclean-election", "unclean-empty-leader", "zombie-leader
              "leader-bounce")
 # Nothing diverges, and no client may be given a divergence verdict (compat runs them; tests run each alone):
 # the controls, and a log start that jumps past the clients' positions.
-CONTROLS = ("false-divergence", "epoch-flap", "log-start-jump", "follower-fetch-lag")
+CONTROLS = ("false-divergence", "epoch-flap", "log-start-jump", "follower-fetch-lag", "stale-leader-hint")
 # Run with each client's rack set (`Client.rack`: KIP-392, fetch from a follower); a client that has none sits out.
 RACK_SCENARIOS = {"follower-fetch-lag": "rack-2"}  # epochguard.wire.scenarios.FOLLOWER_RACK
 TRIGGERS = ("served", "caught-up")

@@ -127,6 +127,27 @@ def test_a_read_committed_fetch_from_past_an_aborted_transaction_does_not_list_i
     assert [(a.producer_id, a.first_offset) for a in later.aborted_transactions] == aborted[1:]
 
 
+def test_the_judges_view_of_the_leaders_log_tells_its_transactions(wire: WireCluster) -> None:
+    """`judge.leader_view`, from the batch headers alone, against the transactions the fetched bytes show
+    (kafka-python's record classes): each decided transaction is one producer's two batches up to its marker,
+    aborted exactly where a marker says ABORT, and an aborted one's records are held but not read."""
+    from epochguard.wire.judge import leader_view
+
+    log = wire.leader_log(EVENTS)
+    assert log is not None
+    values, spans, txns = leader_view(log)
+    everything = fetch(wire, 12, READ_UNCOMMITTED)
+    aborted, open_from = aborted_in(bytes(everything.records))
+    assert [t.first for t in txns if not t.committed] == [first for _pid, first in aborted]  # not all, not none
+    assert all(len(t.spans) == BATCHES_PER_TXN and t.records == 10 for t in txns)  # a marker ends each
+    assert open_from is not None and all(t.last < open_from for t in txns)  # the open one is no `Txn`
+    held = {o for f, last in spans for o in range(f, last + 1)}
+    for t in txns:
+        records = {o for f, last in t.spans for o in range(f, last + 1)}
+        assert records <= held if t.committed else not records & held  # the dense index a consumer reads
+        assert t.first in values  # an aborted batch's value is still the log's: reading it is no phantom
+
+
 # --- real clients ----------------------------------------------------------------------------------
 BATCHES_PER_TXN = 2  # the simulated producer's (`sim.producer.Producer`)
 VALUE = re.compile(rb"producer-0-p0-(\d+)")

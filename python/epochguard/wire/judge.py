@@ -125,7 +125,7 @@ from epochguard.sim.invariants import METADATA_EPOCH_MONOTONIC
 from epochguard.types import FetchPosition, IsolationLevel, TopicPartition
 from epochguard.wire.anomalies import Ack, Anomaly, Healed, History, Moved, Read, Txn, find_anomalies
 
-__all__ = ["Judge", "Divergence", "batch_spans", "STUCK_AFTER_STEPS", "VERDICTS"]
+__all__ = ["Judge", "Divergence", "batch_spans", "leader_view", "STUCK_AFTER_STEPS", "VERDICTS"]
 
 _SEQUENCE_LOST = (Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, Errors.UNKNOWN_PRODUCER_ID)
 STUCK_AFTER_STEPS = 1000  # 10 s of the server's clock with no way forward
@@ -149,6 +149,37 @@ def _acked_records(tp: TopicPartition, offset: int, records: bytes, epoch: int, 
             first = r.offset if first is None else first
             out.append(Ack((tp.topic, tp.partition), offset + r.offset - first, r.value, epoch, at=step))
     return out
+
+
+def leader_view(log: Any) -> tuple[dict[int, int], list[tuple[int, int]], list[Txn]]:
+    """A leader's log to its high watermark as the anomalies read it, from the batch headers alone (no record
+    decoded, no CRC computed): each data batch's CRC at its base offset, the spans of the batches a
+    read_committed consumer reads (no control batch, no aborted transaction's), and the decided transactions
+    (a producer's transactional batches from its first one to its marker, committed unless the log lists
+    that transaction aborted; one with no marker below the high watermark is still open: none)."""
+    hw, aborted = log.high_watermark, log.aborted_transactions
+    values: dict[int, int] = {}
+    spans: list[tuple[int, int]] = []
+    transactions: list[Txn] = []
+    ongoing: dict[int, tuple[int, list[tuple[int, int]]]] = {}  # producer id -> (first, its batches)
+    for segment in log.segments:
+        for b in segment.batches:
+            if b.base_offset >= hw or b.last_offset < log.log_start_offset:
+                continue  # past the high watermark, or deleted
+            if b.is_control:  # a marker: no record a consumer reads; it decides its producer's transaction
+                first, batches = ongoing.pop(b.producer_id, (-1, []))
+                if batches:
+                    transactions.append(Txn(first, batches[-1][1], tuple(batches), not any(
+                        t.producer_id == b.producer_id and t.first_offset == first for t in aborted)))
+                continue
+            (values[b.base_offset],) = struct.unpack_from(">I", segment.data, b.position + 17)
+            if b.is_transactional:
+                ongoing.setdefault(b.producer_id, (b.base_offset, []))[1].append((b.base_offset, b.last_offset))
+                if any(t.producer_id == b.producer_id and t.first_offset <= b.base_offset <= t.last_offset
+                       for t in aborted):
+                    continue  # an aborted transaction's records: held (no phantom), no index
+            spans.append((b.base_offset, b.last_offset))
+    return values, spans, transactions
 
 
 def batch_spans(records: bytes) -> list[tuple[int, int, int, int]]:
@@ -547,28 +578,8 @@ class Judge:
                 continue
             log = cluster.log(leader, tp)
             key = (tp.topic, tp.partition)
-            hw, aborted = log.high_watermark, log.aborted_transactions
             log_start[key] = log.log_start_offset
-            values[key], spans[key], transactions[key] = {}, [], []
-            ongoing: dict[int, tuple[int, list[tuple[int, int]]]] = {}  # producer id -> (first, its batches)
-            for segment in log.segments:  # the batch headers alone: no record is decoded, no CRC computed
-                for b in segment.batches:
-                    if b.base_offset >= hw or b.last_offset < log.log_start_offset:
-                        continue  # past the high watermark, or deleted
-                    if b.is_control:  # a marker: no record a consumer reads; it decides its producer's transaction
-                        first, batches = ongoing.pop(b.producer_id, (-1, []))
-                        if batches:
-                            transactions[key].append(Txn(first, batches[-1][1], tuple(batches), not any(
-                                t.producer_id == b.producer_id and t.first_offset == first for t in aborted)))
-                        continue
-                    (values[key][b.base_offset],) = struct.unpack_from(">I", segment.data, b.position + 17)
-                    if b.is_transactional:
-                        ongoing.setdefault(b.producer_id, (b.base_offset, []))[1].append((b.base_offset,
-                                                                                          b.last_offset))
-                        if any(t.producer_id == b.producer_id and t.first_offset <= b.base_offset <= t.last_offset
-                               for t in aborted):
-                            continue  # an aborted transaction's records: held (no phantom), no index
-                    spans[key].append((b.base_offset, b.last_offset))
+            values[key], spans[key], transactions[key] = leader_view(log)
         healed = Healed(values, spans, log_start, transactions)
         written = self._healed_records({tp for sent in self._sent.values() for tp, *_ in sent})
         for name, report in self.clients.items():

@@ -280,3 +280,29 @@ def test_handoff_runs_once_with_the_commit_trigger_and_says_who_cannot(monkeypat
     r = result(["silent"], ["silent"])
     assert format_table({("handoff-truncation", "commit"): r}, [client("kafka-python"), client("java-consumer")]
                         ).splitlines()[2] == "| handoff-truncation | commit | silent | n/a |"
+
+
+def test_the_kafka_comparison_shows_both_sides_anomalies_and_marks_what_differs() -> None:
+    """`compat --cluster kafka`: each cell `serve / kafka` by the delivery logs; `≠` where the verdicts
+    differ (counted against agreement), `≈` where only the anomalies' names do (not counted)."""
+    from epochguard.wire.anomalies import Anomaly
+    from epochguard.wire.drivers.compat import format_comparison, truth_cell
+
+    kp = client("kafka-python")
+    key = ("unclean-election", "served")
+
+    def run(verdict: str, *anomalies: Anomaly) -> RunResult:
+        r = result([verdict], [verdict])
+        r.truths["kafka-python"].anomalies.extend(anomalies)
+        return r
+
+    phantom = Anomaly("phantom-read", "events", 0, 25, 5)
+    lost = Anomaly("lost-ack", "events", 0, 30, 2, tag="expected")
+    assert truth_cell(run("detected", phantom, lost), kp) == "detected · lost-ack/expected, phantom-read"
+    assert truth_cell(run("detected"), kp) == "detected"
+    table, agree, cells = format_comparison({key: run("detected", phantom)}, {key: run("detected", phantom)}, [kp])
+    assert (agree, cells) == (1, 1) and "| detected · phantom-read / detected · phantom-read |" in table
+    table, agree, _ = format_comparison({key: run("detected", phantom)}, {key: run("detected", phantom, lost)}, [kp])
+    assert agree == 1 and "| **≈** detected · phantom-read / detected · lost-ack/expected, phantom-read |" in table
+    table, agree, _ = format_comparison({key: run("silent", phantom)}, {key: run("detected", phantom)}, [kp])
+    assert agree == 0 and "| **≠** silent · phantom-read / detected · phantom-read |" in table

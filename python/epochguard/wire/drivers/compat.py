@@ -147,16 +147,18 @@ def truth_cell(result: RunResult | str, client: Client) -> str:
     truth = result.truths.get(client.name)
     if truth is None:
         return "not run"
-    return _summary(Counter(d.verdict for d in truth.divergences))
+    found = summary(truth.anomalies)
+    return _summary(Counter(d.verdict for d in truth.divergences)) + (f" · {_summary(found)}" if found else "")
 
 
 def format_comparison(
     served: dict[tuple[str, str], RunResult | str], real: dict[tuple[str, str], RunResult | str],
     clients: Sequence[Client],
 ) -> tuple[str, int, int]:
-    """A row per scenario x trigger, a cell per client: `serve / kafka` verdicts by the delivery-log truth
-    (the same judge on both: which verdicts, not how many events), marked `≠` where they differ. Returns
-    the table, the agreeing cells and all cells."""
+    """A row per scenario x trigger, a cell per client: `serve / kafka` verdicts and record-level anomalies
+    by the delivery-log truth (the same judge on both: which verdicts and which anomalies, not how many),
+    marked `≠` where the verdicts differ and `≈` where only the anomalies' names do. Returns the table, the
+    cells whose verdicts agree and all cells."""
     header = "| scenario | trigger | " + " | ".join(c.name for c in clients) + " |"
     rows = [header, "|" + "---|" * (2 + len(clients))]
     agree = cells = 0
@@ -169,9 +171,16 @@ def format_comparison(
             agree += same
             cells += 1
             text = f"{truth_cell(served.get(key, 'not run'), c)} / {truth_cell(real[key], c)}"
-            out.append(text if same else f"**≠** {text}")
+            named = _anomaly_set(served.get(key, "not run"), c) == _anomaly_set(real[key], c)
+            out.append(f"**≠** {text}" if not same else text if named else f"**≈** {text}")
         rows.append(f"| {scenario} | {trigger} | " + " | ".join(out) + " |")
     return "\n".join(rows), agree, cells
+
+
+def _anomaly_set(result: RunResult | str, client: Client) -> frozenset[str] | None:
+    if isinstance(result, str) or client.name in result.failed or client.name not in result.truths:
+        return None
+    return frozenset(summary(result.truths[client.name].anomalies))
 
 
 def _verdict_set(result: RunResult | str, client: Client) -> frozenset[str] | None:

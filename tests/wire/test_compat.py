@@ -306,3 +306,20 @@ def test_the_kafka_comparison_shows_both_sides_anomalies_and_marks_what_differs(
     assert agree == 1 and "| **≈** detected · phantom-read / detected · lost-ack/expected, phantom-read |" in table
     table, agree, _ = format_comparison({key: run("silent", phantom)}, {key: run("detected", phantom)}, [kp])
     assert agree == 0 and "| **≠** silent · phantom-read / detected · phantom-read |" in table
+
+
+def test_stale_hints_are_a_note_and_hint_regress_is_the_judges_check() -> None:
+    """The cell names what a client did with each stale hint; `hint-regress` only where the judge's check says
+    so (a followed regressing hint to a broker that did not lead), not for every followed one."""
+    kp = client("kafka-python")
+    run = result([], [])
+    followed = {"topic": "input", "partition": 0, "api": "Produce", "step": 9, "how": "followed", "regress": True,
+                "hint": [3, 0], "leader": [2, 1]}
+    newer = {**followed, "api": "Fetch", "regress": False, "hint": [3, 1]}
+    asked = {**followed, "step": 12, "how": "metadata"}
+    server = run.server_report["clients"][0]
+    server.update(leader_hints=[followed, newer, asked], hint_regress=[dict(followed)])
+    assert cell(run, kp) == "- (hint-regress, hint/followed, hint/metadata)"
+    server.update(leader_hints=[asked, asked], hint_regress=[])
+    assert cell(run, kp) == "- (hint/metadata x2)"
+    assert ("stale-leader-hint", "caught-up") in serve_runs(["stale-leader-hint"], TRIGGERS)  # both triggers

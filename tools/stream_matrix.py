@@ -4,7 +4,8 @@
 
 Needs Spark's Kafka source's jars (`make spark-kafka`). Starts one local Spark session with them, runs each
 (source, cell) of `tests.spark.stream_matrix` against `epochguard serve`'s cluster in-process (or, with
-`--cluster kafka`, against a real Kafka cluster of 1 controller and 3 brokers, `make kafka`), and writes
+`--cluster kafka`, against a real Kafka cluster of 1 controller and 3 brokers, `make kafka`, with the wire
+proxy of tests/real_kafka/wire_proxy.py in front of its brokers to hold a task's Fetch), and writes
 docs/stream-matrix.json and the table between the stream-matrix markers of docs/streaming.md (cells not run
 this time keep their last result; a run that stops early keeps the cells it finished).
 """
@@ -42,22 +43,21 @@ def main() -> int:
     clients = next(Path(j).name for j in jars if "kafka-clients" in j)
     meta = {"versions": f"pyspark {pyspark.__version__}, {connector}, {clients}"}
     results = {(r.cluster, r.source, r.cell): r for r in previous_results()}  # cells not run this time are kept
-    kafka = None
+    kafka = proxy = None
     try:
         if args.cluster == "kafka":
-            from epochguard.kafka import KafkaCluster
+            from tests.real_kafka.wire_proxy import start_proxied_cluster
 
             base = Path(__file__).resolve().parents[1] / "target" / "real-kafka" / "stream-matrix"
             shutil.rmtree(base, ignore_errors=True)  # a fresh cluster id: the last run's log dirs would refuse it
-            kafka = KafkaCluster(base, brokers=3, elr=False)
-            kafka.start()
+            kafka, proxy = start_proxied_cluster(base, brokers=3, elr=False)
         for source in args.sources.split(","):
             for cell in args.cells.split(","):
                 if kafka is not None:
                     from tests.spark.guard_kafka import KafkaGuardCluster
 
                     topic = f"stream-{source.replace('/', '-')}-{cell}"
-                    result = run_cell(spark, source, cell, partial(KafkaGuardCluster, kafka, topic), "kafka")
+                    result = run_cell(spark, source, cell, partial(KafkaGuardCluster, kafka, topic, proxy), "kafka")
                 else:
                     result = run_cell(spark, source, cell)
                 print(f"{args.cluster:6} {source:26} {cell:14} {result.verdict:7} {result.detail}", flush=True)
@@ -67,6 +67,8 @@ def main() -> int:
         spark.stop()
         if kafka is not None:
             kafka.close()
+        if proxy is not None:
+            proxy.close()
     return 0
 
 

@@ -2,7 +2,8 @@
 
 One controller and three brokers (epochguard.kafka.KafkaCluster), formatted with KIP-966's eligible
 leader replicas off, as Kafka's own UncleanLeaderElectionTest runs (the ELR tests switch it on with
-UpdateFeatures). Without Kafka's jars (`make kafka`) or Java 17 the tests skip naming what is missing,
+UpdateFeatures); they also listen on a client listener advertised at a wire proxy (`wire_proxy`, the
+`kafka_proxy` fixture) that can hold clients' Fetches. Without Kafka's jars (`make kafka`) or Java 17 the tests skip naming what is missing,
 except under CI=true, where they fail. The start time is printed in the terminal summary.
 """
 
@@ -19,7 +20,10 @@ import pytest
 
 from epochguard.kafka import KafkaCluster, KafkaNotProvisioned, find_java, kafka_jars
 
+from .wire_proxy import KafkaWireProxy
+
 _START: dict[str, float] = {}
+_PROXY: dict[str, KafkaWireProxy] = {}
 DATA = Path(__file__).parents[1] / "data" / "kafka-4.4.0-unclean"
 
 
@@ -41,18 +45,31 @@ def _require_kafka() -> None:
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     _require_kafka()
     # under target/ (not pytest's rotating tmp dirs), so the brokers' logs are still there after a failure
+    from .wire_proxy import start_proxied_cluster
+
     base = Path(__file__).parents[2] / "target" / "real-kafka" / "cluster"
     shutil.rmtree(base, ignore_errors=True)
-    cluster = KafkaCluster(base, brokers=3, elr=False)
     t0 = time.monotonic()
+    cluster, proxy = start_proxied_cluster(base, brokers=3, elr=False)
+    _START["start_s"] = time.monotonic() - t0
+    _PROXY["proxy"] = proxy
     try:
-        cluster.start()
-        _START["start_s"] = time.monotonic() - t0
         yield cluster
     finally:
         t1 = time.monotonic()
-        cluster.close()
+        try:
+            cluster.close()
+        finally:
+            proxy.close()
+            _PROXY.clear()
         _START["stop_s"] = time.monotonic() - t1
+
+
+@pytest.fixture(scope="session")
+def kafka_proxy(kafka_cluster: KafkaCluster) -> KafkaWireProxy:
+    """The wire proxy in front of the shared cluster's brokers (`wire_proxy`): a client bootstrapping at
+    its `bootstrap` talks to the brokers through it, and a test can hold its Fetches."""
+    return _PROXY["proxy"]
 
 
 @pytest.fixture(scope="session")

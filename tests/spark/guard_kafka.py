@@ -11,6 +11,9 @@ The same face as `guard_cluster.GuardCluster` (`produce`, `isolate_leader`, `unc
   ElectLeaders UNCLEAN with only the first records. The query runs through that leaderless window
   (a broker's stop and another's start: seconds to tens of seconds), as it would on a real cluster.
 - `truth`: the new leader's partition dir once its checkpointed high watermark is its log end.
+- `hold_fetches` / `release_fetches` (with a `tests/real_kafka/wire_proxy.KafkaWireProxy` in front of the
+  brokers, whose `bootstrap` the query then uses): the query's Fetches at or past an offset wait at the
+  proxy, unsent, while the test elects and refills, as serve's `GuardCluster.hold_fetches` holds them.
 - `close`: the stopped brokers start again (the old leader truncates and rejoins), so the shared cluster
   is whole for the next test.
 """
@@ -25,20 +28,22 @@ from epochguard.kafka import KafkaCluster
 from epochguard.storage.log import PartitionLog
 from epochguard.storage.logdir import read_offset_checkpoint
 from epochguard.types import TopicPartition
+from tests.real_kafka.wire_proxy import KafkaWireProxy
 
 
 class KafkaGuardCluster:
-    def __init__(self, cluster: KafkaCluster, topic: str) -> None:
+    def __init__(self, cluster: KafkaCluster, topic: str, proxy: KafkaWireProxy | None = None) -> None:
         from tests.real_kafka.differential import KafkaBackend
 
         self.kafka = cluster
+        self.proxy = proxy
         self.topic = topic
         self.tp = TopicPartition(topic, 0)
         self.backend = KafkaBackend(cluster, topic, [1, 2])
         # every replica's own metadata, not only the admin's broker: a broker restarted by the previous
         # cell answered the first produce UNKNOWN_TOPIC_OR_PARTITION (seen once)
         self.backend.wait(lambda s: s.leader == 1 and s.isr == (1, 2), "leader 1, ISR [1, 2]")
-        self.bootstrap = cluster.bootstrap
+        self.bootstrap = proxy.bootstrap if proxy is not None else cluster.bootstrap
         self.leader = 1
         self.stopped: set[int] = set()
         self.sent = 0
@@ -96,8 +101,22 @@ class KafkaGuardCluster:
     def high_watermark(self, tp: TopicPartition) -> int:
         return max(self.truth(tp), default=-1) + 1
 
+    def hold_fetches(self, from_offset: int) -> None:
+        if self.proxy is None:
+            raise RuntimeError("holding a Fetch needs the wire proxy in front of the brokers (KafkaWireProxy)")
+        self.proxy.hold_fetches(from_offset)
+
+    @property
+    def held_at(self) -> list[int]:
+        return self.proxy.held_at if self.proxy is not None else []
+
+    def release_fetches(self) -> None:
+        if self.proxy is not None:
+            self.proxy.release_fetches()
+
     def close(self) -> None:
         try:
+            self.release_fetches()
             for b in sorted(self.stopped):
                 self.backend.start(b)
             self.stopped.clear()

@@ -5,9 +5,10 @@ A cell: a running query (file sink, 200 ms triggers, `processAllAvailable`) read
 log is refilled, either below the checkpoint (3 records: the log ends at 13 < 15) or past it (12: it ends
 at 22), before the next trigger, or while the query is stopped (then restarted on its checkpoint); or the
 election falls inside the next planned batch [15, 20) (5 more records only the isolated leader has): its
-task's Fetch is held at serve's wire (GuardCluster.hold_fetches) before the task reads anything
-(plan-then-read), after it read record 15 (during-task), or while the query is stopped mid-task and the
-batch waits for its replay (replay); the log is refilled to 22 and the Fetch released. What
+task's Fetch is held at the wire (serve's `GuardCluster.hold_fetches`; on real Kafka the wire proxy in
+front of the brokers, tests/real_kafka/wire_proxy.py) before the task reads anything (plan-then-read),
+after it read record 15 (during-task), or while the query is stopped mid-task and the batch waits for its
+replay (replay); the log is refilled to 22 and the Fetch released. What
 the query did is judged by the cluster's final log, by (offset, value): `exact` (the final log once,
 phantoms only where a truncation log names them), `fails` (with what the message names), or `SILENT`
 (records of the final log never emitted, phantoms nobody named, duplicates).
@@ -50,7 +51,8 @@ CELLS = {
               "to 22, restart",
 }
 # The cells where the election falls inside a planned batch: the task's Fetch at or past this offset is held
-# at the wire (GuardCluster.hold_fetches) until the new leader has been elected and refilled.
+# at the wire (`hold_fetches`: serve's, or the wire proxy's on Kafka) until the new leader has been elected
+# and refilled.
 HELD_FROM = {"plan-then-read": 15, "during-task": 16, "replay": 15}
 SOURCES = {
     "kafka": "Spark's Kafka source (failOnDataLoss=true)",

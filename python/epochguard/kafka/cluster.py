@@ -6,7 +6,9 @@ levels, so KIP-966's `eligible.leader.replicas.version` is chosen there); a brok
 `meta.properties` (`MetaPropertiesEnsemble`, version 1: cluster.id, node.id, directory.id), written
 here to save a JVM start per broker. Extra broker listeners (`listeners={"SASL_SSL": "SASL_SSL"}`: name ->
 security protocol, a free port each; their `ssl.*` / `sasl.*` settings go in `broker_overrides`) serve
-the client's TLS and SASL tests; SCRAM credentials (`scram=["SCRAM-SHA-256=[name=u,password=p]"]`) are
+the client's TLS and SASL tests; `advertised_ports` advertises an extra listener at another port of
+127.0.0.1 per broker (a proxy in front of it: clients bootstrapping there are sent to the proxy, the
+brokers' own traffic stays on PLAINTEXT); SCRAM credentials (`scram=["SCRAM-SHA-256=[name=u,password=p]"]`) are
 written into the bootstrap metadata at format, as `kafka-storage format --add-scram` does. Every node
 is a `kafka.Kafka` JVM with a bounded heap, SerialGC and C1 only, logging to `<dir>/<node>/server.out`.
 One controller and brokers 1..N (the simulator's broker ids): stopping two brokers never loses the quorum.
@@ -123,6 +125,8 @@ class KafkaCluster:
     elr: bool = False
     broker_overrides: Mapping[str, str] = field(default_factory=dict)
     listeners: Mapping[str, str] = field(default_factory=dict)  # extra broker listeners: name -> protocol
+    # an extra listener's advertised port per broker, when not its own: name -> {broker id: port}
+    advertised_ports: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
     scram: Sequence[str] = ()  # StorageTool --add-scram arguments
     start_timeout_s: float = 180.0
     java: str = ""
@@ -140,6 +144,8 @@ class KafkaCluster:
         extra = iter(ports[self.brokers + 1:])
         self.listener_ports: dict[str, dict[int, int]] = {
             name: {b: next(extra) for b in range(1, self.brokers + 1)} for name in self.listeners}
+        if unknown := set(self.advertised_ports) - set(self.listeners):
+            raise ValueError(f"advertised_ports names listeners that are not extra listeners: {sorted(unknown)}")
         self.cluster_id = _new_uuid()
         self._admin: Any = None
         self.bootstrap = ",".join(f"127.0.0.1:{self.nodes[b].port}" for b in self.broker_ids)
@@ -184,13 +190,16 @@ class KafkaCluster:
             }
         listeners = ",".join([f"PLAINTEXT://127.0.0.1:{node.port}"] + [
             f"{name}://127.0.0.1:{self.listener_ports[name][node.node_id]}" for name in self.listeners])
+        advertised = ",".join([f"PLAINTEXT://127.0.0.1:{node.port}"] + [
+            f"{name}://127.0.0.1:{self.advertised_ports.get(name, self.listener_ports[name])[node.node_id]}"
+            for name in self.listeners])
         protocols = ",".join(["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT"]
                              + [f"{name}:{protocol}" for name, protocol in self.listeners.items()])
         return common | {
             "process.roles": "broker",
             "listener.security.protocol.map": protocols,
             "listeners": listeners,
-            "advertised.listeners": listeners,
+            "advertised.listeners": advertised,
             "inter.broker.listener.name": "PLAINTEXT",
             "auto.create.topics.enable": "false",
             "group.initial.rebalance.delay.ms": "0",

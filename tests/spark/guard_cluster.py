@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -164,8 +164,9 @@ later request on the same connection behind it (Kafka answers a connection's req
     def leader(self, tp: TopicPartition) -> tuple[int | None, int]:
         return self.call(lambda: (self.cluster.acting_leader(tp), self.cluster.controller.state(tp).leader_epoch))
 
-    def produce(self, n: int, acks: Any = "all", partition: int = 0, tag: str = "") -> None:
-        """`n` records to partition `partition`, each value unique across the run."""
+    def produce(self, n: int, acks: Any = "all", partition: int | Sequence[int] = 0, tag: str = "") -> None:
+        """`n` records to partition `partition` (to each, sent together, if several), each value unique
+        across the run."""
         key = str(acks)
         if key not in self._producers:
             # Only live brokers: epochguard's producer does not get past a first bootstrap broker that is
@@ -175,9 +176,10 @@ later request on the same connection behind it (Kafka answers a connection's req
                                                  request_timeout_ms=2_000, delivery_timeout_ms=20_000)
         producer = self._producers[key]
         futures = []
-        for _ in range(n):
-            self.sent += 1
-            futures.append(producer.send(TOPIC, value=f"{tag}{self.sent:06d}".encode(), partition=partition))
+        for p in [partition] if isinstance(partition, int) else partition:
+            for _ in range(n):
+                self.sent += 1
+                futures.append(producer.send(TOPIC, value=f"{tag}{self.sent:06d}".encode(), partition=p))
         for f in futures:
             f.get(timeout=30)
 

@@ -241,12 +241,13 @@ def table_in_docs() -> tuple[str, str]:
 
 @dataclass
 class SteadyRequests:
-    """What a source asked of serve over `batches` micro-batches of one record each (200 ms triggers, the
-    empty triggers in between planning too), by role and request kind."""
+    """What a source asked of serve over `batches` micro-batches of one record a partition each (200 ms
+    triggers, the empty triggers in between planning too), by role and request kind."""
 
     source: str
     batches: int
-    triggers: int  # the driver's ListOffsets: one a trigger for both sources
+    triggers: int  # the driver's ListOffsets over the leaders: one a leader and trigger for both sources
+    leaders: int  # the brokers leading the topic's partitions
     driver: dict[str, int]
     executors: dict[str, int]
 
@@ -257,16 +258,22 @@ class SteadyRequests:
         return sum(self.executors.values()) / self.batches
 
 
-def steady_state_requests(spark: Any, source: str, batches: int = 4) -> SteadyRequests:
+def steady_state_requests(spark: Any, source: str, batches: int = 4, partitions: int = 1) -> SteadyRequests:
     """Count at serve's wire, after two warm-up batches (connections made, metadata known, both local[2]
     Python workers used), the requests of `source`'s driver and executors (Spark's: client ids with
-    "executor"; epochguard-kafka's: "epochguard-spark-executor") over `batches` one-record batches."""
+    "executor"; epochguard-kafka's: "epochguard-spark-executor") over `batches` batches of one record a
+    partition (serve's 3 brokers lead the partitions in turn)."""
     from collections import Counter
 
-    cluster = GuardCluster()
+    cluster = GuardCluster(partitions=partitions)
     tmp = Path(tempfile.mkdtemp(prefix="steady-"))
+
+    def produce(n: int) -> None:
+        cluster.produce(n, partition=range(partitions))
+
     try:
-        cluster.produce(5)
+        leaders = len({cluster.leader(tp)[0] for tp in cluster.partitions})
+        produce(5)
         query = (spark.readStream.format(source).option("kafka.bootstrap.servers", cluster.bootstrap)
                  .option("subscribe", cluster.topic).option("startingOffsets", "earliest").load()
                  .writeStream.format("noop").option("checkpointLocation", str(tmp / "checkpoint"))
@@ -274,12 +281,12 @@ def steady_state_requests(spark: Any, source: str, batches: int = 4) -> SteadyRe
         try:
             query.processAllAvailable()
             for _ in range(2):
-                cluster.produce(1)
+                produce(1)
                 query.processAllAvailable()
             seen = cluster.record_requests()
             first = query.lastProgress["batchId"]
             for _ in range(batches):
-                cluster.produce(1)
+                produce(1)
                 query.processAllAvailable()
             snapshot = list(seen)
             done = query.lastProgress["batchId"] - first
@@ -293,5 +300,5 @@ def steady_state_requests(spark: Any, source: str, batches: int = 4) -> SteadyRe
         if "producer" not in client:  # the cluster's own producer
             kind = type(request).__name__.removesuffix("Request")
             roles["executors" if "executor" in client else "driver"][kind] += 1
-    return SteadyRequests(source, done, roles["driver"]["ListOffsets"], dict(roles["driver"]),
+    return SteadyRequests(source, done, roles["driver"]["ListOffsets"] // leaders, leaders, dict(roles["driver"]),
                           dict(roles["executors"]))

@@ -31,6 +31,7 @@ from epochguard.spark.stream import (
     offsets_json,
     parse_offsets,
     read_range,
+    read_ranges,
 )
 from epochguard.types import TopicPartition
 from tests.spark.guard_cluster import TOPIC, GuardCluster
@@ -446,6 +447,44 @@ def test_small_ranges_share_a_task_and_each_is_read_once(tmp_path: Path) -> None
     finally:
         cluster.close()
 
+
+
+def test_a_task_fetches_its_partitions_together(tmp_path: Path) -> None:
+    """A task of several small partitions (minOffsetsPerTask) sends one Fetch a leader for all the
+    partitions it leads, not one a partition (counted at serve's wire); each partition stops at its own
+    planned end, and a partition whose start was truncated stops alone while the others are read."""
+    from epochguard.protocol.messages import FetchRequest
+
+    cluster = GuardCluster(partitions=4)
+    try:
+        for p in range(4):
+            cluster.produce(3 + p, partition=p)
+        leaders = {cluster.leader(tp)[0] for tp in cluster.partitions}
+        assert len(leaders) < 4  # some broker leads two: one Fetch for both
+        run = MicroBatches(cluster, "fail", tmp_path)
+        seen = cluster.record_requests()
+        schema = kafka_schema()
+        ranges = [(tp, EpochOffset(0, 0), EpochOffset(2 + tp.partition, 0)) for tp in cluster.partitions]
+        rows = [(r["partition"], r["offset"]) for b in read_ranges(run.reader.options, ranges, schema)
+                for r in b.to_pylist()]
+        assert sorted(rows) == [(p, o) for p in range(4) for o in range(2 + p)]
+        fetches = [req for client, req in seen if client == "epochguard-spark-executor" and
+                   isinstance(req, FetchRequest)]
+        assert len(fetches) == len(leaders), fetches
+        assert sorted(p.partition_index for req in fetches for p in req.partitions) == [0, 1, 2, 3]
+        # an unclean election truncates partition 0 (2 records only its isolated leader had, refilled with
+        # 3 others): a task planned at (5, epoch 0) stops it, and reads the others whole
+        tp0 = cluster.partitions[0]
+        old = cluster.isolate_leader(tp0, 2)
+        cluster.unclean_election(tp0, old)
+        cluster.produce(3, partition=0)
+        ranges = [(tp, EpochOffset(0, 0), EpochOffset(3 + tp.partition, 0)) for tp in cluster.partitions[1:]]
+        ranges.insert(0, (tp0, EpochOffset(5, 0), EpochOffset(6, 0)))
+        rows = [(r["partition"], r["offset"]) for b in read_ranges(run.reader.options, ranges, schema)
+                for r in b.to_pylist()]
+        assert sorted(rows) == [(p, o) for p in (1, 2, 3) for o in range(3 + p)]
+    finally:
+        cluster.close()
 
 
 def test_a_spark_worker_freezes_what_it_holds_after_its_first_range(cluster: GuardCluster, tmp_path: Path,

@@ -38,7 +38,7 @@ partition: -2 earliest, -1 latest, an offset, or ``{"offset": N, "epoch": E}``),
 ``onTruncation``, ``truncationLog``, ``kafkaConsumer.pollTimeoutMs`` (Spark's name; how long an executor
 waits for records it was planned to read before failing the task), ``minOffsetsPerTask`` (default 4096: a
 batch whose partitions would give tasks of fewer offsets is read by fewer tasks, each reading several
-partitions one after the other; 1 gives one task a partition, as Spark's source).
+partitions together, one Fetch a broker for all of them; 1 gives one task a partition, as Spark's source).
 """
 
 from __future__ import annotations
@@ -345,7 +345,7 @@ if DataSource is not None:
             self.tp, self.start, self.until = tp, start, until
 
     class OffsetRanges(InputPartition):
-        """One task: its partitions' ranges, read one after the other by the worker's consumer."""
+        """One task: its partitions' ranges, read together by the worker's consumer (`read_ranges`)."""
 
         def __init__(self, ranges: Sequence[OffsetRange]) -> None:
             super().__init__(",".join(r.value for r in ranges))
@@ -530,77 +530,146 @@ if DataSource is not None:
         def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
             assert isinstance(partition, (OffsetRanges, OffsetRange))
             # A range that stops early (a truncation found) does not stop the task's other partitions.
-            for r in partition.ranges if isinstance(partition, OffsetRanges) else (partition,):
-                yield from read_range(self.options, r.tp, r.start, r.until, self.schema)
+            ranges = partition.ranges if isinstance(partition, OffsetRanges) else (partition,)
+            yield from read_ranges(self.options, [(r.tp, r.start, r.until) for r in ranges], self.schema)
 
 
 def read_range(options: StreamOptions, tp: TopicPartition, start: EpochOffset, until: EpochOffset,
                schema: StructType) -> Iterator[pa.RecordBatch]:
-    """Records [start, until) of `tp` as Arrow batches in `schema`, those at epochs <= `until.epoch`: the
-    partition stops at the first record above that epoch or when its start is found truncated.
+    """Records [start, until) of `tp` (`read_ranges` of one range)."""
+    return read_ranges(options, [(tp, start, until)], schema)
 
-    Nothing past `until` is fetched (`fetch_until`). The consumer is this Python worker's for these
-    settings, kept for the next task (pyspark reuses its workers): a task after the first opens no
-    connection and asks no ApiVersions or Metadata. A task that ends otherwise than at `until` closes it.
+
+def read_ranges(options: StreamOptions, ranges: Sequence[tuple[TopicPartition, EpochOffset, EpochOffset]],
+                schema: StructType) -> Iterator[pa.RecordBatch]:
+    """Records [start, until) of each range's partition as Arrow batches in `schema`, those at epochs <=
+    its `until.epoch`: a partition stops at the first record above that epoch or when its start is found
+    truncated, without stopping the others.
+
+    The partitions are read together: one consumer assigned all of them, so one Fetch a broker asks for all
+    of a task's partitions that broker leads (a task of several small partitions costs one round trip, not
+    one a partition). Nothing past a range's `until` is fetched (`fetch_until`). The consumer is this Python
+    worker's for these settings, kept for the next task (pyspark reuses its workers): a task after the first
+    opens no connection and asks no ApiVersions or Metadata. A task that ends otherwise than with every
+    partition at its `until` closes it.
     """
-    import time
-
-    import pyarrow.compute as pc
-
     target = _arrow_schema(schema)
     consumer, key = _borrow_consumer(options)
+    task = _RangesRead(consumer, options, ranges)
     done = False
     try:
-        consumer.assign([tp])
-        consumer.fetch_until(tp, until.offset)
-        consumer.seek(tp, start.offset if start.epoch is None else OffsetAndMetadata(start.offset,
-                                                                                     leader_epoch=start.epoch))
-        position = start.offset
-        deadline = time.monotonic() + options.poll_timeout_ms / 1000
-        while position < until.offset:
+        while task.pending:
             try:
-                got = consumer.poll_arrow(timeout_ms=max(1, min(1000, int((deadline - time.monotonic()) * 1000))))
-            except LogTruncationError as exc:  # the start is gone: the driver's next validation places it
-                log.warning("%s %s stopped at %d: %s", TRUNCATION_PREFIX, tp, position, exc)
-                return
-            except OffsetOutOfRangeError as exc:
-                raise OffsetOutOfRangeError(f"{DATA_LOSS_PREFIX} {tp}: offset {position} is out of range "
-                                            f"(deleted by retention?): {exc}") from exc
-            batch = got.get(tp)
-            if batch is None or batch.num_rows == 0:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"{TIMEOUT_PREFIX} {tp}: no record at {position} (planned up to "
-                                       f"{until.offset}) within {options.poll_timeout_ms} ms")
-                continue
-            deadline = time.monotonic() + options.poll_timeout_ms / 1000
-            # A partition's offsets ascend: what is kept is a prefix, sliced (no copy), not filtered.
-            offsets = batch.column("offset")
-            n = batch.num_rows
-            keep = n if offsets[n - 1].as_py() < until.offset else pc.sum(pc.less(offsets, until.offset)).as_py()
-            stop = False
-            if until.epoch is not None:
-                above = pc.greater(batch.column("leader_epoch"), until.epoch)
-                if pc.any(above).as_py():
-                    # Records below the planned end written at a later epoch: the range was rewritten
-                    # after planning. Emit what precedes the first of them and stop here.
-                    keep = min(keep, pc.index(above, True).as_py())
-                    stop = True
-            if keep:
-                yield _to_spark(batch.slice(0, keep), tp, target)
-            if stop:
-                return
-            try:  # the client raises a truncation it found (pipelined fetches) here too, as Java's position()
-                position = consumer.position(tp)
+                got = consumer.poll_arrow(timeout_ms=task.wait_ms())
             except LogTruncationError as exc:
-                log.warning("%s %s stopped at %d: %s", TRUNCATION_PREFIX, tp, position, exc)
-                return
-        done = True
+                task.truncated(exc)
+                continue
+            except OffsetOutOfRangeError as exc:
+                tp = next((t for t in exc.offset_out_of_range_partitions if t in task.pending), min(task.pending))
+                raise OffsetOutOfRangeError(f"{DATA_LOSS_PREFIX} {tp}: offset {task.position[tp]} is out of range "
+                                            f"(deleted by retention?): {exc}") from exc
+            for tp, batch in got.items():
+                if tp in task.pending and batch.num_rows:
+                    keep, above_epoch = task.kept(tp, batch)
+                    if keep:
+                        yield _to_spark(batch.slice(0, keep), tp, target)
+                    task.advance(tp, batch, keep, above_epoch)
+            task.check_deadlines()
+        done = not task.stopped
     finally:
         if done:
             _give_back_consumer(key, consumer)
         else:
             consumer.close()
         _freeze_worker_once()
+
+
+class _RangesRead:
+    """One task's read of its ranges (`read_ranges`): what is still to read, positions, deadlines."""
+
+    def __init__(self, consumer: Any, options: StreamOptions,
+                 ranges: Sequence[tuple[TopicPartition, EpochOffset, EpochOffset]]) -> None:
+        import time
+
+        self.consumer, self.options = consumer, options
+        self.ends = {tp: until for tp, start, until in ranges if start.offset < until.offset}
+        consumer.assign(list(self.ends))
+        self.position: dict[TopicPartition, int] = {}
+        for tp, start, until in ranges:
+            if tp in self.ends:
+                consumer.fetch_until(tp, until.offset)
+                consumer.seek(tp, start.offset if start.epoch is None else
+                              OffsetAndMetadata(start.offset, leader_epoch=start.epoch))
+                self.position[tp] = start.offset
+        self.timeout_s = options.poll_timeout_ms / 1000
+        self.deadline = dict.fromkeys(self.ends, time.monotonic() + self.timeout_s)
+        self.pending = set(self.ends)
+        self.stopped = False  # a partition stopped early: the consumer's state for it is not worth keeping
+
+    def wait_ms(self) -> int:
+        import time
+
+        return max(1, min(1000, int((min(self.deadline[tp] for tp in self.pending) - time.monotonic()) * 1000)))
+
+    def stop(self, tps: Sequence[TopicPartition], why: object) -> None:
+        self.stopped = True
+        for tp in tps:
+            log.warning("%s %s stopped at %d: %s", TRUNCATION_PREFIX, tp, self.position[tp], why)
+            self.pending.discard(tp)
+        self.consumer.pause(*tps)
+
+    def truncated(self, exc: LogTruncationError) -> None:
+        """A truncation the client found (a start is gone): the driver's next validation places it."""
+        named = set(exc.offset_out_of_range_partitions) | set(exc.divergent_offsets)
+        self.stop(sorted(self.pending & named) if named else sorted(self.pending), exc)
+
+    def kept(self, tp: TopicPartition, batch: pa.RecordBatch) -> tuple[int, bool]:
+        """How many of the batch's first rows to emit, and whether the partition stops after them."""
+        import pyarrow.compute as pc
+
+        until = self.ends[tp]
+        # A partition's offsets ascend: what is kept is a prefix, sliced (no copy), not filtered.
+        offsets = batch.column("offset")
+        n = batch.num_rows
+        keep = n if offsets[n - 1].as_py() < until.offset else pc.sum(pc.less(offsets, until.offset)).as_py()
+        if until.epoch is not None:
+            above = pc.greater(batch.column("leader_epoch"), until.epoch)
+            if pc.any(above).as_py():
+                # Records below the planned end written at a later epoch: the range was rewritten after
+                # planning. Emit what precedes the first of them and stop this partition.
+                first = pc.index(above, True).as_py()
+                if first < keep:
+                    return first, True
+        return keep, False
+
+    def advance(self, tp: TopicPartition, batch: pa.RecordBatch, keep: int, above_epoch: bool) -> None:
+        import time
+
+        self.deadline[tp] = time.monotonic() + self.timeout_s
+        if above_epoch:
+            self.position[tp] = batch.column("offset")[keep].as_py()
+            self.stop([tp], f"a record above the planned end's epoch {self.ends[tp].epoch}")
+            return
+        # The client raises a truncation it found (pipelined fetches) in position() too, as Java's
+        # position(), perhaps another partition's.
+        while tp in self.pending:
+            try:
+                self.position[tp] = self.consumer.position(tp)
+            except LogTruncationError as exc:
+                self.truncated(exc)
+                continue
+            if self.position[tp] >= self.ends[tp].offset:
+                self.pending.discard(tp)
+            return
+
+    def check_deadlines(self) -> None:
+        import time
+
+        now = time.monotonic()
+        if late := sorted(tp for tp in self.pending if now >= self.deadline[tp]):
+            tp = late[0]
+            raise TimeoutError(f"{TIMEOUT_PREFIX} {tp}: no record at {self.position[tp]} (planned up to "
+                               f"{self.ends[tp].offset}) within {self.options.poll_timeout_ms} ms")
 
 
 _FROZEN = False

@@ -141,6 +141,7 @@ class WireCluster:
         self.cluster = Cluster(scenario.config, seed, "kip-320")
         self.all_partitions = tuple(sorted(scenario.config.assignment()))
         self.topic_names = {topic_id(t): t for t in sorted({tp.topic for tp in self.all_partitions})}
+        self._topic_ids = {name: tid for tid, name in self.topic_names.items()}
         self.connections: dict[int, Connection] = {}
         self.observers: list[Observer] = []
         self.outbox: deque[tuple[Connection, Any, Any]] = deque()
@@ -318,10 +319,10 @@ class WireCluster:
         of KIP-951 (`getCurrentLeader`) where Kafka gives them, none elsewhere."""
         version = header.api_version
         if isinstance(response, FetchResponse):
-            ids = {name: tid for tid, name in self.topic_names.items()}
+            ids = self._topic_ids
             by_id = version >= FETCH_TOPIC_IDS_VERSION
             hints = version >= FETCH_LEADER_HINT_VERSION
-            parts, nodes = [], {}
+            parts, nodes, changed = [], {}, False
             for d in response.partitions:
                 hint = _NO_HINT
                 if hints and d.error_code in _FETCH_HINT_ERRORS:
@@ -331,8 +332,10 @@ class WireCluster:
                         nodes[node.node_id] = node
                 tid = (d.topic_id or ids.get(d.topic)) if by_id else None
                 if hint != d.current_leader or tid != d.topic_id:
-                    d = replace(d, current_leader=hint, topic_id=tid)
+                    d, changed = replace(d, current_leader=hint, topic_id=tid), True
                 parts.append(d)
+            if not changed and not nodes and not response.node_endpoints:
+                return response  # the common answer: nothing to add (no copy on the hot path)
             return replace(response, partitions=tuple(parts), node_endpoints=tuple(nodes[n] for n in sorted(nodes)))
         if isinstance(response, ProduceResponse):
             hints = version >= PRODUCE_LEADER_HINT_VERSION
@@ -346,6 +349,9 @@ class WireCluster:
                     if node is not None:
                         nodes[node.node_id] = node
                 produced.append(r if r.current_leader == hint else replace(r, current_leader=hint))
+            if not nodes and not response.node_endpoints and all(
+                    a is b for a, b in zip(produced, response.partitions, strict=True)):
+                return response
             return replace(response, partitions=tuple(produced), node_endpoints=tuple(nodes[n] for n in sorted(nodes)))
         return response
 

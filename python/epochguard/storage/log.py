@@ -405,7 +405,11 @@ class PartitionLog:
         return self._append(bytes(records), follower=True)
 
     def _append(self, raw: bytes, follower: bool = False, from_client: bool = False) -> AppendInfo | None:
-        batches = iter_batches(raw, allow_partial_tail=follower)
+        # Only a client's batches have their records decoded (Kafka's `LogValidator` reads each record
+        # of one); a follower append checks headers and CRCs alone, as Kafka's `analyzeAndValidateRecords`
+        # for a follower, and a batch this log encoded itself needs no check of its records. The header
+        # alone gives every `BatchInfo` field (a control batch is decoded whole for its marker).
+        batches = iter_batches(raw, allow_partial_tail=follower, headers_only=not from_client)
         infos = [BatchInfo.of(b, b.file_position) for b in batches]
         if not infos:
             return None

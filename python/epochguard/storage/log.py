@@ -274,6 +274,8 @@ class PartitionLog:
         yet, None if there is none (`ProducerStateManager.firstUnstableOffset`: a completed transaction
         stays in `unreplicatedTxns` until the high watermark passes its marker; differential script 5
         saw Kafka's LSO at an aborted transaction's first offset while its marker was unreplicated)."""
+        if not self._open_txns and not self._unreplicated:
+            return None  # no transaction (every fetch asks: the common case stays cheap)
         hw = self._high_watermark
         for first in [f for f, marker in self._unreplicated.items() if marker < hw]:
             del self._unreplicated[first]

@@ -61,6 +61,9 @@ def test_relay_writes_the_common_delivery_log(tmp_path: Path) -> None:
     entries = list(read_log(log))
     kinds = [e["kind"] for e in entries]
     assert kinds.count("start") == 1 and kinds[-1] == "stop"
+    # told to stop after it consumed what it did: the consumer's history ends there (truth's stall rule)
+    assert kinds.count("stopping") == 1 and max(i for i, k in enumerate(kinds) if k == "consumed") < \
+        kinds.index("stopping")
     # stdout and stderr are relayed by two threads, so a stderr line may be logged before `start`
     # (seen under load); every event relayed from stdout follows it.
     start = entries[kinds.index("start")]

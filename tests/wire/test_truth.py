@@ -185,6 +185,22 @@ def test_nothing_consumed_for_the_bound_before_the_stop_while_the_log_went_on_is
     assert judge_client([*whole, {"t": 30.0, "kind": "stop"}], FINAL, stuck_after_s=5.0).stalls == []  # at the end
 
 
+def test_the_consumers_history_ends_where_the_driver_was_told_to_stop() -> None:
+    """kafka-go in every compat row: its reader was at the log end (0-9 here, the final log going to 20 as the
+    simulated producer went on) when the driver was told to stop, and its async writer then flushed for 5 s
+    more (acknowledgements logged until the stop): no stall, so no `unseen`. Silent for the bound before the
+    `stopping` line is one still."""
+    read = [consumed(1.0 + o / 100, o, f"old-{o}") for o in range(10)]
+    flushing = [{"t": 1.2 + i, "kind": "produced", "topic": "input", "partition": 0, "offset": 0,
+                 "digest": digest(b"p-0"), "error": None} for i in range(6)]
+    told = judge_client([*read, {"t": 1.2, "kind": "stopping"}, *flushing, {"t": 7.5, "kind": "stop"}], FINAL,
+                        stuck_after_s=5.0)
+    assert told.stalls == [] and [a.name for a in told.anomalies if a.name == "unseen"] == []
+    late = judge_client([*read, {"t": 6.5, "kind": "stopping"}, *flushing, {"t": 7.5, "kind": "stop"}], FINAL,
+                        stuck_after_s=5.0)
+    assert late.stalls == [("events", 0, 9)] and [a.name for a in late.anomalies if a.name == "unseen"] == ["unseen"]
+
+
 # log-start-jump: DeleteRecords moved the start to 12; 0-11 are gone from the final log, 12-19 retained.
 JUMPED = FinalLog(partitions={TP: {o: digest(f"v-{o}".encode()) for o in range(12, 20)}},
                   log_start={TP: 12}, high_watermark={TP: 20})

@@ -107,7 +107,7 @@ async def _leave(consumer: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(CLIENT, argv)
     log = DeliveryLog(config.log)
-    stop = Stop(config.max_seconds)
+    stop = Stop(config.max_seconds, log)
     LogForwarder(log).install("aiokafka")
     asyncio.run(_run(config, log, stop))
     log.close()

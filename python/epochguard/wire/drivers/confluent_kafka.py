@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     config = parse_args(CLIENT, argv)
     log = DeliveryLog(config.log)
-    stop = Stop(config.max_seconds)
+    stop = Stop(config.max_seconds, log)
     logger = logging.getLogger(f"epochguard.driver.{CLIENT}")
     logger.propagate = False
     logger.setLevel(logging.DEBUG)

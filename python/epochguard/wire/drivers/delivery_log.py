@@ -8,6 +8,8 @@ One JSON object a line, each with `t` (wall-clock seconds) and `kind`:
   with its text; `log`: any other client log line;
 - `assigned`: topic and `partitions` (all when absent): the client's position was set on purpose (a group
   assignment, a seek), so no rewind or skip is counted across it (the drivers assign once, at the start);
+- `stopping`: the driver was told to stop (a signal, or its own time bound): it consumes nothing after, though
+  its producer may still be flushing, so the consumer's history ends here (`truth` judges stalls up to it);
 - `stop`: the driver's counts when it ended.
 Lines are flushed as written so a killed driver still leaves a readable log.
 """
@@ -283,16 +285,23 @@ class Membership:
 
 
 class Stop:
-    """Set by SIGTERM/SIGINT or when the driver's own time bound runs out."""
+    """Set by SIGTERM/SIGINT or when the driver's own time bound runs out. The first time the driver sees it
+    set, `log` (if given) gets a `stopping` line: the driver consumes no more from then, while its producer
+    may go on flushing (kafka-go's async writer for seconds), so the consumer's history ends there."""
 
-    def __init__(self, max_seconds: float) -> None:
+    def __init__(self, max_seconds: float, log: DeliveryLog | None = None) -> None:
         self._event = threading.Event()
         self._deadline = time.monotonic() + max_seconds
+        self._log = log
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: self._event.set())
+            signal.signal(sig, lambda *_: self._event.set())  # no log write here: the handler may interrupt one
 
     def __bool__(self) -> bool:
-        return self._event.is_set() or time.monotonic() >= self._deadline
+        stopped = self._event.is_set() or time.monotonic() >= self._deadline
+        if stopped and self._log is not None:
+            self._log.write("stopping")
+            self._log = None
+        return stopped
 
     def set(self) -> None:
         self._event.set()

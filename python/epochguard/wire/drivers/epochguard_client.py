@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.remove("--asyncio")
     config = parse_args(ASYNC_CLIENT if use_asyncio else CLIENT, args)
     log = DeliveryLog(config.log)
-    stop = Stop(config.max_seconds)
+    stop = Stop(config.max_seconds, log)
     asyncio.run(_run(config, log, stop, use_asyncio))
     log.close()
     return 0

@@ -59,7 +59,7 @@ def relay(
 ) -> int:
     """Run `command` and relay its events into `config.log`; the child's exit status."""
     log = DeliveryLog(config.log)
-    stop = Stop(config.max_seconds)
+    stop = Stop(config.max_seconds, log)
     if prepare is not None:
         try:
             prepare()  # normally a no-op: `make test`, compat and the tests prepare toolchains first

@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     config = parse_args(CLIENT, argv)
     log = DeliveryLog(config.log)
-    stop = Stop(config.max_seconds)
+    stop = Stop(config.max_seconds, log)
     LogForwarder(log).install("kafka")
     options = typed(config.consumer_options)  # both clients' (api_version); `producer.` ones the producer's
     if "api_version" in options:  # "2.6" -> (2, 6): skips the ApiVersions probe

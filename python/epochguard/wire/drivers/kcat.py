@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("kcat is not on PATH (Debian: apt-get install kcat)", file=sys.stderr)
         return 2
     log = DeliveryLog(config.log)
-    stop = Stop(config.max_seconds)
+    stop = Stop(config.max_seconds, log)
     log.write("start", client=CLIENT, software="kcat", version=kcat_version(),
               client_id=config.client_id, reset=config.reset)
     common = ["-b", config.bootstrap, "-X", f"client.id={config.client_id}", "-E"]

@@ -10,8 +10,9 @@ truncated and replaced). What the client consumed next on that partition decides
   start), or it raised/logged a truncation and consumed nothing more;
 - reset: it jumped to the log start (drivers run with auto.offset.reset=earliest);
 - silent: it went on past the divergence point: phantoms kept, the replacing records skipped;
-- stuck: it consumed nothing on the partition for `stuck_after_s` while the final log had more, counted
-  from its last phantom or, when the run says when its faults started (`faults_t`), from then if later:
+- stuck: it consumed nothing on the partition for `stuck_after_s` while the final log had more (up to its
+  log's `stopping` line where it has one: the driver consumes no more after it), counted from its last
+  phantom or, when the run says when its faults started (`faults_t`), from then if later:
   a client that read its last phantom while the cluster was still healthy idles until the faults make it
   a phantom (under `--trigger caught-up` the producers are paused meanwhile), and that is no stall.
 Each verdict says how and what it cost, as the server's judge does: `detected` is `rewound` or `raised`,
@@ -258,6 +259,9 @@ def judge_client(
         entries = [e for e in entries if id(e) not in dropped]
     start = next((e for e in entries if e["kind"] == "start"), {})
     end_t = max((e["t"] for e in entries), default=0.0)
+    # The consumer's history ends when the driver was told to stop, though its producer may flush for
+    # seconds after (kafka-go's async writer): a log going on meanwhile is no stall.
+    consumed_until = next((e["t"] for e in entries if e["kind"] == "stopping"), end_t)
     software = " ".join(str(start[k]) for k in ("software", "version") if start.get(k))
     truth = ClientTruth(client_id=start.get("client_id", "?"), software=software or "?",
                         markers_read=len(marker_reads))
@@ -268,7 +272,7 @@ def judge_client(
             by_tp[(e["topic"], e["partition"])].append(e)
     for tp, consumed in sorted(by_tp.items()):
         truth.consumed += len(consumed)
-        _judge_partition(tp, consumed, final, surfaced, end_t, stuck_after_s, truth, faults_t)
+        _judge_partition(tp, consumed, final, surfaced, consumed_until, stuck_after_s, truth, faults_t)
     _judge_produced(entries, final, truth)
     acked_t = [e["t"] for e in entries if e["kind"] == "produced" and e.get("offset") is not None]
     if acked_t and end_t - acked_t[-1] >= stuck_after_s:

@@ -231,6 +231,25 @@ def test_a_follower_that_has_not_truncated_yet_decides_nothing() -> None:
     assert verdict(judge)["verdict"] == "undecided"
 
 
+def test_a_reset_after_a_healed_zombies_out_of_range_is_the_divergences_not_a_false_alarm_too() -> None:
+    """kcat (librdkafka 2.0.2) in compat's zombie-leader rows: it read the zombie's records, then broker 1 healed,
+    truncated and followed the new leader, and answered kcat's fetch at its old position OFFSET_OUT_OF_RANGE;
+    kcat listed the earliest offset on it and re-read from 0. Records it had read were replaced, so that is the
+    divergence's reset (its delivery log: a reset to the start after phantoms), not also a false alarm (a reset
+    although nothing diverged), as the server had called it. Where it went stays the follower note."""
+    w, judge, old, end = zombie_served()
+    w.fire(Heal(broker_node(1)))
+    run_until(w, lambda: w.cluster.in_current_epoch(TP, 1))
+    assert w.cluster.log(1, TP).log_end_offset < end  # truncated below the position the zombie served it to
+    assert fetch(w, old, end).partitions[0].error_code == Errors.OFFSET_OUT_OF_RANGE
+    ask(w, old, 2, 7, ListOffsetsRequest((ListOffsetsPartition("events", 0, EARLIEST_TIMESTAMP, 1),)))
+    assert fetch(w, w.connect(2), 0, epoch=1).partitions[0].error_code == Errors.NONE
+    (client,) = judge.report()
+    assert [(d["verdict"], d["how"]) for d in client["divergences"]] == [("reset", "back")]
+    assert client["false_alarms"] == []
+    assert [(f["how"], f["to"]) for f in client["follower_out_of_range"]] == [("reset", 0)]
+
+
 def test_a_zombie_still_serving_its_old_epoch_decides_nothing() -> None:
     _w, judge, _old, _end = zombie_served()
     assert verdict(judge)["verdict"] == "undecided"
@@ -837,6 +856,24 @@ def test_going_back_after_phantoms_is_the_divergences_not_a_rewind(diverged, bac
     assert [name for name, _, _ in anomalies(w, judge)] == ["phantom-read"]
 
 
+def test_an_answer_dropped_for_a_second_validation_of_the_old_epoch_is_no_rewind(diverged) -> None:
+    """kafka-python 3.0.12 in compat's idempotent-truncation row: after the election it validated epoch 0
+    (answered 935), fetched at 935 and was served the new leader's epoch-1 records, validated epoch 0 again
+    (935 again) and fetched at 935 again; its delivery log holds 935 onwards once. A client that had consumed
+    any of that answer would have validated epoch 1: the second answer sent it nowhere, it had dropped the
+    records, and going back on the cluster's word (a rewind) it was not."""
+    w, judge, _ = diverged
+    conn = w.connect(2)
+    validate = OffsetsForLeaderEpochRequest((OffsetForLeaderPartition("events", 0, 0, 1),))
+    point = ask(w, conn, 23, 4, validate).partitions[0].end_offset
+    served = fetch(w, conn, point, epoch=1).partitions[0]
+    assert served.records and all(epoch >= 1 for _b, _l, epoch, _c in batch_spans(served.records))
+    assert ask(w, conn, 23, 4, validate).partitions[0].end_offset == point
+    fetch(w, conn, point, epoch=1)
+    assert [name for name, _, _ in anomalies(w, judge)] == ["phantom-read"]
+    assert (verdict(judge)["verdict"], verdict(judge)["how"]) == ("detected", "rewound")
+
+
 def test_an_answer_fetched_again_was_never_consumed_and_is_no_rewind() -> None:
     """A fetch at the offset of the last answer (its connection died), or inside it (the client dropped what
     it had buffered, librdkafka on a leader change), says how much of it the client consumed."""
@@ -861,6 +898,26 @@ def test_a_fetch_past_records_the_log_holds_is_a_skip() -> None:
     run_until(w, lambda: w.cluster.log(1, TP).high_watermark >= end + 5)
     fetch(w, conn, end + 2)
     assert anomalies(w, judge) == [("skip", end, 2)]  # end and end + 1 never served
+
+
+def test_a_retry_rebatched_and_written_twice_is_a_duplicate_write() -> None:
+    """lagging-leader: librdkafka's and kafka-go's non-idempotent producers sent a record to broker 1, which
+    wrote it (and broker 2 copied it) but died before answering; the retry, in a batch of other records, was
+    acknowledged by broker 2, which then held the record twice (both delivery logs said duplicate-write). The
+    server judges acknowledged records by value, so it names it too; by batch CRC it could not (the retried
+    batch is another batch). Here the first send's answer is acks=1, which the judge takes for no ack."""
+    from epochguard.protocol.messages import ProducePartition, ProduceRequest
+    from epochguard.records import encode_batch
+
+    w, judge, _conn, _end = served_whole()
+    inp = TopicPartition("input", 0)
+    conn = w.connect(w.cluster.acting_leader(inp))
+    for acks, values in ((1, [b"once"]), (-1, [b"once", b"after"])):
+        records = encode_batch([(None, v) for v in values], partition_leader_epoch=-1)
+        answer = ask(w, conn, 0, 9, ProduceRequest((ProducePartition("input", 0, records),), acks=acks,
+                                                   timeout_ms=60000, version=9))
+        assert answer.partitions[0].error_code == Errors.NONE
+    assert [name for name, _, _ in anomalies(w, judge)] == ["duplicate-write"]
 
 
 def test_an_acknowledged_batch_an_unclean_election_lost_is_an_expected_lost_ack() -> None:

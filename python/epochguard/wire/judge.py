@@ -331,8 +331,10 @@ class Judge:
         # decoded at the end; bounded by ACKED_BYTES
         self._sent: dict[str, list[tuple[TopicPartition, int, bytes, int, int]]] = {}
         self._sent_bytes: dict[str, int] = {}
-        self._pending: dict[tuple[str, TopicPartition], deque[tuple[int, list[int]]]] = {}  # (fetched, indices)
-        self._answered: dict[tuple[str, TopicPartition], set[int]] = {}  # offsets the cluster told it since
+        # (fetched, indices, the leader epoch of its first batch)
+        self._pending: dict[tuple[str, TopicPartition], deque[tuple[int, list[int], int]]] = {}
+        # offsets the cluster told it since, each with the epoch a validation asked about (None: any position)
+        self._answered: dict[tuple[str, TopicPartition], dict[int, int | None]] = {}
         self._failed: dict[str, dict[tuple[str, int], float]] = {}  # client -> partition -> step of a Produce error
         self._conns: set[int] = set()
         self._wire: Any = None
@@ -399,12 +401,13 @@ class Judge:
     def _on_validation(self, report: ClientReport, request: OffsetsForLeaderEpochRequest, response: Any) -> None:
         name = report.client_id
         sent = [(p.tp, p.current_leader_epoch) for p in request.partitions]
+        asked = {p.tp: p.leader_epoch for p in request.partitions}  # the epoch of the position it validates
         self._sent_epochs(report, "OffsetForLeaderEpoch", sent)
         self._count_asks(report, "OffsetForLeaderEpoch", [tp for tp, _ in sent])
         for r in getattr(response, "partitions", ()):
             d = self._open.get((name, r.tp))
             if r.error_code == Errors.NONE:
-                self._answered.setdefault((name, r.tp), set()).add(r.end_offset)
+                self._told(name, r.tp, r.end_offset, asked.get(r.tp))
             if d is not None and r.error_code == Errors.NONE:
                 d.validated = r.end_offset
             served = self._served.get((name, r.tp))
@@ -512,7 +515,8 @@ class Judge:
         aborted = sorted((t.first_offset, t.producer_id) for t in p.aborted_transactions or ()) \
             if isolation == IsolationLevel.READ_COMMITTED else []
         aborting: set[int] = set()
-        indices = []
+        indices: list[int] = []
+        first_epoch = -1
         tp = (p.tp.topic, p.tp.partition)
         for position, _size, base, last in batch_index(p.records, allow_partial_tail=True):
             crc, attributes = struct.unpack_from(">Ih", p.records, position + 17)
@@ -526,33 +530,48 @@ class Judge:
                 continue
             i = self._record(name, Read(tp, max(base, fetched), crc, last=last, at=base))
             if i >= 0:
+                if not indices:
+                    (first_epoch,) = struct.unpack_from(">i", p.records, position + 12)
                 indices.append(i)
         if indices:
             pending = self._pending.setdefault((name, p.tp), deque(maxlen=_PENDING_ANSWERS))
-            pending.append((fetched, indices))
+            pending.append((fetched, indices, first_epoch))
             self._answered.pop((name, p.tp), None)
+
+    def _told(self, name: str, tp: TopicPartition, offset: int, epoch: int | None = None) -> None:
+        """The cluster told `name` to go to `offset` of `tp` (a validation of a position in `epoch`; None: an
+        answer for any position: ListOffsets, DivergingEpoch, OffsetFetch)."""
+        told = self._answered.setdefault((name, tp), {})
+        before = told.get(offset, -1)
+        told[offset] = None if epoch is None or before is None else max(epoch, before)
 
     def _told_diverging(self, name: str, p: Any) -> None:
         if p.diverging_epoch is not None:
-            self._answered.setdefault((name, p.tp), set()).add(p.diverging_epoch.end_offset)
+            self._told(name, p.tp, p.diverging_epoch.end_offset)
 
     def _refetched(self, name: str, tp: TopicPartition, offset: int) -> None:
         """A fetch of `tp` at `offset`: the answers before it that end at or past `offset` were not consumed
         whole (their connection died, or the client dropped what it had buffered), unless the cluster told it
         to go to `offset` since (a validation, ListOffsets, DivergingEpoch or OffsetFetch answer: it consumed
-        them and went back on the cluster's word). Those records are taken out of its history."""
+        them and went back on the cluster's word). Those records are taken out of its history. A validation's
+        word counts only for an answer the position it validated could have come from: one that had consumed
+        any of an answer would validate its epoch or a later one (kafka-python validated twice after an
+        election, the second time, in epoch 0, after being answered the new leader's epoch-1 records at the
+        divergence point, and fetched there again: it had dropped them, as its delivery log shows)."""
         pending = self._pending.get((name, tp))
-        told = self._answered.pop((name, tp), set())
-        if not pending or offset in told:
+        told = self._answered.pop((name, tp), {})
+        if not pending:
             return
         history = self._reads[name]
         while pending:
-            fetched, indices = pending[-1]
+            fetched, indices, epoch = pending[-1]
             reads = [history[i] for i in indices]
             end = max((r.end for r in reads if isinstance(r, Read)), default=-1)
             if end < 0:  # trimmed away already
                 pending.pop()
                 continue
+            if offset in told and ((asked := told[offset]) is None or asked >= epoch):
+                return  # it consumed this answer and went back on the cluster's word
             if offset > end:
                 return
             if offset > fetched:  # consumed up to `offset` only
@@ -769,9 +788,11 @@ class Judge:
     def _reset_landed(self, name: str, entry: dict[str, Any], offset: int) -> None:
         """A follower reset's first fetch answered: `to`; below where it was, it goes back although nothing
         diverged, a false alarm (issue 20's definition: rewound or reset with no divergence), which the delivery
-        log sees as a re-read."""
+        log sees as a re-read. Where records it was served had been replaced (a divergence open for it: kcat in
+        `zombie-leader`, reading the zombie, then answered out of range by it once it had healed into a
+        follower), going back is that divergence's reset, judged by the same fetch, not a false alarm too."""
         entry["to"] = offset
-        if offset < entry["offset"]:
+        if offset < entry["offset"] and (name, TopicPartition(entry["topic"], entry["partition"])) not in self._open:
             self.clients[name].false_alarms.append({
                 "topic": entry["topic"], "partition": entry["partition"], "offset": offset,
                 "served_end": entry["offset"], "answer": None, "redelivered": entry["offset"] - offset,
@@ -888,7 +909,7 @@ class Judge:
                 self.clients[name].offset_not_available.append(entry)
                 self._not_available[key] = entry
             if p.error_code == Errors.NONE:
-                self._answered.setdefault(key, set()).add(p.offset)
+                self._told(name, p.tp, p.offset)
             if p.error_code == Errors.NONE and key in self._open:
                 self._open[key].reset_to = p.offset
 
@@ -918,7 +939,7 @@ class Judge:
         for p in response.partitions:
             if p.error_code == Errors.NONE and p.committed_offset >= 0:  # it resumes from a commit
                 self._record(name, Moved(p.tp))
-                self._answered.setdefault((name, p.tp), set()).add(p.committed_offset)
+                self._told(name, p.tp, p.committed_offset)
             if p.error_code != Errors.NONE or p.committed_offset < 0 or (name, p.tp) in self._open:
                 continue
             answered = (p.committed_offset, p.committed_leader_epoch)

@@ -331,8 +331,8 @@ class Judge:
         # decoded at the end; bounded by ACKED_BYTES
         self._sent: dict[str, list[tuple[TopicPartition, int, bytes, int, int]]] = {}
         self._sent_bytes: dict[str, int] = {}
-        # (fetched, indices, the leader epoch of its first batch)
-        self._pending: dict[tuple[str, TopicPartition], deque[tuple[int, list[int], int]]] = {}
+        # (fetched, indices, the leader epoch of its first batch, the last offset of its reads left: -1 none)
+        self._pending: dict[tuple[str, TopicPartition], deque[tuple[int, list[int], int, int]]] = {}
         # offsets the cluster told it since, each with the epoch a validation asked about (None: any position)
         self._answered: dict[tuple[str, TopicPartition], dict[int, int | None]] = {}
         self._failed: dict[str, dict[tuple[str, int], float]] = {}  # client -> partition -> step of a Produce error
@@ -481,18 +481,14 @@ class Judge:
             if request.isolation_level == IsolationLevel.READ_COMMITTED:
                 self._read_committed.add(name)
                 self._aborted_read(name, p, offsets.get(p.tp, 0))
-            self._served_reads(name, p, offsets.get(p.tp, 0), request.isolation_level)
-            spans = batch_spans(p.records)
             fetched = offsets.get(p.tp, 0)
-            spans = [s for s in spans if s[1] >= fetched]
+            spans, data_last = self._served_reads(name, p, fetched, request.isolation_level)
             kept = self._spans.setdefault((name, p.tp), deque(maxlen=_SERVED_SPANS))
-            kept.extend((base, last, epoch) for base, last, epoch, _crc in spans)
+            kept.extend(spans)
             if spans:
-                _base, last, epoch, _crc = spans[-1]
-                data = [b_last for position, _size, _b, b_last in batch_index(p.records, allow_partial_tail=True)
-                        if b_last >= fetched and not struct.unpack_from(">h", p.records, position + 21)[0] & _CONTROL]
+                _base, last, epoch = spans[-1]
                 before = self._served.get((name, p.tp))
-                data_end = data[-1] + 1 if data else (before.data_end if before is not None else -1)
+                data_end = data_last + 1 if data_last >= 0 else (before.data_end if before is not None else -1)
                 self._served[(name, p.tp)] = _Served(epoch, last + 1, fetched, data_end)
                 if last + 1 > self._progress.get((name, p.tp), (-1, 0))[0]:
                     self._progress[(name, p.tp)] = (last + 1, self.step)
@@ -507,36 +503,51 @@ class Judge:
         history.append(event)
         return len(history) - 1
 
-    def _served_reads(self, name: str, p: Any, fetched: int, isolation: IsolationLevel) -> None:
+    def _served_reads(self, name: str, p: Any, fetched: int,
+                      isolation: IsolationLevel) -> tuple[list[tuple[int, int, int]], int]:
         """The data batches of a Fetch answer the client's consumer hands out (Kafka's `CompletedFetch`: none
         below the fetch offset, no control batch, under read_committed no batch of a transaction the answer
         names aborted), each a `Read` of its offsets whose value is its CRC; pending until a later fetch of
-        the partition shows how much of the answer it consumed."""
+        the partition shows how much of the answer it consumed. Returns (base, last, leader epoch) of every
+        batch reaching the fetch offset, control batches too, and the last offset of the last data (not control)
+        batch among them (-1: none): the one pass over the answer's batch headers."""
         aborted = sorted((t.first_offset, t.producer_id) for t in p.aborted_transactions or ()) \
             if isolation == IsolationLevel.READ_COMMITTED else []
         aborting: set[int] = set()
         indices: list[int] = []
-        first_epoch = -1
+        spans: list[tuple[int, int, int]] = []
+        first_epoch, end, data_last = -1, -1, -1
         tp = (p.tp.topic, p.tp.partition)
-        for position, _size, base, last in batch_index(p.records, allow_partial_tail=True):
-            crc, attributes = struct.unpack_from(">Ih", p.records, position + 17)
-            (pid,) = struct.unpack_from(">q", p.records, position + 43)
-            while aborted and aborted[0][0] <= base:  # Kafka's abortedProducerIds, by first offset
-                aborting.add(aborted.pop(0)[1])
-            if attributes & _CONTROL:
-                aborting.discard(pid)  # its marker: what follows of that producer is another transaction
+        records = p.records
+        history = self._reads.setdefault(name, [])
+        for position, _size, base, last in batch_index(records, allow_partial_tail=True):
+            epoch, _magic, crc, attributes = struct.unpack_from(">ibIh", records, position + 12)
+            if last >= fetched:
+                spans.append((base, last, epoch))
+                data_last = data_last if attributes & _CONTROL else last
+            if attributes & (_CONTROL | _TRANSACTIONAL):
+                (pid,) = struct.unpack_from(">q", records, position + 43)
+                while aborted and aborted[0][0] <= base:  # Kafka's abortedProducerIds, by first offset
+                    aborting.add(aborted.pop(0)[1])
+                if attributes & _CONTROL:
+                    aborting.discard(pid)  # its marker: what follows of that producer is another transaction
+                    continue
+                if pid in aborting:
+                    continue
+            if last < fetched:
                 continue
-            if last < fetched or (attributes & _TRANSACTIONAL and pid in aborting):
+            if len(history) >= HISTORY_LIMIT:  # `_record`'s bound, inline: this loop runs per served batch
+                self.clients[name].history_capped = True
                 continue
-            i = self._record(name, Read(tp, max(base, fetched), crc, last=last, at=base))
-            if i >= 0:
-                if not indices:
-                    (first_epoch,) = struct.unpack_from(">i", p.records, position + 12)
-                indices.append(i)
+            history.append(Read(tp, max(base, fetched), crc, last=last, at=base))
+            first_epoch = epoch if not indices else first_epoch
+            indices.append(len(history) - 1)
+            end = last
         if indices:
             pending = self._pending.setdefault((name, p.tp), deque(maxlen=_PENDING_ANSWERS))
-            pending.append((fetched, indices, first_epoch))
+            pending.append((fetched, indices, first_epoch, end))
             self._answered.pop((name, p.tp), None)
+        return spans, data_last
 
     def _told(self, name: str, tp: TopicPartition, offset: int, epoch: int | None = None) -> None:
         """The cluster told `name` to go to `offset` of `tp` (a validation of a position in `epoch`; None: an
@@ -564,9 +575,7 @@ class Judge:
             return
         history = self._reads[name]
         while pending:
-            fetched, indices, epoch = pending[-1]
-            reads = [history[i] for i in indices]
-            end = max((r.end for r in reads if isinstance(r, Read)), default=-1)
+            fetched, indices, epoch, end = pending[-1]
             if end < 0:  # trimmed away already
                 pending.pop()
                 continue
@@ -575,9 +584,13 @@ class Judge:
             if offset > end:
                 return
             if offset > fetched:  # consumed up to `offset` only
-                for i, r in zip(indices, reads, strict=True):
+                end = -1
+                for i in indices:
+                    r = history[i]
                     if isinstance(r, Read) and r.end >= offset:
-                        history[i] = None if r.offset >= offset else Read(r.tp, r.offset, r.value, offset - 1, r.at)
+                        r = history[i] = None if r.offset >= offset else Read(r.tp, r.offset, r.value, offset - 1, r.at)
+                    end = max(end, r.end) if isinstance(r, Read) else end
+                pending[-1] = (fetched, indices, epoch, end)
                 return
             for i in indices:
                 history[i] = None

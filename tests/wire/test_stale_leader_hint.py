@@ -28,13 +28,13 @@ from epochguard.records import encode_batch
 from epochguard.sim.controller import topic_id
 from epochguard.sim.faults import PreferredElection
 from epochguard.types import TopicPartition
-from epochguard.wire import codec
 from epochguard.wire.drivers.session import RunResult
 from epochguard.wire.engine import WireCluster
 from epochguard.wire.judge import STUCK_AFTER_STEPS, Judge
 from epochguard.wire.scenarios import StaleLeaderHint, build
 from tests.wire.conftest import require_final_reader
 from tests.wire.serving import NEEDS_SERVE, PY_CLIENTS, python_clients_run, undiverged
+from tests.wire.test_judge import ask as ask_on
 from tests.wire.test_judge import run_until
 
 ADDRESSES = {1: ("127.0.0.1", 9001), 2: ("127.0.0.1", 9002), 3: ("127.0.0.1", 9003)}
@@ -42,14 +42,9 @@ EVENTS, INPUT = TopicPartition("events", 0), TopicPartition("input", 0)
 
 
 def ask(w: WireCluster, broker: int, api_key: int, request: Any, conns: dict[int, Any]) -> Any:
+    """test_judge's `ask` on one connection per broker, kept across the test's requests."""
     conn = conns.get(broker) or conns.setdefault(broker, w.connect(broker))
-    w.submit(conn, codec.RequestHeader(api_key, request.version, 1, "scripted"), request)
-    for _ in range(100):
-        answers = [r for c, _, r in w.drain() if c is conn]
-        if answers:
-            return answers[0]
-        w.step()
-    raise AssertionError("no answer")
+    return ask_on(w, conn, api_key, request.version, request)
 
 
 class Client:

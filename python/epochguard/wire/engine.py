@@ -322,14 +322,11 @@ class WireCluster:
             ids = self._topic_ids
             by_id = version >= FETCH_TOPIC_IDS_VERSION
             hints = version >= FETCH_LEADER_HINT_VERSION
-            parts, nodes, changed = [], {}, False
+            parts, changed = [], False
+            nodes: dict[int, NodeEndpoint] = {}
             for d in response.partitions:
-                hint = _NO_HINT
-                if hints and d.error_code in _FETCH_HINT_ERRORS:
-                    hint, node = self._current_leader(conn.broker_id, d.tp)
-                    hint, node = self._lie(conn.broker_id, d.tp, hint, node)
-                    if node is not None:
-                        nodes[node.node_id] = node
+                hinted = hints and d.error_code in _FETCH_HINT_ERRORS
+                hint = self._hint(conn.broker_id, d.tp, nodes) if hinted else _NO_HINT
                 tid = (d.topic_id or ids.get(d.topic)) if by_id else None
                 if hint != d.current_leader or tid != d.topic_id:
                     d, changed = replace(d, current_leader=hint, topic_id=tid), True
@@ -342,18 +339,22 @@ class WireCluster:
             produced: list[ProducePartitionResponse] = []
             nodes = {}
             for r in response.partitions:
-                hint = _NO_HINT
-                if hints and r.error_code == Errors.NOT_LEADER_OR_FOLLOWER:
-                    hint, node = self._current_leader(conn.broker_id, r.tp)
-                    hint, node = self._lie(conn.broker_id, r.tp, hint, node)
-                    if node is not None:
-                        nodes[node.node_id] = node
+                hinted = hints and r.error_code == Errors.NOT_LEADER_OR_FOLLOWER
+                hint = self._hint(conn.broker_id, r.tp, nodes) if hinted else _NO_HINT
                 produced.append(r if r.current_leader == hint else replace(r, current_leader=hint))
             if not nodes and not response.node_endpoints and all(
                     a is b for a, b in zip(produced, response.partitions, strict=True)):
                 return response
             return replace(response, partitions=tuple(produced), node_endpoints=tuple(nodes[n] for n in sorted(nodes)))
         return response
+
+    def _hint(self, broker_id: int, tp: Any, nodes: dict[int, NodeEndpoint]) -> LeaderIdAndEpoch:
+        """The leader hint `broker_id` gives for `tp` (`getCurrentLeader`, or the scenario's lie), its
+        listener added to `nodes` (the answer's `NodeEndpoints`) when it has one."""
+        hint, node = self._lie(broker_id, tp, *self._current_leader(broker_id, tp))
+        if node is not None:
+            nodes[node.node_id] = node
+        return hint
 
     def _lie(self, broker_id: int, tp: Any, hint: LeaderIdAndEpoch,
              node: NodeEndpoint | None) -> tuple[LeaderIdAndEpoch, NodeEndpoint | None]:

@@ -47,6 +47,7 @@ import json
 import logging
 import os
 import threading
+import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -589,8 +590,6 @@ class _RangesRead:
 
     def __init__(self, consumer: Any, options: StreamOptions,
                  ranges: Sequence[tuple[TopicPartition, EpochOffset, EpochOffset]]) -> None:
-        import time
-
         self.consumer, self.options = consumer, options
         self.ends = {tp: until for tp, start, until in ranges if start.offset < until.offset}
         consumer.assign(list(self.ends))
@@ -607,8 +606,6 @@ class _RangesRead:
         self.stopped = False  # a partition stopped early: the consumer's state for it is not worth keeping
 
     def wait_ms(self) -> int:
-        import time
-
         return max(1, min(1000, int((min(self.deadline[tp] for tp in self.pending) - time.monotonic()) * 1000)))
 
     def stop(self, tps: Sequence[TopicPartition], why: object) -> None:
@@ -643,8 +640,6 @@ class _RangesRead:
         return keep, False
 
     def advance(self, tp: TopicPartition, batch: pa.RecordBatch, keep: int, above_epoch: bool) -> None:
-        import time
-
         self.deadline[tp] = time.monotonic() + self.timeout_s
         if above_epoch:
             self.position[tp] = batch.column("offset")[keep].as_py()
@@ -663,8 +658,6 @@ class _RangesRead:
             return
 
     def check_deadlines(self) -> None:
-        import time
-
         now = time.monotonic()
         if late := sorted(tp for tp in self.pending if now >= self.deadline[tp]):
             tp = late[0]

@@ -129,7 +129,7 @@ __all__ = ["Judge", "Divergence", "batch_spans", "leader_view", "STUCK_AFTER_STE
 
 _SEQUENCE_LOST = (Errors.OUT_OF_ORDER_SEQUENCE_NUMBER, Errors.UNKNOWN_PRODUCER_ID)
 STUCK_AFTER_STEPS = 1000  # 10 s of the server's clock with no way forward
-VERDICTS = ("detected", "reset", "silent", "stuck")
+VERDICTS = ("detected", "reset", "silent", "stuck", "undetectable")
 _OFFSET_COMMIT_EPOCH_VERSION = 6
 STORM_REQUESTS, STORM_STEPS = 50, 100  # 50 asks in 1 s of the server's clock; a retry with back-off asks ~10
 SPIN_REQUESTS = 100  # within STUCK_AFTER_STEPS: 10 a second; a long-polling fetch at 500 ms asks 20
@@ -182,6 +182,14 @@ def leader_view(log: Any) -> tuple[dict[int, int], list[tuple[int, int]], list[T
     return values, spans, transactions
 
 
+def _leader_key(cluster: Any, tp: TopicPartition) -> tuple[int, int, int] | None:
+    """(acting leader, leader epoch, its log's generation) of `tp`; None while no broker leads it."""
+    leader = cluster.acting_leader(tp)
+    if leader is None:
+        return None
+    return leader, cluster.controller.state(tp).leader_epoch, cluster.log(leader, tp).generation
+
+
 def batch_spans(records: bytes) -> list[tuple[int, int, int, int]]:
     """(base offset, last offset, partition leader epoch, crc) of each whole batch in `records`."""
     if not records:
@@ -217,13 +225,16 @@ class Divergence:
     # What was replaced is transaction markers only (`marker-truncated`: the lost ABORT): the client was served
     # no record that is gone, so its delivery log cannot see the event; only its position moved past it.
     marker: bool = False
+    # Where KIP-320 places the divergence (the leader's end offset for the client's epoch, or the end of what
+    # it was served when that is no lower), when records below it were replaced: `undetectable`
+    located: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"topic": self.tp.topic, "partition": self.tp.partition, "offset": self.offset,
                 "verdict": self.verdict or "undecided", "how": self.how, "redelivered": self.redelivered,
                 "skipped": self.skipped, "spin": self.spin, "detail": self.detail, "served_end": self.served_end,
                 "served_epoch": self.served_epoch, "step": self.step, "verdict_step": self.verdict_step,
-                "from": self.source, "marker": self.marker}
+                "from": self.source, "marker": self.marker, "located": self.located}
 
 
 @dataclass
@@ -300,8 +311,10 @@ class Judge:
     def __init__(self) -> None:
         self.clients: dict[str, ClientReport] = {}
         self._served: dict[tuple[str, TopicPartition], _Served] = {}
-        # (base, last, epoch) of the batches each client was served, the latest last
-        self._spans: dict[tuple[str, TopicPartition], deque[tuple[int, int, int]]] = {}
+        # (base, last, epoch, crc) of the batches each client was served, the latest last; crc None once a
+        # divergence judged the batch (one event per replaced record)
+        self._spans: dict[tuple[str, TopicPartition], deque[tuple[int, int, int, int | None]]] = {}
+        self._leaders: dict[TopicPartition, tuple[int, int, int]] = {}  # (leader, epoch, log generation) checked
         self._asks: dict[tuple[str, str, TopicPartition], deque[int]] = {}  # steps of recent asks
         self._storming: set[tuple[str, str, TopicPartition]] = set()
         self._low_answers: dict[tuple[str, TopicPartition], int] = {}  # validation answers below the served end
@@ -417,8 +430,15 @@ class Judge:
     def on_step(self, wire: Any) -> None:
         self._wire = wire
         self.step = wire.step_no
-        cluster = wire.cluster
-        for (name, tp), served in self._served.items():
+        self._find_divergences(wire.cluster)
+        self._stop_out_of_range()
+        self._stop_divergences()
+
+    def _find_divergences(self, cluster: Any) -> None:
+        """Opens an event for each client whose served records the acting leader no longer has (see the
+        module docstring)."""
+        changed = self._leaders_changed(cluster)
+        for (name, tp), served in list(self._served.items()):
             if (name, tp) in self._open:
                 continue
             leader = cluster.acting_leader(tp)
@@ -428,22 +448,33 @@ class Judge:
             _epoch, end = log.leader_epoch_cache.end_offset_for(served.epoch, log.log_end_offset)
             if end < 0:
                 end = log.log_start_offset  # the leader has no epoch at or below it: nothing is known to agree
+            state = cluster.controller.state(tp)
             if end < served.end:
-                state = cluster.controller.state(tp)
                 key = (name, tp, end, state.leader_epoch)
                 if key in self._decided:  # the same divergence, still being served by a zombie
                     continue
                 self._decided.add(key)
                 d = Divergence(name, tp, end, served.end, served.epoch, state.leader_epoch, self.step,
                                served_from=served.fetched_at, marker=served.data_end <= end)
-                self._open[(name, tp)] = d
-                self.clients[name].divergences.append(d)
-        self._stop_out_of_range()
+                replaced = self._first_replaced(name, tp, log, end)
+                if replaced is not None:  # replaced below where KIP-320 can place it
+                    d.offset, d.located = replaced, end
+                self._open_event(d)
+            elif tp in changed and (replaced := self._first_replaced(name, tp, log, served.end)) is not None:
+                # Replaced below the position, yet the leader ends the client's epoch at or past it: a
+                # validation finds nothing (a leader that never had that epoch, after consecutive unclean
+                # elections; or data lost without a leader change).
+                self._open_event(Divergence(name, tp, replaced, served.end, served.epoch, state.leader_epoch,
+                                            self.step, served_from=served.fetched_at, located=end))
+
+    def _stop_divergences(self) -> None:
         for (name, tp), d in list(self._open.items()):
             # From the last records it was served: a zombie serving its old epoch is progress as the
             # client sees it, and the delivery log counts from the last of them it consumed.
             if self.step - max(d.step, self._progress.get((name, tp), (0, 0))[1]) >= STUCK_AFTER_STEPS:
-                if d.validated is not None and d.validated <= d.offset:
+                if d.located is not None:
+                    self._decide(d, "undetectable", "no fetch since", how="stopped")
+                elif d.validated is not None and d.validated <= d.offset:
                     self._decide(d, "detected", "validated, then stopped fetching (raised)", how="raised")
                 else:
                     self._decide(d, "stuck", "no fetch, validation or reset made progress")
@@ -486,7 +517,8 @@ class Judge:
             kept = self._spans.setdefault((name, p.tp), deque(maxlen=_SERVED_SPANS))
             kept.extend(spans)
             if spans:
-                _base, last, epoch = spans[-1]
+                self._note_leader(p.tp)
+                _base, last, epoch, _crc = spans[-1]
                 before = self._served.get((name, p.tp))
                 data_end = data_last + 1 if data_last >= 0 else (before.data_end if before is not None else -1)
                 self._served[(name, p.tp)] = _Served(epoch, last + 1, fetched, data_end)
@@ -504,18 +536,18 @@ class Judge:
         return len(history) - 1
 
     def _served_reads(self, name: str, p: Any, fetched: int,
-                      isolation: IsolationLevel) -> tuple[list[tuple[int, int, int]], int]:
+                      isolation: IsolationLevel) -> tuple[list[tuple[int, int, int, int | None]], int]:
         """The data batches of a Fetch answer the client's consumer hands out (Kafka's `CompletedFetch`: none
         below the fetch offset, no control batch, under read_committed no batch of a transaction the answer
         names aborted), each a `Read` of its offsets whose value is its CRC; pending until a later fetch of
-        the partition shows how much of the answer it consumed. Returns (base, last, leader epoch) of every
+        the partition shows how much of the answer it consumed. Returns (base, last, leader epoch, crc) of every
         batch reaching the fetch offset, control batches too, and the last offset of the last data (not control)
         batch among them (-1: none): the one pass over the answer's batch headers."""
         aborted = sorted((t.first_offset, t.producer_id) for t in p.aborted_transactions or ()) \
             if isolation == IsolationLevel.READ_COMMITTED else []
         aborting: set[int] = set()
         indices: list[int] = []
-        spans: list[tuple[int, int, int]] = []
+        spans: list[tuple[int, int, int, int | None]] = []
         first_epoch, end, data_last = -1, -1, -1
         tp = (p.tp.topic, p.tp.partition)
         records = p.records
@@ -523,7 +555,7 @@ class Judge:
         for position, _size, base, last in batch_index(records, allow_partial_tail=True):
             epoch, _magic, crc, attributes = struct.unpack_from(">ibIh", records, position + 12)
             if last >= fetched:
-                spans.append((base, last, epoch))
+                spans.append((base, last, epoch, crc))
                 data_last = data_last if attributes & _CONTROL else last
             if attributes & (_CONTROL | _TRANSACTIONAL):
                 (pid,) = struct.unpack_from(">q", records, position + 43)
@@ -859,7 +891,14 @@ class Judge:
         if d is None:
             return
         back = d.offset - offset  # below the point, served again
-        if d.reset_to is not None and offset == d.reset_to and offset <= d.offset:
+        if d.located is not None:  # not the client's to find: what it did, never blamed
+            if offset <= d.offset:
+                self._decide(d, "undetectable", f"fetched at {offset}, at or below the first replaced record",
+                             how="rewound", redelivered=back)
+            else:
+                self._decide(d, "undetectable", f"fetched at {offset}, past the first replaced record {d.offset}; "
+                             f"KIP-320 places the divergence at {d.located}", how="continued", skipped=-back)
+        elif d.reset_to is not None and offset == d.reset_to and offset <= d.offset:
             self._decide(d, "reset", f"ListOffsets, then fetched at {offset}", how="back", redelivered=back)
         elif d.validated is not None and d.validated <= d.offset and offset <= d.offset:
             self._decide(d, "detected", f"validated (end offset {d.validated}), then fetched at {offset}",
@@ -898,6 +937,46 @@ class Judge:
                 "answer": answer, "redelivered": served.end - offset, "step": self.step})  # at most
         else:
             del self._low_answers[(name, tp)]  # it went on from its own position: the answer changed nothing
+
+    def _open_event(self, d: Divergence) -> None:
+        """Opens `d`; the batches it replaced are judged by it alone (no later event for the same records)."""
+        self._open[(d.client, d.tp)] = d
+        self.clients[d.client].divergences.append(d)
+        kept = self._spans.get((d.client, d.tp))
+        if kept:
+            self._spans[(d.client, d.tp)] = deque(((b, last, e, None if last >= d.offset else crc)
+                                                   for b, last, e, crc in kept), maxlen=_SERVED_SPANS)
+
+    def _note_leader(self, tp: TopicPartition) -> None:
+        """What a client is first served of `tp` is the acting leader's: its key is where changes count from."""
+        if tp not in self._leaders and self._wire is not None:
+            if (key := _leader_key(self._wire.cluster, tp)) is not None:
+                self._leaders[tp] = key
+
+    def _leaders_changed(self, cluster: Any) -> set[TopicPartition]:
+        """The partitions served to clients whose leader, leader epoch or leader's log generation (a truncation)
+        changed since the last step: only then can records a client was served have been replaced under it."""
+        changed = set()
+        for tp in {tp for _, tp in self._served}:
+            now = _leader_key(cluster, tp)
+            if now is None:
+                continue
+            if self._leaders.get(tp, now) != now:  # set when the client was first served
+                changed.add(tp)
+            self._leaders[tp] = now
+        return changed
+
+    def _first_replaced(self, name: str, tp: TopicPartition, log: Any, below: int) -> int | None:
+        """The lowest base offset below `below` of a batch `name` was served that the leader's log no longer
+        holds (another batch, or none, at that offset); None when it holds every one. Batches deleted below
+        the log start, or judged by an earlier event, are not counted."""
+        def held(base: int, crc: int) -> bool:
+            batch = next(iter(log.batches(base)), None)
+            return batch is not None and batch.crc == crc  # a batch's CRC covers its base offset
+
+        return min((base for base, _last, _epoch, crc in self._spans.get((name, tp), ())
+                    if crc is not None and log.log_start_offset <= base < below and not held(base, crc)),
+                   default=None)
 
     def _withdraw(self, d: Divergence) -> None:
         self.clients[d.client].divergences.remove(d)
@@ -967,9 +1046,7 @@ class Judge:
             key = (name, p.tp, end, leader_epoch)
             if end < offset and key not in self._decided:
                 self._decided.add(key)
-                d = Divergence(name, p.tp, end, offset, epoch, leader_epoch, self.step, source="commit")
-                self._open[(name, p.tp)] = d
-                self.clients[name].divergences.append(d)
+                self._open_event(Divergence(name, p.tp, end, offset, epoch, leader_epoch, self.step, source="commit"))
 
     def _count_open(self, name: str, request: Any) -> None:
         if isinstance(request, FetchRequest) and request.is_from_follower:
@@ -983,7 +1060,7 @@ class Judge:
 
     def _served_epoch(self, client: str, tp: TopicPartition, offset: int) -> int | None:
         """The epoch of the batch holding `offset` as last served to `client` (None: not served lately)."""
-        for base, last, epoch in reversed(self._spans.get((client, tp), ())):
+        for base, last, epoch, _crc in reversed(self._spans.get((client, tp), ())):
             if base <= offset <= last:
                 return epoch
         return None

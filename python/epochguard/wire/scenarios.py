@@ -242,6 +242,14 @@ def isr_is(tp: TopicPartition, isr: tuple[int, ...]) -> Condition:
     return check
 
 
+def leads(tp: TopicPartition, broker: int) -> Condition:
+    def check(cluster: Cluster) -> bool:
+        return cluster.acting_leader(tp) == broker
+
+    check.__name__ = f"broker {broker} leads {tp}"
+    return check
+
+
 def hw_behind(broker: int, tp: TopicPartition) -> Condition:
     def check(cluster: Cluster) -> bool:
         log = cluster.log(broker, tp)
@@ -317,6 +325,43 @@ def unclean_empty_leader() -> WireScenario:
     return WireScenario("unclean-empty-leader", cfg, stages,
                         "broker 1 alone ever has the records; it dies and an empty replica is elected uncleanly: "
                         "the new leader answers OffsetsForLeaderEpoch with -1/-1")
+
+
+def consecutive_unclean() -> WireScenario:
+    """Two unclean elections in a row, the second one out of KIP-320's sight ("pathological cases (e.g.
+    multiple consecutive unclean leader elections)", the KIP says, are located approximately or not at all).
+    Broker 2 stops replicating first, broker 3 two seconds later: broker 3 holds ~200 epoch-0 records broker 2
+    lacks. Broker 1 dies and broker 2 is elected uncleanly (epoch 1): a first divergence, detectable, at
+    broker 2's end. The clients read broker 2's epoch-1 records; then broker 2 dies and broker 3 is elected
+    uncleanly (epoch 2). Broker 3 never had epoch 1: asked where it ends, it answers with the end of its epoch
+    0, above the clients' positions, so a validation finds nothing, while the epoch-1 records the clients
+    read were replaced by broker 3's epoch-0 ones. The judge calls that divergence `undetectable`: reported,
+    never blamed."""
+    cfg = replace(BASE, unclean_leader_election=True, min_insync_replicas=1)
+    tp = _tp()
+    stages = (
+        Stage(READY, ((0, Isolate(2)),), min_steps=50),  # broker 2 stops replicating: out of the ISR
+        Stage(isr_is(tp, (1, 3)), ((200, Isolate(3)),)),  # 2 s more of epoch 0 on brokers 1 and 3 only
+        Stage(isr_is(tp, (1,)), ((20, PauseProducers()),)),
+        Stage(TRIGGER, (
+            (0, Crash(1)),  # broker 2 (first in the assignment) is elected uncleanly; broker 3 stays cut off
+            (3, ResumeProducers()),
+        ), min_steps=30),
+        # ~30 epoch-1 records on broker 2, far fewer than broker 3's extra ~200
+        Stage(leads(tp, 2), ((30, PauseProducers()),)),
+        Stage(TRIGGER, (  # the clients have read broker 2's records
+            (0, Crash(2)),  # broker 3, the only replica left alive, is elected uncleanly: epoch 2
+            (3, ResumeProducers()),
+            (300, Heal(broker_node(2))),
+            (300, Heal(broker_node(3))),
+            (301, Restart(1)),  # both come back as followers of broker 3 and truncate
+            (302, Restart(2)),
+        ), min_steps=40),
+    )
+    return WireScenario("consecutive-unclean", cfg, stages,
+                        "broker 1 dies and a lagging replica is elected uncleanly; clients read its new records; it "
+                        "dies too and a third replica, which never had that epoch, is elected uncleanly: the "
+                        "records are replaced where no OffsetsForLeaderEpoch answer can point")
 
 
 def zombie_leader() -> WireScenario:
@@ -543,6 +588,7 @@ SCENARIOS: dict[str, Callable[[], WireScenario]] = {
     "unclean-election": unclean_election,
     "unclean-empty-leader": unclean_empty_leader,
     "handoff-truncation": handoff_truncation,
+    "consecutive-unclean": consecutive_unclean,
     "zombie-leader": zombie_leader,
     "stale-metadata": stale_metadata,
     "lagging-leader": lagging_leader,

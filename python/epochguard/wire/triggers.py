@@ -15,7 +15,8 @@ trigger stage ends, just before its faults; both are traced as faults like any o
 
 `StageRunner` walks a scenario's stages: each waits for its condition (cluster ready, a predicate on
 the cluster, the client trigger) and at least `min_steps`, then its faults are scheduled at their step
-offsets and fired through the `fire` callback (which traces them). The wall clock is consulted only
+offsets and fired through the `fire` callback (which traces them). A second TRIGGER stage waits for the
+condition anew, from the first stage's firing on. The wall clock is consulted only
 for the trigger's time-out; once fired, a fault is a step number in the trace, so replay needs no clock.
 Once settled, the runner says when the judge's stuck bound (`STUCK_AFTER_STEPS`) has passed, so a run
 can last long enough in server steps for every divergence to be decided.
@@ -201,8 +202,18 @@ class StageRunner:
             if self._paused_producers:
                 self.fire(ResumeProducers())
                 self._paused_producers = False
+            self._rearm()
             return True
         return bool(stage.wait(wire.cluster))
+
+    def _rearm(self) -> None:
+        """A later TRIGGER stage waits anew (`consecutive-unclean`: the clients must read the second leader's
+        records before it dies): each consumer must be served to the end again, commit or ack again."""
+        self.trigger_wait_since = self.consumers_present_since = None
+        for p in self.trigger.progress.values():
+            p.served_at_end = p.empty_at_end = False
+        self.trigger.committers.clear()
+        self.trigger.acked.clear()
 
     def _timed_out(self, now: float) -> bool:
         """`timeout_s` after every expected consumer first fetched the partition: a client that starts

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from epochguard.wire.drivers.delivery_log import digest
-from epochguard.wire.drivers.truth import Divergence, FinalLog, judge_client, judge_handoff
+from epochguard.wire.drivers.truth import Divergence, FinalLog, judge_client, judge_handoff, read_epochs
 
 TP = ("events", 0)
 # The final log: offsets 0-9 hold "old-i"; 10-19 were truncated in an election and now hold "new-i".
@@ -276,3 +276,76 @@ def test_a_handoff_is_judged_from_the_committers_phantoms_and_where_the_next_mem
     # no phantom read by A (nothing it committed past was replaced): no event for B
     clean = [{"t": 0.0, "kind": "start"}, *[consumed(1.0, o, f"old-{o}") for o in range(10)]]
     assert judge_handoff(clean, b(10), FINAL) == []
+
+
+# consecutive-unclean, as a delivery log sees it. The first leader had "a-" records 0-34 in epoch 0; the second
+# only 0-17, then wrote "b-" 18-22 in epoch 1; the third, elected last, has the first's 0-29, then its own epoch
+# 2 from 30. The client read a-0..34, went back to 18 after the second leader's election (validating epoch 0
+# there: 18), read b-18..22, and validating epoch 1 on the third leader was answered 30, above its position 23.
+CONSECUTIVE = FinalLog(
+    partitions={TP: {o: digest(f"a-{o}".encode()) if o < 30 else digest(f"c-{o}".encode()) for o in range(40)}},
+    log_start={TP: 0}, high_watermark={TP: 40},
+    epochs={TP: {o: 0 if o < 30 else 2 for o in range(40)}},
+)
+
+
+def consecutive(*tail: dict[str, Any], epochs: bool = True, end_t: float = 100.0) -> list[dict[str, Any]]:
+    def read(t: float, offset: int, value: str, epoch: int) -> dict[str, Any]:
+        return {**consumed(t, offset, value), "leader_epoch": epoch if epochs else None}
+
+    head = [{"t": 0.0, "kind": "start", "client_id": "epochguard-x", "software": "x"}]
+    head += [read(1.0 + o / 100, o, f"a-{o}", 0) for o in range(35)]
+    head += [read(2.0 + o / 100, o, f"b-{o}", 1) for o in range(18, 23)]
+    return [*head, *[{**e, "leader_epoch": e["leader_epoch"] if epochs else None} for e in tail],
+            {"t": end_t, "kind": "stop"}]
+
+
+def later(offsets: range, t: float = 3.0) -> list[dict[str, Any]]:
+    return [{**consumed(t + o / 100, o, f"a-{o}" if o < 30 else f"c-{o}"), "leader_epoch": 0 if o < 30 else 2}
+            for o in offsets]
+
+
+def test_two_replacements_of_one_offset_are_two_divergences_the_second_undetectable() -> None:
+    truth = judge_client(consecutive(*later(range(23, 40))), CONSECUTIVE, stuck_after_s=5.0)
+    first, second = truth.divergences
+    # The first leader's 30-34 are lost (the final log holds its records to 29): it went back, to 18.
+    assert (first.offset, first.last_phantom, first.verdict, first.how, first.located) == (30, 34, "detected",
+                                                                                           "rewound", 30)
+    # The second leader's 18-22, replaced by the third's epoch-0 records: KIP-320 places it at 30, above 23.
+    assert (second.offset, second.last_phantom, second.epoch, second.located) == (18, 22, 1, 30)
+    assert (second.verdict, second.how, second.skipped, second.redelivered) == ("undetectable", "continued", 5, 0)
+
+
+def test_an_undetectable_divergence_read_again_from_its_first_phantom_rewound() -> None:
+    truth = judge_client(consecutive(*later(range(16, 40))), CONSECUTIVE, stuck_after_s=5.0)
+    assert [(d.verdict, d.how, d.redelivered) for d in truth.divergences[1:]] == [("undetectable", "rewound", 2)]
+
+
+def test_an_undetectable_divergence_then_nothing_stopped() -> None:
+    truth = judge_client(consecutive(), CONSECUTIVE, stuck_after_s=5.0)
+    assert [(d.verdict, d.how) for d in truth.divergences[1:]] == [("undetectable", "stopped")]
+    assert [d.verdict for d in judge_client(consecutive(end_t=4.0), CONSECUTIVE, stuck_after_s=5.0)
+            .divergences[1:]] == ["undecided"]
+
+
+def test_without_epochs_the_log_reads_it_as_silent_unless_the_run_tells() -> None:
+    """A client that does not expose leader epochs (kcat, aiokafka, sarama, kafka-go): its own log cannot place
+    the divergence; another client of the run that read the same records can (`read_epochs`), and the server's
+    `undetectable` stands for the log's silent where none did (`reads_as`, marked † in compat)."""
+    blind = consecutive(*later(range(23, 40)), epochs=False)
+    alone = judge_client(blind, CONSECUTIVE, stuck_after_s=5.0).divergences[1]
+    assert (alone.verdict, alone.epoch, alone.located) == ("silent", None, None)
+    assert alone.reads_as({"undetectable/continued"}) == ("undetectable", "continued")
+    assert alone.reads_as({"silent"}) == ("silent", "")
+    told = judge_client(blind, CONSECUTIVE, stuck_after_s=5.0, epochs=read_epochs([consecutive()]))
+    assert [(d.verdict, d.how, d.epoch) for d in told.divergences] == [("detected", "rewound", 0),
+                                                                       ("undetectable", "continued", 1)]
+
+
+def test_a_final_log_without_epochs_places_nothing() -> None:
+    """Read without the records' epochs, the final log cannot say where KIP-320 would place a divergence:
+    the verdicts are the log's own."""
+    bare = FinalLog(CONSECUTIVE.partitions, CONSECUTIVE.log_start, CONSECUTIVE.high_watermark)
+    truth = judge_client(consecutive(*later(range(23, 40))), bare, stuck_after_s=5.0)
+    assert [(d.verdict, d.located) for d in truth.divergences] == [("detected", None), ("silent", None)]
+    assert CONSECUTIVE.epoch_end(TP, 2) == 40 and CONSECUTIVE.epoch_end(TP, 0) == 30

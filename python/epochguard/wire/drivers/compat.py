@@ -291,10 +291,12 @@ def cell(result: RunResult, client: Client) -> str:
     verdicts = Counter(_label(d["verdict"], d.get("how", "")) + ("‡" if d.get("marker") else "")
                        for d in server.get("divergences", []))
     # Back at the log start where the divergence began, the log reads a reset as a rewind: where the server
-    # saw the ListOffsets, its `reset/back` stands and the cell is marked (†), not shown as a disagreement.
-    divergences, reset = result.truths[client.name].divergences, "reset/back" in verdicts
-    truth = Counter(_label(*d.reads_as(reset)) for d in divergences)
-    marked = any(d.reads_as(reset) != (d.verdict, d.how) for d in divergences)
+    # saw the ListOffsets, its `reset/back` stands; where no client of the run told the phantoms' epoch, the log
+    # reads an undetectable divergence as silent (or rewound): the server's `undetectable` stands. Either cell
+    # is marked (†), not shown as a disagreement (`Divergence.reads_as`).
+    divergences, said = result.truths[client.name].divergences, set(verdicts)
+    truth = Counter(_label(*d.reads_as(said)) for d in divergences)
+    marked = any(d.reads_as(said) != (d.verdict, d.how) for d in divergences)
     # Going back though nothing diverged: after a short validation answer (server), a re-read (the log).
     verdicts.update("false-alarm" for _ in server.get("false_alarms", ()))
     truth.update("false-alarm" for _ in ([] if marker else result.truths[client.name].rewinds))

@@ -39,7 +39,7 @@ from typing import Any, TextIO
 from epochguard.kafka import KafkaCluster, PartitionState
 from epochguard.wire.drivers.registry import Client
 from epochguard.wire.drivers.session import RunError, RunResult, _stop_all, _wait_started
-from epochguard.wire.drivers.truth import judge_client, read_final_log
+from epochguard.wire.drivers.truth import judge_client, read_epochs, read_final_log
 
 __all__ = ["KAFKA_SCENARIOS", "EventsProducer", "KafkaRun", "run_kafka", "run_kafka_matrix"]
 
@@ -327,8 +327,10 @@ def run_kafka(
     # Stuck counts from when the partition could serve again (serve: from when its faults started, which
     # elect the new leader 20 ms after the old one dies); Kafka elects after a broker's stop and another's
     # start (10-45 s of JVMs), which no client can shorten: every client read nothing meanwhile.
+    epochs = read_epochs(logs.values())
     truths = {name: judge_client(path, final, consume_topic=events, stuck_after_s=stuck_after_s,
-                                 faults_t=run.served_at or run.fault_at, unclean=scenario.startswith("unclean"))
+                                 faults_t=run.served_at or run.fault_at, unclean=scenario.startswith("unclean"),
+                                 epochs=epochs)
               for name, path in logs.items()}
     return RunResult(cluster.bootstrap, logs, final, truths, None)
 

@@ -26,7 +26,14 @@ from typing import IO, Any
 
 from epochguard.wire.drivers.delivery_log import explain
 from epochguard.wire.drivers.registry import Client
-from epochguard.wire.drivers.truth import ClientTruth, FinalLog, judge_client, judge_handoff, read_final_log
+from epochguard.wire.drivers.truth import (
+    ClientTruth,
+    FinalLog,
+    judge_client,
+    judge_handoff,
+    read_epochs,
+    read_final_log,
+)
 
 SCENARIOS = ("clean", "unclean-election", "unclean-empty-leader", "consecutive-unclean", "zombie-leader", "stale-metadata",
              "lagging-leader", "leader-bounce")
@@ -144,8 +151,9 @@ def run_clients(
         settle_timeout_s=settle_timeout_s, after_settle_s=after_settle_s, start_timeout_s=start_timeout_s)
     report = _report(out)
     faults_t = next((at for line, at in zip(out.lines, out.arrived, strict=True) if line.strip() == "trigger"), None)
+    epochs = read_epochs(logs.values())
     truths = {name: judge_client(path, final, stuck_after_s=stuck_after_s, faults_t=faults_t, unclean=unclean,
-                                 read_committed=read_committed)
+                                 read_committed=read_committed, epochs=epochs)
               for name, path in logs.items()}
     return RunResult(bootstrap, logs, final, truths, report, out.lines)
 

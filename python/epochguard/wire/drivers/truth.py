@@ -38,7 +38,7 @@ from epochguard.wire.anomalies import Ack, Anomaly, Healed, History, Moved, Read
 from epochguard.wire.drivers.delivery_log import CONSUME_TOPIC, PRODUCE_TOPIC, digest, read_log
 
 TopicPartition = tuple[str, int]
-VERDICTS = ("detected", "reset", "silent", "stuck")  # and "undecided": the run ended too soon to tell
+VERDICTS = ("detected", "reset", "silent", "stuck", "undetectable")  # and "undecided": too soon to tell
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,8 @@ class FinalLog:
     high_watermark: Mapping[TopicPartition, int]
     # The decided transactions, where a partition has any (`read_final_log`): which records were aborted.
     transactions: Mapping[TopicPartition, tuple[Txn, ...]] = field(default_factory=dict)
+    # Each record's leader epoch, offset -> epoch, where the reader was told (`undetectable`)
+    epochs: Mapping[TopicPartition, Mapping[int, int]] = field(default_factory=dict)
 
     def aborted(self) -> set[str]:
         """The digests of the records of aborted transactions."""
@@ -58,6 +60,15 @@ class FinalLog:
 
     def digest_at(self, tp: TopicPartition, offset: int) -> str | None:
         return self.partitions.get(tp, {}).get(offset)
+
+    def epoch_end(self, tp: TopicPartition, epoch: int) -> int | None:
+        """Where this log ends `epoch` as its leader answers OffsetsForLeaderEpoch (Kafka's
+        `LeaderEpochFileCache.endOffsetFor`): the first offset holding a later epoch, else the high
+        watermark; None without the records' epochs."""
+        epochs = self.epochs.get(tp)
+        if not epochs:
+            return None
+        return min((o for o, e in epochs.items() if e > epoch), default=self.high_watermark.get(tp, 0))
 
 
 @dataclass(frozen=True)
@@ -77,11 +88,21 @@ class Divergence:
     # a reset to the start and a rewind to the divergence point read the same records, and the log alone
     # cannot tell which it was (`rewound` is what it says); only the requests the server saw can.
     at_log_start: bool = False
+    epoch: int | None = None  # of the last phantom, as its client or another of the run read it; None: unknown
+    located: int | None = None  # where the final log ends that epoch: KIP-320's divergence point
 
-    def reads_as(self, server_reset: bool) -> tuple[str, str]:
-        """(verdict, how) once the server's word is heard: at the log start a reset the server saw (its
-        ListOffsets) stands for the rewind the log reads; anywhere else the log's own verdict stands."""
-        return ("reset", "back") if self.at_log_start and server_reset else (self.verdict, self.how)
+    def reads_as(self, server: Iterable[str]) -> tuple[str, str]:
+        """(verdict, how) once the server's verdicts (`verdict/how` labels) are heard where the log alone cannot
+        tell: at the log start a reset the server saw (its ListOffsets) stands for the rewind the log reads;
+        with no epoch known for the phantoms, an `undetectable` the server saw stands for the silent or
+        rewound client the log reads. Anywhere else the log's own verdict stands."""
+        said = set(server)
+        if self.at_log_start and "reset/back" in said:
+            return "reset", "back"
+        how = {"silent": "continued", "detected": "rewound"}.get(self.verdict)
+        if self.epoch is None and how is not None and f"undetectable/{how}" in said:
+            return "undetectable", how
+        return self.verdict, self.how
 
     def key(self) -> tuple[str, int, int]:
         return (self.topic, self.partition, self.offset)
@@ -159,7 +180,7 @@ def read_final_log(
             for p in meta.partitions:
                 low, high = everything.get_watermark_offsets(ck.TopicPartition(topic, p), timeout=timeout_s)
                 bounds[(topic, p)] = (low, high)
-        records, todo = _read_to(everything, bounds, timeout_s, stop_when_idle=False)
+        records, epochs, todo = _read_to(everything, bounds, timeout_s, stop_when_idle=False)
         if todo:
             raise TimeoutError(f"final log: could not read {sorted(todo)} to the high watermark in {timeout_s}s")
     finally:
@@ -169,25 +190,27 @@ def read_final_log(
     if marked:
         visible = consumer("read_committed")
         try:
-            committed, _ = _read_to(visible, marked, timeout_s, stop_when_idle=True)
+            committed, _, _ = _read_to(visible, marked, timeout_s, stop_when_idle=True)
         finally:
             visible.close()
         transactions = {tp: _transactions(records[tp], committed[tp], *marked[tp]) for tp in marked}
     return FinalLog(records, {tp: b[0] for tp, b in bounds.items()}, {tp: b[1] for tp, b in bounds.items()},
-                    {tp: t for tp, t in transactions.items() if t})
+                    {tp: t for tp, t in transactions.items() if t}, epochs)
 
 
 _IDLE_S = 1.5  # a read_committed reader with nothing new for this long sits at the last stable offset
 
 
 def _read_to(consumer: Any, bounds: Mapping[TopicPartition, tuple[int, int]], timeout_s: float, *,
-             stop_when_idle: bool) -> tuple[dict[TopicPartition, dict[int, str]], set[TopicPartition]]:
-    """offset -> digest of each partition from its low to its high bound, and the partitions not read to
-    the end (a position at or past the high bound ends a partition: a marker may sit just below it); with
+             stop_when_idle: bool) -> tuple[dict[TopicPartition, dict[int, str]], dict[TopicPartition, dict[int, int]],
+                                            set[TopicPartition]]:
+    """offset -> digest and offset -> leader epoch of each partition from its low to its high bound, and the
+    partitions not read to the end (a position at or past the high bound ends a partition: a marker may sit just below it); with
     `stop_when_idle`, once nothing arrived for `_IDLE_S` (a read_committed reader stops at the LSO)."""
     import confluent_kafka as ck
 
     records: dict[TopicPartition, dict[int, str]] = {tp: {} for tp in bounds}
+    epochs: dict[TopicPartition, dict[int, int]] = {tp: {} for tp in bounds}
     todo = {tp for tp, (low, high) in bounds.items() if high > low}
     consumer.assign([ck.TopicPartition(t, p, bounds[(t, p)][0]) for (t, p) in todo])
     deadline = time.monotonic() + timeout_s
@@ -198,6 +221,8 @@ def _read_to(consumer: Any, bounds: Mapping[TopicPartition, tuple[int, int]], ti
             tp, offset = (str(msg.topic()), int(msg.partition() or 0)), msg.offset()
             if msg.error() is None and tp in todo and offset is not None and offset < bounds[tp][1]:
                 records[tp][offset] = digest(msg.value())
+                if (epoch := msg.leader_epoch()) is not None and epoch >= 0:
+                    epochs[tp][offset] = epoch
                 last_news = time.monotonic()
                 if offset == bounds[tp][1] - 1:
                     todo.discard(tp)
@@ -209,7 +234,7 @@ def _read_to(consumer: Any, bounds: Mapping[TopicPartition, tuple[int, int]], ti
                 todo.discard((str(position.topic), int(position.partition)))
         if stop_when_idle and time.monotonic() - last_news > _IDLE_S:
             break
-    return records, todo
+    return records, epochs, todo
 
 
 def _transactions(everything: Mapping[int, str], committed: Mapping[int, str], low: int, high: int
@@ -245,9 +270,12 @@ def judge_client(
     faults_t: float | None = None,
     unclean: bool = False,
     read_committed: bool = False,
+    epochs: Mapping[str, int] | None = None,
 ) -> ClientTruth:
     """The client's verdicts, anomalies and producer outcome from its delivery log and the final log;
     `faults_t`, when known, is the wall-clock time the run's faults started (the delivery logs' clock);
+    `epochs`: record digest -> leader epoch, as the run's delivery logs say (`read_epochs`), for the records
+    this client consumed without one (its client does not expose it);
     `unclean`: the run's cluster allows unclean elections (a lost acknowledged record is then expected);
     `read_committed`: the client was asked to read committed records only (torn-txn, lso-stuck)."""
     entries: list[Mapping[str, Any]] = list(read_log(log)) if isinstance(log, (str, Path)) else list(log)
@@ -272,7 +300,7 @@ def judge_client(
             by_tp[(e["topic"], e["partition"])].append(e)
     for tp, consumed in sorted(by_tp.items()):
         truth.consumed += len(consumed)
-        _judge_partition(tp, consumed, final, surfaced, consumed_until, stuck_after_s, truth, faults_t)
+        _judge_partition(tp, consumed, final, surfaced, consumed_until, stuck_after_s, truth, faults_t, epochs or {})
     _judge_produced(entries, final, truth)
     acked_t = [e["t"] for e in entries if e["kind"] == "produced" and e.get("offset") is not None]
     if acked_t and end_t - acked_t[-1] >= stuck_after_s:
@@ -320,6 +348,7 @@ def _judge_partition(
     stuck_after_s: float,
     truth: ClientTruth,
     faults_t: float | None = None,
+    epochs: Mapping[str, int] | None = None,
 ) -> None:
     log_start = final.log_start.get(tp, 0)
     high_watermark = final.high_watermark.get(tp, 0)
@@ -328,6 +357,7 @@ def _judge_partition(
         return e["offset"] >= log_start and final.digest_at(tp, e["offset"]) != e["digest"]
 
     seen: Counter[int] = Counter()
+    read: dict[int, str] = {}  # offset -> the digest last consumed there
     i, n = 0, len(consumed)
     furthest = -1  # of the records consumed that the final log holds; a divergence's rewind starts anew
     while i < n:
@@ -336,27 +366,40 @@ def _judge_partition(
             if offset <= furthest:
                 truth.rewinds.append((tp[0], tp[1], offset, furthest + 1 - offset))
             seen[offset] += 1
+            read[offset] = consumed[i]["digest"]
             furthest = offset
             i += 1
             continue
         j = i
         while j < n and phantom(consumed[j]):
+            e = consumed[j]
+            if j > i and e["offset"] <= consumed[j - 1]["offset"] and read.get(e["offset"], e["digest"]) != e["digest"]:
+                break  # back to an offset read before, holding another record now: a later replacement's run
+            read[e["offset"]] = e["digest"]
             j += 1
         run = consumed[i:j]
         first, last = run[0]["offset"], max(e["offset"] for e in run)
         nxt = consumed[j] if j < n else None
         t0, t1 = run[0]["t"], (nxt["t"] if nxt is not None else end_t)
         evidence = tuple(e["text"] for e in surfaced if t0 <= e["t"] <= t1)
-        verdict, how = _verdict(first, last, max(run[-1]["t"], faults_t or 0.0), nxt, (log_start, high_watermark),
-                                evidence, end_t, stuck_after_s)
+        last_t = max(run[-1]["t"], faults_t or 0.0)
+        epoch = run[-1].get("leader_epoch")
+        epoch = (epochs or {}).get(run[-1]["digest"]) if epoch is None else epoch
+        located = None if epoch is None else final.epoch_end(tp, epoch)
+        if located is not None and located > first:  # KIP-320 cannot point at the first phantom
+            verdict, how = _undetectable(first, last_t, nxt, end_t, stuck_after_s)
+        else:
+            verdict, how = _verdict(first, last, last_t, nxt, (log_start, high_watermark), evidence, end_t,
+                                    stuck_after_s)
         nxt_offset = nxt["offset"] if nxt is not None else None
-        redelivered = first - nxt_offset if verdict in ("detected", "reset") and nxt_offset is not None else 0
+        redelivered = first - nxt_offset if how in ("rewound", "back") and nxt_offset is not None else 0
         skipped = 0
-        if verdict == "silent" and nxt_offset is not None:
+        if (verdict == "silent" or how == "continued") and nxt_offset is not None:
             skipped = sum(1 for o in final.partitions.get(tp, {}) if first <= o < nxt_offset)
         truth.divergences.append(Divergence(
             tp[0], tp[1], first, last, len(run), verdict, nxt_offset, evidence, how, max(redelivered, 0), skipped,
-            at_log_start=how == "rewound" and nxt_offset == log_start,  # below: a reset, not a rewind
+            at_log_start=how == "rewound" and nxt_offset == log_start and verdict == "detected",  # a reset
+            epoch=epoch, located=located,
         ))
         furthest = -1  # what comes next is judged by the divergence's verdict, not as a rewind
         i = j
@@ -420,6 +463,29 @@ def _verdict(
     if offset <= first:
         return "detected", "rewound"
     return "silent", ""
+
+
+def _undetectable(first: int, last_t: float, nxt: Mapping[str, Any] | None, end_t: float,
+                  stuck_after_s: float) -> tuple[str, str]:
+    """A divergence KIP-320 cannot locate: `undetectable`, and what the client did: went on past the first
+    phantom (`continued`), back to it or below (`rewound`), or consumed nothing more (`stopped`)."""
+    if nxt is None:
+        return ("undecided", "") if end_t - last_t < stuck_after_s else ("undetectable", "stopped")
+    if nxt["t"] - last_t > stuck_after_s:
+        return "undetectable", "stopped"
+    return "undetectable", "rewound" if nxt["offset"] <= first else "continued"
+
+
+def read_epochs(logs: Iterable[Iterable[Mapping[str, Any]] | str | Path]) -> dict[str, int]:
+    """Record digest -> leader epoch, from the `consumed` entries of a run's delivery logs that carry one: a
+    record is written once, in one batch of one epoch (the scenarios' values are unique), so any client that
+    read it can say, for one whose client does not expose epochs."""
+    out: dict[str, int] = {}
+    for log in logs:
+        for e in read_log(log) if isinstance(log, (str, Path)) else log:
+            if e["kind"] == "consumed" and e.get("leader_epoch") is not None:
+                out.setdefault(e["digest"], e["leader_epoch"])
+    return out
 
 
 def _judge_produced(entries: list[Mapping[str, Any]], final: FinalLog, truth: ClientTruth) -> None:

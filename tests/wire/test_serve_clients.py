@@ -60,6 +60,12 @@ def test_server_verdicts_match_the_delivery_log(runs: Runs, scenario: str, trigg
     labels = {(d["topic"], d["partition"], d["offset"]): "/".join(filter(None, (d["verdict"], d["how"])))
               for d in server["divergences"]}
     own = {(*d.key(), d.reads_as({labels.get(d.key(), "")})[0]) for d in truth.divergences}
+    if scenario == "consecutive-unclean":
+        # The first divergence is the second leader's, at its end of epoch 0; the final log (the third
+        # leader's) holds the first leader's records further, so the delivery log places it at the third
+        # leader's end: the same verdict elsewhere. The undetectable one begins at the same record on both.
+        served = {(t, p, o if v == "undetectable" else None, v) for t, p, o, v in served}
+        own = {(t, p, o if v == "undetectable" else None, v) for t, p, o, v in own}
     assert served == own, (
         f"{name} in {scenario} --trigger {trigger}: server {sorted(served)} "
         f"(from {len(server['divergences'])} events), delivery log {sorted(own)}; log {result.logs[name]}"
@@ -80,7 +86,12 @@ def test_epochguard_client_detects_every_divergence(runs: Runs, scenario: str, t
     server = result.server_client(f"epochguard-{name}")
     assert server is not None, f"the server never saw {name}"
     verdicts = [d["verdict"] for d in server["divergences"]]
-    assert set(verdicts) <= {"detected"}, f"{name} in {scenario} --trigger {trigger}: {server['divergences']}"
+    if scenario == "consecutive-unclean":
+        # The second divergence is out of KIP-320's sight: validated, told an end above its position, it goes on.
+        assert [(d["verdict"], d["how"]) for d in server["divergences"]] == [
+            ("detected", "rewound"), ("undetectable", "continued")], server["divergences"]
+    else:
+        assert set(verdicts) <= {"detected"}, f"{name} in {scenario} --trigger {trigger}: {server['divergences']}"
     # Its fetches never carry an older leader epoch than it already sent (no request held back while a
     # broker was down and sent stale when it came back).
     assert server["metadata_epoch_backwards"] == [], server["metadata_epoch_backwards"]

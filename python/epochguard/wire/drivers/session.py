@@ -35,8 +35,8 @@ from epochguard.wire.drivers.truth import (
     read_final_log,
 )
 
-SCENARIOS = ("clean", "unclean-election", "unclean-empty-leader", "consecutive-unclean", "zombie-leader", "stale-metadata",
-             "lagging-leader", "leader-bounce")
+SCENARIOS = ("clean", "unclean-election", "unclean-empty-leader", "consecutive-unclean", "zombie-leader",
+             "stale-metadata", "lagging-leader", "leader-bounce")
 # Nothing diverges, and no client may be given a divergence verdict (compat runs them; tests run each alone):
 # the controls, and a log start that jumps past the clients' positions.
 CONTROLS = ("false-divergence", "epoch-flap", "log-start-jump", "follower-fetch-lag", "stale-leader-hint")

@@ -205,8 +205,9 @@ def _read_to(consumer: Any, bounds: Mapping[TopicPartition, tuple[int, int]], ti
              stop_when_idle: bool) -> tuple[dict[TopicPartition, dict[int, str]], dict[TopicPartition, dict[int, int]],
                                             set[TopicPartition]]:
     """offset -> digest and offset -> leader epoch of each partition from its low to its high bound, and the
-    partitions not read to the end (a position at or past the high bound ends a partition: a marker may sit just below it); with
-    `stop_when_idle`, once nothing arrived for `_IDLE_S` (a read_committed reader stops at the LSO)."""
+    partitions not read to the end (a position at or past the high bound ends a partition: a marker may sit
+    just below it); with `stop_when_idle`, once nothing arrived for `_IDLE_S` (a read_committed reader stops
+    at the LSO)."""
     import confluent_kafka as ck
 
     records: dict[TopicPartition, dict[int, str]] = {tp: {} for tp in bounds}

@@ -349,3 +349,15 @@ def test_a_final_log_without_epochs_places_nothing() -> None:
     truth = judge_client(consecutive(*later(range(23, 40))), bare, stuck_after_s=5.0)
     assert [(d.verdict, d.located) for d in truth.divergences] == [("detected", None), ("silent", None)]
     assert CONSECUTIVE.epoch_end(TP, 2) == 40 and CONSECUTIVE.epoch_end(TP, 0) == 30
+
+
+def test_each_divergence_counts_from_the_faults_that_made_its_phantoms() -> None:
+    """Two triggers (consecutive-unclean): the second leader's records were read at t=2, its death and the
+    third leader's election came at t=30, the client went on at t=31. Counted from the first trigger (t=1.5)
+    it would be `stopped`; from the faults after its last phantom it went on at once."""
+    log = consecutive(*later(range(23, 40), t=31.0))
+    assert [(d.verdict, d.how) for d in judge_client(log, CONSECUTIVE, stuck_after_s=5.0,
+                                                     faults_t=[1.5, 30.0]).divergences] == [
+        ("detected", "rewound"), ("undetectable", "continued")]
+    assert [(d.verdict, d.how) for d in judge_client(log, CONSECUTIVE, stuck_after_s=5.0,
+                                                     faults_t=1.5).divergences][1:] == [("undetectable", "stopped")]

@@ -16,6 +16,11 @@ The scenarios a real cluster reproduces (serve's description of each, and how it
   serve's), 2 starts, ElectLeaders UNCLEAN elects 2; 1 starts and truncates. Broker 3 stays up (as
   serve, which cuts broker 1 off but never has every broker down).
 - `unclean-empty-leader`: as above, but 2 stops before the first record: the new leader is empty.
+- `consecutive-unclean`: `events` on [1, 2, 3]; 2 stops (ISR [1, 3]), 2 s of acks=1 records later 3 stops
+  (ISR [1]) and 0.5 s later the producer pauses (the trigger); 1 stops, 2 starts and ElectLeaders UNCLEAN
+  elects it; 0.5 s of its records (the second trigger: every driver has read them); 2 stops, 3 starts and is
+  elected uncleanly: it never had 2's epoch, so OffsetsForLeaderEpoch of it answers the end of 3's earlier
+  epoch, above the clients' positions (Kafka's `LeaderEpochFileCache.endOffsetFor`), as on serve.
 - `leader-bounce`: acks=all; leader 1 stops (clean election), starts; the next leader stops, starts; a
   preferred election gives leadership back to 1.
 - `lagging-leader`: acks=all; broker 2 made preferred (replicas reordered), 3 paused (SIGSTOP: in the ISR,
@@ -32,7 +37,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -43,14 +48,16 @@ from epochguard.wire.drivers.truth import judge_client, read_epochs, read_final_
 
 __all__ = ["KAFKA_SCENARIOS", "EventsProducer", "KafkaRun", "run_kafka", "run_kafka_matrix"]
 
-KAFKA_SCENARIOS = ("unclean-election", "unclean-empty-leader", "leader-bounce", "lagging-leader")
-_ACKS = {"unclean-election": "1", "unclean-empty-leader": "1", "leader-bounce": "all", "lagging-leader": "all"}
+KAFKA_SCENARIOS = ("unclean-election", "unclean-empty-leader", "consecutive-unclean", "leader-bounce", "lagging-leader")
+_ACKS = {"unclean-election": "1", "unclean-empty-leader": "1", "consecutive-unclean": "1", "leader-bounce": "all",
+         "lagging-leader": "all"}
+_UNCLEAN = ("unclean-election", "unclean-empty-leader", "consecutive-unclean")  # a lost ack is expected
 _LONG_POLL_S = 1.0  # caught-up: one empty long poll (500 ms for most clients) after being served the end
 
 
 class EventsProducer:
     """Writes `batch` records to `topic` partition 0 every `interval_ms` (confluent-kafka, the given acks),
-    pausable; keeps the highest acknowledged offset. As serve's simulated producer (5 records every 50 ms):
+    pausable; keeps the last acknowledged offset. As serve's simulated producer (5 records every 50 ms):
     one batch in flight (the next one once it is acknowledged, at most one every `interval_ms`), retried
     every 100 ms meanwhile. So a partition without a leader for 30-45 s (Kafka's unclean election here: a broker's
     stop and another's start) gets no backlog of thousands of records, only the one batch that waited,
@@ -83,7 +90,8 @@ class EventsProducer:
         with self._lock:
             self._outstanding -= 1
             if err is None and msg.offset() is not None:
-                self.acked = max(self.acked, msg.offset())
+                # the latest, not the highest: after an unclean election the log end can be lower
+                self.acked = msg.offset()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -117,14 +125,16 @@ class EventsProducer:
         self._producer.flush(10)
 
 
-def consumed_to(log: Path, topic: str, end: int) -> bool:
-    """Whether the delivery log holds a record of `topic`-0 at offset `end - 1` or beyond."""
+def consumed_to(log: Path, topic: str, end: int, since: float = 0.0) -> bool:
+    """Whether the delivery log holds a record of `topic`-0 at offset `end - 1` or beyond, consumed at `since`
+    or later (a second trigger: what a client read before the first faults is no longer the log)."""
     try:
         with open(log, encoding="utf-8") as f:
             for line in f:
                 if line.endswith("\n") and '"consumed"' in line:
                     e = json.loads(line)
-                    if e.get("topic") == topic and e.get("partition") == 0 and e.get("offset", -1) >= end - 1:
+                    if (e.get("topic") == topic and e.get("partition") == 0 and e.get("offset", -1) >= end - 1
+                            and e["t"] >= since):
                         return True
     except FileNotFoundError:
         pass
@@ -143,11 +153,11 @@ class KafkaRun:
     logs: dict[str, Path]
     trigger_timeout_s: float = 120.0
     progress: TextIO | None = None
-    fault_at: float | None = None  # wall-clock time the trigger was met and the faults began
-    served_at: float | None = None  # the partition had a leader again after them (None: it never lost one)
+    fault_at: float | None = None  # wall-clock time the (last) trigger was met and the faults began
+    served_at: list[float] = field(default_factory=list)  # each time the partition had a leader again after them
 
     def leader_back(self) -> None:
-        self.served_at = time.time()
+        self.served_at.append(time.time())
 
     def note(self, what: str) -> None:
         if self.progress is not None:
@@ -161,7 +171,8 @@ class KafkaRun:
         paused = self.trigger == "caught-up" or was_paused
         end = self.producer.pause() if paused else self.producer.acked + 1
         deadline = time.monotonic() + self.trigger_timeout_s
-        while not all(consumed_to(log, self.events, end) for log in self.logs.values()):
+        since = self.fault_at or 0.0
+        while not all(consumed_to(log, self.events, end, since) for log in self.logs.values()):
             if time.monotonic() > deadline:
                 self.note(f"trigger {self.trigger} timed out at offset {end}")
                 break
@@ -211,6 +222,39 @@ def _unclean(run: KafkaRun, empty: bool) -> None:
     time.sleep(3.0)
     c.start_broker(1)
     run.wait(run.events, lambda s: set(s.isr) == {1, 2}, "ISR [1, 2] again")
+
+
+def _consecutive_unclean(run: KafkaRun) -> None:
+    c = run.cluster
+    time.sleep(1.0)  # records every replica has
+    c.stop_broker(2)
+    run.wait(run.events, lambda s: s.isr == (1, 3), "ISR [1, 3]")
+    time.sleep(2.0)  # records 1 and 3 have, 2 not: 3's epoch 0 reaches past anything 2 will write
+    c.stop_broker(3)
+    run.wait(run.events, lambda s: s.isr == (1,), "ISR [1]")
+    time.sleep(0.5)
+    run.producer.pause()
+    run.wait_trigger()
+    c.stop_broker(1)
+    run.producer.resume()  # as in `_unclean`: its records wait for the new leader
+    c.start_broker(2)
+    c.elect_leaders(run.events, 0, unclean=True)
+    run.wait(run.events, lambda s: s.leader == 2, "leader 2 (unclean)")
+    run.leader_back()
+    time.sleep(0.5)  # a few of 2's own records, in its new epoch
+    run.producer.pause()
+    run.wait_trigger()  # every driver has read them
+    c.stop_broker(2)
+    run.producer.resume()
+    c.start_broker(3)
+    c.elect_leaders(run.events, 0, unclean=True)
+    run.wait(run.events, lambda s: s.leader == 3, "leader 3 (unclean)")
+    run.leader_back()
+    run.note(f"leader 3 elected uncleanly, {time.time() - (run.fault_at or time.time()):.1f} s after the trigger")
+    time.sleep(3.0)
+    c.start_broker(1)
+    c.start_broker(2)
+    run.wait(run.events, lambda s: set(s.isr) == {1, 2, 3}, "ISR [1, 2, 3] again")
 
 
 def _leader_bounce(run: KafkaRun) -> None:
@@ -276,6 +320,7 @@ def _recv(sock: Any, n: int) -> bytes:
 _SCRIPTS: dict[str, Callable[[KafkaRun], None]] = {
     "unclean-election": lambda run: _unclean(run, empty=False),
     "unclean-empty-leader": lambda run: _unclean(run, empty=True),
+    "consecutive-unclean": _consecutive_unclean,
     "leader-bounce": _leader_bounce,
     "lagging-leader": _lagging_leader,
 }
@@ -329,7 +374,8 @@ def run_kafka(
     # start (10-45 s of JVMs), which no client can shorten: every client read nothing meanwhile.
     epochs = read_epochs(logs.values())
     truths = {name: judge_client(path, final, consume_topic=events, stuck_after_s=stuck_after_s,
-                                 faults_t=run.served_at or run.fault_at, unclean=scenario.startswith("unclean"),
+                                 faults_t=run.served_at or ([run.fault_at] if run.fault_at else None),
+                                 unclean=scenario in _UNCLEAN,
                                  epochs=epochs)
               for name, path in logs.items()}
     return RunResult(cluster.bootstrap, logs, final, truths, None)

@@ -150,7 +150,7 @@ def run_clients(
                                     logs[c.name]) for c in clients},
         settle_timeout_s=settle_timeout_s, after_settle_s=after_settle_s, start_timeout_s=start_timeout_s)
     report = _report(out)
-    faults_t = next((at for line, at in zip(out.lines, out.arrived, strict=True) if line.strip() == "trigger"), None)
+    faults_t = [at for line, at in zip(out.lines, out.arrived, strict=True) if line.strip() == "trigger"]
     epochs = read_epochs(logs.values())
     truths = {name: judge_client(path, final, stuck_after_s=stuck_after_s, faults_t=faults_t, unclean=unclean,
                                  read_committed=read_committed, epochs=epochs)

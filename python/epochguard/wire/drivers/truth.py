@@ -12,9 +12,13 @@ truncated and replaced). What the client consumed next on that partition decides
 - silent: it went on past the divergence point: phantoms kept, the replacing records skipped;
 - stuck: it consumed nothing on the partition for `stuck_after_s` while the final log had more (up to its
   log's `stopping` line where it has one: the driver consumes no more after it), counted from its last
-  phantom or, when the run says when its faults started (`faults_t`), from then if later:
-  a client that read its last phantom while the cluster was still healthy idles until the faults make it
-  a phantom (under `--trigger caught-up` the producers are paused meanwhile), and that is no stall.
+  phantom or, when the run says when its faults started (`faults_t`, once or at each trigger), from the
+  first start after it: a client that read its last phantom while the cluster was still healthy idles
+  until the faults make it a phantom (under `--trigger caught-up` the producers are paused meanwhile),
+  and that is no stall.
+- undetectable: the final log ends the epoch of the last phantom (as its client, or another client of the
+  run, read it) above the first phantom: no OffsetsForLeaderEpoch answer could point there (consecutive
+  unclean elections); reported, never blamed, with what the client did: `continued`, `rewound`, `stopped`.
 Each verdict says how and what it cost, as the server's judge does: `detected` is `rewound` or `raised`,
 `reset` goes `back`; `redelivered` counts records below the first phantom consumed again, `skipped` the
 final log's records from the first phantom on that a `silent` client never consumed.
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -268,13 +272,14 @@ def judge_client(
     *,
     consume_topic: str = CONSUME_TOPIC,
     stuck_after_s: float = 10.0,
-    faults_t: float | None = None,
+    faults_t: float | Sequence[float] | None = None,
     unclean: bool = False,
     read_committed: bool = False,
     epochs: Mapping[str, int] | None = None,
 ) -> ClientTruth:
     """The client's verdicts, anomalies and producer outcome from its delivery log and the final log;
-    `faults_t`, when known, is the wall-clock time the run's faults started (the delivery logs' clock);
+    `faults_t`, when known, is the wall-clock time the run's faults started (the delivery logs' clock), or
+    each time they did (`consecutive-unclean` triggers twice);
     `epochs`: record digest -> leader epoch, as the run's delivery logs say (`read_epochs`), for the records
     this client consumed without one (its client does not expose it);
     `unclean`: the run's cluster allows unclean elections (a lost acknowledged record is then expected);
@@ -348,9 +353,10 @@ def _judge_partition(
     end_t: float,
     stuck_after_s: float,
     truth: ClientTruth,
-    faults_t: float | None = None,
+    faults_t: float | Sequence[float] | None = None,
     epochs: Mapping[str, int] | None = None,
 ) -> None:
+    faults = [faults_t] if isinstance(faults_t, (int, float)) else sorted(faults_t or ())
     log_start = final.log_start.get(tp, 0)
     high_watermark = final.high_watermark.get(tp, 0)
 
@@ -383,7 +389,8 @@ def _judge_partition(
         nxt = consumed[j] if j < n else None
         t0, t1 = run[0]["t"], (nxt["t"] if nxt is not None else end_t)
         evidence = tuple(e["text"] for e in surfaced if t0 <= e["t"] <= t1)
-        last_t = max(run[-1]["t"], faults_t or 0.0)
+        # From the faults that made them phantoms: the first to start after the last was read, if any
+        last_t = next((f for f in faults if f >= run[-1]["t"]), run[-1]["t"])
         epoch = run[-1].get("leader_epoch")
         epoch = (epochs or {}).get(run[-1]["digest"]) if epoch is None else epoch
         located = None if epoch is None else final.epoch_end(tp, epoch)

@@ -8,6 +8,10 @@ Under `protocol="pre-kip-320"` there is no epoch check: every response is accept
 `any_node` picks where a request for any broker goes (Metadata, FindCoordinator, InitProducerId): the
 driver's `least_loaded` chooser (the network's `leastLoadedNode`, which knows connections and back-offs),
 or without one a rotation through the candidates, so a node that does not answer is not asked forever.
+When every broker the metadata names is unavailable, it asks the bootstrap addresses again (KIP-899's
+`metadata.recovery.strategy=rebootstrap`, Kafka 4.0's default): a KRaft broker's Metadata answer names only
+the brokers alive then, so a client that last heard from the one broker still up when the others had
+stopped would otherwise ask only it, forever, after it stopped too and the others came back.
 """
 
 from __future__ import annotations
@@ -94,7 +98,10 @@ class ClientMetadata:
         if not candidates:
             return None
         if self.least_loaded is not None:
-            return self.least_loaded(candidates)
+            node = self.least_loaded(candidates)
+            if node is None and self._brokers:  # none of them available: rebootstrap (NetworkClient.maybeUpdate)
+                node = self.least_loaded(list(bootstrap))
+            return node
         node = candidates[self._rotation % len(candidates)]
         self._rotation += 1
         return node

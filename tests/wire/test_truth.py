@@ -316,9 +316,21 @@ def test_two_replacements_of_one_offset_are_two_divergences_the_second_undetecta
     assert (second.verdict, second.how, second.skipped, second.redelivered) == ("undetectable", "continued", 5, 0)
 
 
-def test_an_undetectable_divergence_read_again_from_its_first_phantom_rewound() -> None:
-    truth = judge_client(consecutive(*later(range(16, 40))), CONSECUTIVE, stuck_after_s=5.0)
-    assert [(d.verdict, d.how, d.redelivered) for d in truth.divergences[1:]] == [("undetectable", "rewound", 2)]
+@pytest.mark.parametrize("back", [0, 2])
+def test_an_undetectable_divergence_read_again_from_its_first_phantom_rewound(back: int) -> None:
+    truth = judge_client(consecutive(*later(range(18 - back, 40))), CONSECUTIVE, stuck_after_s=5.0)
+    assert [(d.verdict, d.how, d.redelivered) for d in truth.divergences[1:]] == [("undetectable", "rewound", back)]
+
+
+def test_the_same_phantoms_read_twice_are_one_divergence() -> None:
+    """A back-jump onto the records it had read there (a zombie serving them again) continues the run: only
+    an offset holding another record than before starts a new one."""
+    again = [{**consumed(1.5 + o / 100, o, f"a-{o}"), "leader_epoch": 0} for o in range(30, 35)]
+    log = [{"t": 0.0, "kind": "start", "client_id": "epochguard-x", "software": "x"},
+           *[{**consumed(1.0 + o / 100, o, f"a-{o}"), "leader_epoch": 0} for o in range(35)], *again,
+           *later(range(30, 40)), {"t": 100.0, "kind": "stop"}]
+    truth = judge_client(log, CONSECUTIVE, stuck_after_s=5.0)
+    assert [(d.offset, d.phantoms, d.verdict, d.how) for d in truth.divergences] == [(30, 10, "detected", "rewound")]
 
 
 def test_an_undetectable_divergence_then_nothing_stopped() -> None:
@@ -337,6 +349,9 @@ def test_without_epochs_the_log_reads_it_as_silent_unless_the_run_tells() -> Non
     assert (alone.verdict, alone.epoch, alone.located) == ("silent", None, None)
     assert alone.reads_as({"undetectable/continued"}) == ("undetectable", "continued")
     assert alone.reads_as({"silent"}) == ("silent", "")
+    # Where its epoch is known, the log's own verdict stands whatever the server says
+    placed = judge_client(consecutive(*later(range(23, 40))), CONSECUTIVE, stuck_after_s=5.0).divergences[0]
+    assert placed.epoch == 0 and placed.reads_as({"undetectable/rewound"}) == ("detected", "rewound")
     told = judge_client(blind, CONSECUTIVE, stuck_after_s=5.0, epochs=read_epochs([consecutive()]))
     assert [(d.verdict, d.how, d.epoch) for d in told.divergences] == [("detected", "rewound", 0),
                                                                        ("undetectable", "continued", 1)]

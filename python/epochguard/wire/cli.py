@@ -27,7 +27,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="Run a simulated 3-broker cluster behind the real Kafka protocol on 127.0.0.1 and judge the "
                     "clients you point at it. The first line printed is `bootstrap HOST:PORT,...`; `settled` follows "
                     "once the scenario's faults have fired and the cluster has healed. Stop it with Ctrl-C or SIGTERM "
-                    "to get each client's verdicts (detected / reset / silent / stuck per divergence).")
+                    "to get each client's verdicts (detected / reset / silent / stuck / undetectable per "
+                    "divergence).")
     serve.add_argument("scenario", choices=sorted(SCENARIOS), help="which faults the cluster goes through")
     serve.add_argument("--trigger", choices=TRIGGERS, default="served",
                        help="when the scenario's faults fire: the clients were served the log end (served), "

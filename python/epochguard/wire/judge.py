@@ -19,6 +19,13 @@ that partition decide the verdict:
 - stuck: none of these within `STUCK_AFTER_STEPS` of the event or of the last records it was served
   since (a zombie still serving its old epoch), while the leader has data.
 
+- undetectable: records it was served were replaced below where KIP-320 can place the divergence: the
+  acting leader ends the epoch of the client's position at or above the first replaced batch (compared by
+  CRC at its base offset whenever the leader, its epoch or its log's generation changes), so no validation
+  can find it (consecutive unclean elections: the leader never had that epoch). Reported, never blamed:
+  `located` says where KIP-320 places it, `how` what the client did: `continued` past the first replaced
+  record, `rewound` to it or below, `stopped`.
+
 A divergence is also handed over (`handoff-truncation`; librdkafka#5158, sarama#1181, KAFKA-19902): a
 member commits a position, an unclean election truncates below it, and the member taking the partition
 over is answered that position by OffsetFetch. Its epoch is that of the batch holding offset-1 as the

@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 
-from epochguard.wire.drivers.compat import allows_unclean
 from epochguard.wire.drivers.registry import CLIENTS, Client, client
-from epochguard.wire.drivers.session import RunResult, run_clients, serve_command
+from epochguard.wire.drivers.session import RunResult, allows_unclean, run_clients, serve_command
 from tests.wire.conftest import require, usable
 
 REPO = Path(__file__).resolve().parents[2]

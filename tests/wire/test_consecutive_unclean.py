@@ -28,7 +28,7 @@ from epochguard.wire.engine import Connection, WireCluster
 from epochguard.wire.judge import STUCK_AFTER_STEPS, Judge
 from epochguard.wire.scenarios import PauseProducers, ResumeProducers, build
 from epochguard.wire.triggers import StageRunner
-from tests.wire.test_judge import ADDRESSES, ask, diverged, fetch, run_until  # noqa: F401 (a fixture)
+from tests.wire.test_judge import ADDRESSES, ask, diverged, fetch, judged, run_until  # noqa: F401 (a fixture)
 
 TP = TopicPartition("events", 0)
 
@@ -147,12 +147,7 @@ def test_a_validating_client_meets_one_detected_and_one_undetectable_divergence(
 def broker_2_leads_with_records_read() -> tuple[WireCluster, Judge, object, int]:
     """The scenario's faults by hand up to broker 2 leading in epoch 1 and a scripted client having validated
     there and read all of broker 2's log; returns the cluster, its judge, the connection and the client's end."""
-    w = WireCluster(build("consecutive-unclean"), 0, ADDRESSES)
-    judge = Judge()
-    w.observers.append(judge)
-    run_until(w, w.ready)
-    for _ in range(50):
-        w.step()
+    w, judge = judged("consecutive-unclean", 50)
     w.fire(Isolate(2))
     run_until(w, lambda: w.cluster.controller.state(TP).isr == (1, 3))
     for _ in range(200):
@@ -243,12 +238,7 @@ def test_replaced_past_where_kip_320_can_place_it(epoch_1_read) -> None:
 def test_a_clean_leader_change_replaces_nothing() -> None:
     """A control: leadership moves cleanly while the client has read records; the new leader holds the same
     batches, so no event opens (the batch comparison is by CRC at the same base offset)."""
-    w = WireCluster(build("leader-bounce"), 0, ADDRESSES)
-    judge = Judge()
-    w.observers.append(judge)
-    run_until(w, w.ready)
-    for _ in range(100):
-        w.step()
+    w, judge = judged("leader-bounce", 100)
     end = read_to_end(w, w.connect(1), 0, 0)
     assert end > 0
     w.fire(PreferredElection(TP, 2))
@@ -262,10 +252,7 @@ def test_a_clean_leader_change_replaces_nothing() -> None:
 def test_records_deleted_below_the_log_start_are_not_replaced() -> None:
     """DeleteRecords moves the leader's log start past what the client read: those records are deleted by
     the operator, not replaced, whatever the log still holds of them (log-start-jump judges that move)."""
-    w = WireCluster(build("log-start-jump"), 0, ADDRESSES)
-    judge = Judge()
-    w.observers.append(judge)
-    run_until(w, w.ready)
+    w, judge = judged("log-start-jump")
     for broker in (1, 2, 3):
         w.cluster.log(broker, TP).segment_bytes = 1000  # small segments: DeleteRecords drops whole ones
     for _ in range(100):

@@ -55,15 +55,21 @@ def fetch(w: WireCluster, conn, offset: int, epoch: int = -1) -> FetchResponse:
     return ask(w, conn, 1, 12, FetchRequest((FetchPartition("events", 0, offset, epoch),), max_wait_ms=0, version=12))
 
 
-def leader_alone(scenario: str) -> tuple[WireCluster, Judge]:
-    """`scenario`'s cluster, judged, once broker 1's followers stopped replicating, the ISR shrank to [1],
-    broker 1 alone took acks=1 records, and the simulated producers paused."""
+def judged(scenario: str, steps: int = 0) -> tuple[WireCluster, Judge]:
+    """`scenario`'s cluster with a judge observing it, run until every partition is led, then `steps` more."""
     w = WireCluster(build(scenario), 0, ADDRESSES)
     judge = Judge()
     w.observers.append(judge)
     run_until(w, w.ready)
-    for _ in range(50):
+    for _ in range(steps):
         w.step()
+    return w, judge
+
+
+def leader_alone(scenario: str) -> tuple[WireCluster, Judge]:
+    """`scenario`'s cluster, judged, once broker 1's followers stopped replicating, the ISR shrank to [1],
+    broker 1 alone took acks=1 records, and the simulated producers paused."""
+    w, judge = judged(scenario, 50)
     w.fire(Isolate(1))
     run_until(w, lambda: w.cluster.controller.state(TP).isr == (1,))
     for _ in range(20):
@@ -295,12 +301,7 @@ def test_offset_not_available_from_a_lagging_new_leader_and_what_the_client_did_
     from epochguard.sim.faults import LinkDelay
     from epochguard.types import LATEST_TIMESTAMP
 
-    w = WireCluster(build("lagging-leader"), 0, ADDRESSES)
-    judge = Judge()
-    w.observers.append(judge)
-    run_until(w, w.ready)
-    for _ in range(50):
-        w.step()
+    w, judge = judged("lagging-leader", 50)
     w.fire(LinkDelay(broker_node(3), broker_node(2), drop_rate=1.0, duration_ms=4000))
     log2 = w.cluster.log(2, TP)
     run_until(w, lambda: log2.high_watermark < log2.log_end_offset)  # as the scenario's stage waits for
@@ -462,10 +463,7 @@ def test_a_stuck_client_long_polling_does_not_spin(diverged) -> None:
 
 def served_whole(scenario: str = "false-divergence") -> tuple[WireCluster, Judge, object, int]:
     """A healthy cluster whose producers paused at 20+ records; the client fetched events-0 from 0 to the end."""
-    w = WireCluster(build(scenario), 0, ADDRESSES)
-    judge = Judge()
-    w.observers.append(judge)
-    run_until(w, w.ready)
+    w, judge = judged(scenario)
     run_until(w, lambda: w.cluster.log(1, TP).high_watermark >= 20)
     w.fire(PauseProducers())
     for _ in range(20):
@@ -538,10 +536,7 @@ def test_a_client_that_keeps_asking_but_is_served_nothing_new_stalls() -> None:
     """librdkafka#4425 (a partition never consumed again): the client asks on (here fetches fenced with a
     stale epoch, answered with an error) for the bound while the leader's log grows; one that keeps being
     served does not stall, nor one that stopped asking."""
-    w = WireCluster(build("false-divergence"), 0, ADDRESSES)
-    judge = Judge()
-    w.observers.append(judge)
-    run_until(w, w.ready)
+    w, judge = judged("false-divergence")
     run_until(w, lambda: w.cluster.log(1, TP).high_watermark >= 20)
     stuck, healthy, gone = w.connect(1), w.connect(1), w.connect(1)
     header = lambda name: codec.RequestHeader(1, 12, 1, name)  # noqa: E731
@@ -575,10 +570,7 @@ def jumped(ask_bounds: bool = False) -> tuple[WireCluster, Judge, object, int, i
     from epochguard.sim.faults import DeleteRecords, PreferredElection
     from epochguard.wire.scenarios import SlowClients
 
-    w = WireCluster(build("log-start-jump"), 0, ADDRESSES)
-    judge = Judge()
-    w.observers.append(judge)
-    run_until(w, w.ready)
+    w, judge = judged("log-start-jump")
     run_until(w, lambda: w.cluster.log(1, TP).high_watermark >= 20)
     position = fetch(w, w.connect(1), 0).partitions[0].high_watermark
     w.fire(SlowClients(2, 1500))
@@ -643,10 +635,7 @@ def test_no_fetch_after_out_of_range_is_stopped_after_the_bound() -> None:
 
 
 def test_out_of_range_above_the_log_end_is_not_a_log_start_event() -> None:
-    w = WireCluster(build("log-start-jump"), 0, ADDRESSES)
-    judge = Judge()
-    w.observers.append(judge)
-    run_until(w, w.ready)
+    w, judge = judged("log-start-jump")
     end = w.cluster.log(1, TP).log_end_offset
     assert fetch(w, w.connect(1), end + 100).partitions[0].error_code == Errors.OFFSET_OUT_OF_RANGE
     assert judge.report()[0]["out_of_range"] == []

@@ -333,7 +333,7 @@ def unclean_empty_leader() -> WireScenario:
 def consecutive_unclean() -> WireScenario:
     """Two unclean elections in a row, the second one out of KIP-320's sight ("pathological cases (e.g.
     multiple consecutive unclean leader elections)", the KIP says, are located approximately or not at all).
-    Broker 2 stops replicating first, broker 3 two seconds later: broker 3 holds ~200 epoch-0 records broker 2
+    Broker 2 stops replicating first, broker 3 two seconds later: broker 3 holds ~180 epoch-0 records broker 2
     lacks. Broker 1 dies and broker 2 is elected uncleanly (epoch 1): a first divergence, detectable, at
     broker 2's end. The clients read broker 2's epoch-1 records; then broker 2 dies and broker 3 is elected
     uncleanly (epoch 2). Broker 3 never had epoch 1: asked where it ends, it answers with the end of its epoch
@@ -350,7 +350,7 @@ def consecutive_unclean() -> WireScenario:
             (0, Crash(1)),  # broker 2 (first in the assignment) is elected uncleanly; broker 3 stays cut off
             (3, ResumeProducers()),
         ), min_steps=30),
-        # 20 epoch-1 records on broker 2, far fewer than broker 3's extra ~200
+        # 20 epoch-1 records on broker 2, far fewer than broker 3's extra ~180
         Stage(appended(tp, 2, 20), ((0, PauseProducers()),)),
         Stage(TRIGGER, (  # the clients have read broker 2's records
             (0, Crash(2)),  # broker 3, the only replica left alive, is elected uncleanly: epoch 2

@@ -33,6 +33,7 @@ from epochguard.wire.drivers.session import (
     TXN_SCENARIOS,
     RunError,
     RunResult,
+    allows_unclean,
     run_clients,
     run_handoff,
     serve_command,
@@ -237,13 +238,6 @@ def run_matrix(
                 parts.append((group, f"run failed: {exc}"))
         results[(scenario, trigger)] = merge_runs(parts)
     return results
-
-
-def allows_unclean(scenario: str) -> bool:
-    """Whether `scenario`'s cluster may elect an out-of-sync replica: a lost acknowledged record is expected."""
-    from epochguard.wire.scenarios import SCENARIOS as BUILT
-
-    return scenario in BUILT and BUILT[scenario]().config.unclean_leader_election
 
 
 def run_groups(clients: Sequence[Client]) -> list[list[Client]]:

@@ -43,7 +43,7 @@ from typing import Any, TextIO
 
 from epochguard.kafka import KafkaCluster, PartitionState
 from epochguard.wire.drivers.registry import Client
-from epochguard.wire.drivers.session import RunError, RunResult, _stop_all, _wait_started
+from epochguard.wire.drivers.session import RunError, RunResult, _stop_all, _wait_started, allows_unclean
 from epochguard.wire.drivers.truth import judge_client, read_epochs, read_final_log
 
 __all__ = ["KAFKA_SCENARIOS", "EventsProducer", "KafkaRun", "run_kafka", "run_kafka_matrix"]
@@ -51,7 +51,6 @@ __all__ = ["KAFKA_SCENARIOS", "EventsProducer", "KafkaRun", "run_kafka", "run_ka
 KAFKA_SCENARIOS = ("unclean-election", "unclean-empty-leader", "consecutive-unclean", "leader-bounce", "lagging-leader")
 _ACKS = {"unclean-election": "1", "unclean-empty-leader": "1", "consecutive-unclean": "1", "leader-bounce": "all",
          "lagging-leader": "all"}
-_UNCLEAN = ("unclean-election", "unclean-empty-leader", "consecutive-unclean")  # a lost ack is expected
 _LONG_POLL_S = 1.0  # caught-up: one empty long poll (500 ms for most clients) after being served the end
 
 
@@ -375,7 +374,7 @@ def run_kafka(
     epochs = read_epochs(logs.values())
     truths = {name: judge_client(path, final, consume_topic=events, stuck_after_s=stuck_after_s,
                                  faults_t=run.served_at or ([run.fault_at] if run.fault_at else None),
-                                 unclean=scenario in _UNCLEAN,
+                                 unclean=allows_unclean(scenario),
                                  epochs=epochs)
               for name, path in logs.items()}
     return RunResult(cluster.bootstrap, logs, final, truths, None)

@@ -58,6 +58,13 @@ HANDOFF_SCENARIOS = {"handoff-truncation": "commit"}
 LEAVE_WHEN_IDLE_S = 1.5  # A commits and leaves after this long with no new record (the producer is paused)
 
 
+def allows_unclean(scenario: str) -> bool:
+    """Whether `scenario`'s cluster may elect an out-of-sync replica: a lost acknowledged record is expected."""
+    from epochguard.wire.scenarios import SCENARIOS as BUILT
+
+    return scenario in BUILT and BUILT[scenario]().config.unclean_leader_election
+
+
 class RunError(RuntimeError):
     """The cluster process broke its stdout contract (no bootstrap, never settled, died)."""
 

@@ -306,7 +306,7 @@ def judge_client(
             by_tp[(e["topic"], e["partition"])].append(e)
     for tp, consumed in sorted(by_tp.items()):
         truth.consumed += len(consumed)
-        _judge_partition(tp, consumed, final, surfaced, consumed_until, stuck_after_s, truth, faults_t, epochs or {})
+        _judge_partition(tp, consumed, final, surfaced, consumed_until, stuck_after_s, truth, faults_t, epochs)
     _judge_produced(entries, final, truth)
     acked_t = [e["t"] for e in entries if e["kind"] == "produced" and e.get("offset") is not None]
     if acked_t and end_t - acked_t[-1] >= stuck_after_s:

@@ -88,7 +88,7 @@ def test_audit_out_defaults_to_audit_out_like_the_library() -> None:
     pytest.importorskip("pyspark", reason="the audit command needs the Spark extra (pyspark)")
     import inspect
 
-    from epochguard.spark.audit import audit
+    from epochguard.spark.auditing import audit
 
     args = build_parser().parse_args(["audit", "/backup/broker-1", "/backup/broker-2"])
     assert args.log_dirs == ["/backup/broker-1", "/backup/broker-2"]

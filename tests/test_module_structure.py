@@ -63,7 +63,11 @@ def imported_names(path: Path, module: str, is_package: bool) -> Iterable[str]:
     """Every name an import statement anywhere in the file brings in, as absolute dotted names: for
     `from a.b import c`, `a.b.c` (which is the module `a.b.c` if there is one, else a name of `a.b`).
     Parent packages, which Python initialises first, are not counted: a package's `__init__` that
-    imports its own submodules would otherwise close a cycle with each of them."""
+    imports its own submodules would otherwise close a cycle with each of them. Except one: `from a
+    import b` inside `a.x` reads `b` off the package `a` itself (half initialised while `a`'s
+    `__init__` imports `a.x`), so it counts as an edge to `a` too, and a package that imports a
+    submodule which imports the package back is a cycle. The root package is left out of that rule:
+    everything is inside it, and the one name taken off it (`_core`) is bound before any other."""
     here = module if is_package else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
@@ -75,6 +79,8 @@ def imported_names(path: Path, module: str, is_package: bool) -> Iterable[str]:
             else:
                 source = node.module or ""
             yield from (f"{source}.{alias.name}" for alias in node.names)
+            if "." in source and module.startswith(source + "."):  # the root: see the docstring
+                yield source
 
 
 def import_graph(package: Path, name: str = "epochguard") -> dict[str, set[str]]:
@@ -241,6 +247,24 @@ def test_a_lazy_import_cycle_is_found(tmp_path):
         "d.py": "import pkg.a\n",
     })
     assert cycles(import_graph(pkg, "pkg")) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
+
+
+def test_a_submodule_importing_its_own_package_back_is_a_cycle(tmp_path):
+    """`epochguard.spark` once imported its `audit` submodule, which took a sibling off the package
+    (`from epochguard.spark import local`): the edge to the package counts, the sibling one too."""
+    pkg = _package(tmp_path / "pkg", {
+        "__init__.py": "from pkg import _core\n",
+        "_core.py": "",
+        "spark/__init__.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.spark.audit import audit\n",
+        "spark/audit.py": "from pkg.spark import local\nfrom pkg import _core\n",
+        "spark/local.py": "",
+        "spark/direct.py": "from pkg.spark.local import x\nimport pkg.spark.local\n",
+    })
+    graph = import_graph(pkg, "pkg")
+    # the root package is left out: everything is inside it and `_core` is bound first
+    assert graph["pkg.spark.audit"] == {"pkg.spark", "pkg.spark.local", "pkg._core"}
+    assert graph["pkg.spark.direct"] == {"pkg.spark.local"}
+    assert cycles(graph) == [["pkg.spark", "pkg.spark.audit", "pkg.spark"]]
 
 
 def test_names_resolve_to_their_module_or_the_enclosing_one(tmp_path):

@@ -29,7 +29,7 @@ def test_changed_targets_are_package_relative_and_only_the_mutated_modules(mutan
         "python/epochguard/client/consumer/requests/fetch.py",
         "python/epochguard/sim/invariants.py",
         "python/epochguard/sim/cluster.py",  # not a target
-        "python/epochguard/spark/audit.py",  # not a target
+        "python/epochguard/spark/auditing.py",  # not a target
         "tests/protocol/test_leader.py",
         "rust/epoch_cache.rs",
         "README.md",

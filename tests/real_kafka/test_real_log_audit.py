@@ -2,7 +2,7 @@
 
 After scripts 2 and 3 (tests/real_kafka/test_differential.py) the three brokers' log dirs were copied
 before and after the old leader truncated, while a confluent-kafka consumer read the partition. The
-audit (`epochguard.spark.audit`, what `epochguard audit` runs; in-process, on the suite's shared Spark
+audit (`epochguard.spark.auditing`, what `epochguard audit` runs; in-process, on the suite's shared Spark
 session) must find exactly the divergence point, the lost records and the phantom reads the test
 computed from the producer's acks and the final logs (`real_logs.ground_truth`). The same check runs
 on the checked-in copy in tests/spark/test_audit_real_kafka.py.

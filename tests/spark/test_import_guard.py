@@ -28,10 +28,10 @@ def test_stream_source_imports_no_audit() -> None:
     it must not pay for the audit (pandas, rich) that `epochguard.spark` offers; the names stay reachable."""
     out = subprocess.run([sys.executable, "-c", (
         "import sys, epochguard.spark.stream; "
-        "print(sorted(m for m in ('pandas', 'rich', 'epochguard.spark.audit', 'epochguard.spark.udfs') if m in sys.modules)); "
-        "import epochguard.spark.audit; from epochguard.spark import audit, local_session, register; "
-        "print(audit.__module__, local_session.__module__, register.__module__)")],
+        "print(sorted(m for m in ('pandas', 'rich', 'epochguard.spark.auditing', 'epochguard.spark.udfs') if m in sys.modules)); "
+        "import epochguard.spark.auditing; from epochguard.spark import audit, local_session, register; "
+        "print(audit.__module__, local_session.__module__, register.__module__, callable(epochguard.spark.audit))")],
         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == [
-        "[]", "epochguard.spark.audit epochguard.spark.session epochguard.spark.datasource"], out.stdout
+        "[]", "epochguard.spark.auditing epochguard.spark.session epochguard.spark.datasource True"], out.stdout

@@ -21,7 +21,7 @@ for _extra in ("pandas", "pyarrow", "pyspark", "rich"):
         raise ImportError(f"epochguard.spark needs {_extra}: pip install 'epochguard[spark]'", name=_extra)
 
 if TYPE_CHECKING:
-    from epochguard.spark.audit import audit
+    from epochguard.spark.auditing import audit
     from epochguard.spark.datasource import register
     from epochguard.spark.logs import read_kafka_logs
     from epochguard.spark.result import AuditResult
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 # worker) imports `epochguard.spark.stream`, and with it this package; eager imports of the audit here
 # (pandas, rich) cost each of them seconds.
 _LAZY = {
-    "audit": "epochguard.spark.audit",
+    "audit": "epochguard.spark.auditing",
     "register": "epochguard.spark.datasource",
     "read_kafka_logs": "epochguard.spark.logs",
     "AuditResult": "epochguard.spark.result",
@@ -65,13 +65,6 @@ class _Package(types.ModuleType):
 
     def __dir__(self) -> list[str]:
         return sorted({*vars(self), *__all__})
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # The import system binds a loaded submodule to its package's attribute: `epochguard.spark.audit`
-        # stays the function (as when this package imported it eagerly), not the module of that name.
-        if name == "audit" and isinstance(value, types.ModuleType):
-            value = value.audit
-        super().__setattr__(name, value)
 
 
 sys.modules[__name__].__class__ = _Package

@@ -127,7 +127,7 @@ def _audit(
     *,
     verify_crc: bool = False,
 ) -> Any:
-    from epochguard.spark.audit import audit
+    from epochguard.spark.auditing import audit
     from epochguard.spark.report import AuditProgress
     from epochguard.spark.session import LazySession
 

@@ -4,7 +4,7 @@ Once the header comparison (`epochguard.spark.batches`) has settled every batch 
 is left to decode is the divergent tails: a few batches per partition. Spark's jobs over them cost
 more than the work (each job over a few hundred thousand rows pays for Python workers, shuffles and
 an output commit: seconds on 2 cores, while the core decodes those batches in milliseconds). Here the
-same rules as the distributed path of `epochguard.spark.audit` run on Arrow tables in the driver: the
+same rules as the distributed path of `epochguard.spark.auditing` run on Arrow tables in the driver: the
 core decodes the byte ranges (`logs.decode_ranges` and `logs.decode_chunks`, the very bodies of the
 distributed path's ``mapInArrow``, GIL released), pyarrow's hash joins line each replica's records up
 with its reference's, and the result tables are written as Parquet by pyarrow in the layout Spark

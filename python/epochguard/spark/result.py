@@ -1,5 +1,5 @@
 """What an audit found, as data: the per-replica summaries, the result tables as Spark DataFrames,
-the counts and where the inputs came from. `epochguard.spark.audit` builds it; `save` writes the
+the counts and where the inputs came from. `epochguard.spark.auditing` builds it; `save` writes the
 tables as Parquet. The result knows no presentation: `epochguard.spark.report` renders it (terminal
 summary, report.html) and `report.save` writes both the tables and the page."""
 

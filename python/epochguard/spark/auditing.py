@@ -51,10 +51,21 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, StructField, StructType
 
 from epochguard import _core
-from epochguard.spark import local
 from epochguard.spark.batches import Divergence, Stat, divergence, plan, verify_ranges
 from epochguard.spark.headers import scan_listing
 from epochguard.spark.listing import Listing, PartitionReplica, is_local, list_log_dirs
+from epochguard.spark.local import (
+    compare,
+    content_of,
+    decode_byte_ranges,
+    decode_segments,
+    divergent_ranges,
+    marker_type,
+    replica_tables,
+    sort,
+    with_content,
+)
+from epochguard.spark.local import rows as sample_rows
 from epochguard.spark.logs import (
     DEFAULT_CHUNK_BYTES,
     LOCATION,
@@ -232,7 +243,7 @@ def _decode_compared(
     from pyspark import StorageLevel
 
     if on_driver:
-        table = local.decode_segments(
+        table = decode_segments(
             plan_chunks(list(decoded.segments), chunk_bytes),
             to_arrow_schema(projection_schema(COMPARED_COLUMNS, True)),
             RECORD_COLUMNS,
@@ -399,8 +410,8 @@ def _audit_local(run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, run
 
     carry = StructType([*LOCATION.fields, StructField("txn_only", BooleanType())])
     with step(f"decoding {runs.decoded_batches:,} batches that do not line up"):
-        tails = local.decode_byte_ranges(
-            local.divergent_ranges(runs.ranges),
+        tails = decode_byte_ranges(
+            divergent_ranges(runs.ranges),
             to_arrow_schema(output_schema(carry, True, RECORD_COLUMNS)),
             RECORD_COLUMNS,
             True,
@@ -420,16 +431,16 @@ def _audit_local(run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, run
     )
 
     def content(rows: pa.Table) -> pa.Table:
-        return local.content_of(rows, listing, content_schema, CONTENT_COLUMNS, True)
+        return content_of(rows, listing, content_schema, CONTENT_COLUMNS, True)
 
     def marker_types(markers: pa.Table) -> pa.Table:
         found = content(markers)
         return found.select(["broker", "topic", "partition", "offset"]).append_column(
-            "marker", local.marker_type(found["key"])
+            "marker", marker_type(found["key"])
         )
 
     with step("finding lost records"):
-        found = local.compare(
+        found = compare(
             all_records, txn_records if tails.num_rows else all_records, replicas, runs.retained, marker_types
         )
         for r in replicas:
@@ -438,15 +449,15 @@ def _audit_local(run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, run
             if r.error_count:
                 r.reason += f"; {r.error_count} unreadable byte ranges (see errors.parquet)"
     with step("reading the lost records"):
-        lost_records = local.with_content(found.lost, content(found.lost), LOST_COLUMNS)
-        lost_records = local.sort(lost_records, ["topic", "partition", "broker", "offset"])
+        lost_records = with_content(found.lost, content(found.lost), LOST_COLUMNS)
+        lost_records = sort(lost_records, ["topic", "partition", "broker", "offset"])
     errors = _local_errors(listing, [frame, tails])
     phantom_counts = None
     phantoms = None
     phantom_sample: list[dict[str, Any]] = []
     if consumed is not None:
         with step("checking consumed records"):
-            _, references = local.replica_tables(replicas)
+            _, references = replica_tables(replicas)
             reference_keys = records.join(references, ["topic", "partition", "broker"], join_type="inner").select(
                 ["topic", "partition", "offset", "leader_epoch"]
             )
@@ -474,7 +485,7 @@ def _audit_local(run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, run
         frames={"phantom_reads": phantoms},  # the others are made from `tables` when asked for
         error_count=errors.num_rows,
         phantom_counts=phantom_counts,
-        lost_sample=local.rows(lost_records, sample),
+        lost_sample=sample_rows(lost_records, sample),
         phantom_sample=phantom_sample,
         provenance=run.provenance,
         tables=tables,

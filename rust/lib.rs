@@ -14,4 +14,8 @@ pub mod wire;
 #[cfg(feature = "python")]
 mod py;
 
+#[cfg(feature = "jvm")]
+#[path = "jni/mod.rs"]
+mod jvm;
+
 pub use error::{Error, Result};

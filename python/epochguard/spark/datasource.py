@@ -60,6 +60,9 @@ except ImportError:  # pyspark 3.5: no Python data sources; read_kafka_logs is t
     DataSource = DataSourceReader = InputPartition = None  # type: ignore[assignment,misc]
 
 NAME = "kafka-log"
+# The Python source's own name, registered beside `kafka-log` always: where the JVM reader's jar is on
+# the classpath, `kafka-log` is the JVM reader and this one names the Python source.
+PYTHON_NAME = "kafka-log-python"
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 PRUNABLE = ("broker", "topic", "partition", "offset")
 COMPARE: dict[type, Callable[[Any, Any], bool]] = {}
@@ -84,7 +87,14 @@ def register(spark: SparkSession) -> bool:
     if DataSource is None:
         return False
     pushdown = (spark.conf.get(PUSHDOWN_CONF, "false") or "false").lower() == "true"
-    spark.dataSource.register(FilteringKafkaLogDataSource if pushdown else KafkaLogDataSource)
+    spark.dataSource.register(FilteringPythonKafkaLogDataSource if pushdown else PythonKafkaLogDataSource)
+    try:
+        spark.dataSource.register(FilteringKafkaLogDataSource if pushdown else KafkaLogDataSource)
+    except Exception as exc:
+        # The JVM reader's jar is on the classpath: Spark's own sources (found through
+        # META-INF/services) refuse a Python one of the same name, and `kafka-log` is the JVM's.
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(exc):
+            raise
     from epochguard.spark.stream import register as register_stream
 
     register_stream(spark)  # ``spark.readStream.format("epochguard-kafka")``
@@ -207,6 +217,18 @@ if DataSource is not None:
 
         def reader(self, schema: StructType) -> KafkaLogReader:
             return FilteringKafkaLogReader(dict(self.options), schema)
+
+    class PythonKafkaLogDataSource(KafkaLogDataSource):
+        """The Python source by a name of its own (`PYTHON_NAME`), wherever the JVM reader is present."""
+
+        @classmethod
+        def name(cls) -> str:
+            return PYTHON_NAME
+
+    class FilteringPythonKafkaLogDataSource(FilteringKafkaLogDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return PYTHON_NAME
 
     class ChunkGroup(InputPartition):
         """One Spark task: batch-aligned byte ranges of segments."""

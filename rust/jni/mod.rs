@@ -1,0 +1,395 @@
+//! JNI entry points for the JVM `kafka-log` reader (`tools/kafka-log-reader`, class
+//! `io.epochguard.spark.Native`): the same decoder the Python binding calls
+//! ([`reader::for_each_frame`] feeding an [`ArrowBuilder`]), handing record batches to the JVM through
+//! Arrow's C Data Interface. The one place of the crate that touches `jni` (feature `jvm`).
+//!
+//! Batches whose headers rule them out (offset, timestamp, leader-epoch bounds) are skipped before
+//! their records are decoded; `count` answers COUNT(*) and min/max(offset) from headers, decoding only
+//! what a header cannot tell (a legacy message set, the first or last batch of a compacted range).
+//! Errors become a `KafkaLogException` (position and reason), a panic a `RuntimeException`: nothing
+//! unwinds into the JVM.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+
+use arrow_array::ffi::{to_ffi, FFI_ArrowArray, FFI_ArrowSchema};
+use arrow_array::{Array, Int64Array, RecordBatch, StructArray};
+use jni::objects::{JClass, JLongArray, JString};
+use jni::sys::{jboolean, jint, jlong, jlongArray, JNI_TRUE};
+use jni::JNIEnv;
+
+use crate::file::InputFile;
+use crate::records::arrow::{ArrowBuilder, Column};
+use crate::records::batch::{verify_crc, Frame};
+use crate::records::{reader, DecodeOptions, Decoder, OwnedRecord};
+use crate::{Error, Result};
+
+const EXCEPTION: &str = "io/epochguard/spark/KafkaLogException";
+
+/// Inclusive bounds a batch must overlap to be decoded: [offset, timestamp, leader epoch] x [lo, hi].
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    offset: (i64, i64),
+    timestamp: (i64, i64),
+    epoch: (i64, i64),
+}
+
+impl Bounds {
+    const ALL: Bounds = Bounds {
+        offset: (i64::MIN, i64::MAX),
+        timestamp: (i64::MIN, i64::MAX),
+        epoch: (i64::MIN, i64::MAX),
+    };
+
+    fn from_slice(b: &[i64]) -> Result<Bounds> {
+        match b {
+            [o0, o1, t0, t1, e0, e1] => Ok(Bounds {
+                offset: (*o0, *o1),
+                timestamp: (*t0, *t1),
+                epoch: (*e0, *e1),
+            }),
+            _ => Err(Error::invalid(format!(
+                "bounds: 6 longs expected, got {}",
+                b.len()
+            ))),
+        }
+    }
+
+    /// Whether some record of the batch under `frame` may fall within the bounds. Only v2 headers
+    /// are trusted (a legacy message set's wrapper says little about its records): a legacy batch
+    /// is always decoded, and its rows filtered by Spark.
+    fn may_hold(&self, frame: &Frame<'_>) -> bool {
+        let h = &frame.header;
+        if h.magic < 2 {
+            return true;
+        }
+        let last = h.base_offset.saturating_add(i64::from(h.last_offset_delta));
+        let epoch = i64::from(h.partition_leader_epoch);
+        // Create time: the records' timestamps are at most the header's max (their minimum is not
+        // in the header). Log-append time: every record carries the max.
+        let ts_ok = if h.timestamp_type() == 1 {
+            self.timestamp.0 <= h.max_timestamp && h.max_timestamp <= self.timestamp.1
+        } else {
+            self.timestamp.0 <= h.max_timestamp
+        };
+        last >= self.offset.0
+            && h.base_offset <= self.offset.1
+            && ts_ok
+            && self.epoch.0 <= epoch
+            && epoch <= self.epoch.1
+    }
+}
+
+/// What one decode handed out, for the reader's metrics.
+#[derive(Debug, Default, Clone, Copy)]
+struct Stats {
+    batches_decoded: i64,
+    batches_skipped: i64,
+    partial_tail: i64,
+}
+
+/// A decoded byte range: its record batches, handed out one at a time by `next`.
+struct Decoded {
+    batches: VecDeque<RecordBatch>,
+    stats: Stats,
+}
+
+fn options(verify: jboolean, max_decompressed: jlong) -> Result<DecodeOptions> {
+    let max_decompressed_size = usize::try_from(max_decompressed)
+        .map_err(|_| Error::invalid(format!("maxDecompressedSize {max_decompressed} < 0")))?;
+    Ok(DecodeOptions {
+        verify_crc: verify == JNI_TRUE,
+        allow_partial_tail: false,
+        max_decompressed_size,
+    })
+}
+
+fn range(file: &InputFile, start: jlong, end: jlong) -> Result<(u64, u64)> {
+    let (s, e) = (u64::try_from(start), u64::try_from(end));
+    match (s, e) {
+        (Ok(s), Ok(e)) if s <= e && e <= file.len() => Ok((s, e)),
+        _ => Err(Error::invalid(format!(
+            "byte range {start}..{end} is not within the file ({} bytes)",
+            file.len()
+        ))),
+    }
+}
+
+fn decode(
+    path: &str,
+    start: jlong,
+    end: jlong,
+    columns: &str,
+    opts: DecodeOptions,
+    bounds: Bounds,
+) -> Result<Decoded> {
+    let names: Vec<&str> = columns.split(',').filter(|c| !c.is_empty()).collect();
+    let columns = Column::parse_list(&names)?;
+    let file = InputFile::open(&PathBuf::from(path))?;
+    let (start, end) = range(&file, start, end)?;
+    let mut stats = Stats::default();
+    let mut builder = ArrowBuilder::new(opts, &columns);
+    let tail = reader::for_each_frame(&file, start, end, false, |frame, left| {
+        if bounds.may_hold(frame) {
+            stats.batches_decoded += 1;
+            builder.push(frame, left)
+        } else {
+            stats.batches_skipped += 1;
+            Ok(())
+        }
+    })?;
+    stats.partial_tail = tail.map_or(-1, |t| t as i64);
+    let decoded = builder.finish(tail)?;
+    Ok(Decoded {
+        batches: decoded
+            .batches
+            .into_iter()
+            .filter(|b| b.num_rows() > 0)
+            .collect(),
+        stats,
+    })
+}
+
+/// COUNT(*), min(offset), max(offset) of the records in `[start, end)` (min/max `i64::MAX`/`MIN`
+/// when there is none), from the headers where they tell it.
+fn count(path: &str, start: jlong, end: jlong, opts: DecodeOptions) -> Result<[i64; 3]> {
+    let file = InputFile::open(&PathBuf::from(path))?;
+    let (start, end) = range(&file, start, end)?;
+    let mut decoder = Decoder::new(opts);
+    let (mut rows, mut min, mut max) = (0i64, i64::MAX, i64::MIN);
+    reader::for_each_frame(&file, start, end, false, |frame, _| {
+        let h = &frame.header;
+        if opts.verify_crc && h.magic >= 2 {
+            verify_crc(frame)?;
+        }
+        let n = i64::from(h.records_count);
+        let last = h.base_offset.saturating_add(i64::from(h.last_offset_delta));
+        // A v2 batch whose count fills its offset range holds every offset of it; one the log
+        // cleaner thinned out (or a legacy message set) is decoded for its offsets.
+        if h.magic >= 2 && (n == 0 || n == last - h.base_offset + 1) {
+            if n > 0 {
+                rows += n;
+                min = min.min(h.base_offset);
+                max = max.max(last);
+            }
+            return Ok(());
+        }
+        let offsets = frame_offsets(&mut decoder, frame)?;
+        rows += offsets.len() as i64;
+        if let (Some(lo), Some(hi)) = (offsets.iter().min(), offsets.iter().max()) {
+            min = min.min(*lo);
+            max = max.max(*hi);
+        }
+        Ok(())
+    })?;
+    Ok([rows, min, max])
+}
+
+fn frame_offsets(decoder: &mut Decoder, frame: &Frame<'_>) -> Result<Vec<i64>> {
+    if frame.header.magic >= 2 {
+        let mut builder = ArrowBuilder::new(*decoder.options(), &[Column::Offset]);
+        builder.push(frame, 0)?;
+        let decoded = builder.finish(None)?;
+        let mut out = Vec::new();
+        for batch in &decoded.batches {
+            if let Some(col) = batch.column(0).as_any().downcast_ref::<Int64Array>() {
+                out.extend(col.values().iter().copied());
+            }
+        }
+        return Ok(out);
+    }
+    let mut records: Vec<OwnedRecord> = Vec::new();
+    decoder.decode(frame, &mut records)?;
+    Ok(records.iter().map(|r| r.offset).collect())
+}
+
+/// Run `f`, turning an error into a Java exception and a panic into a RuntimeException.
+fn guarded<T>(env: &mut JNIEnv<'_>, default: T, f: impl FnOnce(&mut JNIEnv<'_>) -> Result<T>) -> T {
+    let outcome = catch_unwind(AssertUnwindSafe(|| f(env)));
+    let message = match outcome {
+        Ok(Ok(value)) => return value,
+        Ok(Err(err)) => (EXCEPTION, err.to_string()),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            (
+                "java/lang/RuntimeException",
+                format!("epochguard native decoder panicked: {what}"),
+            )
+        }
+    };
+    if !env.exception_check().unwrap_or(false) {
+        let _ = env.throw_new(message.0, message.1);
+    }
+    default
+}
+
+fn java_string(env: &mut JNIEnv<'_>, s: &JString<'_>) -> Result<String> {
+    env.get_string(s)
+        .map(Into::into)
+        .map_err(|e| Error::invalid(format!("string argument: {e}")))
+}
+
+fn bounds_of(env: &mut JNIEnv<'_>, array: &JLongArray<'_>) -> Result<Bounds> {
+    if array.is_null() {
+        return Ok(Bounds::ALL);
+    }
+    let mut buf = [0i64; 6];
+    let len = env
+        .get_array_length(array)
+        .map_err(|e| Error::invalid(format!("bounds: {e}")))?;
+    if len != 6 {
+        return Err(Error::invalid(format!(
+            "bounds: 6 longs expected, got {len}"
+        )));
+    }
+    env.get_long_array_region(array, 0, &mut buf)
+        .map_err(|e| Error::invalid(format!("bounds: {e}")))?;
+    Bounds::from_slice(&buf)
+}
+
+/// `long decode(String path, long start, long end, String columns, boolean verifyCrc,
+/// long maxDecompressedSize, long[] bounds)`: a handle to the decoded range (free it with `close`).
+#[no_mangle]
+pub extern "system" fn Java_io_epochguard_spark_Native_decode<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    path: JString<'l>,
+    start: jlong,
+    end: jlong,
+    columns: JString<'l>,
+    verify: jboolean,
+    max_decompressed: jlong,
+    bounds: JLongArray<'l>,
+) -> jlong {
+    guarded(&mut env, 0, |env| {
+        let path = java_string(env, &path)?;
+        let columns = java_string(env, &columns)?;
+        let bounds = bounds_of(env, &bounds)?;
+        let decoded = decode(
+            &path,
+            start,
+            end,
+            &columns,
+            options(verify, max_decompressed)?,
+            bounds,
+        )?;
+        Ok(Box::into_raw(Box::new(decoded)) as jlong)
+    })
+}
+
+/// `int next(long handle, long arrowArray, long arrowSchema)`: moves the next batch, as a struct
+/// array, into the C Data Interface structs at those addresses; its row count, or -1 when done.
+#[no_mangle]
+pub extern "system" fn Java_io_epochguard_spark_Native_next<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+    array: jlong,
+    schema: jlong,
+) -> jint {
+    guarded(&mut env, -1, |_| {
+        if handle == 0 || array == 0 || schema == 0 {
+            return Err(Error::invalid("next: null handle or address"));
+        }
+        // SAFETY: `handle` came from `decode` and has not been closed (the Java reader owns it).
+        let decoded = unsafe { &mut *(handle as *mut Decoded) };
+        let Some(batch) = decoded.batches.pop_front() else {
+            return Ok(-1);
+        };
+        let rows = jint::try_from(batch.num_rows())
+            .map_err(|_| Error::invalid("a batch of more than 2^31 rows"))?;
+        let (ffi_array, ffi_schema) = to_ffi(&StructArray::from(batch).to_data())
+            .map_err(|e| Error::invalid(format!("arrow export: {e}")))?;
+        // SAFETY: the JVM allocated both structs (`ArrowArray.allocateNew`, `ArrowSchema.allocateNew`),
+        // empty (released); writing moves ownership of the buffers to the importer, which releases them.
+        unsafe {
+            std::ptr::write(array as *mut FFI_ArrowArray, ffi_array);
+            std::ptr::write(schema as *mut FFI_ArrowSchema, ffi_schema);
+        }
+        Ok(rows)
+    })
+}
+
+/// `long[] stats(long handle)`: batches decoded, batches skipped by their headers, partial tail (-1).
+#[no_mangle]
+pub extern "system" fn Java_io_epochguard_spark_Native_stats<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) -> jlongArray {
+    guarded(&mut env, std::ptr::null_mut(), |env| {
+        if handle == 0 {
+            return Err(Error::invalid("stats: null handle"));
+        }
+        // SAFETY: as in `next`.
+        let s = unsafe { &*(handle as *const Decoded) }.stats;
+        long_array(env, &[s.batches_decoded, s.batches_skipped, s.partial_tail])
+    })
+}
+
+/// `void close(long handle)`: frees what `decode` returned and was not handed out.
+#[no_mangle]
+pub extern "system" fn Java_io_epochguard_spark_Native_close<'l>(
+    _env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) {
+    if handle != 0 {
+        // SAFETY: `handle` came from `decode`; the Java reader closes it once.
+        drop(unsafe { Box::from_raw(handle as *mut Decoded) });
+    }
+}
+
+/// `long[] count(String path, long start, long end, boolean verifyCrc, long maxDecompressedSize)`:
+/// {records, min offset, max offset} of the range.
+#[no_mangle]
+pub extern "system" fn Java_io_epochguard_spark_Native_count<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    path: JString<'l>,
+    start: jlong,
+    end: jlong,
+    verify: jboolean,
+    max_decompressed: jlong,
+) -> jlongArray {
+    guarded(&mut env, std::ptr::null_mut(), |env| {
+        let path = java_string(env, &path)?;
+        let got = count(&path, start, end, options(verify, max_decompressed)?)?;
+        long_array(env, &got)
+    })
+}
+
+/// `long[] batchIndex(String path)`: (position, size) pairs of the segment's batches, from their
+/// headers, for cutting a large segment into batch-aligned byte ranges.
+#[no_mangle]
+pub extern "system" fn Java_io_epochguard_spark_Native_batchIndex<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    path: JString<'l>,
+) -> jlongArray {
+    guarded(&mut env, std::ptr::null_mut(), |env| {
+        let path = java_string(env, &path)?;
+        let file = InputFile::open(&PathBuf::from(&path))?;
+        let (index, _) = reader::batch_index_file(&file, 0, file.len(), true)?;
+        let flat: Vec<i64> = index
+            .iter()
+            .flat_map(|b| [b.file_position as i64, i64::from(b.size_in_bytes)])
+            .collect();
+        long_array(env, &flat)
+    })
+}
+
+fn long_array(env: &mut JNIEnv<'_>, values: &[i64]) -> Result<jlongArray> {
+    let len = i32::try_from(values.len()).map_err(|_| Error::invalid("array too long"))?;
+    let array = env
+        .new_long_array(len)
+        .map_err(|e| Error::invalid(format!("new long[]: {e}")))?;
+    env.set_long_array_region(&array, 0, values)
+        .map_err(|e| Error::invalid(format!("long[]: {e}")))?;
+    Ok(array.into_raw())
+}

@@ -1,0 +1,233 @@
+package io.epochguard.spark;
+
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
+import org.apache.arrow.c.ArrowArray;
+import org.apache.arrow.c.ArrowSchema;
+import org.apache.arrow.c.Data;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.memory.RootAllocator;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.connector.metric.CustomTaskMetric;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.vectorized.ArrowColumnVector;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/** Readers of one input partition: columnar batches of Arrow vectors the Rust decoder filled
+ *  (moved over the C Data Interface, no copy), the location columns as constants; or, with
+ *  aggregates pushed, one row of partial COUNT(*)/min/max(offset) from the batch headers. */
+final class KafkaLogReaderFactory implements PartitionReaderFactory {
+  private final Options options;
+  private final String[] columns;
+  private final long[] bounds;
+  private final String[] aggregates;
+
+  KafkaLogReaderFactory(Options options, String[] columns, long[] bounds, String[] aggregates) {
+    if (options.withErrors && aggregates == null) {
+      throw new UnsupportedOperationException("kafka-log: withErrors (errors as rows) is not in the JVM reader yet; "
+          + "use format(\"kafka-log-python\") or epochguard.spark.read_kafka_logs(..., with_errors=True)");
+    }
+    this.options = options;
+    this.columns = columns;
+    this.bounds = bounds;
+    this.aggregates = aggregates;
+  }
+
+  @Override
+  public boolean supportColumnarReads(InputPartition partition) {
+    return aggregates == null;
+  }
+
+  @Override
+  public PartitionReader<InternalRow> createReader(InputPartition partition) {
+    Native.load(options.nativeLibrary);
+    return new CountReader(((KafkaLogScan.Chunks) partition).chunks());
+  }
+
+  @Override
+  public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
+    Native.load(options.nativeLibrary);
+    return new ColumnarReader(((KafkaLogScan.Chunks) partition).chunks());
+  }
+
+  private static final BufferAllocator ROOT = new RootAllocator(Long.MAX_VALUE);
+
+  private final class ColumnarReader implements PartitionReader<ColumnarBatch> {
+    private final Iterator<KafkaLogScan.Chunk> chunks;
+    private final BufferAllocator allocator = ROOT.newChildAllocator("kafka-log", 0, Long.MAX_VALUE);
+    private final String decodeColumns;
+    private KafkaLogScan.Chunk chunk;
+    private long handle;
+    private VectorSchemaRoot root;
+    private final List<ColumnVector> constants = new ArrayList<>();
+    private ColumnarBatch batch;
+    private long decoded;
+    private long skipped;
+
+    ColumnarReader(List<KafkaLogScan.Chunk> chunks) {
+      this.chunks = chunks.iterator();
+      List<String> record = new ArrayList<>();
+      for (String c : columns) {
+        if (Schemas.isRecordColumn(c)) {
+          record.add(c);
+        }
+      }
+      // Rows are counted from a column: with none asked for (count(*) with filters), the offsets.
+      this.decodeColumns = record.isEmpty() ? "offset" : String.join(",", record);
+    }
+
+    @Override
+    public boolean next() {
+      releaseBatch();
+      while (true) {
+        if (handle == 0) {
+          if (!chunks.hasNext()) {
+            return false;
+          }
+          chunk = chunks.next();
+          handle = Native.decode(chunk.segment().path(), chunk.start(), chunk.end(), decodeColumns,
+              options.verifyCrc, Options.DEFAULT_MAX_DECOMPRESSED, bounds);
+          long[] stats = Native.stats(handle);
+          decoded += stats[0];
+          skipped += stats[1];
+          KafkaLogMetrics.BATCHES_DECODED.addAndGet(stats[0]);
+          KafkaLogMetrics.BATCHES_SKIPPED.addAndGet(stats[1]);
+        }
+        try (ArrowArray array = ArrowArray.allocateNew(allocator);
+             ArrowSchema schema = ArrowSchema.allocateNew(allocator)) {
+          int rows = Native.next(handle, array.memoryAddress(), schema.memoryAddress());
+          if (rows < 0) {
+            Native.close(handle);
+            handle = 0;
+            continue;
+          }
+          root = Data.importVectorSchemaRoot(allocator, array, schema, null);
+          batch = new ColumnarBatch(vectors(rows), rows);
+          return true;
+        }
+      }
+    }
+
+    private ColumnVector[] vectors(int rows) {
+      ColumnVector[] out = new ColumnVector[columns.length];
+      Listing.Segment s = chunk.segment();
+      for (int i = 0; i < columns.length; i++) {
+        String c = columns[i];
+        DataType type = Schemas.TYPES.get(c);
+        if (Schemas.isRecordColumn(c)) {
+          out[i] = new ArrowColumnVector(root.getVector(c));
+          continue;
+        }
+        ConstantColumnVector v = new ConstantColumnVector(rows, type);
+        switch (c) {
+          case "broker" -> v.setInt(s.broker());
+          case "topic" -> v.setUtf8String(UTF8String.fromString(s.topic()));
+          case "partition" -> v.setInt(s.partition());
+          case "segment" -> v.setLong(s.baseOffset());
+          default -> v.setNull(); // the error columns: no error rows here
+        }
+        constants.add(v);
+        out[i] = v;
+      }
+      return out;
+    }
+
+    @Override
+    public ColumnarBatch get() {
+      return batch;
+    }
+
+    private void releaseBatch() {
+      if (root != null) {
+        root.close();
+        root = null;
+      }
+      for (ColumnVector v : constants) {
+        v.close();
+      }
+      constants.clear();
+      batch = null;
+    }
+
+    @Override
+    public CustomTaskMetric[] currentMetricsValues() {
+      return new CustomTaskMetric[] {metric("batchesDecoded", decoded), metric("batchesSkipped", skipped)};
+    }
+
+    @Override
+    public void close() {
+      releaseBatch();
+      if (handle != 0) {
+        Native.close(handle);
+        handle = 0;
+      }
+      allocator.close();
+    }
+  }
+
+  private static CustomTaskMetric metric(String name, long value) {
+    return new CustomTaskMetric() {
+      @Override
+      public String name() {
+        return name;
+      }
+
+      @Override
+      public long value() {
+        return value;
+      }
+    };
+  }
+
+  /** One row: the partial aggregates of the partition's chunks, in the pushed order. */
+  private final class CountReader implements PartitionReader<InternalRow> {
+    private final List<KafkaLogScan.Chunk> chunks;
+    private boolean done;
+
+    CountReader(List<KafkaLogScan.Chunk> chunks) {
+      this.chunks = chunks;
+    }
+
+    @Override
+    public boolean next() {
+      return !done;
+    }
+
+    @Override
+    public InternalRow get() {
+      done = true;
+      long rows = 0;
+      long min = Long.MAX_VALUE;
+      long max = Long.MIN_VALUE;
+      for (KafkaLogScan.Chunk c : chunks) {
+        long[] got = Native.count(c.segment().path(), c.start(), c.end(), options.verifyCrc,
+            Options.DEFAULT_MAX_DECOMPRESSED);
+        rows += got[0];
+        min = Math.min(min, got[1]);
+        max = Math.max(max, got[2]);
+        KafkaLogMetrics.CHUNKS_COUNTED.incrementAndGet();
+      }
+      Object[] values = new Object[aggregates.length];
+      for (int i = 0; i < values.length; i++) {
+        values[i] = switch (aggregates[i]) {
+          case "count" -> rows;
+          case "min" -> rows == 0 ? null : min;
+          default -> rows == 0 ? null : max;
+        };
+      }
+      return new GenericInternalRow(values);
+    }
+
+    @Override
+    public void close() {}
+  }
+}

@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 
-.PHONY: setup kcat drivers kafka spark-kafka demo test test-rust test-python bench compat lint docs mutants mutants-changed mutants-tools
+.PHONY: setup kcat drivers jvm-reader kafka spark-kafka demo test test-rust test-python bench compat lint docs mutants mutants-changed mutants-tools
 
 setup:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -17,6 +17,7 @@ setup:
 	@maturin develop --release --extras dev > $(VENV)/setup.log 2>&1 || { cat $(VENV)/setup.log; exit 1; }
 	@$(MAKE) --no-print-directory kcat
 	@$(MAKE) --no-print-directory drivers
+	@$(MAKE) --no-print-directory jvm-reader
 
 # kcat (Debian/Ubuntu package; librdkafka 2.0.2 inside, the wire tests' pre-KIP-320 control). Tolerates a
 # machine without apt or root: the wire tests then skip kcat, except under CI=true, where they fail.
@@ -37,6 +38,13 @@ drivers:
 	  { sudo -n apt-get update && sudo -n apt-get install -y openjdk-17-jdk-headless maven; } >> $(VENV)/drivers.log 2>&1 || \
 	  echo "setup: could not install a JDK and Maven (see $(VENV)/drivers.log)"; }
 	@$(PY) -m epochguard.wire.drivers.toolchain
+
+# The JVM `kafka-log` reader (tools/kafka-log-reader, Maven, compiled against pyspark's own Spark jars) with the
+# decoder's JNI library inside (cargo, feature `jvm`, its own target dir target/jvm); cached under
+# ~/.cache/epochguard/kafka-log-reader by pyspark's version and the hash of its Java and Rust sources. Without
+# mvn or cargo the JVM reader's tests skip (kafka-log stays the Python source), except under CI=true, where this fails.
+jvm-reader:
+	@$(PY) -m epochguard.spark.jvm
 
 # Apache Kafka 4.4.0's broker jars from Maven Central (tools/kafka-broker/pom.xml), for the real-cluster tests
 # (tests/real_kafka/; mvn comes with `drivers`). Cached in $(KAFKA_JARS), keyed by the pom's hash (the same path

@@ -34,9 +34,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     "broker": _BASE | {"protocol", "storage"},
     "client": _BASE | {"protocol", "storage"},
     "sim": _STATE_MACHINES,
-    "wire": _STATE_MACHINES | {"sim", "kafka"},  # kafka: compat --cluster kafka drives a real cluster
-    "spark": _STATE_MACHINES | {"sim"},
+    "wire": _STATE_MACHINES | {"sim", "kafka", "builds"},  # kafka: compat --cluster kafka drives a real cluster
+    "spark": _STATE_MACHINES | {"sim", "builds"},
     "kafka": _BASE,  # a real Apache Kafka cluster driven from outside (processes, admin requests)
+    "builds": set(),  # artefacts built from checked-in sources into the cache (drivers, the JVM reader)
 }
 FACES = ("sim", "wire", "spark", "kafka")
 # The client's sans-IO state machines: whatever network code the client gains sits beside them and

@@ -1,21 +1,41 @@
-"""``spark.read.format("kafka-log")``: the Python data source over the same listing and decode path
-as read_kafka_logs, with projections and filter pushdown; and the Spark Connect path."""
+"""``spark.read.format("kafka-log")``: on both readers (the JVM one, tools/kafka-log-reader, where its
+jar is on the session; the Python data source, ``kafka-log-python``, over the same listing and decode
+path as read_kafka_logs), with projections and filter pushdown; and the Spark Connect path."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 from epochguard.spark import read_kafka_logs
-from epochguard.spark.datasource import DataSource
+from epochguard.spark.datasource import PYTHON_NAME, DataSource
+from epochguard.spark.jvm import reader_of
 
 from .kafka_logs import Replica, records, write_log_dir
 
 pytestmark = pytest.mark.skipif(DataSource is None, reason="Python data sources need pyspark >= 4")
 KEYS = ["broker", "topic", "partition", "offset"]
+
+
+@pytest.fixture(params=["jvm", "python"])
+def reader(request: pytest.FixtureRequest, spark) -> str:
+    """The format name that reaches each reader: `kafka-log` is the JVM one wherever its jar is on the
+    session (`make setup` builds it), `kafka-log-python` the Python source everywhere."""
+    if request.param == "python":
+        return PYTHON_NAME
+    jars = spark.sparkContext.getConf().get("spark.jars", "")
+    if "kafka-log-reader" not in jars:
+        from epochguard.spark import jvm
+
+        why = f"the JVM kafka-log reader is not on the session ({jvm.missing() or 'built after the session started'})"
+        if os.environ.get("CI", "").lower() in ("true", "1"):
+            pytest.fail(why)
+        pytest.skip(why)
+    return "kafka-log"
 
 
 @pytest.fixture(scope="module")
@@ -40,33 +60,34 @@ def log_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return [str(one), str(two)]
 
 
-def test_format_reads_what_read_kafka_logs_reads(spark, log_dirs) -> None:
+def test_format_reads_what_read_kafka_logs_reads(spark, log_dirs, reader) -> None:
     good = log_dirs[1:]  # broker 2 alone is readable whole
-    via_source = spark.read.format("kafka-log").load(good[0])
+    via_source = spark.read.format(reader).load(good[0])
+    assert reader_of(via_source) == ("python" if reader == PYTHON_NAME else "jvm")
     assert via_source.columns == read_kafka_logs(spark, good).columns
     assert via_source.orderBy(*KEYS).collect() == read_kafka_logs(spark, good).orderBy(*KEYS).collect()
     assert via_source.count() == 5
 
 
-def test_narrow_schema_and_columns_option_are_projections(spark, log_dirs) -> None:
+def test_narrow_schema_and_columns_option_are_projections(spark, log_dirs, reader) -> None:
     good = log_dirs[1]
-    narrow = spark.read.format("kafka-log").schema("topic string, offset long, value_length int").load(good)
+    narrow = spark.read.format(reader).schema("topic string, offset long, value_length int").load(good)
     assert narrow.columns == ["topic", "offset", "value_length"]
     want = read_kafka_logs(spark, [good], columns=["topic", "offset", "value_length"]).orderBy("offset").collect()
     assert narrow.orderBy("offset").collect() == want
-    by_option = spark.read.format("kafka-log").option("columns", "offset,record_digest").load(good)
+    by_option = spark.read.format(reader).option("columns", "offset,record_digest").load(good)
     assert by_option.columns == ["offset", "record_digest"] and by_option.count() == 5
     with pytest.raises(Exception, match="unknown"):
-        spark.read.format("kafka-log").schema("offset long, nope int").load(good).collect()
+        spark.read.format(reader).schema("offset long, nope int").load(good).collect()
 
 
-def test_filters_prune_replicas_and_segments_before_reading(spark, log_dirs) -> None:
+def test_filters_prune_replicas_and_segments_before_reading(spark, log_dirs, reader) -> None:
     from epochguard.spark import register
 
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")  # local_session's default
     register(spark)
     try:
-        df = spark.read.format("kafka-log").load(log_dirs)
+        df = spark.read.format(reader).load(log_dirs)
         with pytest.raises(Exception, match=r"(?i)corrupt|crc"):
             df.count()  # the unreadable segments are read without filters
         rows = df.where("topic = 'good' AND broker = 1 AND offset >= 7").select("offset", "leader_epoch").collect()
@@ -75,9 +96,11 @@ def test_filters_prune_replicas_and_segments_before_reading(spark, log_dirs) -> 
     finally:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
         register(spark)
-    # without pushdown the same query reads every segment, so it meets the unreadable ones
-    with pytest.raises(Exception, match=r"(?i)corrupt|crc"):
-        spark.read.format("kafka-log").load(log_dirs).where("topic = 'good' AND offset >= 7").count()
+    # without pushdown the same query reads every segment, so it meets the unreadable ones (the JVM
+    # reader always prunes: Spark's conf switches only Python sources' pushdown)
+    if reader == PYTHON_NAME:
+        with pytest.raises(Exception, match=r"(?i)corrupt|crc"):
+            spark.read.format(reader).load(log_dirs).where("topic = 'good' AND offset >= 7").count()
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     register(spark)
 

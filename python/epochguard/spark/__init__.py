@@ -6,6 +6,7 @@ Optional extra: ``pip install 'epochguard[spark]'`` (pyspark, pyarrow, pandas, r
 >>> df = read_kafka_logs(spark, ["/backup/broker-1", "/backup/broker-2"])
 >>> result = audit(spark, ["/backup/broker-1", "/backup/broker-2"], out="audit-out")
 >>> spark.read.format("kafka-log").load("/backup/broker-1")   # pyspark >= 4, registered on import
+>>> reader_of(df)   # "jvm" where the JVM reader's jar is on the session (epochguard.spark.jvm), else "python"
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ for _extra in ("pandas", "pyarrow", "pyspark", "rich"):
 if TYPE_CHECKING:
     from epochguard.spark.auditing import audit
     from epochguard.spark.datasource import register
+    from epochguard.spark.jvm import reader_of
     from epochguard.spark.logs import read_kafka_logs
     from epochguard.spark.result import AuditResult
     from epochguard.spark.session import local_session
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "audit": "epochguard.spark.auditing",
     "register": "epochguard.spark.datasource",
+    "reader_of": "epochguard.spark.jvm",
     "read_kafka_logs": "epochguard.spark.logs",
     "AuditResult": "epochguard.spark.result",
     "local_session": "epochguard.spark.session",
@@ -49,6 +52,7 @@ __all__ = [
     "decode_batches",
     "local_session",
     "read_kafka_logs",
+    "reader_of",
     "register",
 ]
 

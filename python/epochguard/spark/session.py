@@ -15,6 +15,7 @@ import pyspark
 from pyspark.sql import SparkSession
 
 from epochguard.spark.datasource import register
+from epochguard.spark.jvm import jar as jvm_jar
 from epochguard.spark.logs import local_cores
 
 LOG4J2 = Path(__file__).with_name("log4j2.properties")
@@ -31,7 +32,9 @@ def local_session(
 
     Arrow is required (``mapInArrow`` and pandas UDFs); the UI is off and logging is at ERROR so a
     terminal report stays readable. Workers run this interpreter, so the extension they import is
-    the one the driver imported.
+    the one the driver imported. The JVM ``kafka-log`` reader's jar, when there is one
+    (`epochguard.spark.jvm.jar`), is added to ``spark.jars``: a session made elsewhere gets it with
+    ``.config("spark.jars", str(epochguard.spark.jvm.jar()))``.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -56,7 +59,11 @@ def local_session(
         builder = builder.config("spark.python.unix.domain.socket.enabled", "true")
         # Let format("kafka-log") skip replicas and segments that a query's filters rule out.
         builder = builder.config("spark.sql.python.filterPushdown.enabled", "true")
-    for key, value in (conf or {}).items():
+    conf = dict(conf or {})
+    reader = jvm_jar()
+    if reader is not None:  # format("kafka-log") is then the JVM reader (epochguard.spark.jvm)
+        conf["spark.jars"] = ",".join(j for j in (conf.get("spark.jars"), str(reader)) if j)
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

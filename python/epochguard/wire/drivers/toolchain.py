@@ -19,17 +19,14 @@ runs it).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+
+from epochguard.builds import build_into, cache_base, locked, run, source_hash
 
 __all__ = ["ToolchainError", "KINDS", "sources", "cache_root", "missing", "prepare", "java_command", "go_command"]
 
@@ -62,16 +59,7 @@ def sources() -> Path:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("EPOCHGUARD_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "epochguard")
-    return Path(base) / "drivers"
-
-
-def _hash(files: Sequence[Path]) -> str:
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+    return cache_base() / "drivers"
 
 
 def _java_files() -> tuple[Path, Path]:
@@ -87,11 +75,11 @@ def _go_files() -> list[Path]:
 def _java_dirs() -> tuple[Path, Path]:
     pom, driver = _java_files()
     root = cache_root() / "java"
-    return root / f"jars-{_hash([pom])}", root / f"classes-{_hash([pom, driver])}"
+    return root / f"jars-{source_hash([pom])}", root / f"classes-{source_hash([pom, driver])}"
 
 
 def _go_binary() -> Path:
-    return cache_root() / "go" / _hash(_go_files()) / _GO_BINARY
+    return cache_root() / "go" / source_hash(_go_files()) / _GO_BINARY
 
 
 def missing(kind: str) -> str | None:
@@ -119,34 +107,8 @@ def missing(kind: str) -> str | None:
     raise ValueError(f"unknown toolchain {kind!r}; known: {', '.join(KINDS)}")
 
 
-@contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def _run(cmd: Sequence[str], what: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
-    proc = subprocess.run(list(cmd), cwd=cwd, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
-        raise ToolchainError(f"{what} failed ({' '.join(cmd)}), exit {proc.returncode}:\n{tail}")
-
-
-def _build_into(final: Path, build: Callable[[Path], None]) -> None:
-    """Run `build(tmpdir)` and rename its result to `final` (a directory), unless another build did."""
-    if final.exists():
-        return
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    try:
-        build(tmp)
-        os.rename(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    run(cmd, what, ToolchainError, cwd, env)
 
 
 def prepare(kind: str) -> float:
@@ -161,19 +123,19 @@ def prepare(kind: str) -> float:
         jars, classes = _java_dirs()
         if jars.is_dir() and classes.is_dir():
             return 0.0
-        with _locked(jars.parent):
-            _build_into(jars, lambda tmp: _run(
+        with locked(jars.parent):
+            build_into(jars, lambda tmp: _run(
                 ["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies", "-DincludeScope=runtime",
                  f"-DoutputDirectory={tmp}"], "fetching kafka-clients with Maven"))
-            _build_into(classes, lambda tmp: _run(
+            build_into(classes, lambda tmp: _run(
                 ["javac", "-nowarn", "-cp", f"{jars}/*", "-d", str(tmp), str(driver)], "compiling Driver.java"))
     elif kind == "go":
         binary = _go_binary()
         if binary.is_file():
             return 0.0
-        with _locked(binary.parent.parent):
+        with locked(binary.parent.parent):
             env = {**os.environ, "GOFLAGS": "-mod=readonly", "CGO_ENABLED": "0"}
-            _build_into(binary.parent, lambda tmp: _run(
+            build_into(binary.parent, lambda tmp: _run(
                 ["go", "build", "-trimpath", "-o", str(tmp / _GO_BINARY), "."], "building the Go drivers",
                 cwd=_go_files()[0].parent, env=env))
     else:

@@ -1,0 +1,122 @@
+"""The JVM `kafka-log` reader (tools/kafka-log-reader over rust/jni): it is what `format("kafka-log")`
+runs where its jar is on the session, and what its pushdown skips it skips by the batch headers
+(its counters say how many batches it decoded and skipped), with the rows of the Python source."""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from epochguard.spark import jvm
+from epochguard.spark.datasource import PYTHON_NAME
+
+from .kafka_logs import BASE_TIMESTAMP, Replica, records, write_log_dir
+
+BATCHES, PER_BATCH = 20, 10  # one segment: epoch 1 for batches 0-9, epoch 3 for 10-19
+
+
+@pytest.fixture(scope="module")
+def on_jvm(spark) -> None:
+    if "kafka-log-reader" not in spark.sparkContext.getConf().get("spark.jars", ""):
+        why = f"the JVM kafka-log reader is not on the session ({jvm.missing() or 'built after the session started'})"
+        if os.environ.get("CI", "").lower() in ("true", "1"):
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def log_dir(tmp_path_factory: pytest.TempPathFactory, on_jvm) -> str:
+    batches = [(1 if b < 10 else 3, records("r", b * PER_BATCH, PER_BATCH)) for b in range(BATCHES)]
+    return str(write_log_dir(tmp_path_factory.mktemp("jvm"), 1, [Replica("t", 0, batches)]))
+
+
+def _delta(spark, run) -> tuple[object, dict[str, int]]:
+    before = jvm.metrics(spark)
+    result = run()
+    after = jvm.metrics(spark)
+    return result, {k: after[k] - before[k] for k in after}
+
+
+def test_kafka_log_is_the_jvm_reader_and_kafka_log_python_the_python_one(spark, log_dir) -> None:
+    df = spark.read.format("kafka-log").load(log_dir)
+    assert jvm.reader_of(df) == "jvm" and jvm.SCAN_MARKER in df._jdf.queryExecution().executedPlan().toString()
+    assert jvm.reader_of(spark.read.format(PYTHON_NAME).load(log_dir)) == "python"
+    rows, delta = _delta(spark, df.collect)  # no orderBy: a range partitioner samples the scan first
+    assert sorted(rows) == sorted(spark.read.format(PYTHON_NAME).load(log_dir).collect())
+    assert len(rows) == BATCHES * PER_BATCH
+    assert delta["batches_decoded"] == BATCHES and delta["batches_skipped"] == 0
+
+
+@pytest.mark.parametrize(("where", "decoded", "want"), [
+    ("offset >= 42 AND offset < 47", 1, [(o, 1) for o in range(42, 47)]),
+    ("offset IN (5, 195)", 20, [(5, 1), (195, 3)]),  # an IN is one range: [5, 195]
+    ("leader_epoch = 3 AND offset <= 104", 1, [(o, 3) for o in range(100, 105)]),
+    (f"timestamp >= {BASE_TIMESTAMP + 150}", 5, [(o, 3) for o in range(150, 200)]),
+])
+def test_filters_skip_batches_by_their_headers(spark, log_dir, where, decoded, want) -> None:
+    df = spark.read.format("kafka-log").load(log_dir).where(where).select("offset", "leader_epoch")
+    rows, delta = _delta(spark, df.collect)
+    assert sorted((r.offset, r.leader_epoch) for r in rows) == want
+    assert (delta["batches_decoded"], delta["batches_skipped"]) == (decoded, BATCHES - decoded)
+    python = spark.read.format(PYTHON_NAME).load(log_dir).where(where).select("offset", "leader_epoch")
+    assert sorted(rows) == sorted(python.collect())
+
+
+def test_count_and_offset_bounds_come_from_the_headers(spark, log_dir) -> None:
+    df = spark.read.format("kafka-log").load(log_dir).selectExpr("count(*) AS n", "min(offset) AS lo", "max(offset) AS hi")
+    assert "pushedAggregates=[count, min, max]" in df._jdf.queryExecution().executedPlan().toString()
+    row, delta = _delta(spark, df.collect)
+    assert tuple(row[0]) == (200, 0, 199)
+    assert delta["batches_decoded"] == 0 and delta["chunks_counted"] == 1
+    topic = spark.read.format("kafka-log").load(log_dir).where("topic = 't' AND partition = 0")
+    assert topic.count() == 200 and spark.read.format("kafka-log").load(log_dir).where("topic = 'u'").count() == 0
+
+
+def _thinned_batch(base_offset: int, deltas: list[int]) -> bytes:
+    """A v2 batch as the log cleaner leaves it: fewer records than its offset range (the gaps compacted)."""
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+    for delta in deltas:
+        builder.append(delta, timestamp=BASE_TIMESTAMP + delta, key=b"k%d" % delta, value=b"v", headers=[])
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 0, base_offset)
+    return bytes(data)
+
+
+def test_count_of_compacted_batches_decodes_what_the_header_cannot_tell(spark, tmp_path: Path) -> None:
+    log = write_log_dir(tmp_path, 4, [Replica("c", 0, [(0, records("a", 0, 3))])])
+    segment = log / "c-0" / f"{0:020d}.log"
+    # offsets 0-2 whole, then a batch at base 3 holding 4, 5 and 9 only (last offset delta 6)
+    segment.write_bytes(segment.read_bytes() + _thinned_batch(3, [1, 2, 6]))
+    df = spark.read.format("kafka-log").load(str(log))
+    counted = df.selectExpr("count(*)", "min(offset)", "max(offset)").collect()[0]
+    assert tuple(counted) == (6, 0, 9)
+    assert sorted(r.offset for r in df.select("offset").collect()) == [0, 1, 2, 4, 5, 9]
+    only = df.where("offset >= 4").select("offset").collect()
+    assert sorted(r.offset for r in only) == [4, 5, 9]
+
+
+def test_a_corrupt_batch_fails_the_read_naming_where(spark, tmp_path: Path) -> None:
+    log = write_log_dir(tmp_path, 5, [Replica("x", 0, [(0, records("a", 0, 3)), (0, records("b", 3, 3))])])
+    segment = log / "x-0" / f"{0:020d}.log"
+    data = bytearray(segment.read_bytes())
+    data[-1] ^= 0x01  # the last header value byte of the second batch: only its CRC tells
+    segment.write_bytes(bytes(data))
+    with pytest.raises(Exception, match=r"KafkaLogException: corrupt record data at byte \d+: .*(?i:crc)"):
+        spark.read.format("kafka-log").load(str(log)).collect()
+    unchecked = spark.read.format("kafka-log").option("verifyCrc", "false").load(str(log)).select("offset")
+    assert sorted(r.offset for r in unchecked.collect()) == list(range(6))
+
+
+def test_every_column_matches_the_python_source(spark, log_dir) -> None:
+    columns = "topic,broker,partition,segment,offset,timestamp,timestamp_type,key,value,headers,leader_epoch," \
+              "batch_offset,producer_id,producer_epoch,sequence,is_transactional,is_control,magic,key_length," \
+              "value_length,headers_count,record_digest,batch_position,batch_size"
+    jvm_df = spark.read.format("kafka-log").option("columns", columns).load(log_dir)
+    python_df = spark.read.format(PYTHON_NAME).option("columns", columns).load(log_dir)
+    assert jvm_df.schema == python_df.schema
+    assert jvm_df.orderBy("offset").collect() == python_df.orderBy("offset").collect()

@@ -5,7 +5,11 @@
 (b) ``columns=["offset", "leader_epoch", "value_length"]`` then ``count, sum(value_length)`` against a
     kafka-python ``mapInPandas`` UDF emitting (offset, value length) (goal >= 20x) and against bare
     single-threaded Rust ``decode_to_arrow`` with the same columns (goal within 1.5x);
-(c) the ``kafka-log`` data source with the same narrow schema.
+(c) the Python ``kafka-log`` data source (``kafka-log-python``) with the same narrow schema;
+(d) the JVM ``kafka-log`` reader (issue 37; its jar on the session, `make setup` builds it): the full read
+    against Spark's Parquet (goal <= 1.0x), the narrow read against bare Rust (goal <= 1.1x) and the
+    kafka-python UDF (goal >= 30x), ``COUNT(*)`` and a filter on an offset range holding 1% of the records
+    against its own full read (goal <= 0.1x); the Python source's same queries beside each.
 
 The issue asks for 4 partitions x 240,000 records (about 1 GB); EG_BENCH_RECORDS sets the records per
 partition (default 240,000). The JVM and the Python workers are warmed by a full untimed pass first.
@@ -28,11 +32,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "spark"))
 from kafka_logs import Replica, write_log_dir
 
 from epochguard.records import decode_to_arrow
-from epochguard.spark import local_session, read_kafka_logs
+from epochguard.spark import local_session, read_kafka_logs, reader_of
+from epochguard.spark.datasource import PYTHON_NAME
 
 PARTITIONS, PER_PARTITION, PER_BATCH = 4, int(os.environ.get("EG_BENCH_RECORDS", 240_000)), 200
 TOTAL = PARTITIONS * PER_PARTITION
 NARROW = ["offset", "leader_epoch", "value_length"]
+NARROW_SCHEMA = "offset long, leader_epoch int, value_length int"
+# 1% of the records: the same 1% offset range of every partition
+RANGE = (PER_PARTITION // 2, PER_PARTITION // 2 + PER_PARTITION // 100)
 TIMES: dict[str, float] = {}
 pytestmark = pytest.mark.spark
 
@@ -63,6 +71,8 @@ def spark(log_dir: Path):
     # Warm the JVM and the Python workers: the first queries of a session run 1.5-2x slower.
     for _ in range(2):
         read_kafka_logs(session, [str(log_dir)]).selectExpr("count(*)", "sum(length(value))").collect()
+        if _has_jvm_reader(session):
+            session.read.format("kafka-log").load(str(log_dir)).selectExpr("count(*)", "sum(length(value))").collect()
     yield session
     _report()
     session.stop()
@@ -78,6 +88,15 @@ def _report() -> None:
         ("(b) columns read / bare Rust", "columns", "rust", "goal <= 1.5x"),
         ("(c) kafka-log data source / bare Rust", "datasource", "rust", ""),
         ("full read / columns read", "full", "columns", ""),
+        ("(d) JVM full read / Spark Parquet", "jvm-full", "parquet", "goal <= 1.0x"),
+        ("(d) Python source full read / Spark Parquet", "datasource-full", "parquet", ""),
+        ("(d) kafka-python UDF / JVM columns read", "kafka-python", "jvm-columns", "goal >= 30x"),
+        ("(d) kafka-python UDF / Python source columns read", "kafka-python", "datasource", ""),
+        ("(d) JVM columns read / bare Rust", "jvm-columns", "rust", "goal <= 1.1x"),
+        ("(d) JVM COUNT(*) / JVM full read", "jvm-count", "jvm-full", "goal <= 0.1x"),
+        ("(d) Python source COUNT(*) / its full read", "datasource-count", "datasource-full", ""),
+        ("(d) JVM 1% offset range / JVM full read", "jvm-range", "jvm-full", "goal <= 0.1x"),
+        ("(d) Python source 1% offset range / its full read", "datasource-range", "datasource-full", ""),
     ]
     for label, a, b, goal in pairs:
         if a in TIMES and b in TIMES:
@@ -122,10 +141,59 @@ def test_b_columns_read(benchmark, spark, log_dir) -> None:
 @pytest.mark.benchmark(group="spark-1k")
 def test_c_datasource_columns(benchmark, spark, log_dir) -> None:
     def run() -> tuple:
-        df = spark.read.format("kafka-log").schema("offset long, leader_epoch int, value_length int").load(str(log_dir))
+        df = spark.read.format(PYTHON_NAME).schema(NARROW_SCHEMA).load(str(log_dir))
         return tuple(df.selectExpr("count(*)", "sum(value_length)").first())
 
     assert _time(benchmark, "datasource", run) == (TOTAL, TOTAL * 1024)
+
+
+def _has_jvm_reader(spark) -> bool:
+    return "kafka-log-reader" in spark.sparkContext.getConf().get("spark.jars", "")
+
+
+# (d): the JVM reader and the Python source on the same queries.
+READERS = [pytest.param("kafka-log", id="jvm"), pytest.param(PYTHON_NAME, id="python")]
+
+
+def _source(spark, name: str):
+    if name == "kafka-log" and not _has_jvm_reader(spark):
+        pytest.skip("the JVM kafka-log reader's jar is not built (make setup)")
+    return spark.read.format(name)
+
+
+def _key(name: str, what: str) -> str:
+    return f"jvm-{what}" if name == "kafka-log" else f"datasource-{what}"
+
+
+@pytest.mark.benchmark(group="spark-1k")
+@pytest.mark.parametrize("name", READERS)
+def test_d_full_read(benchmark, spark, log_dir, name) -> None:
+    df = _source(spark, name).load(str(log_dir)).selectExpr("count(*)", "sum(length(value))")
+    assert reader_of(df) == ("jvm" if name == "kafka-log" else "python")
+    assert _time(benchmark, _key(name, "full"), lambda: tuple(df.first())) == (TOTAL, TOTAL * 1024)
+
+
+@pytest.mark.benchmark(group="spark-1k")
+def test_d_jvm_columns(benchmark, spark, log_dir) -> None:
+    df = _source(spark, "kafka-log").schema(NARROW_SCHEMA).load(str(log_dir)).selectExpr("count(*)", "sum(value_length)")
+    assert _time(benchmark, "jvm-columns", lambda: tuple(df.first())) == (TOTAL, TOTAL * 1024)
+
+
+@pytest.mark.benchmark(group="spark-1k")
+@pytest.mark.parametrize("name", READERS)
+def test_d_count(benchmark, spark, log_dir, name) -> None:
+    df = _source(spark, name).load(str(log_dir))
+    assert _time(benchmark, _key(name, "count"), df.count) == TOTAL
+
+
+@pytest.mark.benchmark(group="spark-1k")
+@pytest.mark.parametrize("name", READERS)
+def test_d_offset_range(benchmark, spark, log_dir, name) -> None:
+    lo, hi = RANGE
+    df = _source(spark, name).load(str(log_dir)).where(f"offset >= {lo} AND offset < {hi}")
+    df = df.selectExpr("count(*)", "sum(length(value))")
+    rows = PARTITIONS * (hi - lo)
+    assert _time(benchmark, _key(name, "range"), lambda: tuple(df.first())) == (rows, rows * 1024)
 
 
 @pytest.mark.benchmark(group="spark-1k")

@@ -21,8 +21,8 @@ use jni::JNIEnv;
 
 use crate::file::InputFile;
 use crate::records::arrow::{ArrowBuilder, Column};
-use crate::records::batch::{verify_crc, Frame};
-use crate::records::{reader, DecodeOptions, Decoder, OwnedRecord};
+use crate::records::batch::{BatchHeader, Frame};
+use crate::records::{reader, BatchCursor, DecodeOptions, Decoder, OwnedRecord};
 use crate::{Error, Result};
 
 const EXCEPTION: &str = "io/epochguard/spark/KafkaLogException";
@@ -56,11 +56,16 @@ impl Bounds {
         }
     }
 
-    /// Whether some record of the batch under `frame` may fall within the bounds. Only v2 headers
+    fn is_all(&self) -> bool {
+        self.offset == Bounds::ALL.offset
+            && self.timestamp == Bounds::ALL.timestamp
+            && self.epoch == Bounds::ALL.epoch
+    }
+
+    /// Whether some record of the batch with header `h` may fall within the bounds. Only v2 headers
     /// are trusted (a legacy message set's wrapper says little about its records): a legacy batch
     /// is always decoded, and its rows filtered by Spark.
-    fn may_hold(&self, frame: &Frame<'_>) -> bool {
-        let h = &frame.header;
+    fn may_hold(&self, h: &BatchHeader) -> bool {
         if h.magic < 2 {
             return true;
         }
@@ -130,16 +135,36 @@ fn decode(
     let (start, end) = range(&file, start, end)?;
     let mut stats = Stats::default();
     let mut builder = ArrowBuilder::new(opts, &columns);
-    let tail = reader::for_each_frame(&file, start, end, false, |frame, left| {
-        if bounds.may_hold(frame) {
+    // With bounds, the headers alone (one small positioned read a batch) say which batches to
+    // read at all; runs of adjacent kept batches are then read and decoded as one range.
+    let runs = if bounds.is_all() {
+        vec![(start, end)]
+    } else {
+        let scan = reader::scan_headers_file(&file, start, end, false, false)?;
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for h in &scan.headers {
+            let (at, until) = (
+                h.file_position,
+                h.file_position + u64::from(h.size_in_bytes),
+            );
+            if !bounds.may_hold(h) {
+                stats.batches_skipped += 1;
+                continue;
+            }
+            match runs.last_mut() {
+                Some(run) if run.1 == at => run.1 = until,
+                _ => runs.push((at, until)),
+            }
+        }
+        runs
+    };
+    let mut tail = None;
+    for (from, to) in runs {
+        tail = reader::for_each_frame(&file, from, to, false, |frame, left| {
             stats.batches_decoded += 1;
             builder.push(frame, left)
-        } else {
-            stats.batches_skipped += 1;
-            Ok(())
-        }
-    })?;
-    stats.partial_tail = tail.map_or(-1, |t| t as i64);
+        })?;
+    }
     let decoded = builder.finish(tail)?;
     Ok(Decoded {
         batches: decoded
@@ -152,37 +177,39 @@ fn decode(
 }
 
 /// COUNT(*), min(offset), max(offset) of the records in `[start, end)` (min/max `i64::MAX`/`MIN`
-/// when there is none), from the headers where they tell it.
+/// when there is none), from the headers (one small positioned read a batch, no CRC: a record's
+/// bytes do not change the count its header states). A batch whose header cannot tell (one the log
+/// cleaner thinned out, a legacy message set) is read and decoded, CRC-checked if `opts` says so.
 fn count(path: &str, start: jlong, end: jlong, opts: DecodeOptions) -> Result<[i64; 3]> {
     let file = InputFile::open(&PathBuf::from(path))?;
     let (start, end) = range(&file, start, end)?;
     let mut decoder = Decoder::new(opts);
     let (mut rows, mut min, mut max) = (0i64, i64::MAX, i64::MIN);
-    reader::for_each_frame(&file, start, end, false, |frame, _| {
-        let h = &frame.header;
-        if opts.verify_crc && h.magic >= 2 {
-            verify_crc(frame)?;
-        }
+    let scan = reader::scan_headers_file(&file, start, end, false, false)?;
+    for h in &scan.headers {
         let n = i64::from(h.records_count);
         let last = h.base_offset.saturating_add(i64::from(h.last_offset_delta));
-        // A v2 batch whose count fills its offset range holds every offset of it; one the log
-        // cleaner thinned out (or a legacy message set) is decoded for its offsets.
+        // A v2 batch whose count fills its offset range holds every offset of it.
         if h.magic >= 2 && (n == 0 || n == last - h.base_offset + 1) {
             if n > 0 {
                 rows += n;
                 min = min.min(h.base_offset);
                 max = max.max(last);
             }
-            return Ok(());
+            continue;
         }
-        let offsets = frame_offsets(&mut decoder, frame)?;
+        let bytes = reader::read_frame_bytes(&file, h.file_position, end)?;
+        let mut cursor = BatchCursor::new(&bytes, h.file_position, false);
+        let Some(frame) = cursor.next()? else {
+            continue;
+        };
+        let offsets = frame_offsets(&mut decoder, &frame)?;
         rows += offsets.len() as i64;
         if let (Some(lo), Some(hi)) = (offsets.iter().min(), offsets.iter().max()) {
             min = min.min(*lo);
             max = max.max(*hi);
         }
-        Ok(())
-    })?;
+    }
     Ok([rows, min, max])
 }
 

@@ -17,14 +17,16 @@ import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 
 /** One kafka-log read: the listing pruned by the pushed filters, each kept segment cut into
- *  batch-aligned byte ranges of at most {@code chunkBytes} (one input partition each, or packed
- *  into {@code tasks} partitions when that option is given), as the Python source plans them. */
+ *  batch-aligned byte ranges of at most {@code chunkBytes}, packed into input partitions (two a core
+ *  by default, or the {@code tasks} option), as the Python source plans them. */
 final class KafkaLogScan implements Scan, Batch {
   /** A batch-aligned byte range [start, end) of one segment. */
   record Chunk(Listing.Segment segment, long start, long end) implements Serializable {}
 
   /** The chunks one Spark task reads, in order. */
   record Chunks(List<Chunk> chunks) implements InputPartition {}
+
+  static final long TASK_BYTES = 1L << 30;
 
   private final Options options;
   private final StructType required;
@@ -114,13 +116,22 @@ final class KafkaLogScan implements Scan, Batch {
   @Override
   public InputPartition[] planInputPartitions() {
     List<Chunk> chunks = chunks();
-    if (options.tasks <= 0 || chunks.size() <= options.tasks) {
+    int tasks = options.tasks;
+    if (tasks <= 0) {
+      // A Spark task costs ~10 ms on 2 busy cores (half the decode of a 21 MB segment): two tasks a
+      // core, more only past TASK_BYTES each (epochguard.spark.logs.pack_tasks' rule, with twice its
+      // minimum for balance). Counting from headers is a few reads a chunk: one task a core.
+      int cores = org.apache.spark.sql.SparkSession.active().sparkContext().defaultParallelism();
+      long total = chunks.stream().mapToLong(c -> c.end() - c.start()).sum();
+      tasks = aggregates != null ? cores : (int) Math.max(2L * cores, -Math.floorDiv(-total, TASK_BYTES));
+    }
+    if (chunks.size() <= tasks) {
       return chunks.stream().map(c -> new Chunks(List.of(c))).toArray(InputPartition[]::new);
     }
     // Largest first onto the lightest task, as epochguard.spark.logs.pack_tasks.
     List<List<Chunk>> groups = new ArrayList<>();
     PriorityQueue<long[]> heap = new PriorityQueue<>(Comparator.<long[]>comparingLong(a -> a[0]).thenComparingLong(a -> a[1]));
-    for (int i = 0; i < options.tasks; i++) {
+    for (int i = 0; i < tasks; i++) {
       groups.add(new ArrayList<>());
       heap.add(new long[] {0, i});
     }

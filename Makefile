@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 
-.PHONY: setup kcat drivers jvm-reader kafka spark-kafka demo test test-rust test-python bench compat lint docs mutants mutants-changed mutants-tools
+.PHONY: setup kcat drivers jvm-reader wheel kafka spark-kafka demo test test-rust test-python bench compat lint docs mutants mutants-changed mutants-tools
 
 setup:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -73,6 +73,11 @@ spark-kafka:
 	    -DoutputDirectory=$(SPARK_KAFKA_JARS).tmp > $(VENV)/spark-kafka.log 2>&1 && \
 	  touch $(SPARK_KAFKA_JARS).tmp/.complete && rm -rf $(SPARK_KAFKA_JARS) && mv $(SPARK_KAFKA_JARS).tmp $(SPARK_KAFKA_JARS) || \
 	  echo "setup: could not fetch Spark's Kafka source (see $(VENV)/spark-kafka.log); its comparison tests will skip"; }
+
+# A wheel carrying the JVM kafka-log reader's jar (epochguard/spark/jars/) into dist/.
+wheel: setup
+	$(PY) -m epochguard.spark.jvm --package
+	maturin build --release --out dist
 
 demo: setup
 	epochguard demo

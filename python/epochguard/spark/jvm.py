@@ -30,7 +30,7 @@ from epochguard.builds import build_into, cache_base, locked, run, source_hash
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["JvmReaderError", "jar", "missing", "build", "reader_of", "metrics", "JAR_NAME"]
+__all__ = ["JvmReaderError", "jar", "missing", "build", "package", "reader_of", "metrics", "JAR_NAME"]
 
 JAR_NAME = "epochguard-kafka-log-reader.jar"
 SCAN_MARKER = "epochguard JVM kafka-log reader"  # in the scan's description: `df.explain()` shows it
@@ -133,7 +133,7 @@ def build() -> float:
         versions = {"spark.version": _version("spark-sql_2.13"), "scala.version": _version("scala-library"),
                     "arrow.version": _version("arrow-vector"), "jackson.version": _version("jackson-databind"),
                     "kryo.version": _version("kryo-shaded")}
-        run(["mvn", "-q", "-B", "-f", str(root / "tools" / "kafka-log-reader" / "pom.xml"), "package",
+        run(["mvn", "-q", "-B", "-f", str(root / "tools" / "kafka-log-reader" / "pom.xml"), "clean", "package",
              f"-Dspark.jars.dir={_spark_jars()}", f"-Dnative.dir={native}",
              *(f"-D{k}={v}" for k, v in versions.items())],
             "building the JVM kafka-log reader with Maven", JvmReaderError)
@@ -183,17 +183,34 @@ def metrics(spark: SparkSession) -> dict[str, int]:
     return dict(zip(names, (int(v) for v in snapshot), strict=True))
 
 
+def package() -> Path:
+    """Copy the built jar to `PACKAGED`, for a wheel to ship (`make wheel`); builds it first if needed."""
+    build()
+    built = _cached_jar()
+    if built is None or not built.is_file():
+        raise JvmReaderError("no JVM reader jar was built to package")
+    PACKAGED.parent.mkdir(exist_ok=True)
+    tmp = PACKAGED.with_suffix(".tmp")
+    shutil.copyfile(built, tmp)
+    os.replace(tmp, PACKAGED)
+    return PACKAGED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Build the jar if it is not there; a missing toolchain is reported, and fails under CI."""
-    del argv
+    """Build the jar if it is not there (``--package``: and copy it into the package for a wheel); a
+    missing toolchain is reported, and fails under CI (and always with ``--package``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
     ci = os.environ.get("CI", "").lower() in ("true", "1")
     try:
+        if args == ["--package"]:
+            print(f"jvm reader: packaged at {package()}")
+            return 0
         took = build()
         print(f"jvm reader: ready at {jar()}" + (f" (built in {took:.0f} s)" if took else " (cached)"))
         return 0
     except JvmReaderError as exc:
         print(f"jvm reader: unavailable: {exc}", file=sys.stderr)
-        return 1 if ci else 0
+        return 1 if ci or args else 0
 
 
 if __name__ == "__main__":

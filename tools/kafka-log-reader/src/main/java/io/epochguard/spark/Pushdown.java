@@ -70,14 +70,11 @@ final class Pushdown implements Serializable {
     return last >= bounds[0] && s.baseOffset() <= bounds[1];
   }
 
+  /** The column a comparison this class knows is on (null for any other filter). */
   private static String attribute(Filter f) {
-    if (f instanceof EqualTo e) return e.attribute();
-    if (f instanceof GreaterThan e) return e.attribute();
-    if (f instanceof GreaterThanOrEqual e) return e.attribute();
-    if (f instanceof LessThan e) return e.attribute();
-    if (f instanceof LessThanOrEqual e) return e.attribute();
-    if (f instanceof In e) return e.attribute();
-    return null;
+    boolean known = f instanceof EqualTo || f instanceof GreaterThan || f instanceof GreaterThanOrEqual
+        || f instanceof LessThan || f instanceof LessThanOrEqual || f instanceof In;
+    return known && f.references().length == 1 ? f.references()[0] : null;
   }
 
   private static boolean literalsFit(Filter f, String column) {

@@ -74,10 +74,16 @@ spark-kafka:
 	  touch $(SPARK_KAFKA_JARS).tmp/.complete && rm -rf $(SPARK_KAFKA_JARS) && mv $(SPARK_KAFKA_JARS).tmp $(SPARK_KAFKA_JARS) || \
 	  echo "setup: could not fetch Spark's Kafka source (see $(VENV)/spark-kafka.log); its comparison tests will skip"; }
 
-# A wheel carrying the JVM kafka-log reader's jar (epochguard/spark/jars/) into dist/.
-wheel: setup
+# A wheel into $(DIST) carrying what a checkout has beside the package: the JVM kafka-log reader's jar
+# (epochguard/spark/jars/) and the wire drivers' sources (epochguard/wire/drivers/sources/, built into the
+# user's cache on first use). Both staged copies are git-ignored. Run after `make setup`.
+DIST ?= dist
+wheel:
 	$(PY) -m epochguard.spark.jvm --package
-	maturin build --release --out dist
+	rm -rf python/epochguard/wire/drivers/sources && mkdir -p python/epochguard/wire/drivers/sources/go
+	cp -r tools/drivers/java python/epochguard/wire/drivers/sources/java
+	cp tools/drivers/go/go.mod tools/drivers/go/go.sum tools/drivers/go/*.go python/epochguard/wire/drivers/sources/go/
+	maturin build --release --out $(DIST)
 
 demo: setup
 	epochguard demo

@@ -50,12 +50,18 @@ class ToolchainError(RuntimeError):
     """A driver's toolchain is missing or its build failed; the message says what to install or read."""
 
 
+# Where a wheel carries a copy of tools/drivers (`make wheel` stages it; git-ignored in a checkout).
+PACKAGED_SOURCES = Path(__file__).with_name("sources")
+
+
 def sources() -> Path:
-    """`tools/drivers` of the repository this package runs from (`$EPOCHGUARD_DRIVER_SOURCES` overrides)."""
+    """`tools/drivers` of the repository this package runs from, else the copy an installed wheel
+    carries (`PACKAGED_SOURCES`); `$EPOCHGUARD_DRIVER_SOURCES` overrides."""
     override = os.environ.get("EPOCHGUARD_DRIVER_SOURCES")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[4] / "tools" / "drivers"
+    checkout = Path(__file__).resolve().parents[4] / "tools" / "drivers"
+    return checkout if checkout.is_dir() or not PACKAGED_SOURCES.is_dir() else PACKAGED_SOURCES
 
 
 def cache_root() -> Path:

@@ -94,9 +94,16 @@ struct Stats {
     partial_tail: i64,
 }
 
-/// A decoded byte range: its record batches, handed out one at a time by `next`.
+/// What a decoded range hands out, in order: record batches, and with `withErrors` the problems
+/// between them (byte position, reason), as epochguard.spark.logs reports them as error rows.
+enum Piece {
+    Batch(RecordBatch),
+    Problem(u64, String),
+}
+
+/// A decoded byte range, handed out one piece at a time by `next`.
 struct Decoded {
-    batches: VecDeque<RecordBatch>,
+    pieces: VecDeque<Piece>,
     stats: Stats,
 }
 
@@ -128,19 +135,43 @@ fn decode(
     columns: &str,
     opts: DecodeOptions,
     bounds: Bounds,
+    with_errors: bool,
 ) -> Result<Decoded> {
     let names: Vec<&str> = columns.split(',').filter(|c| !c.is_empty()).collect();
     let columns = Column::parse_list(&names)?;
     let file = InputFile::open(&PathBuf::from(path))?;
     let (start, end) = range(&file, start, end)?;
     let mut stats = Stats::default();
-    let mut builder = ArrowBuilder::new(opts, &columns);
+    let pieces = if with_errors {
+        let opts = DecodeOptions {
+            allow_partial_tail: true,
+            ..opts
+        };
+        decode_reporting(&file, start, end, opts, &columns, &mut stats)?
+    } else {
+        let (batches, _) = decode_range(&file, start, end, opts, &columns, bounds, &mut stats)?;
+        batches.into_iter().map(Piece::Batch).collect()
+    };
+    Ok(Decoded { pieces, stats })
+}
+
+/// The record batches of `[start, end)` and its partial tail (with `opts.allow_partial_tail`).
+fn decode_range(
+    file: &InputFile,
+    start: u64,
+    end: u64,
+    opts: DecodeOptions,
+    columns: &[Column],
+    bounds: Bounds,
+    stats: &mut Stats,
+) -> Result<(Vec<RecordBatch>, Option<u64>)> {
+    let mut builder = ArrowBuilder::new(opts, columns);
     // With bounds, the headers alone (one small positioned read a batch) say which batches to
     // read at all; runs of adjacent kept batches are then read and decoded as one range.
     let runs = if bounds.is_all() {
         vec![(start, end)]
     } else {
-        let scan = reader::scan_headers_file(&file, start, end, false, false)?;
+        let scan = reader::scan_headers_file(file, start, end, false, false)?;
         let mut runs: Vec<(u64, u64)> = Vec::new();
         for h in &scan.headers {
             let (at, until) = (
@@ -160,20 +191,84 @@ fn decode(
     };
     let mut tail = None;
     for (from, to) in runs {
-        tail = reader::for_each_frame(&file, from, to, false, |frame, left| {
+        tail = reader::for_each_frame(file, from, to, opts.allow_partial_tail, |frame, left| {
             stats.batches_decoded += 1;
             builder.push(frame, left)
         })?;
     }
+    stats.partial_tail = tail.map_or(-1, |t| t as i64);
     let decoded = builder.finish(tail)?;
-    Ok(Decoded {
-        batches: decoded
-            .batches
-            .into_iter()
-            .filter(|b| b.num_rows() > 0)
-            .collect(),
-        stats,
-    })
+    let batches = decoded.batches.into_iter().filter(|b| b.num_rows() > 0);
+    Ok((batches.collect(), tail))
+}
+
+/// `withErrors`, as epochguard.spark.logs' `_decode_one`: a batch that does not decode becomes a
+/// problem between the records before it and those after it, when the headers still say where it
+/// ends (else the rest of the range is reported undecoded); an incomplete last batch is one too.
+fn decode_reporting(
+    file: &InputFile,
+    start: u64,
+    end: u64,
+    opts: DecodeOptions,
+    columns: &[Column],
+    stats: &mut Stats,
+) -> Result<VecDeque<Piece>> {
+    let mut pieces = VecDeque::new();
+    let mut position = start;
+    while position < end {
+        let failure = match decode_range(file, position, end, opts, columns, Bounds::ALL, stats) {
+            Ok((batches, tail)) => {
+                pieces.extend(batches.into_iter().map(Piece::Batch));
+                if let Some(tail) = tail {
+                    let reason = format!("incomplete batch at the end: {} bytes", end - tail);
+                    pieces.push_back(Piece::Problem(tail, reason));
+                }
+                return Ok(pieces);
+            }
+            Err(Error::Corrupt { position, reason }) => (Some(position), reason),
+            Err(Error::Io(e)) => (None, e.to_string()),
+            Err(e) => return Err(e),
+        };
+        let (failed, reason) = match failure {
+            (Some(at), reason) if position <= at && at < end => (at, reason),
+            (_, reason) => {
+                let reason = format!("{reason}; bytes {position}..{end} not decoded");
+                pieces.push_back(Piece::Problem(position, reason));
+                return Ok(pieces);
+            }
+        };
+        // The whole batches before the failure (the one it falls in, if cut, is a partial tail).
+        if let Ok((batches, _)) =
+            decode_range(file, position, failed, opts, columns, Bounds::ALL, stats)
+        {
+            pieces.extend(batches.into_iter().map(Piece::Batch));
+        }
+        let around = reader::batch_index_file(file, position, end, true)
+            .ok()
+            .and_then(|(index, _)| {
+                index.into_iter().find_map(|b| {
+                    let until = b.file_position + u64::from(b.size_in_bytes);
+                    (b.file_position <= failed && failed < until)
+                        .then_some((b.file_position, until))
+                })
+            });
+        match around {
+            None => {
+                let reason = format!("{reason}; bytes {failed}..{end} not decoded");
+                pieces.push_back(Piece::Problem(failed, reason));
+                return Ok(pieces);
+            }
+            Some((from, until)) => {
+                let reason = format!(
+                    "{reason}; skipped the batch at {from} ({} bytes)",
+                    until - from
+                );
+                pieces.push_back(Piece::Problem(failed, reason));
+                position = until;
+            }
+        }
+    }
+    Ok(pieces)
 }
 
 /// COUNT(*), min(offset), max(offset) of the records in `[start, end)` (min/max `i64::MAX`/`MIN`
@@ -280,7 +375,8 @@ fn bounds_of(env: &mut JNIEnv<'_>, array: &JLongArray<'_>) -> Result<Bounds> {
 }
 
 /// `long decode(String path, long start, long end, String columns, boolean verifyCrc,
-/// long maxDecompressedSize, long[] bounds)`: a handle to the decoded range (free it with `close`).
+/// long maxDecompressedSize, long[] bounds, boolean withErrors)`: a handle to the decoded range (free
+/// it with `close`).
 #[no_mangle]
 pub extern "system" fn Java_io_epochguard_spark_Native_decode<'l>(
     mut env: JNIEnv<'l>,
@@ -292,6 +388,7 @@ pub extern "system" fn Java_io_epochguard_spark_Native_decode<'l>(
     verify: jboolean,
     max_decompressed: jlong,
     bounds: JLongArray<'l>,
+    with_errors: jboolean,
 ) -> jlong {
     guarded(&mut env, 0, |env| {
         let path = java_string(env, &path)?;
@@ -304,13 +401,15 @@ pub extern "system" fn Java_io_epochguard_spark_Native_decode<'l>(
             &columns,
             options(verify, max_decompressed)?,
             bounds,
+            with_errors == JNI_TRUE,
         )?;
         Ok(Box::into_raw(Box::new(decoded)) as jlong)
     })
 }
 
 /// `int next(long handle, long arrowArray, long arrowSchema)`: moves the next batch, as a struct
-/// array, into the C Data Interface structs at those addresses; its row count, or -1 when done.
+/// array, into the C Data Interface structs at those addresses; its row count, -1 when done, -2 when
+/// the next piece is a problem (take it with `problem`).
 #[no_mangle]
 pub extern "system" fn Java_io_epochguard_spark_Native_next<'l>(
     mut env: JNIEnv<'l>,
@@ -325,8 +424,13 @@ pub extern "system" fn Java_io_epochguard_spark_Native_next<'l>(
         }
         // SAFETY: `handle` came from `decode` and has not been closed (the Java reader owns it).
         let decoded = unsafe { &mut *(handle as *mut Decoded) };
-        let Some(batch) = decoded.batches.pop_front() else {
-            return Ok(-1);
+        let batch = match decoded.pieces.front() {
+            None => return Ok(-1),
+            Some(Piece::Problem(..)) => return Ok(-2),
+            Some(Piece::Batch(_)) => match decoded.pieces.pop_front() {
+                Some(Piece::Batch(batch)) => batch,
+                _ => return Ok(-1),
+            },
         };
         let rows = jint::try_from(batch.num_rows())
             .map_err(|_| Error::invalid("a batch of more than 2^31 rows"))?;
@@ -339,6 +443,28 @@ pub extern "system" fn Java_io_epochguard_spark_Native_next<'l>(
             std::ptr::write(schema as *mut FFI_ArrowSchema, ffi_schema);
         }
         Ok(rows)
+    })
+}
+
+/// `String problem(long handle)`: the problem `next` announced, as "<byte position> <reason>".
+#[no_mangle]
+pub extern "system" fn Java_io_epochguard_spark_Native_problem<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    handle: jlong,
+) -> jni::sys::jstring {
+    guarded(&mut env, std::ptr::null_mut(), |env| {
+        if handle == 0 {
+            return Err(Error::invalid("problem: null handle"));
+        }
+        // SAFETY: as in `next`.
+        let decoded = unsafe { &mut *(handle as *mut Decoded) };
+        let Some(Piece::Problem(position, reason)) = decoded.pieces.pop_front() else {
+            return Err(Error::invalid("problem: the next piece is not a problem"));
+        };
+        env.new_string(format!("{position} {reason}"))
+            .map(|s| s.into_raw())
+            .map_err(|e| Error::invalid(format!("new String: {e}")))
     })
 }
 

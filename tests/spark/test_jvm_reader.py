@@ -120,3 +120,26 @@ def test_every_column_matches_the_python_source(spark, log_dir) -> None:
     python_df = spark.read.format(PYTHON_NAME).option("columns", columns).load(log_dir)
     assert jvm_df.schema == python_df.schema
     assert jvm_df.orderBy("offset").collect() == python_df.orderBy("offset").collect()
+
+
+def test_with_errors_reports_what_the_python_source_reports(spark, tmp_path: Path) -> None:
+    """A batch whose CRC fails between good ones is skipped and named; an incomplete last batch is a
+    row too; a segment whose first header is garbage is one row naming the bytes not decoded."""
+    batches = [(0, records("a", 0, 3)), (0, records("b", 3, 3)), (1, records("c", 6, 3))]
+    log = write_log_dir(tmp_path, 6, [Replica("e", 0, batches), Replica("g", 0, [(0, records("z", 0, 2))])])
+    segment = log / "e-0" / f"{0:020d}.log"
+    data = bytearray(segment.read_bytes())
+    second = struct.unpack_from(">i", data, 8)[0] + 12  # where the second batch starts
+    data[second + 70] ^= 0x01  # inside its records
+    segment.write_bytes(bytes(data) + bytes(data[:30]))  # and a cut batch at the end
+    (log / "g-0" / f"{0:020d}.log").write_bytes(b"\xff" * 80)
+    jvm_rows = spark.read.format("kafka-log").option("withErrors", "true").option("columns", "topic,offset").load(str(log))
+    python_rows = spark.read.format(PYTHON_NAME).option("withErrors", "true").option("columns", "topic,offset")
+    got = sorted(jvm_rows.collect(), key=str)
+    assert got == sorted(python_rows.load(str(log)).collect(), key=str)
+    problems = [(r.topic, r.error_position, r.error_reason) for r in got if r.error_reason]
+    assert [(t, p) for t, p, _ in problems] == [("e", second), ("e", len(data)), ("g", 0)]
+    assert problems[0][2].startswith("CRC mismatch") and problems[0][2].endswith(
+        f"skipped the batch at {second} ({struct.unpack_from('>i', data, second + 8)[0] + 12} bytes)")
+    assert problems[1][2] == "incomplete batch at the end: 30 bytes" and problems[2][2].endswith("bytes 0..80 not decoded")
+    assert sorted(r.offset for r in got if r.topic == "e" and r.offset is not None) == [0, 1, 2, 6, 7, 8]

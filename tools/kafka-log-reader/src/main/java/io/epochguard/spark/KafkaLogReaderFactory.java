@@ -16,7 +16,6 @@ import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
-import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.vectorized.ArrowColumnVector;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
@@ -32,10 +31,6 @@ final class KafkaLogReaderFactory implements PartitionReaderFactory {
   private final String[] aggregates;
 
   KafkaLogReaderFactory(Options options, String[] columns, long[] bounds, String[] aggregates) {
-    if (options.withErrors && aggregates == null) {
-      throw new UnsupportedOperationException("kafka-log: withErrors (errors as rows) is not in the JVM reader yet; "
-          + "use format(\"kafka-log-python\") or epochguard.spark.read_kafka_logs(..., with_errors=True)");
-    }
     this.options = options;
     this.columns = columns;
     this.bounds = bounds;
@@ -95,7 +90,8 @@ final class KafkaLogReaderFactory implements PartitionReaderFactory {
           }
           chunk = chunks.next();
           handle = Native.decode(chunk.segment().path(), chunk.start(), chunk.end(), decodeColumns,
-              options.verifyCrc, Options.DEFAULT_MAX_DECOMPRESSED, bounds);
+              options.verifyCrc, Options.DEFAULT_MAX_DECOMPRESSED, options.withErrors ? null : bounds,
+              options.withErrors);
           long[] stats = Native.stats(handle);
           decoded += stats[0];
           skipped += stats[1];
@@ -105,6 +101,13 @@ final class KafkaLogReaderFactory implements PartitionReaderFactory {
         try (ArrowArray array = ArrowArray.allocateNew(allocator);
              ArrowSchema schema = ArrowSchema.allocateNew(allocator)) {
           int rows = Native.next(handle, array.memoryAddress(), schema.memoryAddress());
+          if (rows == -2) {
+            String problem = Native.problem(handle);
+            int space = problem.indexOf(' ');
+            batch = new ColumnarBatch(errorRow(Long.parseLong(problem.substring(0, space)),
+                problem.substring(space + 1)), 1);
+            return true;
+          }
           if (rows < 0) {
             Native.close(handle);
             handle = 0;
@@ -119,26 +122,52 @@ final class KafkaLogReaderFactory implements PartitionReaderFactory {
 
     private ColumnVector[] vectors(int rows) {
       ColumnVector[] out = new ColumnVector[columns.length];
-      Listing.Segment s = chunk.segment();
       for (int i = 0; i < columns.length; i++) {
         String c = columns[i];
-        DataType type = Schemas.TYPES.get(c);
-        if (Schemas.isRecordColumn(c)) {
-          out[i] = new ArrowColumnVector(root.getVector(c));
-          continue;
-        }
-        ConstantColumnVector v = new ConstantColumnVector(rows, type);
-        switch (c) {
-          case "broker" -> v.setInt(s.broker());
-          case "topic" -> v.setUtf8String(UTF8String.fromString(s.topic()));
-          case "partition" -> v.setInt(s.partition());
-          case "segment" -> v.setLong(s.baseOffset());
-          default -> v.setNull(); // the error columns: no error rows here
-        }
-        constants.add(v);
-        out[i] = v;
+        out[i] = Schemas.isRecordColumn(c) ? new ArrowColumnVector(root.getVector(c)) : constant(c, rows, null, null);
       }
       return out;
+    }
+
+    /** One row for a problem: the location, the path, position and reason; null record columns. */
+    private ColumnVector[] errorRow(long position, String reason) {
+      ColumnVector[] out = new ColumnVector[columns.length];
+      for (int i = 0; i < columns.length; i++) {
+        out[i] = constant(columns[i], 1, position, reason);
+      }
+      return out;
+    }
+
+    /** A location column, an error column (set when {@code reason} is given), or a null record column. */
+    private ColumnVector constant(String c, int rows, Long position, String reason) {
+      Listing.Segment s = chunk.segment();
+      ConstantColumnVector v = new ConstantColumnVector(rows, Schemas.TYPES.get(c));
+      switch (c) {
+        case "broker" -> v.setInt(s.broker());
+        case "topic" -> v.setUtf8String(UTF8String.fromString(s.topic()));
+        case "partition" -> v.setInt(s.partition());
+        case "segment" -> v.setLong(s.baseOffset());
+        case "path" -> setOrNull(v, reason == null ? null : UTF8String.fromString(s.path()));
+        case "error_position" -> {
+          if (position == null) {
+            v.setNull();
+          } else {
+            v.setLong(position);
+          }
+        }
+        case "error_reason" -> setOrNull(v, reason == null ? null : UTF8String.fromString(reason));
+        default -> v.setNull(); // a record column of an error row
+      }
+      constants.add(v);
+      return v;
+    }
+
+    private void setOrNull(ConstantColumnVector v, UTF8String value) {
+      if (value == null) {
+        v.setNull();
+      } else {
+        v.setUtf8String(value);
+      }
     }
 
     @Override

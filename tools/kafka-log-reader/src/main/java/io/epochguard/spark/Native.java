@@ -22,13 +22,18 @@ public final class Native {
 
   /** Decode bytes [start, end) of a segment into the projected columns (comma-separated names),
    *  skipping batches whose headers fall outside {@code bounds} (offset, timestamp, epoch: lo, hi,
-   *  inclusive; null for none). A handle for {@link #next} and {@link #close}. */
+   *  inclusive; null for none; not with {@code withErrors}, which reports a batch that does not
+   *  decode, or an incomplete last one, as a problem between batches). A handle for {@link #next}
+   *  and {@link #close}. */
   static native long decode(String path, long start, long end, String columns, boolean verifyCrc,
-                            long maxDecompressedSize, long[] bounds);
+                            long maxDecompressedSize, long[] bounds, boolean withErrors);
 
   /** Moves the next batch (a struct array) into the C Data Interface structs at those addresses;
-   *  its rows, or -1 when there is none left. */
+   *  its rows, -1 when there is none left, -2 when the next piece is a problem ({@link #problem}). */
   static native int next(long handle, long arrowArray, long arrowSchema);
+
+  /** With {@code withErrors}: the problem {@link #next} announced, "byte-position reason". */
+  static native String problem(long handle);
 
   /** {batches decoded, batches skipped by their headers, partial tail position or -1}. */
   static native long[] stats(long handle);

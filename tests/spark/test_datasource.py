@@ -113,13 +113,19 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # and the client asks the JVM for it, so two runs on one machine do not fight over 15002.
 os.environ["SPARK_TESTING"] = "1"
 from pyspark.sql import SparkSession
-spark = SparkSession.builder.remote("local[2]").getOrCreate()
+from epochguard.spark.jvm import jar
+builder = SparkSession.builder.remote("local[2]")
+if jar() is not None:  # the local server starts with the JVM reader on its classpath
+    builder = builder.config("spark.jars", str(jar()))
+spark = builder.getOrCreate()
 import epochguard.spark as es
 from epochguard.spark import read_kafka_logs
 es.register(spark)
 path = sys.argv[1]
-out = {"session": type(spark).__module__}
-out["source"] = sorted(r.offset for r in spark.read.format("kafka-log").option("columns", "offset").load(path).collect())
+out = {"session": type(spark).__module__, "jar": jar() is not None}
+df = spark.read.format("kafka-log").option("columns", "offset").load(path)
+out["reader"] = es.reader_of(df)
+out["source"] = sorted(r.offset for r in df.collect())
 out["mapInArrow"] = sorted(r.offset for r in read_kafka_logs(spark, [path], columns=["offset"]).collect())
 print("RESULT " + json.dumps(out))
 spark.stop()
@@ -135,4 +141,5 @@ def test_spark_connect_reads_both_fronts(log_dirs, tmp_path) -> None:
     assert result.returncode == 0 and lines, result.stderr[-3000:]
     out = json.loads(lines[0][len("RESULT "):])
     assert "connect" in out["session"]
+    assert out["reader"] == ("jvm" if out["jar"] else "python")  # the server's classpath decides
     assert out["source"] == out["mapInArrow"] == list(range(5))

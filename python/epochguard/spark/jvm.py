@@ -153,7 +153,7 @@ def reader_of(df: DataFrame) -> str:
     plan = _plan(df)
     if SCAN_MARKER in plan:
         return "jvm"
-    if "BatchScan kafka-log" in plan or "PythonDataSource" in plan or "BatchEvalPython" in plan or "Python" in plan:
+    if "BatchScan kafka-log" in plan and "(Python)" in plan:  # a Python source's scan: "BatchScan <name>[..] (Python)"
         return "python"
     raise ValueError("this DataFrame reads no kafka-log source")
 

@@ -15,14 +15,17 @@ use std::path::PathBuf;
 
 use arrow_array::ffi::{to_ffi, FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::{Array, Int64Array, RecordBatch, StructArray};
-use jni::objects::{JClass, JLongArray, JString};
+use jni::objects::{JByteBuffer, JClass, JLongArray, JString};
 use jni::sys::{jboolean, jint, jlong, jlongArray, JNI_TRUE};
 use jni::JNIEnv;
 
 use crate::file::InputFile;
 use crate::records::arrow::{ArrowBuilder, Column};
 use crate::records::batch::{BatchHeader, Frame};
-use crate::records::{reader, BatchCursor, DecodeOptions, Decoder, OwnedRecord};
+use crate::records::headers::scan_headers;
+use crate::records::{
+    batch_index, reader, BatchCursor, BatchLocation, DecodeOptions, Decoder, OwnedRecord,
+};
 use crate::{Error, Result};
 
 const EXCEPTION: &str = "io/epochguard/spark/KafkaLogException";
@@ -128,10 +131,70 @@ fn range(file: &InputFile, start: jlong, end: jlong) -> Result<(u64, u64)> {
     }
 }
 
+/// Where a range's bytes are: a local file read in bounded positioned reads, or bytes the JVM read
+/// (a Hadoop FileSystem path) into a direct buffer, its first byte at absolute position `base`.
+#[derive(Clone, Copy)]
+enum Src<'a> {
+    File(&'a InputFile),
+    Bytes { data: &'a [u8], base: u64 },
+}
+
+impl Src<'_> {
+    fn slice(data: &[u8], base: u64, from: u64, to: u64) -> Result<&[u8]> {
+        let (a, b) = (from.checked_sub(base), to.checked_sub(base));
+        match (a, b) {
+            (Some(a), Some(b)) => data.get(a as usize..b as usize),
+            _ => None,
+        }
+        .ok_or_else(|| Error::invalid(format!("bytes {from}..{to} are not in the buffer")))
+    }
+
+    fn for_each_frame(
+        self,
+        from: u64,
+        to: u64,
+        allow_partial_tail: bool,
+        mut each: impl FnMut(&Frame<'_>, usize) -> Result<()>,
+    ) -> Result<Option<u64>> {
+        match self {
+            Src::File(f) => reader::for_each_frame(f, from, to, allow_partial_tail, each),
+            Src::Bytes { data, base } => {
+                let mut cursor =
+                    BatchCursor::new(Src::slice(data, base, from, to)?, from, allow_partial_tail);
+                while let Some(frame) = cursor.next()? {
+                    each(&frame, (to - cursor.position()) as usize)?;
+                }
+                Ok(cursor.partial_tail())
+            }
+        }
+    }
+
+    fn headers(self, from: u64, to: u64) -> Result<Vec<BatchHeader>> {
+        Ok(match self {
+            Src::File(f) => reader::scan_headers_file(f, from, to, false, false)?,
+            Src::Bytes { data, base } => {
+                scan_headers(Src::slice(data, base, from, to)?, from, false, false)?
+            }
+        }
+        .headers)
+    }
+
+    fn batch_index(self, from: u64, to: u64) -> Result<Vec<BatchLocation>> {
+        Ok(match self {
+            Src::File(f) => reader::batch_index_file(f, from, to, true)?,
+            Src::Bytes { data, base } => {
+                batch_index(Src::slice(data, base, from, to)?, from, true)?
+            }
+        }
+        .0)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn decode(
-    path: &str,
-    start: jlong,
-    end: jlong,
+    src: Src<'_>,
+    start: u64,
+    end: u64,
     columns: &str,
     opts: DecodeOptions,
     bounds: Bounds,
@@ -139,17 +202,15 @@ fn decode(
 ) -> Result<Decoded> {
     let names: Vec<&str> = columns.split(',').filter(|c| !c.is_empty()).collect();
     let columns = Column::parse_list(&names)?;
-    let file = InputFile::open(&PathBuf::from(path))?;
-    let (start, end) = range(&file, start, end)?;
     let mut stats = Stats::default();
     let pieces = if with_errors {
         let opts = DecodeOptions {
             allow_partial_tail: true,
             ..opts
         };
-        decode_reporting(&file, start, end, opts, &columns, &mut stats)?
+        decode_reporting(src, start, end, opts, &columns, &mut stats)?
     } else {
-        let (batches, _) = decode_range(&file, start, end, opts, &columns, bounds, &mut stats)?;
+        let (batches, _) = decode_range(src, start, end, opts, &columns, bounds, &mut stats)?;
         batches.into_iter().map(Piece::Batch).collect()
     };
     Ok(Decoded { pieces, stats })
@@ -157,7 +218,7 @@ fn decode(
 
 /// The record batches of `[start, end)` and its partial tail (with `opts.allow_partial_tail`).
 fn decode_range(
-    file: &InputFile,
+    src: Src<'_>,
     start: u64,
     end: u64,
     opts: DecodeOptions,
@@ -171,9 +232,8 @@ fn decode_range(
     let runs = if bounds.is_all() {
         vec![(start, end)]
     } else {
-        let scan = reader::scan_headers_file(file, start, end, false, false)?;
         let mut runs: Vec<(u64, u64)> = Vec::new();
-        for h in &scan.headers {
+        for h in &src.headers(start, end)? {
             let (at, until) = (
                 h.file_position,
                 h.file_position + u64::from(h.size_in_bytes),
@@ -191,7 +251,7 @@ fn decode_range(
     };
     let mut tail = None;
     for (from, to) in runs {
-        tail = reader::for_each_frame(file, from, to, opts.allow_partial_tail, |frame, left| {
+        tail = src.for_each_frame(from, to, opts.allow_partial_tail, |frame, left| {
             stats.batches_decoded += 1;
             builder.push(frame, left)
         })?;
@@ -206,7 +266,7 @@ fn decode_range(
 /// problem between the records before it and those after it, when the headers still say where it
 /// ends (else the rest of the range is reported undecoded); an incomplete last batch is one too.
 fn decode_reporting(
-    file: &InputFile,
+    src: Src<'_>,
     start: u64,
     end: u64,
     opts: DecodeOptions,
@@ -216,7 +276,7 @@ fn decode_reporting(
     let mut pieces = VecDeque::new();
     let mut position = start;
     while position < end {
-        let failure = match decode_range(file, position, end, opts, columns, Bounds::ALL, stats) {
+        let failure = match decode_range(src, position, end, opts, columns, Bounds::ALL, stats) {
             Ok((batches, tail)) => {
                 pieces.extend(batches.into_iter().map(Piece::Batch));
                 if let Some(tail) = tail {
@@ -239,19 +299,16 @@ fn decode_reporting(
         };
         // The whole batches before the failure (the one it falls in, if cut, is a partial tail).
         if let Ok((batches, _)) =
-            decode_range(file, position, failed, opts, columns, Bounds::ALL, stats)
+            decode_range(src, position, failed, opts, columns, Bounds::ALL, stats)
         {
             pieces.extend(batches.into_iter().map(Piece::Batch));
         }
-        let around = reader::batch_index_file(file, position, end, true)
-            .ok()
-            .and_then(|(index, _)| {
-                index.into_iter().find_map(|b| {
-                    let until = b.file_position + u64::from(b.size_in_bytes);
-                    (b.file_position <= failed && failed < until)
-                        .then_some((b.file_position, until))
-                })
-            });
+        let around = src.batch_index(position, end).ok().and_then(|index| {
+            index.into_iter().find_map(|b| {
+                let until = b.file_position + u64::from(b.size_in_bytes);
+                (b.file_position <= failed && failed < until).then_some((b.file_position, until))
+            })
+        });
         match around {
             None => {
                 let reason = format!("{reason}; bytes {failed}..{end} not decoded");
@@ -394,12 +451,54 @@ pub extern "system" fn Java_io_epochguard_spark_Native_decode<'l>(
         let path = java_string(env, &path)?;
         let columns = java_string(env, &columns)?;
         let bounds = bounds_of(env, &bounds)?;
+        let file = InputFile::open(&PathBuf::from(&path))?;
+        let (start, end) = range(&file, start, end)?;
         let decoded = decode(
-            &path,
+            Src::File(&file),
             start,
             end,
             &columns,
             options(verify, max_decompressed)?,
+            bounds,
+            with_errors == JNI_TRUE,
+        )?;
+        Ok(Box::into_raw(Box::new(decoded)) as jlong)
+    })
+}
+
+/// `long decodeBytes(ByteBuffer direct, long base, String columns, boolean verifyCrc,
+/// long maxDecompressedSize, long[] bounds, boolean withErrors)`: as `decode`, over the buffer's
+/// bytes (a range the JVM read from a Hadoop FileSystem; its first byte at absolute `base`). The
+/// decoded batches own their memory: the buffer may be dropped once this returns.
+#[no_mangle]
+pub extern "system" fn Java_io_epochguard_spark_Native_decodeBytes<'l>(
+    mut env: JNIEnv<'l>,
+    _class: JClass<'l>,
+    buffer: JByteBuffer<'l>,
+    base: jlong,
+    columns: JString<'l>,
+    verify: jboolean,
+    max_decompressed: jlong,
+    bounds: JLongArray<'l>,
+    with_errors: jboolean,
+) -> jlong {
+    guarded(&mut env, 0, |env| {
+        let columns = java_string(env, &columns)?;
+        let bounds = bounds_of(env, &bounds)?;
+        let err = |e| Error::invalid(format!("decodeBytes: not a direct buffer ({e})"));
+        let address = env.get_direct_buffer_address(&buffer).map_err(err)?;
+        let len = env.get_direct_buffer_capacity(&buffer).map_err(err)?;
+        let base = u64::try_from(base).map_err(|_| Error::invalid(format!("base {base} < 0")))?;
+        // SAFETY: a direct buffer's `len` bytes at `address`, kept alive by the Java caller for this call.
+        let data = unsafe { std::slice::from_raw_parts(address, len) };
+        let end = base + len as u64;
+        let opts = options(verify, max_decompressed)?;
+        let decoded = decode(
+            Src::Bytes { data, base },
+            base,
+            end,
+            &columns,
+            opts,
             bounds,
             with_errors == JNI_TRUE,
         )?;

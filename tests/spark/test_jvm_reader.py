@@ -143,3 +143,14 @@ def test_with_errors_reports_what_the_python_source_reports(spark, tmp_path: Pat
         f"skipped the batch at {second} ({struct.unpack_from('>i', data, second + 8)[0] + 12} bytes)")
     assert problems[1][2] == "incomplete batch at the end: 30 bytes" and problems[2][2].endswith("bytes 0..80 not decoded")
     assert sorted(r.offset for r in got if r.topic == "e" and r.offset is not None) == [0, 1, 2, 6, 7, 8]
+
+
+def test_hadoop_filesystem_paths_read_as_local_ones(spark, log_dir) -> None:
+    """A path with a scheme is listed and read through Hadoop's FileSystem (here its local one,
+    `file://`), the bytes handed to the decoder; the same rows, and the same batches skipped."""
+    remote = spark.read.format("kafka-log").load("file://" + log_dir)
+    assert sorted(remote.collect()) == sorted(spark.read.format("kafka-log").load(log_dir).collect())
+    rows, delta = _delta(spark, remote.where("offset >= 42 AND offset < 47").select("offset").collect)
+    assert sorted(r.offset for r in rows) == list(range(42, 47))
+    assert (delta["batches_decoded"], delta["batches_skipped"]) == (1, BATCHES - 1)
+    assert remote.count() == BATCHES * PER_BATCH  # not from headers for such paths yet: decoded

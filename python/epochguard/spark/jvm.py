@@ -132,7 +132,8 @@ def build() -> float:
         shutil.copyfile(root / "target" / "jvm" / "release" / "lib_core.so", native / _LIBRARY)
         versions = {"spark.version": _version("spark-sql_2.13"), "scala.version": _version("scala-library"),
                     "arrow.version": _version("arrow-vector"), "jackson.version": _version("jackson-databind"),
-                    "kryo.version": _version("kryo-shaded")}
+                    "kryo.version": _version("kryo-shaded"),
+                    "hadoop.version": _version("hadoop-client-api")}
         run(["mvn", "-q", "-B", "-f", str(root / "tools" / "kafka-log-reader" / "pom.xml"), "clean", "package",
              f"-Dspark.jars.dir={_spark_jars()}", f"-Dnative.dir={native}",
              *(f"-D{k}={v}" for k, v in versions.items())],

@@ -30,7 +30,10 @@ final class KafkaLogReaderFactory implements PartitionReaderFactory {
   private final long[] bounds;
   private final String[] aggregates;
 
-  KafkaLogReaderFactory(Options options, String[] columns, long[] bounds, String[] aggregates) {
+  private final byte[] hadoopConf; // serialized, when some path is read through Hadoop's FileSystem
+
+  KafkaLogReaderFactory(Options options, String[] columns, long[] bounds, String[] aggregates, byte[] hadoopConf) {
+    this.hadoopConf = hadoopConf;
     this.options = options;
     this.columns = columns;
     this.bounds = bounds;
@@ -89,9 +92,12 @@ final class KafkaLogReaderFactory implements PartitionReaderFactory {
             return false;
           }
           chunk = chunks.next();
-          handle = Native.decode(chunk.segment().path(), chunk.start(), chunk.end(), decodeColumns,
-              options.verifyCrc, Options.DEFAULT_MAX_DECOMPRESSED, options.withErrors ? null : bounds,
-              options.withErrors);
+          long[] kept = options.withErrors ? null : bounds;
+          handle = chunk.segment().remote()
+              ? Native.decodeBytes(readRemote(chunk), chunk.start(), decodeColumns, options.verifyCrc,
+                  Options.DEFAULT_MAX_DECOMPRESSED, kept, options.withErrors)
+              : Native.decode(chunk.segment().path(), chunk.start(), chunk.end(), decodeColumns,
+                  options.verifyCrc, Options.DEFAULT_MAX_DECOMPRESSED, kept, options.withErrors);
           long[] stats = Native.stats(handle);
           decoded += stats[0];
           skipped += stats[1];
@@ -200,6 +206,28 @@ final class KafkaLogReaderFactory implements PartitionReaderFactory {
         handle = 0;
       }
       allocator.close();
+    }
+  }
+
+  /** The chunk's bytes, read through Hadoop's FileSystem into a direct buffer for the decoder. */
+  private java.nio.ByteBuffer readRemote(KafkaLogScan.Chunk chunk) {
+    long length = chunk.end() - chunk.start();
+    if (length > Integer.MAX_VALUE - 8) {
+      throw new KafkaLogException("kafka-log: " + chunk.segment().path() + " is over 2 GiB: read it with read_kafka_logs");
+    }
+    try {
+      org.apache.hadoop.conf.Configuration conf = new org.apache.hadoop.conf.Configuration(false);
+      conf.readFields(new java.io.DataInputStream(new java.io.ByteArrayInputStream(hadoopConf)));
+      org.apache.hadoop.fs.Path path = new org.apache.hadoop.fs.Path(chunk.segment().path());
+      byte[] bytes = new byte[(int) length];
+      try (org.apache.hadoop.fs.FSDataInputStream in = path.getFileSystem(conf).open(path)) {
+        in.readFully(chunk.start(), bytes);
+      }
+      java.nio.ByteBuffer direct = java.nio.ByteBuffer.allocateDirect(bytes.length);
+      direct.put(bytes).flip();
+      return direct;
+    } catch (java.io.IOException e) {
+      throw new KafkaLogException("kafka-log: cannot read " + chunk.segment().path() + ": " + e);
     }
   }
 

@@ -73,12 +73,12 @@ final class KafkaLogScan implements Scan, Batch {
     }
     Native.load(options.nativeLibrary);
     List<Chunk> out = new ArrayList<>();
-    for (Listing.Segment s : Listing.list(options.paths)) {
+    for (Listing.Segment s : Listing.list(options.paths, hadoopConf())) {
       if (!pushdown.keeps(s)) {
         pruned++;
         continue;
       }
-      if (s.size() <= options.chunkBytes) {
+      if (s.size() <= options.chunkBytes || s.remote()) { // a remote segment is read whole
         out.add(new Chunk(s, 0, s.size()));
         continue;
       }
@@ -147,7 +147,21 @@ final class KafkaLogScan implements Scan, Batch {
 
   @Override
   public PartitionReaderFactory createReaderFactory() {
-    return new KafkaLogReaderFactory(options, required.fieldNames(), pushdown.bounds.clone(), aggregates);
+    byte[] conf = null;
+    if (options.paths.stream().anyMatch(Options::hasScheme)) { // executors open them with the session's conf
+      java.io.ByteArrayOutputStream bytes = new java.io.ByteArrayOutputStream();
+      try (java.io.DataOutputStream out = new java.io.DataOutputStream(bytes)) {
+        hadoopConf().write(out);
+      } catch (java.io.IOException e) {
+        throw new KafkaLogException("kafka-log: cannot serialize the Hadoop configuration: " + e);
+      }
+      conf = bytes.toByteArray();
+    }
+    return new KafkaLogReaderFactory(options, required.fieldNames(), pushdown.bounds.clone(), aggregates, conf);
+  }
+
+  private static org.apache.hadoop.conf.Configuration hadoopConf() {
+    return org.apache.spark.sql.SparkSession.active().sparkContext().hadoopConfiguration();
   }
 
   @Override

@@ -48,7 +48,8 @@ final class KafkaLogScanBuilder
    *  those need rows (Spark pushes aggregates only when every filter was taken whole anyway). */
   @Override
   public boolean pushAggregation(Aggregation aggregation) {
-    if (aggregation.groupByExpressions().length > 0 || pushdown.hasBounds() || options.withErrors) {
+    if (aggregation.groupByExpressions().length > 0 || pushdown.hasBounds() || options.withErrors
+        || options.paths.stream().anyMatch(Options::hasScheme)) { // headers of remote files: not yet
       return false;
     }
     AggregateFunc[] funcs = aggregation.aggregateExpressions();

@@ -28,6 +28,11 @@ public final class Native {
   static native long decode(String path, long start, long end, String columns, boolean verifyCrc,
                             long maxDecompressedSize, long[] bounds, boolean withErrors);
 
+  /** As {@link #decode}, over the bytes of a direct buffer (a range read through Hadoop's
+   *  FileSystem), its first byte at absolute position {@code base}. */
+  static native long decodeBytes(java.nio.ByteBuffer direct, long base, String columns, boolean verifyCrc,
+                                 long maxDecompressedSize, long[] bounds, boolean withErrors);
+
   /** Moves the next batch (a struct array) into the C Data Interface structs at those addresses;
    *  its rows, -1 when there is none left, -2 when the next piece is a problem ({@link #problem}). */
   static native int next(long handle, long arrowArray, long arrowSchema);

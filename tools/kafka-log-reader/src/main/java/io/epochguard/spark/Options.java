@@ -80,10 +80,11 @@ final class Options implements Serializable {
       throw new IllegalArgumentException(
           "kafka-log needs one or more log directories: .load(path) or .load([path, ...])");
     }
-    List<String> remote = out.stream().filter(p -> SCHEME.matcher(p).find()).toList();
-    if (!remote.isEmpty()) {
-      throw new IllegalArgumentException("kafka-log reads local log directories only; use read_kafka_logs for " + remote);
-    }
     return out;
+  }
+
+  /** A path with a scheme ({@code hdfs://}, {@code s3a://}, {@code file:/}): read through Hadoop's FileSystem. */
+  static boolean hasScheme(String path) {
+    return SCHEME.matcher(path).find();
   }
 }

@@ -75,14 +75,16 @@ spark-kafka:
 	  echo "setup: could not fetch Spark's Kafka source (see $(VENV)/spark-kafka.log); its comparison tests will skip"; }
 
 # A wheel into $(DIST) carrying what a checkout has beside the package: the JVM kafka-log reader's jar
-# (epochguard/spark/jars/) and the wire drivers' sources (epochguard/wire/drivers/sources/, built into the
-# user's cache on first use). Both staged copies are git-ignored. Run after `make setup`.
+# (epochguard/spark/jars/), the wire drivers' sources (epochguard/wire/drivers/sources/) and Kafka's pom
+# (epochguard/kafka/kafka-broker-pom.xml), built or fetched into the user's cache on first use. The staged
+# copies are git-ignored. Run after `make setup`.
 DIST ?= dist
 wheel:
 	$(PY) -m epochguard.spark.jvm --package
 	rm -rf python/epochguard/wire/drivers/sources && mkdir -p python/epochguard/wire/drivers/sources/go
 	cp -r tools/drivers/java python/epochguard/wire/drivers/sources/java
 	cp tools/drivers/go/go.mod tools/drivers/go/go.sum tools/drivers/go/*.go python/epochguard/wire/drivers/sources/go/
+	cp tools/kafka-broker/pom.xml python/epochguard/kafka/kafka-broker-pom.xml
 	maturin build --release --out $(DIST)
 
 demo: setup

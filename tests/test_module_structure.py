@@ -36,7 +36,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "sim": _STATE_MACHINES,
     "wire": _STATE_MACHINES | {"sim", "kafka", "builds"},  # kafka: compat --cluster kafka drives a real cluster
     "spark": _STATE_MACHINES | {"sim", "builds"},
-    "kafka": _BASE,  # a real Apache Kafka cluster driven from outside (processes, admin requests)
+    "kafka": _BASE | {"builds"},  # a real Apache Kafka cluster driven from outside (processes, admin requests)
     "builds": set(),  # artefacts built from checked-in sources into the cache (drivers, the JVM reader)
 }
 FACES = ("sim", "wire", "spark", "kafka")

@@ -29,6 +29,12 @@ spark.stop()
 """
 
 
+def _checkout_kafka_cache() -> Path:
+    from epochguard.kafka.provision import cache_dir
+
+    return cache_dir()
+
+
 def _needs(*tools: str) -> None:
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
@@ -76,6 +82,12 @@ def test_the_wheel_runs_the_demo_the_jvm_reader_and_java_compat_outside_the_chec
     result = json.loads(next(line for line in read.stdout.splitlines() if line.startswith("RESULT "))[7:])
     assert result["reader"] == "jvm" and result["rows"] > 0
     assert Path(result["jar"]).is_relative_to(site)  # the jar the wheel ships, not the checkout's build
+
+    # Kafka's pom ships too: the wheel finds the jars `make kafka` fetched (the same pom, the same cache
+    # entry; a user's first `--cluster kafka` fetches them with mvn)
+    jars = _run([str(python), "-c", "from epochguard.kafka.provision import POM, cache_dir; print(POM); print(cache_dir())"],
+                tmp_path, env, 60).stdout.split()
+    assert Path(jars[0]).is_relative_to(site) and jars[1] == str(_checkout_kafka_cache())
 
     compat = subprocess.run(
         [str(venv / "bin" / "epochguard"), "compat", "--client", "java-classic", "--scenario", "unclean-election",

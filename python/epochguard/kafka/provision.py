@@ -1,9 +1,10 @@
-"""Where `make kafka` put Apache Kafka's jars, and which java runs them.
+"""Where Apache Kafka's jars are, and which java runs them.
 
-`make kafka` runs `mvn dependency:copy-dependencies` on tools/kafka-broker/pom.xml into
-`$EPOCHGUARD_CACHE/kafka-<version>-<first 12 hex of the pom's sha256>/` (default cache
-`~/.cache/epochguard`), and marks it complete with a `.complete` file, so a changed pom gets a new dir
-and a half-copied one is never used. `EPOCHGUARD_KAFKA_JARS` points elsewhere (a dir of jars).
+`make kafka` (or, on first use, `kafka_jars` itself when mvn is on PATH) runs `mvn
+dependency:copy-dependencies` on tools/kafka-broker/pom.xml (in an installed wheel, the copy it ships
+beside this module) into `$EPOCHGUARD_CACHE/kafka-<version>-<first 12 hex of the pom's sha256>/` (default
+cache `~/.cache/epochguard`), and marks it complete with a `.complete` file, so a changed pom gets a new
+dir and a half-copied one is never used. `EPOCHGUARD_KAFKA_JARS` points elsewhere (a dir of jars).
 """
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from epochguard.builds import build_into, locked, run
+
 __all__ = ["KAFKA_VERSION", "KafkaNotProvisioned", "POM", "kafka_jars", "find_java", "cache_dir"]
 
-POM = Path(__file__).resolve().parents[3] / "tools" / "kafka-broker" / "pom.xml"
+_CHECKOUT_POM = Path(__file__).resolve().parents[3] / "tools" / "kafka-broker" / "pom.xml"
+PACKAGED_POM = Path(__file__).with_name("kafka-broker-pom.xml")  # `make wheel` stages it (git-ignored)
+POM = _CHECKOUT_POM if _CHECKOUT_POM.is_file() or not PACKAGED_POM.is_file() else PACKAGED_POM
 KAFKA_VERSION = "4.4.0"
 MIN_JAVA = 17  # Kafka 4.x brokers need Java 17 (clients 11)
 
@@ -41,12 +46,29 @@ def kafka_jars() -> Path:
             raise KafkaNotProvisioned(f"EPOCHGUARD_KAFKA_JARS={override} has no kafka_2.13-{KAFKA_VERSION}.jar")
         return jars
     if not POM.is_file():
-        raise KafkaNotProvisioned(f"{POM} is missing (not a source checkout?)")
+        raise KafkaNotProvisioned(f"{POM} is missing (neither a source checkout nor a wheel that ships it)")
     jars = cache_dir()
     if not (jars / ".complete").is_file():
-        raise KafkaNotProvisioned(f"Apache Kafka {KAFKA_VERSION} jars not in {jars}: run `make kafka` "
-                                  f"(needs mvn and Maven Central)")
+        if shutil.which("mvn") is None:
+            raise KafkaNotProvisioned(f"Apache Kafka {KAFKA_VERSION} jars not in {jars}: run `make kafka` "
+                                      f"(needs mvn and Maven Central)")
+        _fetch(jars)
     return jars
+
+
+def _fetch(jars: Path) -> None:
+    """Fetch Kafka's jars into `jars` as `make kafka` does, under the cache's lock (first use)."""
+    with locked(jars.parent):
+        if (jars / ".complete").is_file():
+            return
+        shutil.rmtree(jars, ignore_errors=True)  # a copy a killed `make kafka` left without .complete
+
+        def fetch(tmp: Path) -> None:
+            run(["mvn", "-B", "-q", "-f", str(POM), "dependency:copy-dependencies", "-DincludeScope=runtime",
+                 f"-DoutputDirectory={tmp}"], f"fetching Apache Kafka {KAFKA_VERSION}'s jars", KafkaNotProvisioned)
+            (tmp / ".complete").touch()
+
+        build_into(jars, fetch)
 
 
 def _java_major(java: str) -> int | None:

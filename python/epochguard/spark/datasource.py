@@ -5,9 +5,11 @@
 >>> spark.read.format("kafka-log").schema("topic string, offset long, value_length int").load(path)
 >>> spark.read.format("kafka-log").option("columns", "offset,leader_epoch,record_digest").load(path)
 
-The same listing and decode path as `read_kafka_logs` (one task per core, batch-aligned chunks, the
-core's projected Arrow decode): a narrow schema given with ``.schema(...)``, or
-``option("columns", ...)``, is the projection, and nothing else is decoded. With
+Where the JVM reader's jar is on the session (`epochguard.spark.jvm`), ``kafka-log`` is that reader
+and this source is ``kafka-log-python``; elsewhere it is both. The same listing and decode path as
+`read_kafka_logs` (one task per core, batch-aligned chunks, the core's projected Arrow decode): a narrow
+schema given with ``.schema(...)``, or ``option("columns", ...)``, is the projection, and nothing else
+is decoded. With
 ``spark.sql.python.filterPushdown.enabled`` (Spark >= 4.1), comparisons of ``broker``, ``topic``
 and ``partition`` skip whole replicas and those of ``offset`` skip whole segments before any byte
 is read. Paths must be local to the machines (the data source's planner has no Hadoop FileSystem);

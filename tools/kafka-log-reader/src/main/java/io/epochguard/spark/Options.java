@@ -29,8 +29,8 @@ final class Options implements Serializable {
     this.paths = paths(options);
     String cols = get(options, "columns");
     this.columns = cols == null ? null : Arrays.stream(cols.split(",")).map(String::trim).filter(s -> !s.isEmpty()).toList();
-    this.tasks = Integer.parseInt(getOr(options, "tasks", "0"));
-    this.chunkBytes = Long.parseLong(getOr(options, "chunkBytes", Long.toString(DEFAULT_CHUNK_BYTES)));
+    this.tasks = (int) number(options, "tasks", 0);
+    this.chunkBytes = number(options, "chunkBytes", DEFAULT_CHUNK_BYTES);
     this.verifyCrc = flag(options, "verifyCrc", true);
     this.withErrors = flag(options, "withErrors", false);
     this.nativeLibrary = get(options, "nativeLibrary");
@@ -48,6 +48,15 @@ final class Options implements Serializable {
   private static String getOr(Map<String, String> options, String name, String fallback) {
     String v = get(options, name);
     return v == null ? fallback : v;
+  }
+
+  private static long number(Map<String, String> options, String name, long fallback) {
+    String v = get(options, name);
+    try {
+      return v == null ? fallback : Long.parseLong(v.trim());
+    } catch (NumberFormatException e) {
+      throw new IllegalArgumentException("kafka-log: option " + name + " must be a whole number, got " + v);
+    }
   }
 
   private static boolean flag(Map<String, String> options, String name, boolean fallback) {

@@ -94,6 +94,7 @@ test: setup kafka spark-kafka test-rust test-python
 
 test-rust:
 	cargo test --locked --features wire
+	CARGO_TARGET_DIR=target/jvm cargo test --locked --lib --features jvm jvm::
 
 test-python:
 	$(PY) -m pytest
@@ -113,7 +114,7 @@ lint: setup
 	$(PY) -m ruff check .
 	cargo fmt --check
 	cargo clippy --locked --all-targets --features python,wire -- -D warnings
-	CARGO_TARGET_DIR=target/jvm cargo clippy --locked --release --lib --features jvm -- -D warnings
+	CARGO_TARGET_DIR=target/jvm cargo clippy --locked --lib --tests --features jvm -- -D warnings
 	$(PY) -m mypy python/epochguard tools --ignore-missing-imports
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
 

@@ -14,7 +14,14 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
 use arrow_array::ffi::{to_ffi, FFI_ArrowArray, FFI_ArrowSchema};
-use arrow_array::{Array, Int64Array, RecordBatch, StructArray};
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{
+    make_array, Array, ArrayRef, BinaryArray, Int64Array, ListArray, RecordBatch, StringArray,
+    StructArray,
+};
+use arrow_schema::{DataType, Fields};
 use jni::objects::{JByteBuffer, JClass, JLongArray, JString};
 use jni::sys::{jboolean, jint, jlong, jlongArray, JNI_TRUE};
 use jni::JNIEnv;
@@ -533,7 +540,7 @@ pub extern "system" fn Java_io_epochguard_spark_Native_next<'l>(
         };
         let rows = jint::try_from(batch.num_rows())
             .map_err(|_| Error::invalid("a batch of more than 2^31 rows"))?;
-        let (ffi_array, ffi_schema) = to_ffi(&StructArray::from(batch).to_data())
+        let (ffi_array, ffi_schema) = to_ffi(&without_views(&StructArray::from(batch))?.to_data())
             .map_err(|e| Error::invalid(format!("arrow export: {e}")))?;
         // SAFETY: the JVM allocated both structs (`ArrowArray.allocateNew`, `ArrowSchema.allocateNew`),
         // empty (released); writing moves ownership of the buffers to the importer, which releases them.
@@ -636,6 +643,45 @@ pub extern "system" fn Java_io_epochguard_spark_Native_batchIndex<'l>(
     })
 }
 
+/// `array` with its binary and string views (at any depth) as plain binary and strings: Spark's
+/// `ArrowColumnVector` reads a string view but no binary view, so the decoder may build either.
+fn without_views(array: &dyn Array) -> Result<ArrayRef> {
+    let err = |e: arrow_schema::ArrowError| Error::invalid(format!("arrow: {e}"));
+    Ok(match array.data_type() {
+        DataType::BinaryView => Arc::new(BinaryArray::from_iter(array.as_binary_view().iter())),
+        DataType::Utf8View => Arc::new(StringArray::from_iter(array.as_string_view().iter())),
+        DataType::Struct(fields) => {
+            let a = array.as_struct();
+            let columns = a
+                .columns()
+                .iter()
+                .map(|c| without_views(c.as_ref()))
+                .collect::<Result<Vec<_>>>()?;
+            let fields: Fields = fields
+                .iter()
+                .zip(&columns)
+                .map(|(f, c)| f.as_ref().clone().with_data_type(c.data_type().clone()))
+                .collect();
+            Arc::new(StructArray::try_new(fields, columns, a.nulls().cloned()).map_err(err)?)
+        }
+        DataType::List(field) => {
+            let a = array.as_list::<i32>();
+            let values = without_views(a.values().as_ref())?;
+            let field = Arc::new(
+                field
+                    .as_ref()
+                    .clone()
+                    .with_data_type(values.data_type().clone()),
+            );
+            Arc::new(
+                ListArray::try_new(field, a.offsets().clone(), values, a.nulls().cloned())
+                    .map_err(err)?,
+            )
+        }
+        _ => make_array(array.to_data()),
+    })
+}
+
 fn long_array(env: &mut JNIEnv<'_>, values: &[i64]) -> Result<jlongArray> {
     let len = i32::try_from(values.len()).map_err(|_| Error::invalid("array too long"))?;
     let array = env
@@ -644,4 +690,95 @@ fn long_array(env: &mut JNIEnv<'_>, values: &[i64]) -> Result<jlongArray> {
     env.set_long_array_region(&array, 0, values)
         .map_err(|e| Error::invalid(format!("long[]: {e}")))?;
     Ok(array.into_raw())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{BinaryViewArray, StringViewArray};
+    use arrow_buffer::OffsetBuffer;
+    use arrow_schema::Field;
+
+    #[test]
+    fn views_become_plain_arrays_at_any_depth() -> Result<()> {
+        let key = Arc::new(StringViewArray::from(vec![Some("n"), None])) as ArrayRef;
+        let value =
+            Arc::new(BinaryViewArray::from(vec![Some(&b"0"[..]), Some(&b""[..])])) as ArrayRef;
+        let header = StructArray::try_new(
+            Fields::from(vec![
+                Field::new("key", DataType::Utf8View, true),
+                Field::new("value", DataType::BinaryView, true),
+            ]),
+            vec![key, value.clone()],
+            None,
+        )
+        .map_err(|e| Error::invalid(e.to_string()))?;
+        let item = Arc::new(Field::new("item", header.data_type().clone(), true));
+        let headers = ListArray::try_new(
+            item,
+            OffsetBuffer::new(vec![0, 2, 2].into()),
+            Arc::new(header),
+            None,
+        )
+        .map_err(|e| Error::invalid(e.to_string()))?;
+        let batch = RecordBatch::try_from_iter(vec![
+            ("value", value),
+            ("headers", Arc::new(headers) as ArrayRef),
+        ])
+        .map_err(|e| Error::invalid(e.to_string()))?;
+        let plain = without_views(&StructArray::from(batch))?;
+        let plain = plain.as_struct();
+        assert_eq!(plain.column(0).data_type(), &DataType::Binary);
+        assert_eq!(plain.column(0).as_binary::<i32>().value(0), b"0");
+        let list = plain.column(1).as_list::<i32>();
+        let inner = list.values().as_struct();
+        assert_eq!(inner.column(0).data_type(), &DataType::Utf8);
+        assert_eq!(inner.column(1).data_type(), &DataType::Binary);
+        assert_eq!(inner.column(0).as_string::<i32>().value(0), "n");
+        assert!(inner.column(0).is_null(1));
+        assert_eq!((list.value_length(0), list.value_length(1)), (2, 0));
+        Ok(())
+    }
+
+    #[test]
+    fn bounds_keep_a_batch_only_when_its_header_can_match() {
+        let mut h = BatchHeader {
+            file_position: 0,
+            size_in_bytes: 100,
+            base_offset: 10,
+            batch_length: 88,
+            partition_leader_epoch: 3,
+            magic: 2,
+            crc: 0,
+            attributes: 0,
+            last_offset_delta: 9,
+            base_timestamp: 1000,
+            max_timestamp: 2000,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+            records_count: 10,
+        };
+        let with = |offset, timestamp, epoch| Bounds {
+            offset,
+            timestamp,
+            epoch,
+        };
+        let all = (i64::MIN, i64::MAX);
+        assert!(Bounds::ALL.may_hold(&h) && Bounds::ALL.is_all());
+        assert!(with((19, 19), all, all).may_hold(&h) && !with((20, 30), all, all).may_hold(&h));
+        assert!(!with((0, 9), all, all).may_hold(&h));
+        assert!(with(all, all, (3, 3)).may_hold(&h) && !with(all, all, (4, 9)).may_hold(&h));
+        // create time: only the max is known, so a range below it may hold earlier records
+        assert!(
+            with(all, (0, 1500), all).may_hold(&h)
+                && !with(all, (2001, i64::MAX), all).may_hold(&h)
+        );
+        h.attributes = 0x08; // log-append time: every record carries the max
+        assert!(
+            !with(all, (0, 1500), all).may_hold(&h) && with(all, (2000, 2000), all).may_hold(&h)
+        );
+        h.magic = 1; // a legacy wrapper's header is not trusted
+        assert!(with((50, 60), all, all).may_hold(&h));
+    }
 }

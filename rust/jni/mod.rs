@@ -197,15 +197,19 @@ impl Src<'_> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The handle `next`, `problem`, `stats` and `close` take: the decoded range, owned by the JVM reader.
+fn handle(decoded: Decoded) -> Result<jlong> {
+    Ok(Box::into_raw(Box::new(decoded)) as jlong)
+}
+
+/// Decode `[start, end)` of `src` into `columns` (comma-separated names), with the decode options,
+/// the header bounds and whether problems are reported as pieces (`withErrors`).
 fn decode(
     src: Src<'_>,
     start: u64,
     end: u64,
     columns: &str,
-    opts: DecodeOptions,
-    bounds: Bounds,
-    with_errors: bool,
+    (opts, bounds, with_errors): (DecodeOptions, Bounds, bool),
 ) -> Result<Decoded> {
     let names: Vec<&str> = columns.split(',').filter(|c| !c.is_empty()).collect();
     let columns = Column::parse_list(&names)?;
@@ -460,16 +464,9 @@ pub extern "system" fn Java_io_epochguard_spark_Native_decode<'l>(
         let bounds = bounds_of(env, &bounds)?;
         let file = InputFile::open(&PathBuf::from(&path))?;
         let (start, end) = range(&file, start, end)?;
-        let decoded = decode(
-            Src::File(&file),
-            start,
-            end,
-            &columns,
-            options(verify, max_decompressed)?,
-            bounds,
-            with_errors == JNI_TRUE,
-        )?;
-        Ok(Box::into_raw(Box::new(decoded)) as jlong)
+        let opts = options(verify, max_decompressed)?;
+        let how = (opts, bounds, with_errors == JNI_TRUE);
+        handle(decode(Src::File(&file), start, end, &columns, how)?)
     })
 }
 
@@ -500,16 +497,8 @@ pub extern "system" fn Java_io_epochguard_spark_Native_decodeBytes<'l>(
         let data = unsafe { std::slice::from_raw_parts(address, len) };
         let end = base + len as u64;
         let opts = options(verify, max_decompressed)?;
-        let decoded = decode(
-            Src::Bytes { data, base },
-            base,
-            end,
-            &columns,
-            opts,
-            bounds,
-            with_errors == JNI_TRUE,
-        )?;
-        Ok(Box::into_raw(Box::new(decoded)) as jlong)
+        let how = (opts, bounds, with_errors == JNI_TRUE);
+        handle(decode(Src::Bytes { data, base }, base, end, &columns, how)?)
     })
 }
 

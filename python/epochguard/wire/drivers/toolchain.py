@@ -94,7 +94,7 @@ def missing(kind: str) -> str | None:
     if kind == "java":
         pom, driver = _java_files()
         if not (pom.is_file() and driver.is_file()):
-            return f"the Java driver's sources are not at {pom.parent} (a source checkout is needed)"
+            return f"the Java driver's sources are not at {pom.parent} (a checkout or a `make wheel` wheel has them)"
         if shutil.which("java") is None:
             return "java is not on PATH (Debian: apt-get install openjdk-17-jdk-headless)"
         jars, classes = _java_dirs()
@@ -106,7 +106,7 @@ def missing(kind: str) -> str | None:
     if kind == "go":
         files = _go_files()
         if not all(f.is_file() for f in files[:2]):
-            return f"the Go drivers' module is not at {files[0].parent} (a source checkout is needed)"
+            return f"the Go drivers' module is not at {files[0].parent} (a checkout or a `make wheel` wheel has them)"
         if not _go_binary().is_file() and shutil.which("go") is None:
             return "go is not on PATH (Debian: apt-get install golang-go; the module needs Go >= 1.26)"
         return None

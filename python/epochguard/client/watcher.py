@@ -136,6 +136,15 @@ class PartitionWatch:
     polled_round: int = -1  # the round whose high watermark was read
     retry_round: int = -1  # after a failed step: nothing until this round
     in_flight: bool = False
+    _latest: ListOffsetsPartition | None = None
+
+    def latest(self) -> ListOffsetsPartition:
+        """The ListOffsets LATEST entry under the current leader epoch (the same object every round)."""
+        q = self._latest
+        if q is None or q.current_leader_epoch != self.leader_epoch:
+            q = self._latest = ListOffsetsPartition(self.tp.topic, self.tp.partition, LATEST_TIMESTAMP,
+                                                    self.leader_epoch)
+        return q
 
     def epoch_at(self, hw: int) -> int:
         """The epoch of the record at `hw - 1` under the learned epoch (see the module docstring)."""
@@ -271,6 +280,7 @@ class Watcher:
         self._next_round_ms: int | None = None
         self.round_started_ms = 0
         self._lookups: dict[str, _GroupLookup] = {}
+        self._due: list[PartitionWatch] = []  # partitions that may have a step this round
 
     # --- the driver's side -------------------------------------------------------------------------
     def take_events(self) -> list[WatchEvent]:
@@ -326,11 +336,12 @@ class Watcher:
             if isinstance(response, MetadataResponse):
                 self._on_metadata(response)
                 self._round_open = True
+                self._due = list(self.partitions.values())
             return
         for tp in sent.partitions:
             p = self.partitions.get(tp)
             if p is not None:
-                p.in_flight = False
+                p.in_flight = False  # the handler below puts it back in `_due` if it has a next step
         if sent.kind == "offsets" and isinstance(response, ListOffsetsResponse):
             self._on_offsets(sent, response)
         elif sent.kind == "epochs" and isinstance(response, OffsetsForLeaderEpochResponse):
@@ -359,7 +370,7 @@ class Watcher:
             p = self.partitions.get(tp)
             if p is not None:
                 p.in_flight = False
-                p.retry_round = self.round + 1
+                p.retry_round = self.round + 1  # not due again this round
         lookup = self._lookups.get(sent.group)
         if lookup is not None:
             lookup.coordinator = None
@@ -413,11 +424,12 @@ class Watcher:
                 continue
             if not self._topic_ok(topic.name):
                 continue
+            name, partitions = topic.name, self.partitions
             for part in topic.partitions:
-                tp = TopicPartition(topic.name, part.partition_index)
-                p = self.partitions.get(tp)
+                p = partitions.get((name, part.partition_index))  # type: ignore[call-overload]  # a tuple is a TopicPartition's key
                 if p is None:
-                    p = self.partitions[tp] = PartitionWatch(tp)
+                    tp = TopicPartition(name, part.partition_index)
+                    p = partitions[tp] = PartitionWatch(tp)
                 epoch = part.leader_epoch if trusted else NO_EPOCH
                 if epoch < p.leader_epoch:
                     continue  # stale metadata from a broker behind (KIP-232): keep what we know
@@ -448,8 +460,11 @@ class Watcher:
         return ("offsets", 0) if p.polled_round < self.round else None
 
     def _partition_requests(self) -> list[tuple[int, Request]]:
+        # Only partitions that may have a step: all of them when the round opens, then those answered since
+        # (a round of 10,000 partitions does not rescan them all for every answer).
+        due, self._due = self._due, []
         by_node: dict[tuple[str, int], list[tuple[PartitionWatch, int]]] = {}
-        for p in self.partitions.values():
+        for p in due:
             step = self._step(p)
             if step is not None:
                 assert p.leader is not None
@@ -465,11 +480,8 @@ class Watcher:
     def _request(kind: str, entries: list[tuple[PartitionWatch, int]]) -> Request:
         """One broker's request of a kind: every partition current-leader-epoch fenced."""
         if kind == "offsets":
-            return ListOffsetsRequest(
-                tuple(ListOffsetsPartition(p.tp.topic, p.tp.partition, LATEST_TIMESTAMP, p.leader_epoch)
-                      for p, _ in entries),
-                isolation_level=IsolationLevel.READ_UNCOMMITTED,
-            )
+            return ListOffsetsRequest(tuple(p.latest() for p, _ in entries),
+                                      isolation_level=IsolationLevel.READ_UNCOMMITTED)
         if kind == "epochs":
             return OffsetsForLeaderEpochRequest(tuple(
                 OffsetForLeaderPartition(p.tp.topic, p.tp.partition, asked, p.leader_epoch) for p, asked in entries
@@ -484,11 +496,11 @@ class Watcher:
         )
 
     # --- answers -----------------------------------------------------------------------------------
-    def _answer_for(self, sent: _Sent, tp: TopicPartition, error: Errors) -> PartitionWatch | None:
+    def _answer_for(self, sent: _Sent, tp: tuple[str, int], error: Errors) -> PartitionWatch | None:
         """The partition an answer is for, if it still stands where it stood when asked; an error defers
         it to the next round."""
-        p = self.partitions.get(tp)
-        asked = sent.partitions.get(tp)
+        p = self.partitions.get(tp)  # type: ignore[call-overload]
+        asked = sent.partitions.get(tp)  # type: ignore[call-overload]
         if p is None or asked is None or asked != p.leader_epoch:
             return None  # stale: the leader epoch moved while the request was out
         if error != Errors.NONE:
@@ -498,11 +510,12 @@ class Watcher:
 
     def _on_offsets(self, sent: _Sent, response: ListOffsetsResponse) -> None:
         for answer in response.partitions:
-            p = self._answer_for(sent, answer.tp, answer.error_code)
+            p = self._answer_for(sent, (answer.topic, answer.partition_index), answer.error_code)
             if p is None or answer.offset < 0:
                 continue
             if p.stage is Stage.CONFIRMING:
                 p.leader_hw = answer.offset
+                self._due.append(p)  # next: the confirmation Fetch
                 continue
             if p.stage is Stage.VALIDATING or p.learned_epoch != p.leader_epoch:
                 continue
@@ -521,6 +534,7 @@ class Watcher:
                 if answer.error_code == Errors.TOPIC_AUTHORIZATION_FAILED:
                     self._warn(f"not authorized to describe {answer.tp.topic}", now_ms, answer.tp)
                 continue
+            self._due.append(p)  # next: confirm, learn, or read the high watermark
             if p.stage is Stage.VALIDATING:
                 self._validate(p, answer.leader_epoch, answer.end_offset, now_ms)
             elif asked.get(answer.tp) == p.leader_epoch - 1:
@@ -547,6 +561,7 @@ class Watcher:
             p = self._answer_for(sent, data.tp, data.error_code)
             if p is None or p.stage is not Stage.CONFIRMING or p.divergence is None:
                 continue
+            self._due.append(p)
             divergent, epoch = p.divergence
             first = None
             for batch in iter_batches(data.records, verify_crc=False, allow_partial_tail=True, headers_only=True):

@@ -32,6 +32,9 @@ from epochguard.protocol.messages import (
     MetadataResponseBroker,
     MetadataResponsePartition,
     MetadataResponseTopic,
+    OffsetCommitPartitionResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
     OffsetFetchPartitionResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
@@ -87,6 +90,7 @@ class Cluster:
         self.down: set[int] = set()
         self.short_answers = 0  # answer the next OffsetsForLeaderEpoch validations 5 offsets short
         self.committed: dict[str, dict[TopicPartition, tuple[int, int]]] = {}
+        self.active: set[str] = set()  # groups with members
         self.requests: list[tuple[int, Request]] = []
 
     # --- the scenario's moves -------------------------------------------------------------------------
@@ -189,6 +193,17 @@ class Cluster:
 
     def _FindCoordinatorRequest(self, node: int, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
         return FindCoordinatorResponse((Coordinator(request.key, 2, "localhost", 9092),))
+
+    def _OffsetCommitRequest(self, node: int, request: OffsetCommitRequest) -> OffsetCommitResponse:
+        """An admin commit (generation -1, no member) is taken only from an empty group, as Kafka's
+        `ClassicGroup.validateOffsetCommit` does; a group with members answers UNKNOWN_MEMBER_ID."""
+        assert request.generation_id_or_member_epoch == -1 and request.member_id == ""
+        error = Errors.UNKNOWN_MEMBER_ID if request.group_id in self.active else Errors.NONE
+        if error == Errors.NONE:
+            for q in request.partitions:
+                self.committed.setdefault(request.group_id, {})[q.tp] = (q.committed_offset, q.committed_leader_epoch)
+        return OffsetCommitResponse(tuple(
+            OffsetCommitPartitionResponse(q.topic, q.partition_index, error) for q in request.partitions))
 
     def _OffsetFetchRequest(self, node: int, request: OffsetFetchRequest) -> OffsetFetchResponse:
         group = self.committed.get(request.group_id, {})
@@ -440,6 +455,39 @@ def test_groups_past_the_divergence_are_named_with_phantoms_and_skips() -> None:
     assert truncations(events) == [(10, 20, 0, 1)]
     affected = [e for e in events if isinstance(e, GroupAffected)]
     assert [(e.group, e.committed, e.phantoms, e.skips) for e in affected] == [("past", 17, (10, 17), (10, 17))]
+
+
+def test_rewind_commits_the_divergence_point_for_an_empty_group_and_names_the_command_for_an_active_one() -> None:
+    """Wrong rules: rewinding without being asked; committing the old committed offset's epoch (or none);
+    calling an active group rewound."""
+    c = Cluster()
+    c.produce(10)
+    c.down.add(2)
+    c.produce(10, replicate=(1, 3))
+    c.committed = {"idle": {TP: (17, 0)}, "busy": {TP: (19, 0)}}
+    c.active = {"busy"}
+    w = watching(c, groups=["idle", "busy"], rewind_groups=True)
+    c.down = {1, 3}
+    c.elect(2)
+    events = run_round(w, c)
+    affected = {e.group: e for e in events if isinstance(e, GroupAffected)}
+    assert (affected["idle"].rewound, affected["idle"].note) == (True, "")
+    assert c.committed["idle"][TP] == (10, 0)  # D, with the epoch of the record at D - 1
+    assert affected["busy"].rewound is False and c.committed["busy"][TP] == (19, 0)
+    assert "epochguard watch --rewind-groups --once --group busy" in affected["busy"].note
+    assert affected["busy"].phantoms == (10, 19)
+    # Without --rewind-groups the watcher writes nothing.
+    c2 = Cluster()
+    c2.produce(10)
+    c2.down.add(2)
+    c2.produce(10, replicate=(1, 3))
+    c2.committed = {"idle": {TP: (17, 0)}}
+    w2 = watching(c2, groups=["idle"])
+    c2.down = {1, 3}
+    c2.elect(2)
+    assert [e.rewound for e in run_round(w2, c2) if isinstance(e, GroupAffected)] == [False]
+    assert c2.committed["idle"][TP] == (17, 0)
+    assert not any(isinstance(r, OffsetCommitRequest) for _, r in c2.requests)
 
 
 def test_the_watch_follows_only_the_topics_asked() -> None:

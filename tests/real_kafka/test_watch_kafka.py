@@ -27,11 +27,12 @@ pytestmark = [pytest.mark.kafka, pytest.mark.no_mutants]
 kafka = pytest.importorskip("kafka", reason="kafka-python (the dev extra) is missing")
 
 
-def run_once(c: KafkaCluster, topic: str, state: Path, events: Path, groups: tuple[str, ...] = ()) -> tuple[int, list]:
+def run_once(c: KafkaCluster, topic: str, state: Path, events: Path, groups: tuple[str, ...] = (),
+             rewind: bool = False) -> tuple[int, list]:
     log = EventLog(events)
     try:
-        summary = asyncio.run(watch(c.bootstrap, topics=[topic], groups=groups, once=True, events=log,
-                                    state_path=state, request_timeout_ms=5000))
+        summary = asyncio.run(watch(c.bootstrap, topics=[topic], groups=groups, rewind_groups=rewind, once=True,
+                                    events=log, state_path=state, request_timeout_ms=5000))
     finally:
         log.close()
     lines = [json.loads(line) for line in events.read_text().splitlines()] if events.exists() else []
@@ -78,16 +79,26 @@ def test_an_unclean_election_is_one_truncation_with_the_exact_range_and_the_grou
         c.start_broker(2)
         c.elect_leaders(topic, 0, unclean=True)
         c.wait_partition(topic, 0, lambda s: s.leader == 2, "leader 2 (unclean)")
+        produce(c, topic, "c", 3)  # the replacements [10, 13), in the new epoch
 
-        code, lines = run_once(c, topic, state, events, groups=("watch-past", "watch-at"))
+        code, lines = run_once(c, topic, state, events, groups=("watch-past", "watch-at"), rewind=True)
         assert code == EXIT_LOSS
         truncation = [e for e in lines if e["event"] == "truncation"]
         assert [(e["lost_from"], e["lost_until"], e["lost_count"], e["old_epoch"]) for e in truncation] == [
             (10, 20, 10, 0)]
-        assert truncation[0]["new_epoch"] > 0
+        assert truncation[0]["new_epoch"] > 0 and truncation[0]["replaced_by_epoch"] == truncation[0]["new_epoch"]
         groups = [e for e in lines if e["event"] == "group-affected"]
-        assert [(e["group"], e["committed"], e["phantoms"], e["skips"]) for e in groups] == [
-            ("watch-past", 15, [10, 15], [10, 15])]
+        assert [(e["group"], e["committed"], e["phantoms"], e["skips"], e["rewound"]) for e in groups] == [
+            ("watch-past", 15, [10, 15], [10, 15], True)]
+        # The group's next consumer (kafka-python, which does not validate committed epochs) reads the
+        # replacements from the divergence point instead of skipping them.
+        reader = kafka.KafkaConsumer(topic, bootstrap_servers=c.bootstrap, group_id="watch-past",
+                                     enable_auto_commit=False, consumer_timeout_ms=10_000)
+        try:
+            got = [(r.offset, r.value) for r in reader]
+        finally:
+            reader.close()
+        assert got == [(10, b"c-0"), (11, b"c-1"), (12, b"c-2")]
         # Reported once: the next run validates against the same leader and stays quiet.
         assert run_once(c, topic, state, events)[0] == EXIT_CLEAN
         assert len(events.read_text().splitlines()) == len(lines)

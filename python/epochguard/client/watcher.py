@@ -59,6 +59,9 @@ from epochguard.protocol.messages import (
     ListOffsetsResponse,
     MetadataRequest,
     MetadataResponse,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     OffsetForLeaderPartition,
@@ -105,6 +108,12 @@ _COORDINATOR_RETRY = frozenset({
     Errors.COORDINATOR_LOAD_IN_PROGRESS,
     Errors.COORDINATOR_NOT_AVAILABLE,
     Errors.NOT_COORDINATOR,
+})
+# An admin commit refused because the group has members (or is rebalancing): it is active.
+_ACTIVE_GROUP = frozenset({
+    Errors.UNKNOWN_MEMBER_ID,
+    Errors.ILLEGAL_GENERATION,
+    Errors.REBALANCE_IN_PROGRESS,
 })
 CONFIRM_FETCH_BYTES = 64 * 1024  # enough for a batch header; a larger batch comes back partial, header first
 
@@ -195,13 +204,14 @@ class GroupAffected:
     skips: tuple[int, int]
     detected_at: int
     rewound: bool = False
+    note: str = ""  # why it was not rewound when asked (an active group: the command to run once stopped)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "event": "group-affected", "group": self.group, "topic": self.topic, "partition": self.partition,
             "committed": self.committed, "committed_epoch": self.committed_epoch,
             "phantoms": list(self.phantoms), "skips": list(self.skips), "rewound": self.rewound,
-            "detected_at": self.detected_at,
+            "note": self.note, "detected_at": self.detected_at,
         }
 
 
@@ -238,6 +248,7 @@ class _Sent:
     partitions: dict[TopicPartition, int] = field(default_factory=dict)  # tp -> leader epoch asked under
     group: str = ""
     truncations: tuple[Truncation, ...] = ()
+    rewinds: tuple[GroupAffected, ...] = ()
 
 
 @dataclass(slots=True)
@@ -245,6 +256,7 @@ class _GroupLookup:
     truncations: list[Truncation]
     coordinator: int | None = None
     retry_round: int = -1
+    to_rewind: list[GroupAffected] = field(default_factory=list)  # affected, not yet committed back to D
 
 
 class Watcher:
@@ -255,6 +267,7 @@ class Watcher:
         *,
         topics: Iterable[str] | None = None,
         groups: Iterable[str] = (),
+        rewind_groups: bool = False,
         interval_ms: int = 5000,
         bootstrap_nodes: Sequence[int] = (-1,),
         any_node: Callable[[Sequence[int]], int | None] | None = None,
@@ -263,6 +276,7 @@ class Watcher:
         self.interval_ms = interval_ms
         self._topic_ok = name_matcher(topics)
         self.groups = list(groups)
+        self.rewind_groups = rewind_groups  # the one write the watcher may do, when asked
         self.include_internal = include_internal
         self.partitions: dict[TopicPartition, PartitionWatch] = {}
         self.brokers: list[int] = list(bootstrap_nodes)
@@ -352,6 +366,8 @@ class Watcher:
             self._on_coordinator(sent, response)
         elif sent.kind == "committed" and isinstance(response, OffsetFetchResponse):
             self._on_committed(sent, response, now_ms)
+        elif sent.kind == "rewind" and isinstance(response, OffsetCommitResponse):
+            self._on_rewound(sent, response, now_ms)
 
     def on_failure(self, request: Request, now_ms: int) -> None:
         """The request got no answer (the broker is down, slow, or answered garbage): that step waits for
@@ -606,11 +622,31 @@ class Watcher:
                     out.append(self._send(node, FindCoordinatorRequest(key=group, coordinator_keys=(group,)),
                                           _Sent("coordinator", group=group)))
                 continue
+            if lookup.to_rewind:
+                out.append(self._send(lookup.coordinator, self._rewind_request(group, lookup.to_rewind),
+                                      _Sent("rewind", group=group, rewinds=tuple(lookup.to_rewind))))
+                continue
             tps = tuple(sorted({TopicPartition(t.topic, t.partition) for t in lookup.truncations}))
             request = OffsetFetchRequest(group, tps)
             out.append(self._send(lookup.coordinator, request,
                                   _Sent("committed", group=group, truncations=tuple(lookup.truncations))))
         return out
+
+    def _rewind_request(self, group: str, affected: list[GroupAffected]) -> OffsetCommitRequest:
+        """An admin commit (generation -1, no member id: `AdminClient.alterConsumerGroupOffsets`) of the
+        divergence point D with the epoch of the record before it on the new leader (the last epoch both logs
+        share), as a consumer that had read up to D would commit. The coordinator takes it only from an
+        empty group (`ClassicGroup.validateOffsetCommit` / `ConsumerGroup.validateOffsetCommit`: a member epoch
+        below 0 is accepted only while the group has no member), so an active group is refused there, never
+        rewound under its members' feet."""
+        by_tp = {(t.topic, t.partition): t for lookup in self._lookups.values() for t in lookup.truncations}
+        parts = []
+        for a in affected:
+            t = by_tp.get((a.topic, a.partition))
+            epoch = t.divergent_epoch if t is not None else NO_EPOCH
+            parts.append(OffsetCommitPartition(a.topic, a.partition, a.phantoms[0], epoch,
+                                               "epochguard watch --rewind-groups: back to the divergence point"))
+        return OffsetCommitRequest(group, tuple(parts), generation_id_or_member_epoch=-1, member_id="")
 
     def _on_coordinator(self, sent: _Sent, response: FindCoordinatorResponse) -> None:
         lookup = self._lookups.get(sent.group)
@@ -638,10 +674,40 @@ class Watcher:
             c = committed.get(TopicPartition(t.topic, t.partition))
             if c is None or c.committed_offset <= t.lost_from:
                 continue  # nothing committed, or at/below the divergence point: it reads the replacements
-            self._events.append(GroupAffected(
+            affected = GroupAffected(
                 sent.group, t.topic, t.partition, c.committed_offset, c.committed_leader_epoch,
                 (t.lost_from, c.committed_offset), (t.lost_from, c.committed_offset), now_ms,
-            ))
-        lookup.truncations = [t for t in lookup.truncations if t not in sent.truncations]
-        if not lookup.truncations:
-            del self._lookups[sent.group]
+            )
+            if self.rewind_groups:
+                lookup.to_rewind.append(affected)  # reported once the commit is answered
+            else:
+                self._events.append(affected)
+        rewinding = {(a.topic, a.partition) for a in lookup.to_rewind}
+        lookup.truncations = [t for t in lookup.truncations
+                              if t not in sent.truncations or (t.topic, t.partition) in rewinding]
+        self._maybe_done(sent.group)
+
+    def _maybe_done(self, group: str) -> None:
+        lookup = self._lookups.get(group)
+        if lookup is not None and not lookup.truncations and not lookup.to_rewind:
+            del self._lookups[group]
+
+    def _on_rewound(self, sent: _Sent, response: OffsetCommitResponse, now_ms: int) -> None:
+        lookup = self._lookups.get(sent.group)
+        if lookup is None:
+            return
+        errors = {(a.topic, a.partition_index): a.error_code for a in response.partitions}
+        if any(e in _COORDINATOR_RETRY for e in errors.values()):
+            lookup.coordinator, lookup.retry_round = None, self.round + 1
+            return
+        for a in sent.rewinds:
+            error = errors.get((a.topic, a.partition), Errors.UNKNOWN_SERVER_ERROR)
+            note = "" if error == Errors.NONE else (
+                "the group has active members: stop them, then run `epochguard watch --rewind-groups --once "
+                f"--group {a.group}`" if error in _ACTIVE_GROUP else f"the commit was refused: {error.name}")
+            self._events.append(GroupAffected(a.group, a.topic, a.partition, a.committed, a.committed_epoch,
+                                              a.phantoms, a.skips, now_ms, error == Errors.NONE, note))
+        done = {(a.topic, a.partition) for a in sent.rewinds}
+        lookup.to_rewind = [a for a in lookup.to_rewind if (a.topic, a.partition) not in done]
+        lookup.truncations = [t for t in lookup.truncations if (t.topic, t.partition) not in done]
+        self._maybe_done(sent.group)

@@ -18,7 +18,7 @@ a Fetch of batch headers) and validates its committed position at each leader-ep
 consumer parked at the high watermark would. An unclean election that loses committed records is one
 `truncation` event with the exact range; a group committed past it is a `group-affected` event with the
 records it read that no longer exist (phantoms) and the replacements it will skip. Clean leader changes give
-no event. Read-only (Describe on topics and groups).
+no event. Read-only (Describe on topics and groups) unless --rewind-groups.
 
 What the wire cannot see: records above the last high watermark the watcher read (acks=1 writes no consumer
 could read, or written and lost between two rounds); `epochguard audit` on the brokers' disks sees them."""
@@ -40,6 +40,9 @@ def configure_watch(parser: argparse.ArgumentParser) -> None:
                         help="a topic name or shell pattern (repeatable; default: every topic)")
     parser.add_argument("--group", action="append", default=[], metavar="NAME",
                         help="a consumer group to check after a truncation (repeatable)")
+    parser.add_argument("--rewind-groups", action="store_true",
+                        help="commit each affected group with no active member back to the divergence point "
+                             "(the one write; an active group is named with the command to run once stopped)")
     parser.add_argument("--interval", type=float, default=5.0, metavar="SECONDS", help="seconds between rounds")
     parser.add_argument("--once", action="store_true", help="validate once and exit (cron); with --state")
     parser.add_argument("--state", type=Path, metavar="PATH",
@@ -93,7 +96,7 @@ def run_watch(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         summary = await watch(
-            args.bootstrap_servers, topics=args.topic or None, groups=args.group,
+            args.bootstrap_servers, topics=args.topic or None, groups=args.group, rewind_groups=args.rewind_groups,
             interval_ms=int(args.interval * 1000), once=args.once, events=events, state_path=args.state,
             metrics=metrics, security=security, request_timeout_ms=args.request_timeout_ms,
             human=console.print, stop=stop,

@@ -11,7 +11,9 @@ answers), hands every answer or failure back, and writes what the watcher finds:
   again at the next start (at least once, never lost).
 
 Read-only: Metadata, ListOffsets, OffsetsForLeaderEpoch, Fetch (batch headers), FindCoordinator and
-OffsetFetch; Describe on topics and groups is all the rights it needs.
+OffsetFetch; Describe on topics and groups is all the rights it needs. The one write, only with
+`rewind_groups`: an admin OffsetCommit of an affected group back to the divergence point, which the group
+coordinator accepts only while the group has no member (Read on the group); each is an event.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ EXIT_CLEAN, EXIT_LOSS, EXIT_COULD_NOT_RUN = 0, 1, 2
 _STATE_VERSION = 1
 _ONCE_MAX_ROUNDS = 10  # --once: rounds until every position is validated (a leader not ready costs a round)
 _ONCE_RETRY_MS = 500
+_ONCE_METADATA_TRIES = 6  # --once: Metadata attempts (every bootstrap address each) before giving up
 
 
 def now_ms() -> int:
@@ -154,7 +157,7 @@ def describe(event: WatchEvent) -> str:
                 f"{event.old_epoch} -> {event.new_epoch}, {replaced}; records above offset {event.lost_until} "
                 "(never seen committed by the watcher) are outside its sight: audit the brokers' disks for them")
     if isinstance(event, GroupAffected):
-        action = "rewound" if event.rewound else "not rewound"
+        action = "rewound to the divergence point" if event.rewound else (event.note or "not rewound")
         return (f"[bold yellow]group-affected[/] {event.group} on {event.topic}-{event.partition}: committed "
                 f"{event.committed}, read the phantoms [{event.phantoms[0]}, {event.phantoms[1]}) and skips the "
                 f"replacements [{event.skips[0]}, {event.skips[1]}) unless its client validates ({action})")
@@ -260,6 +263,7 @@ async def watch(
     *,
     topics: Iterable[str] | None = None,
     groups: Iterable[str] = (),
+    rewind_groups: bool = False,
     interval_ms: int = 5000,
     once: bool = False,
     events: EventLog | None = None,
@@ -275,7 +279,8 @@ async def watch(
     Each event is written as it is found; the summary says what was found."""
     net = NetworkClient(bootstrap_servers, client_id="epochguard-watch", request_timeout_ms=request_timeout_ms,
                         security=security)
-    watcher = Watcher(topics=topics, groups=groups, interval_ms=_ONCE_RETRY_MS if once else interval_ms,
+    watcher = Watcher(topics=topics, groups=groups, rewind_groups=rewind_groups,
+                      interval_ms=_ONCE_RETRY_MS if once else interval_ms,
                       bootstrap_nodes=sorted(net.bootstrap, reverse=True), any_node=net.least_loaded_node)
     if state_path is not None:
         state = load_state(state_path)
@@ -291,7 +296,7 @@ async def watch(
                     break
                 if max_rounds is not None and driver.rounds_seen >= max_rounds:
                     break
-            elif once and watcher.rounds_done == 0 and watcher.round >= _ONCE_MAX_ROUNDS * 3:
+            elif once and watcher.rounds_done == 0 and watcher.round >= _ONCE_METADATA_TRIES:
                 break  # no broker answered Metadata: could not run
             await driver.wait(stop)
     finally:

@@ -144,7 +144,7 @@ class PartitionWatch:
     leader_hw: int = NO_OFFSET  # the new leader's high watermark while confirming
     polled_round: int = -1  # the round whose high watermark was read
     retry_round: int = -1  # after a failed step: nothing until this round
-    in_flight: bool = False
+    asked_by: Any = None  # the request in flight for it (one at a time)
     _latest: ListOffsetsPartition | None = None
 
     def latest(self) -> ListOffsetsPartition:
@@ -245,7 +245,7 @@ def name_matcher(patterns: Iterable[str] | None) -> Callable[[str], bool]:
 @dataclass(slots=True)
 class _Sent:
     kind: str  # metadata | offsets | epochs | confirm | coordinator | committed
-    partitions: dict[TopicPartition, int] = field(default_factory=dict)  # tp -> leader epoch asked under
+    partitions: list[PartitionWatch] = field(default_factory=list)  # each asked by this request alone
     group: str = ""
     truncations: tuple[Truncation, ...] = ()
     rewinds: tuple[GroupAffected, ...] = ()
@@ -352,10 +352,6 @@ class Watcher:
                 self._round_open = True
                 self._due = list(self.partitions.values())
             return
-        for tp in sent.partitions:
-            p = self.partitions.get(tp)
-            if p is not None:
-                p.in_flight = False  # the handler below puts it back in `_due` if it has a next step
         if sent.kind == "offsets" and isinstance(response, ListOffsetsResponse):
             self._on_offsets(sent, response)
         elif sent.kind == "epochs" and isinstance(response, OffsetsForLeaderEpochResponse):
@@ -368,6 +364,10 @@ class Watcher:
             self._on_committed(sent, response, now_ms)
         elif sent.kind == "rewind" and isinstance(response, OffsetCommitResponse):
             self._on_rewound(sent, response, now_ms)
+        for p in sent.partitions:
+            if p.asked_by is sent:  # not answered (left out of the answer): next round
+                p.retry_round = self.round + 1
+            p.asked_by = None
 
     def on_failure(self, request: Request, now_ms: int) -> None:
         """The request got no answer (the broker is down, slow, or answered garbage): that step waits for
@@ -382,11 +382,9 @@ class Watcher:
             if self._metadata_failures < len(self.brokers) + len(self._bootstrap):
                 self._next_round_ms, self._metadata_retry = now_ms, True
             return
-        for tp in sent.partitions:
-            p = self.partitions.get(tp)
-            if p is not None:
-                p.in_flight = False
-                p.retry_round = self.round + 1  # not due again this round
+        for p in sent.partitions:
+            p.asked_by = None
+            p.retry_round = self.round + 1  # not due again this round
         lookup = self._lookups.get(sent.group)
         if lookup is not None:
             lookup.coordinator = None
@@ -460,7 +458,7 @@ class Watcher:
     def _step(self, p: PartitionWatch) -> tuple[str, int] | None:
         """What the partition needs next this round: ("offsets" | "confirm", 0) or ("epochs", the epoch to
         ask for); None if nothing (in flight, no leader, backing off, or done this round)."""
-        if p.in_flight or p.leader is None or p.retry_round > self.round or p.leader_epoch < 0:
+        if p.asked_by is not None or p.leader is None or p.retry_round > self.round or p.leader_epoch < 0:
             return None
         if p.stage is Stage.VALIDATING:
             if p.hw <= 0 or p.hw_epoch < 0:
@@ -480,15 +478,23 @@ class Watcher:
         # (a round of 10,000 partitions does not rescan them all for every answer).
         due, self._due = self._due, []
         by_node: dict[tuple[str, int], list[tuple[PartitionWatch, int]]] = {}
+        rnd, ready = self.round, Stage.READY
         for p in due:
+            if (p.stage is ready and p.learned_epoch == p.leader_epoch and p.asked_by is None
+                    and p.retry_round <= rnd and p.leader is not None):
+                # The common case, inline: a position to read again this round, or nothing.
+                if p.polled_round < rnd:
+                    by_node.setdefault(("offsets", p.leader), []).append((p, 0))
+                continue
             step = self._step(p)
             if step is not None:
                 assert p.leader is not None
-                p.in_flight = True
                 by_node.setdefault((step[0], p.leader), []).append((p, step[1]))
         out: list[tuple[int, Request]] = []
         for (kind, node), entries in by_node.items():
-            sent = _Sent(kind, {p.tp: p.leader_epoch for p, _ in entries})
+            sent = _Sent(kind, [p for p, _ in entries])
+            for p, _ in entries:
+                p.asked_by = sent
             out.append(self._send(node, self._request(kind, entries), sent))
         return out
 
@@ -513,12 +519,13 @@ class Watcher:
 
     # --- answers -----------------------------------------------------------------------------------
     def _answer_for(self, sent: _Sent, tp: tuple[str, int], error: Errors) -> PartitionWatch | None:
-        """The partition an answer is for, if it still stands where it stood when asked; an error defers
-        it to the next round."""
+        """The partition an answer is for, if this request asked for it (a broker answering for partitions
+        it was not asked about is ignored); an error defers it to the next round. Rounds do not overlap
+        (metadata is read only when nothing is in flight), so the leader epoch it was asked under holds."""
         p = self.partitions.get(tp)  # type: ignore[call-overload]
-        asked = sent.partitions.get(tp)  # type: ignore[call-overload]
-        if p is None or asked is None or asked != p.leader_epoch:
-            return None  # stale: the leader epoch moved while the request was out
+        if p is None or p.asked_by is not sent:
+            return None
+        p.asked_by = None
         if error != Errors.NONE:
             p.retry_round = self.round + 1
             return None

@@ -9,7 +9,9 @@ watermark. Each test turns red under a plausible wrong rule named in its docstri
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -123,6 +125,17 @@ class Cluster:
                 if point is not None:
                     r.truncate(min(point[0], r.leo))
 
+    def behind(self, common: int, tail: int) -> None:
+        """`common` records on all three, then broker 2 stops and `tail` more are committed on 1 and 3."""
+        self.produce(common)
+        self.down.add(2)
+        self.produce(tail, replicate=(1, 3))
+
+    def unclean_to_2(self) -> None:
+        """Brokers 1 and 3 stop; broker 2, behind, is elected unclean."""
+        self.down = {1, 3}
+        self.elect(2)
+
     # --- answers ----------------------------------------------------------------------------------------
     def answer(self, node: int, request: Request) -> Response | None:
         self.requests.append((node, request))
@@ -146,27 +159,29 @@ class Cluster:
             brokers=tuple(MetadataResponseBroker(b) for b in (1, 2, 3) if b not in self.down),
         )
 
-    def _ListOffsetsRequest(self, node: int, request: ListOffsetsRequest) -> ListOffsetsResponse:
-        out = []
+    def _served(self, node: int, request: Any, out: list, refused: Any) -> Iterator[tuple[Any, Part]]:
+        """The partitions of a request this broker serves (leader, fencing as SPEC (b)); the others are
+        answered with `refused(topic, partition, error)` into `out`."""
         for q in request.partitions:
             p = self.parts[q.tp]
             error = self._check(node, p, q.current_leader_epoch)
-            if error == Errors.NONE and p.epoch_start > p.hw:
-                error = Errors.OFFSET_NOT_AVAILABLE  # KIP-207: the new leader's high watermark lags
             if error != Errors.NONE:
-                out.append(ListOffsetsPartitionResponse(q.topic, q.partition_index, error))
+                out.append(refused(q.topic, q.partition_index, error))
+            else:
+                yield q, p
+
+    def _ListOffsetsRequest(self, node: int, request: ListOffsetsRequest) -> ListOffsetsResponse:
+        out: list = []
+        for q, p in self._served(node, request, out, ListOffsetsPartitionResponse):
+            if p.epoch_start > p.hw:  # KIP-207: the new leader's high watermark lags
+                out.append(ListOffsetsPartitionResponse(q.topic, q.partition_index, Errors.OFFSET_NOT_AVAILABLE))
             else:  # LATEST: the high watermark, with the *current* leader epoch
                 out.append(ListOffsetsPartitionResponse(q.topic, q.partition_index, offset=p.hw, leader_epoch=p.epoch))
         return ListOffsetsResponse(tuple(out))
 
     def _OffsetsForLeaderEpochRequest(self, node: int, request: OffsetsForLeaderEpochRequest) -> Response:
-        out = []
-        for q in request.partitions:
-            p = self.parts[q.tp]
-            error = self._check(node, p, q.current_leader_epoch)
-            if error != Errors.NONE:
-                out.append(EpochEndOffset(q.topic, q.partition_index, error))
-                continue
+        out: list = []
+        for q, p in self._served(node, request, out, EpochEndOffset):
             leader = p.replicas[p.leader]
             epoch, end = leader.cache.end_offset_for(q.leader_epoch, leader.leo)
             if self.short_answers:
@@ -176,13 +191,8 @@ class Cluster:
         return OffsetsForLeaderEpochResponse(tuple(out))
 
     def _FetchRequest(self, node: int, request: FetchRequest) -> FetchResponse:
-        out = []
-        for q in request.partitions:
-            p = self.parts[q.tp]
-            error = self._check(node, p, q.current_leader_epoch)
-            if error != Errors.NONE:
-                out.append(FetchPartitionData(q.topic, q.partition_index, error))
-                continue
+        out: list = []
+        for q, p in self._served(node, request, out, FetchPartitionData):
             data = b"".join(
                 _core.encode_batch([(None, b"v")] * count, base_offset=base, partition_leader_epoch=epoch)
                 for base, count, epoch in p.replicas[p.leader].batches
@@ -269,9 +279,7 @@ def test_an_unclean_election_loses_exactly_the_committed_records_above_the_diver
     """Wrong rules: counting the uncommitted tail (above the high watermark) as lost; reporting the
     loss twice; missing it when the new leader wrote nothing yet."""
     c = Cluster()
-    c.produce(10)
-    c.down.add(2)
-    c.produce(20, replicate=(1, 3))  # committed [10, 30) on 1 and 3; broker 2 is behind at 10
+    c.behind(10, 20)  # committed [10, 30) on 1 and 3; broker 2 is behind at 10
     c.produce(7, replicate=(1,))  # acks=1 tail [30, 37): never committed
     c.parts[TP].hw = 30
     w = watching(c)
@@ -290,12 +298,9 @@ def test_an_unclean_election_loses_exactly_the_committed_records_above_the_diver
 
 def test_replacements_written_before_the_watcher_looks_confirm_the_loss() -> None:
     c = Cluster()
-    c.produce(10)
-    c.down.add(2)
-    c.produce(20, replicate=(1, 3))
+    c.behind(10, 20)
     w = watching(c)
-    c.down = {1, 3}
-    c.elect(2)
+    c.unclean_to_2()
     c.produce(8, replicate=(2,))  # replacements [10, 18) in epoch 1
     events = run_round(w, c)
     assert truncations(events) == [(10, 30, 0, 1)]
@@ -336,9 +341,7 @@ def test_consecutive_unclean_elections_are_two_truncations() -> None:
     """Wrong rule: keeping the position of before the first truncation (the second is then missed or
     mis-sized)."""
     c = Cluster()
-    c.produce(10)
-    c.down.add(2)
-    c.produce(10, replicate=(1, 3))
+    c.behind(10, 10)
     w = watching(c)
     c.down = {1, 2}
     c.elect(3)  # clean for this loss: 3 has [0, 20)
@@ -358,9 +361,7 @@ def test_consecutive_unclean_elections_are_two_truncations() -> None:
 
 def test_two_epochs_between_rounds_validate_against_the_newest_leader() -> None:
     c = Cluster()
-    c.produce(10)
-    c.down.add(2)
-    c.produce(5, replicate=(1, 3))
+    c.behind(10, 5)
     w = watching(c)
     c.elect(3)
     c.down = {1, 3}
@@ -370,12 +371,9 @@ def test_two_epochs_between_rounds_validate_against_the_newest_leader() -> None:
 
 def test_a_leader_that_goes_silent_costs_the_round_not_the_watcher() -> None:
     c = Cluster()
-    c.produce(10)
-    c.down.add(2)
-    c.produce(5, replicate=(1, 3))
+    c.behind(10, 5)
     w = watching(c)
-    c.down = {1, 3}
-    c.elect(2)
+    c.unclean_to_2()
     c.down = {1, 2, 3}  # the new leader (and everything else) is unreachable
     assert run_round(w, c) == []
     c.down = {1, 3}
@@ -386,12 +384,9 @@ def test_a_leader_that_goes_silent_costs_the_round_not_the_watcher() -> None:
 def test_retriable_errors_retry_the_validation_next_round(error: Errors) -> None:
     """Wrong rule: a NOT_LEADER / FENCED / UNKNOWN_LEADER_EPOCH answer taken as the position's verdict."""
     c = Cluster()
-    c.produce(10)
-    c.down.add(2)
-    c.produce(5, replicate=(1, 3))
+    c.behind(10, 5)
     w = watching(c)
-    c.down = {1, 3}
-    c.elect(2)
+    c.unclean_to_2()
     real = c.answer
 
     def failing(node: int, request: Request) -> Response | None:
@@ -427,12 +422,9 @@ def test_stale_metadata_does_not_move_a_position_back() -> None:
 def test_a_restarted_watcher_reports_the_loss_from_its_state() -> None:
     """The daemon stopped, the election happened, the next run (cron) still sees the loss, once."""
     c = Cluster()
-    c.produce(10)
-    c.down.add(2)
-    c.produce(5, replicate=(1, 3))
+    c.behind(10, 5)
     saved = watching(c).positions()
-    c.down = {1, 3}
-    c.elect(2)
+    c.unclean_to_2()
     w = Watcher(interval_ms=1000, bootstrap_nodes=(2,))
     w.restore(saved)
     assert truncations(run_round(w, c)) == [(10, 15, 0, 1)]
@@ -444,13 +436,10 @@ def test_a_restarted_watcher_reports_the_loss_from_its_state() -> None:
 def test_groups_past_the_divergence_are_named_with_phantoms_and_skips() -> None:
     """Wrong rule: a group committed exactly at the divergence point counted as affected."""
     c = Cluster()
-    c.produce(10)
-    c.down.add(2)
-    c.produce(10, replicate=(1, 3))
+    c.behind(10, 10)
     c.committed = {"past": {TP: (17, 0)}, "at": {TP: (10, 0)}, "below": {TP: (4, 0)}}
     w = watching(c, groups=["past", "at", "below"])
-    c.down = {1, 3}
-    c.elect(2)
+    c.unclean_to_2()
     events = run_round(w, c)
     assert truncations(events) == [(10, 20, 0, 1)]
     affected = [e for e in events if isinstance(e, GroupAffected)]
@@ -461,14 +450,11 @@ def test_rewind_commits_the_divergence_point_for_an_empty_group_and_names_the_co
     """Wrong rules: rewinding without being asked; committing the old committed offset's epoch (or none);
     calling an active group rewound."""
     c = Cluster()
-    c.produce(10)
-    c.down.add(2)
-    c.produce(10, replicate=(1, 3))
+    c.behind(10, 10)
     c.committed = {"idle": {TP: (17, 0)}, "busy": {TP: (19, 0)}}
     c.active = {"busy"}
     w = watching(c, groups=["idle", "busy"], rewind_groups=True)
-    c.down = {1, 3}
-    c.elect(2)
+    c.unclean_to_2()
     events = run_round(w, c)
     affected = {e.group: e for e in events if isinstance(e, GroupAffected)}
     assert (affected["idle"].rewound, affected["idle"].note) == (True, "")
@@ -478,13 +464,10 @@ def test_rewind_commits_the_divergence_point_for_an_empty_group_and_names_the_co
     assert affected["busy"].phantoms == (10, 19)
     # Without --rewind-groups the watcher writes nothing.
     c2 = Cluster()
-    c2.produce(10)
-    c2.down.add(2)
-    c2.produce(10, replicate=(1, 3))
+    c2.behind(10, 10)
     c2.committed = {"idle": {TP: (17, 0)}}
     w2 = watching(c2, groups=["idle"])
-    c2.down = {1, 3}
-    c2.elect(2)
+    c2.unclean_to_2()
     assert [e.rewound for e in run_round(w2, c2) if isinstance(e, GroupAffected)] == [False]
     assert c2.committed["idle"][TP] == (17, 0)
     assert not any(isinstance(r, OffsetCommitRequest) for _, r in c2.requests)

@@ -35,7 +35,8 @@ def configure_watch(parser: argparse.ArgumentParser) -> None:
     parser.description = WATCH_DESCRIPTION
     parser.epilog = WATCH_EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--bootstrap-servers", "-b", required=True, metavar="HOST:PORT[,...]")
+    parser.add_argument("--bootstrap-servers", "-b", required=True, metavar="HOST:PORT[,...]",
+                        help="brokers to bootstrap from (Kafka's bootstrap.servers)")
     parser.add_argument("--topic", action="append", default=[], metavar="NAME|PATTERN",
                         help="a topic name or shell pattern (repeatable; default: every topic)")
     parser.add_argument("--group", action="append", default=[], metavar="NAME",
@@ -50,13 +51,15 @@ def configure_watch(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", type=Path, metavar="PATH",
                         help="append the events as JSON lines here, fsynced (default: stdout)")
     parser.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port")
-    parser.add_argument("--request-timeout-ms", type=int, default=10_000)
+    parser.add_argument("--request-timeout-ms", type=int, default=10_000, metavar="MS",
+                        help="a request without an answer in this time costs its step one round (default 10000)")
     parser.add_argument("--security-protocol", default="PLAINTEXT",
-                        choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"))
-    parser.add_argument("--sasl-mechanism", choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
-    parser.add_argument("--sasl-username")
-    parser.add_argument("--sasl-password")
-    parser.add_argument("--ssl-cafile")
+                        choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"), help="Kafka's security.protocol")
+    parser.add_argument("--sasl-mechanism", choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+                        help="Kafka's sasl.mechanism (default PLAIN with SASL_*)")
+    parser.add_argument("--sasl-username", metavar="USER", help="the SASL user")
+    parser.add_argument("--sasl-password", metavar="PASSWORD", help="the SASL password")
+    parser.add_argument("--ssl-cafile", metavar="PATH", help="CA certificates to verify the brokers with")
     parser.set_defaults(run=run_watch)
 
 

@@ -1,7 +1,7 @@
 """`epochguard watch` against Apache Kafka itself (issue 34): an unclean election that loses committed records
 is exactly one truncation event with exactly the lost range, a group committed past the divergence point is
-named with its phantoms and skips, and clean leader changes (a preferred election, a controlled shutdown)
-give no event.
+named with its phantoms and skips (and, rewound, its kafka-python consumer reads the replacements), and
+clean leader changes (a preferred election, a controlled shutdown, a broker restart) give no event.
 
 The watcher runs as a cron job would (`--once` with a state file, the CLI's own `watch` coroutine) between
 the steps: a topic with replicas [1, 2] and min.insync.replicas=1; ten records while both replicas are in
@@ -126,5 +126,6 @@ def test_clean_leader_changes_give_no_event(kafka_cluster: KafkaCluster, tmp_pat
         epochs = json.loads(state.read_text())["partitions"]
         assert [(t, p, hw) for t, p, hw, *_ in epochs] == [(topic, 0, 15)] and epochs[0][4] >= 2
     finally:
-        c.start_broker(2)
+        c.start_broker(2)  # a broker restart: it rejoins the ISR as a follower
         c.wait_partition(topic, 0, lambda s: set(s.isr) == {1, 2, 3}, "ISR [1, 2, 3] again", timeout_s=120)
+    assert run_once(c, topic, state, events) == (EXIT_CLEAN, [])

@@ -38,11 +38,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     "spark": _STATE_MACHINES | {"sim", "builds"},
     "kafka": _BASE | {"builds"},  # a real Apache Kafka cluster driven from outside (processes, admin requests)
     "builds": set(),  # artefacts built from checked-in sources into the cache (drivers, the JVM reader)
+    "ops": _STATE_MACHINES,  # incident response on live clusters: watch, recover
 }
-FACES = ("sim", "wire", "spark", "kafka")
+FACES = ("sim", "wire", "spark", "kafka", "ops")
 # The client's sans-IO state machines: whatever network code the client gains sits beside them and
 # drives them; they never import it.
-SANS_IO_CLIENT = ("epochguard.client.consumer", "epochguard.client.metadata")
+SANS_IO_CLIENT = ("epochguard.client.consumer", "epochguard.client.metadata", "epochguard.client.watcher")
 SANS_IO_PARTS = ("types", "errors", "records", "protocol", "storage", "broker")
 IO_MODULES = {"asyncio", "socket", "ssl", "selectors", "socketserver", "threading", "concurrent", "subprocess"}
 

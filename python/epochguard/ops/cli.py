@@ -1,0 +1,121 @@
+"""`epochguard watch`: its arguments, registered by `epochguard.__main__`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parsers", "configure_watch"]
+
+WATCH_HELP = "follow a live Kafka cluster's partitions and report every loss of committed records (read-only)"
+WATCH_DESCRIPTION = """\
+Follows every partition of a live cluster from the wire alone (Metadata, ListOffsets, OffsetsForLeaderEpoch,
+a Fetch of batch headers) and validates its committed position at each leader-epoch change, as a KIP-320
+consumer parked at the high watermark would. An unclean election that loses committed records is one
+`truncation` event with the exact range; a group committed past it is a `group-affected` event with the
+records it read that no longer exist (phantoms) and the replacements it will skip. Clean leader changes give
+no event. Read-only (Describe on topics and groups) unless --rewind-groups.
+
+What the wire cannot see: records above the last high watermark the watcher read (acks=1 writes no consumer
+could read, or written and lost between two rounds); `epochguard audit` on the brokers' disks sees them."""
+WATCH_EPILOG = """\
+exit codes: 0 clean, 1 a loss of committed records was found, 2 could not run (no broker answered).
+cron / Kubernetes CronJob: `epochguard watch --once --state /var/lib/epochguard/watch.json --events ...`"""
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    configure_watch(sub.add_parser("watch", help=WATCH_HELP))
+
+
+def configure_watch(parser: argparse.ArgumentParser) -> None:
+    parser.description = WATCH_DESCRIPTION
+    parser.epilog = WATCH_EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--bootstrap-servers", "-b", required=True, metavar="HOST:PORT[,...]",
+                        help="brokers to bootstrap from (Kafka's bootstrap.servers)")
+    parser.add_argument("--topic", action="append", default=[], metavar="NAME|PATTERN",
+                        help="a topic name or shell pattern (repeatable; default: every topic)")
+    parser.add_argument("--group", action="append", default=[], metavar="NAME",
+                        help="a consumer group to check after a truncation (repeatable)")
+    parser.add_argument("--rewind-groups", action="store_true",
+                        help="commit each affected group with no active member back to the divergence point "
+                             "(the one write; an active group is named with the command to run once stopped)")
+    parser.add_argument("--interval", type=float, default=5.0, metavar="SECONDS", help="seconds between rounds")
+    parser.add_argument("--once", action="store_true", help="validate once and exit (cron); with --state")
+    parser.add_argument("--state", type=Path, metavar="PATH",
+                        help="positions kept between runs (written atomically after each round)")
+    parser.add_argument("--events", type=Path, metavar="PATH",
+                        help="append the events as JSON lines here, fsynced (default: stdout)")
+    parser.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port")
+    parser.add_argument("--request-timeout-ms", type=int, default=10_000, metavar="MS",
+                        help="a request without an answer in this time costs its step one round (default 10000)")
+    parser.add_argument("--security-protocol", default="PLAINTEXT",
+                        choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"), help="Kafka's security.protocol")
+    parser.add_argument("--sasl-mechanism", choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+                        help="Kafka's sasl.mechanism (default PLAIN with SASL_*)")
+    parser.add_argument("--sasl-username", metavar="USER", help="the SASL user")
+    parser.add_argument("--sasl-password", metavar="PASSWORD", help="the SASL password")
+    parser.add_argument("--ssl-cafile", metavar="PATH", help="CA certificates to verify the brokers with")
+    parser.set_defaults(run=run_watch)
+
+
+def _security(args: argparse.Namespace) -> Any:
+    from epochguard.client.security import SECURITY_DEFAULTS, security_of
+
+    return security_of({
+        **SECURITY_DEFAULTS, "security_protocol": args.security_protocol, "sasl_mechanism": args.sasl_mechanism,
+        "sasl_plain_username": args.sasl_username, "sasl_plain_password": args.sasl_password,
+        "ssl_cafile": args.ssl_cafile,
+    })
+
+
+def run_watch(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from epochguard.ops.watch import EXIT_COULD_NOT_RUN, EventLog, WatchMetrics, watch
+
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    if args.interval <= 0:
+        console.print("[red]--interval must be positive[/]")
+        return EXIT_COULD_NOT_RUN
+    try:
+        security = _security(args)
+    except (ValueError, OSError) as exc:
+        console.print(f"[red]{exc}[/]")
+        return EXIT_COULD_NOT_RUN
+    metrics = None
+    if args.metrics_port is not None:
+        metrics = WatchMetrics()
+        metrics.serve(args.metrics_port)
+    events = EventLog(args.events)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        summary = await watch(
+            args.bootstrap_servers, topics=args.topic or None, groups=args.group, rewind_groups=args.rewind_groups,
+            interval_ms=int(args.interval * 1000), once=args.once, events=events, state_path=args.state,
+            metrics=metrics, security=security, request_timeout_ms=args.request_timeout_ms,
+            human=console.print, stop=stop,
+        )
+        lost = sum(t.lost_count for t in summary.truncations)
+        console.print(
+            f"watch: {summary.rounds} round(s), {summary.partitions} partition(s); {len(summary.truncations)} "
+            f"truncation(s) losing {lost} committed record(s), {len(summary.groups)} group(s) affected, "
+            f"{len(summary.warnings)} warning(s)" + ("" if summary.metadata_answered else "; no broker answered")
+        )
+        return summary.exit_code
+
+    try:
+        return asyncio.run(main())
+    except ValueError as exc:  # a state file that is not ours
+        console.print(f"[red]{exc}[/]")
+        return EXIT_COULD_NOT_RUN
+    finally:
+        events.close()

@@ -11,7 +11,8 @@ reduced to what epochguard needs.
   (`max.in.flight.requests.per.connection`): with 1, or with idempotence, one batch in flight per
   partition (Java's muted partitions), so a retry never reorders; with more, a partition's next batch
   goes out while the last is unanswered (pipelining), and a retried batch may land after a later one,
-  as Java's and kafka-python's producers warn for that setting without idempotence;
+  as Java's and kafka-python's producers warn for that setting without idempotence (batches that fail
+  together go back in the order they were made);
 - sending: ready batches grouped by their partition's leader into one Produce per broker, encoded in
   Rust (`_core.encode_batch`, any codec); acks=0 completes on send;
 - answers: NONE completes every record of the batch (offset = base offset + index, the leader epoch
@@ -36,6 +37,7 @@ bootstrap address is not asked forever). Driving it is the consumer's contract: 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 from collections.abc import Callable, Iterable
@@ -175,6 +177,7 @@ class _Batch:
     base_sequence: int = -1  # idempotent: assigned on the first send, kept across retries
     producer: tuple[int, int] = (-1, -1)  # the (producer id, epoch) the sequence belongs to
     encoded: _Encoded | None = None  # send_arrow's: sent as encoded, never appended to
+    number: int = 0  # the order batches were made in (a retry goes back to its place among its partition's)
 
     @property
     def count(self) -> int:
@@ -236,6 +239,7 @@ class Producer:
         self._metadata_in_flight: int | None = None
         self._flushing = False
         self._topics: set[str] = set()  # every topic sent to (in metadata's topics)
+        self._made = itertools.count()  # numbers the batches in the order they are made
 
     # --- application ----------------------------------------------------------------------------
     def send(self, topic: str, value: bytes | None, key: bytes | None = None, *, partition: int | None = None,
@@ -283,7 +287,7 @@ class Producer:
         tp = TopicPartition(topic, partition)
         self._place(now_ms)  # records sent before this batch keep their place ahead of it
         self._batches.setdefault(tp, []).append(
-            _Batch(tp, now_ms, size=len(raw), encoded=_Encoded(raw, rows, count, delivery)))
+            _Batch(tp, now_ms, size=len(raw), encoded=_Encoded(raw, rows, count, delivery), number=next(self._made)))
         return delivery
 
     def flush(self) -> None:
@@ -515,13 +519,17 @@ class Producer:
             size += sum(len(k) + len(v or b"") for k, v in record.headers)
         full = bool(batches) and batches[-1].size + size > self.batch_size and bool(batches[-1].records)
         if not batches or full or batches[-1].attempts or batches[-1].encoded is not None:
-            batches.append(_Batch(tp, now_ms))
+            batches.append(_Batch(tp, now_ms, number=next(self._made)))
         batches[-1].records.append(record)
         batches[-1].size += size
 
     def _retry(self, batch: _Batch, now_ms: int) -> None:
+        """Back into its partition's queue ahead of every batch made after it: two pipelined batches that
+        both failed go out again in their order (Java's `insertInSequenceOrder` does so for sequences)."""
         batch.retry_at_ms = now_ms + self.retry_backoff_ms
-        self._batches.setdefault(batch.tp, []).insert(0, batch)
+        queue = self._batches.setdefault(batch.tp, [])
+        at = next((i for i, queued in enumerate(queue) if queued.number > batch.number), len(queue))
+        queue.insert(at, batch)
 
     def _expire(self, now_ms: int) -> None:
         waiting = []

@@ -97,6 +97,10 @@ _API_KEYS: dict[str, ApiKey] = {
     "SyncGroupRequest": ApiKey.SYNC_GROUP,
     "HeartbeatRequest": ApiKey.HEARTBEAT,
     "LeaveGroupRequest": ApiKey.LEAVE_GROUP,
+    "AddPartitionsToTxnRequest": ApiKey.ADD_PARTITIONS_TO_TXN,
+    "AddOffsetsToTxnRequest": ApiKey.ADD_OFFSETS_TO_TXN,
+    "TxnOffsetCommitRequest": ApiKey.TXN_OFFSET_COMMIT,
+    "EndTxnRequest": ApiKey.END_TXN,
 }
 
 

@@ -36,9 +36,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     "sim": _STATE_MACHINES,
     "wire": _STATE_MACHINES | {"sim", "kafka"},  # kafka: compat --cluster kafka drives a real cluster
     "spark": _STATE_MACHINES | {"sim"},
+    "ops": _STATE_MACHINES,  # incident response on live clusters: watch, recover
     "kafka": _BASE,  # a real Apache Kafka cluster driven from outside (processes, admin requests)
 }
-FACES = ("sim", "wire", "spark", "kafka")
+FACES = ("sim", "wire", "spark", "kafka", "ops")
 # The client's sans-IO state machines: whatever network code the client gains sits beside them and
 # drives them; they never import it.
 SANS_IO_CLIENT = ("epochguard.client.consumer", "epochguard.client.metadata")

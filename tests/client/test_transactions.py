@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from epochguard._core import iter_batches
-from epochguard.client.producer import Producer
-from epochguard.client.transactions import TxnState
+from epochguard.client.producer import Delivery, Producer, RecordMetadata
+from epochguard.client.transactions import TransactionManager, TxnState
 from epochguard.errors import (
     Errors,
     IllegalStateError,
@@ -87,6 +87,17 @@ def initialized(coordinator: int = 2) -> Producer:
     return producer
 
 
+def in_transaction(partition: int) -> tuple[Producer, TransactionManager, Delivery[RecordMetadata], Any]:
+    """An initialized producer in a transaction with one record for `partition`: its AddPartitionsToTxn sent."""
+    producer = initialized()
+    txn = producer.transactions
+    assert txn is not None
+    txn.begin_transaction()
+    d = producer.send("t", b"v", partition=partition, now_ms=1)
+    _, add = only(producer, 1, AddPartitionsToTxnRequest)
+    return producer, txn, d, add
+
+
 def test_a_transaction_adds_its_partition_before_producing_and_commits_once_everything_is_answered() -> None:
     producer = initialized()
     txn = producer.transactions
@@ -116,12 +127,7 @@ def test_a_transaction_adds_its_partition_before_producing_and_commits_once_ever
 
 
 def test_an_abort_drops_unsent_batches_and_ends_only_a_transaction_the_coordinator_knows() -> None:
-    producer = initialized()
-    txn = producer.transactions
-    assert txn is not None
-    txn.begin_transaction()
-    d = producer.send("t", b"v", partition=1, now_ms=1)
-    _, add = only(producer, 1, AddPartitionsToTxnRequest)
+    producer, txn, d, add = in_transaction(1)
     aborted = txn.begin_abort()
     producer.on_response(2, add, AddPartitionsToTxnResponse((TxnPartitionResult("t", 1),)), 2)
     _, end = only(producer, 2, EndTxnRequest)  # the partition was added: the coordinator must end it
@@ -135,12 +141,7 @@ def test_an_abort_drops_unsent_batches_and_ends_only_a_transaction_the_coordinat
 
 
 def test_a_coordinator_move_is_followed_and_fencing_is_fatal() -> None:
-    producer = initialized()
-    txn = producer.transactions
-    assert txn is not None
-    txn.begin_transaction()
-    producer.send("t", b"v", partition=0, now_ms=1)
-    _, add = only(producer, 1, AddPartitionsToTxnRequest)
+    producer, txn, _, add = in_transaction(0)
     producer.on_response(2, add, AddPartitionsToTxnResponse((TxnPartitionResult("t", 0, Errors.NOT_COORDINATOR),)), 2)
     node, find = only(producer, 30, FindCoordinatorRequest)
     producer.on_response(node, find, FindCoordinatorResponse((Coordinator("tx", 1, "h", 1),)), 30)
@@ -170,12 +171,7 @@ def test_a_fenced_init_and_a_fenced_end_raise_producer_fenced() -> None:
 
 
 def test_a_failed_batch_makes_the_transaction_abortable_and_offsets_go_through_the_group_coordinator() -> None:
-    producer = initialized()
-    txn = producer.transactions
-    assert txn is not None
-    txn.begin_transaction()
-    producer.send("t", b"v", partition=0, now_ms=1)
-    _, add = only(producer, 1, AddPartitionsToTxnRequest)
+    producer, txn, _, add = in_transaction(0)
     offsets = txn.send_offsets({TopicPartition("in", 0): 11}, "g", generation_id=5, member_id="m")
     assert producer.poll_requests(1) == []  # one coordinator request at a time
     producer.on_response(2, add, AddPartitionsToTxnResponse((TxnPartitionResult("t", 0),)), 1)
@@ -206,12 +202,7 @@ def test_a_failed_batch_makes_the_transaction_abortable_and_offsets_go_through_t
 
 
 def test_a_lost_sequence_in_a_transaction_is_not_retried_and_the_abort_bumps_the_epoch() -> None:
-    producer = initialized()
-    txn = producer.transactions
-    assert txn is not None
-    txn.begin_transaction()
-    d = producer.send("t", b"v", partition=0, now_ms=1)
-    _, add = only(producer, 1, AddPartitionsToTxnRequest)
+    producer, txn, d, add = in_transaction(0)
     producer.on_response(2, add, AddPartitionsToTxnResponse((TxnPartitionResult("t", 0),)), 1)
     _, produce = only(producer, 1, ProduceRequest)
     producer.on_response(1, produce, ProduceResponse((ProducePartitionResponse(

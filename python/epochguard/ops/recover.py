@@ -14,11 +14,21 @@ a backup); the producing side is `client.KafkaProducer`'s idempotent (or transac
   producer to the new leader: "already present", each present record matching at most one lost record.
 - The operator's limits (`until_offset`, `from_epoch`) skip the rest, reported as such.
 
-Not done yet (issue 35): reading the audit dir and the partition, producing, the report, the CLI.
+`recover(audit_dir, bootstrap_servers, ...)` applies them to a live cluster: it reads the audit's
+`lost_records.parquet` (pyarrow), each partition from its first lost offset to its end (read_uncommitted:
+an earlier run's records count even if a transaction of it is still open), produces what is left with the
+idempotent producer (acks=all, one partition's records in order, original timestamps, the provenance header
+added), to the same partition of the same topic or of `to_topic`, and writes `recovered.parquet` (original
+and new place of every re-published record) atomically into the audit dir. `dry_run` plans only. Every
+action is logged. Not done yet (issue 35): the CLI, `--transactional-id`, `--include-uncommitted`, the
+rich report table.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +37,9 @@ from typing import Any
 from epochguard.types import TopicPartition
 
 __all__ = ["PROVENANCE_HEADER", "LostRecord", "Present", "Plan", "lost_by_partition", "provenance",
-           "parse_provenance", "plan"]
+           "parse_provenance", "plan", "recover"]
+
+log = logging.getLogger(__name__)
 
 PROVENANCE_HEADER = "epochguard.recovered-from"
 
@@ -147,3 +159,109 @@ def plan(lost: Iterable[LostRecord], present: Iterable[Present], *, until_offset
         else:
             out.publish.append(record)
     return out
+
+
+def _end_offset(bootstrap_servers: str, tp: TopicPartition, client: Mapping[str, Any]) -> int:
+    """The partition's log end offset now (ListOffsets LATEST, through a consumer's reset to latest)."""
+    from epochguard.client import KafkaConsumer
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, auto_offset_reset="latest",
+                             enable_auto_commit=False, **client)
+    try:
+        consumer.assign([tp])
+        return consumer.position(tp)
+    finally:
+        consumer.close()
+
+
+def _read_from(bootstrap_servers: str, tp: TopicPartition, start: int, end: int, client: Mapping[str, Any],
+               timeout_s: float) -> list[Present]:
+    """The partition's records in [start, end)."""
+    from epochguard.client import KafkaConsumer
+
+    out: list[Present] = []
+    if start >= end:
+        return out
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False, **client)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        deadline = time.monotonic() + timeout_s
+        while consumer.position(tp) < end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{tp}: could not read offsets {start}..{end - 1} within {timeout_s} s")
+            for record in consumer.poll(timeout_ms=200).get(tp, []):
+                if record.offset < end:
+                    out.append(Present(record.offset, record.key, record.value, tuple(record.headers)))
+        return out
+    finally:
+        consumer.close()
+
+
+def _write_recovered(path: str, rows: list[dict[str, Any]]) -> None:
+    """recovered.parquet, atomically (a temporary file renamed over it)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                        ("leader_epoch", pa.int32()), ("broker", pa.int32()), ("outcome", pa.string()),
+                        ("new_topic", pa.string()), ("new_offset", pa.int64())])
+    tmp = f"{path}.tmp-{os.getpid()}"
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
+    os.replace(tmp, path)
+
+
+def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | None = None,
+            to_topic: str | None = None, dry_run: bool = False, until_offset: int | None = None,
+            from_epoch: int | None = None, client: Mapping[str, Any] | None = None,
+            timeout_s: float = 120.0) -> dict[TopicPartition, Plan]:
+    """Put the audit's lost records back (see the module docstring); the plan of every partition."""
+    import pyarrow.parquet as pq
+
+    from epochguard.client import KafkaProducer
+
+    client = dict(client or {})
+    wanted = None if topics is None else set(topics)
+    lost = lost_by_partition(pq.read_table(os.path.join(audit_dir, "lost_records.parquet")).to_pylist())
+    plans: dict[TopicPartition, Plan] = {}
+    rows: list[dict[str, Any]] = []
+    producer = None if dry_run else KafkaProducer(bootstrap_servers=bootstrap_servers, enable_idempotence=True,
+                                                  acks="all", **client)
+    try:
+        for tp, records in sorted(lost.items()):
+            if wanted is not None and tp.topic not in wanted:
+                continue
+            target = TopicPartition(to_topic or tp.topic, tp.partition)
+            start = records[0].offset if target.topic == tp.topic else 0  # the divergence point, at the latest
+            end = _end_offset(bootstrap_servers, target, client)
+            present = _read_from(bootstrap_servers, target, start, end, client, timeout_s)
+            plans[tp] = outcome = plan(records, present, until_offset=until_offset, from_epoch=from_epoch)
+            log.info("%s -> %s: %d lost, %d already present, %d recovered before, %d skipped by limits, "
+                     "%d to publish (read %s from offset %d to %d)", tp, target, len(records),
+                     len(outcome.already_present), len(outcome.recovered_before), len(outcome.skipped_by_limits),
+                     len(outcome.publish), target, start, end)
+            for kind, found in (("already present", outcome.already_present),
+                                ("recovered before", outcome.recovered_before)):
+                rows += [_row(r, kind, target.topic, at) for r, at in found]
+            rows += [_row(r, "skipped by limits", target.topic, -1) for r in outcome.skipped_by_limits]
+            if producer is None:
+                rows += [_row(r, "would publish", target.topic, -1) for r in outcome.publish]
+                continue
+            futures = [producer.send(target.topic, key=r.key, value=r.value, partition=target.partition,
+                                     headers=[*r.headers, (PROVENANCE_HEADER, provenance(r))],
+                                     timestamp_ms=r.timestamp) for r in outcome.publish]
+            producer.flush(timeout_s)
+            for r, f in zip(outcome.publish, futures, strict=True):
+                md = f.get(0)
+                rows.append(_row(r, "published", target.topic, md.offset))
+            log.info("%s -> %s: published %d records", tp, target, len(futures))
+    finally:
+        if producer is not None:
+            producer.close()
+    _write_recovered(os.path.join(audit_dir, "recovered.parquet"), rows)
+    return plans
+
+
+def _row(r: LostRecord, outcome: str, new_topic: str, new_offset: int) -> dict[str, Any]:
+    return {"topic": r.topic, "partition": r.partition, "offset": r.offset, "leader_epoch": r.leader_epoch,
+            "broker": r.broker, "outcome": outcome, "new_topic": new_topic, "new_offset": new_offset}

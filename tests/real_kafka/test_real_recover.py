@@ -6,6 +6,9 @@ nothing; recovered.parquet says where each went."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +77,10 @@ def test_recover_puts_each_lost_record_back_once_and_a_rerun_publishes_nothing(
     again = recover(str(tmp_path), kafka_cluster.bootstrap)
     assert again[TP].publish == [] and len(again[TP].recovered_before) == 4
     assert len(_log(kafka_cluster)) == 8
+    cli = subprocess.run([sys.executable, "-m", "epochguard", "recover", str(tmp_path), "--bootstrap-server",
+                          kafka_cluster.bootstrap], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "COLUMNS": "200"})
+    assert cli.returncode == 0, cli.stderr
+    assert "recover-real-0" in cli.stdout and "4 recovered before" in cli.stderr  # the table; every action logged
+    assert len(_log(kafka_cluster)) == 8
+

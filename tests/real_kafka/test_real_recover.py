@@ -17,27 +17,42 @@ import pyarrow.parquet as pq
 
 from epochguard.client import KafkaConsumer, KafkaProducer
 from epochguard.kafka import KafkaCluster
-from epochguard.ops.recover import PROVENANCE_HEADER, recover
+from epochguard.ops.recover import PROVENANCE_HEADER, LostRecord, lost_by_partition, provenance, recover
 from epochguard.types import TopicPartition
 
 TOPIC = "recover-real"
 TP = TopicPartition(TOPIC, 0)
 
 
-def _log(cluster: KafkaCluster) -> list[Any]:
-    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, enable_auto_commit=False)
+def _log(cluster: KafkaCluster, tp: TopicPartition = TP, isolation: str = "read_uncommitted") -> list[Any]:
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, enable_auto_commit=False, isolation_level=isolation)
     try:
-        consumer.assign([TP])
-        consumer.seek(TP, 0)
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
         out: list[Any] = []
         empty = 0
         while empty < 5:
-            got = consumer.poll(timeout_ms=200).get(TP, [])
+            got = consumer.poll(timeout_ms=200).get(tp, [])
             out += got
             empty = 0 if got else empty + 1
         return out
     finally:
         consumer.close()
+
+
+def row(offset: int, value: bytes, broker: int, **kw: Any) -> dict[str, Any]:
+    return {"topic": TOPIC, "partition": 0, "broker": broker, "offset": offset, "leader_epoch": 0,
+            "timestamp": 1_600_000_000_000 + offset, "timestamp_type": 0, "key": b"k", "value": value,
+            "headers": [{"key": "h", "value": b"%d" % offset}] if value != b"lost-4" else [],
+            "is_control": False, "kind": "lost", **kw}
+
+
+def _write_lost(path: Path) -> list[LostRecord]:
+    """lost_records.parquet as two old replicas would list offsets 3-7 (and an aborted record and a marker)."""
+    rows = [row(o, b"lost-%d" % o, b) for o in range(3, 8) for b in (1, 2)]  # both old replicas held them
+    rows += [row(8, b"aborted", 1, kind="aborted"), row(9, b"", 1, is_control=True)]
+    pq.write_table(pa.Table.from_pylist(rows), path / "lost_records.parquet")
+    return lost_by_partition(rows)[TP]
 
 
 def test_recover_puts_each_lost_record_back_once_and_a_rerun_publishes_nothing(
@@ -49,14 +64,7 @@ def test_recover_puts_each_lost_record_back_once_and_a_rerun_publishes_nothing(
     producer.flush(30)
     producer.close()
 
-    def row(offset: int, value: bytes, broker: int, **kw: Any) -> dict[str, Any]:
-        return {"topic": TOPIC, "partition": 0, "broker": broker, "offset": offset, "leader_epoch": 0,
-                "timestamp": 1_600_000_000_000 + offset, "timestamp_type": 0, "key": b"k", "value": value,
-                "headers": [{"key": "h", "value": b"%d" % offset}] if value != b"lost-4" else [],
-                "is_control": False, "kind": "lost", **kw}
-    rows = [row(o, b"lost-%d" % o, b) for o in range(3, 8) for b in (1, 2)]  # both old replicas held them
-    rows += [row(8, b"aborted", 1, kind="aborted"), row(9, b"", 1, is_control=True)]
-    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "lost_records.parquet")
+    _write_lost(tmp_path)
 
     dry = recover(str(tmp_path), kafka_cluster.bootstrap, dry_run=True)
     assert [r.offset for r in dry[TP].publish] == [3, 5, 6, 7] and len(_log(kafka_cluster)) == 4
@@ -83,4 +91,27 @@ def test_recover_puts_each_lost_record_back_once_and_a_rerun_publishes_nothing(
     assert cli.returncode == 0, cli.stderr
     assert "recover-real-0" in cli.stdout and "4 recovered before" in cli.stderr  # the table; every action logged
     assert len(_log(kafka_cluster)) == 8
+
+
+def test_recover_in_transactions_to_a_quarantine_topic_after_a_run_killed_mid_partition(
+        kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
+    quarantine = TopicPartition("recover-real-q", 0)
+    kafka_cluster.create_topic(quarantine.topic, {0: [2, 3, 1]})
+    lost = _write_lost(tmp_path)
+    # a run killed after writing two records in its transaction, never committed
+    killed = KafkaProducer(bootstrap_servers=kafka_cluster.bootstrap, transactional_id="eg-recover",
+                           transaction_timeout_ms=5000)
+    killed.init_transactions()
+    killed.begin_transaction()
+    for r in lost[:2]:
+        killed.send(quarantine.topic, key=r.key, value=r.value, partition=0,
+                    headers=[*r.headers, (PROVENANCE_HEADER, provenance(r))])
+    killed.flush(30)
+    plans = recover(str(tmp_path), kafka_cluster.bootstrap, to_topic=quarantine.topic, transactional_id="eg-recover")
+    assert [r.offset for r in plans[TP].publish] == [3, 4, 5, 6, 7]  # the killed run's records were aborted
+    committed = [r.value for r in _log(kafka_cluster, quarantine, "read_committed")]
+    assert committed == [b"lost-%d" % o for o in range(3, 8)]
+    again = recover(str(tmp_path), kafka_cluster.bootstrap, to_topic=quarantine.topic, transactional_id="eg-recover")
+    assert again[TP].publish == [] and len(again[TP].recovered_before) == 5
+    assert [r.value for r in _log(kafka_cluster, quarantine, "read_committed")] == committed
 

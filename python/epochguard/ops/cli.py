@@ -26,6 +26,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     recover.add_argument("--dry-run", action="store_true", help="print what would go where; produce nothing")
     recover.add_argument("--until-offset", type=int, metavar="N", help="only lost records at offsets <= N")
     recover.add_argument("--from-epoch", type=int, metavar="N", help="only lost records of leader epochs >= N")
+    recover.add_argument("--transactional-id", metavar="ID",
+                         help="each partition's records in one transaction (read_committed consumers see all or none)")
     recover.set_defaults(run=_run_recover)
 
 
@@ -35,7 +37,8 @@ def _run_recover(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     try:
         plans = recover(args.audit_out, args.bootstrap_server, topics=args.topic, to_topic=args.to_topic,
-                        dry_run=args.dry_run, until_offset=args.until_offset, from_epoch=args.from_epoch)
+                        dry_run=args.dry_run, until_offset=args.until_offset, from_epoch=args.from_epoch,
+                        transactional_id=args.transactional_id)
     except (EpochGuardError, OSError, TimeoutError, ValueError) as exc:
         print(f"recover: {exc}", file=sys.stderr)
         return 2

@@ -20,8 +20,9 @@ an earlier run's records count even if a transaction of it is still open), produ
 idempotent producer (acks=all, one partition's records in order, original timestamps, the provenance header
 added), to the same partition of the same topic or of `to_topic`, and writes `recovered.parquet` (original
 and new place of every re-published record) atomically into the audit dir. `dry_run` plans only. Every
-action is logged. Not done yet (issue 35): the CLI, `--transactional-id`, `--include-uncommitted`, the
-rich report table.
+action is logged. `transactional_id`: each partition's records in one transaction (read_committed
+consumers never see half a recovery), the partition read read_committed. Not done yet (issue 35):
+`--include-uncommitted`.
 """
 
 from __future__ import annotations
@@ -162,7 +163,8 @@ def plan(lost: Iterable[LostRecord], present: Iterable[Present], *, until_offset
 
 
 def _end_offset(bootstrap_servers: str, tp: TopicPartition, client: Mapping[str, Any]) -> int:
-    """The partition's log end offset now (ListOffsets LATEST, through a consumer's reset to latest)."""
+    """The partition's log end offset now (ListOffsets LATEST, through a consumer's reset to latest;
+    read_committed: the last stable offset)."""
     from epochguard.client import KafkaConsumer
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, auto_offset_reset="latest",
@@ -214,20 +216,27 @@ def _write_recovered(path: str, rows: list[dict[str, Any]]) -> None:
 def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | None = None,
             to_topic: str | None = None, dry_run: bool = False, until_offset: int | None = None,
             from_epoch: int | None = None, client: Mapping[str, Any] | None = None,
-            timeout_s: float = 120.0) -> dict[TopicPartition, Plan]:
+            transactional_id: str | None = None, timeout_s: float = 120.0) -> dict[TopicPartition, Plan]:
     """Put the audit's lost records back (see the module docstring); the plan of every partition."""
     import pyarrow.parquet as pq
 
     from epochguard.client import KafkaProducer
 
     client = dict(client or {})
+    if transactional_id is not None:
+        # read_committed: a killed earlier run's open transaction (aborted by init_transactions) is not there
+        client["isolation_level"] = "read_committed"
     wanted = None if topics is None else set(topics)
     lost = lost_by_partition(pq.read_table(os.path.join(audit_dir, "lost_records.parquet")).to_pylist())
     plans: dict[TopicPartition, Plan] = {}
     rows: list[dict[str, Any]] = []
+    producing = {k: v for k, v in client.items() if k != "isolation_level"}
     producer = None if dry_run else KafkaProducer(bootstrap_servers=bootstrap_servers, enable_idempotence=True,
-                                                  acks="all", **client)
+                                                  acks="all", transactional_id=transactional_id, **producing)
     try:
+        if producer is not None and transactional_id is not None:
+            producer.init_transactions()  # fences (and aborts the open transaction of) a killed earlier run
+            log.info("transactional id %r initialized", transactional_id)
         for tp, records in sorted(lost.items()):
             if wanted is not None and tp.topic not in wanted:
                 continue
@@ -247,10 +256,15 @@ def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | N
             if producer is None:
                 rows += [_row(r, "would publish", target.topic, -1) for r in outcome.publish]
                 continue
+            if transactional_id is not None:
+                producer.begin_transaction()  # one transaction per partition: all of it or none is read
             futures = [producer.send(target.topic, key=r.key, value=r.value, partition=target.partition,
                                      headers=[*r.headers, (PROVENANCE_HEADER, provenance(r))],
                                      timestamp_ms=r.timestamp) for r in outcome.publish]
-            producer.flush(timeout_s)
+            if transactional_id is not None:
+                producer.commit_transaction()
+            else:
+                producer.flush(timeout_s)
             for r, f in zip(outcome.publish, futures, strict=True):
                 md = f.get(0)
                 rows.append(_row(r, "published", target.topic, md.offset))

@@ -19,7 +19,7 @@ exit codes: 0 clean, 1 an invariant violation / divergence / lost record was fou
 
 # Commands that never touch Spark: parsing them skips importing `epochguard.spark` (pyspark, pandas and pyarrow,
 # seconds of start-up on a loaded machine, which every `epochguard serve` of the wire tests would pay).
-_WITHOUT_SPARK = frozenset({"simulate", "serve", "judge", "compat", "watch"})
+_WITHOUT_SPARK = frozenset({"simulate", "serve", "judge", "compat", "watch", "recover"})
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -47,7 +47,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     configure_compat(sub.add_parser("compat", help="real clients x `serve` scenarios: the compatibility table"))
     from epochguard.ops.cli import add_parsers as add_ops_commands
 
-    add_ops_commands(sub)  # watch
+    add_ops_commands(sub)  # watch, recover
     return parser
 
 

@@ -282,7 +282,9 @@ def encode_arrow_batches(
     batch_size: int,
     compression: str = "none",
 ) -> list[tuple[int, bytes, bytes]]: ...
-def with_producer_state(batch: bytes, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes: ...
+def with_producer_state(
+    batch: bytes, producer_id: int, producer_epoch: int, base_sequence: int, *, is_transactional: bool = False
+) -> bytes: ...
 
 # --- Kafka wire codec (cargo feature "wire") -----------------------------------------------------
 MAX_FRAME_BYTES: int  # the largest request frame the server reads (checked on the size prefix)

@@ -28,6 +28,11 @@ __all__ = [
     "KafkaTimeoutError",
     "ClientClosedError",
     "CommitFailedError",
+    "IllegalStateError",
+    "ProducerFencedError",
+    "InvalidTxnStateError",
+    "TransactionalIdAuthorizationFailedError",
+    "TransactionAbortableError",
     "Errors",
     "ApiError",
     "UnknownServerError",
@@ -235,6 +240,34 @@ class InvalidProducerEpochError(ApiError):
     retriable = False
 
 
+class ProducerFencedError(ApiError):
+    """Another producer with the same transactional id has initialized since (Kafka's
+    `ProducerFencedException`, PRODUCER_FENCED; INVALID_PRODUCER_EPOCH from a transaction coordinator
+    too): this producer can do nothing more but close."""
+
+    retriable = False
+
+
+class InvalidTxnStateError(ApiError):
+    """The transaction coordinator refused a step out of order (INVALID_TXN_STATE)."""
+
+    retriable = False
+
+
+class TransactionalIdAuthorizationFailedError(ApiError):
+    """The producer may not use its transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
+
+    retriable = False
+
+
+class TransactionAbortableError(ApiError):
+    """The transaction cannot commit and must be aborted (Kafka's `TransactionAbortableException`,
+    TRANSACTION_ABORTABLE; raised too, with the cause's text, for any error that left the ongoing
+    transaction abortable: a failed batch, a refused partition)."""
+
+    retriable = False
+
+
 class UnsupportedVersionError(ApiError):
     """No API version both sides support (Kafka's `UnsupportedVersionException`): a broker answers a
     request version it does not serve with this code, and a client finds no usable version.
@@ -296,6 +329,11 @@ class ClientClosedError(EpochGuardError, RuntimeError):
     """A call on a consumer or producer after `close()` (Kafka's `IllegalStateException`)."""
 
 
+class IllegalStateError(EpochGuardError, RuntimeError):
+    """A call the producer's transaction state does not allow (Kafka's `IllegalStateException`):
+    `send` outside a transaction, `commit_transaction` before `begin_transaction`, ..."""
+
+
 class CommitFailedError(EpochGuardError):
     """A synchronous commit the coordinator refused (`CommitFailedException` and the per-partition
     errors of OffsetCommit), with the error of each partition in `errors`."""
@@ -336,6 +374,12 @@ class Errors(enum.IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTION_COORDINATOR_FENCED = 52
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
     SASL_AUTHENTICATION_FAILED = 58
@@ -349,6 +393,7 @@ class Errors(enum.IntEnum):
     INCONSISTENT_TOPIC_ID = 103
     INELIGIBLE_REPLICA = 107
     INVALID_UPDATE_VERSION = 108
+    TRANSACTION_ABORTABLE = 120
 
     @property
     def exception_class(self) -> type[ApiError] | None:
@@ -424,6 +469,10 @@ _EXCEPTIONS: dict[Errors, type[ApiError]] = {
     Errors.OUT_OF_ORDER_SEQUENCE_NUMBER: OutOfOrderSequenceError,
     Errors.INVALID_PRODUCER_EPOCH: InvalidProducerEpochError,
     Errors.UNSUPPORTED_VERSION: UnsupportedVersionError,
+    Errors.PRODUCER_FENCED: ProducerFencedError,
+    Errors.INVALID_TXN_STATE: InvalidTxnStateError,
+    Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: TransactionalIdAuthorizationFailedError,
+    Errors.TRANSACTION_ABORTABLE: TransactionAbortableError,
     Errors.UNSUPPORTED_SASL_MECHANISM: UnsupportedSaslMechanismError,
     Errors.ILLEGAL_SASL_STATE: IllegalSaslStateError,
     Errors.SASL_AUTHENTICATION_FAILED: SaslAuthenticationError,

@@ -790,14 +790,17 @@ fn encode_arrow_batches<'py>(
 }
 
 /// A copy of one encoded v2 batch with an idempotent producer's id, epoch and base sequence, and
-/// its CRC, written in (the producer does this when the batch is first sent).
+/// its CRC, written in (the producer does this when the batch is first sent); `is_transactional`
+/// sets the batch's transactional attribute (a transactional producer's batches).
 #[pyfunction]
+#[pyo3(signature = (batch, producer_id, producer_epoch, base_sequence, *, is_transactional=false))]
 fn with_producer_state<'py>(
     py: Python<'py>,
     batch: &[u8],
     producer_id: i64,
     producer_epoch: i16,
     base_sequence: i32,
+    is_transactional: bool,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let mut copy = batch.to_vec();
     crate::records::produce::set_producer_state(
@@ -805,6 +808,7 @@ fn with_producer_state<'py>(
         producer_id,
         producer_epoch,
         base_sequence,
+        is_transactional,
     )?;
     Ok(PyBytes::new(py, &copy))
 }

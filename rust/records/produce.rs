@@ -497,17 +497,24 @@ fn seal(
 }
 
 /// Write an idempotent producer's id, epoch and base sequence into one encoded v2 batch (when it
-/// is sent; a retry keeps them) and its CRC anew (`DefaultRecordBatch.setProducerState`... the CRC
-/// covers those fields, unlike the offset and leader epoch a broker stamps).
+/// is sent; a retry keeps them), the transactional attribute for a transactional producer's, and its
+/// CRC anew (`DefaultRecordBatch.setProducerState`... the CRC covers those fields, unlike the offset
+/// and leader epoch a broker stamps).
 pub fn set_producer_state(
     batch: &mut [u8],
     producer_id: i64,
     producer_epoch: i16,
     base_sequence: i32,
+    is_transactional: bool,
 ) -> Result<()> {
+    const ATTRIBUTES: usize = 21;
+    const TRANSACTIONAL: u8 = 0x10; // bit 4 of the attributes' low byte
     const PRODUCER_ID: usize = 43;
     if batch.len() < super::batch::V2_HEADER_SIZE || batch.get(16) != Some(&2) {
         return Err(Error::invalid("not a magic v2 record batch"));
+    }
+    if is_transactional {
+        batch[ATTRIBUTES + 1] |= TRANSACTIONAL;
     }
     batch[PRODUCER_ID..PRODUCER_ID + 8].copy_from_slice(&producer_id.to_be_bytes());
     batch[PRODUCER_ID + 8..PRODUCER_ID + 10].copy_from_slice(&producer_epoch.to_be_bytes());

@@ -44,6 +44,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
 pub const CLIENT_ONLY: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    // The transactional producer (`epochguard.client.transactions`), transaction version 1: v4+ of
+    // AddPartitionsToTxn is the brokers' batched form; EndTxn v5 and TxnOffsetCommit v5 are KIP-890's.
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 4),
+    (ApiKey::EndTxn, 0, 4),
 ];
 
 /// Where the client's half stops below [`SUPPORTED`]: epochguard's consumer names topics, never topic

@@ -8,11 +8,12 @@ import asyncio
 import struct
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 
 from epochguard import _core
-from epochguard.client.network import NetworkClient, parse_bootstrap
+from epochguard.client.network import BrokerConnection, NetworkClient, parse_bootstrap
 from epochguard.errors import Errors, FrameTooLargeError, KafkaConnectionError, KafkaTimeoutError
 from epochguard.protocol.api_versions import (
     BROKER_API_VERSIONS,
@@ -344,5 +345,42 @@ def test_closing_during_a_handshake_closes_the_half_open_connection() -> None:
         await asyncio.wait_for(eof.wait(), 2)  # the broker saw the connection close
         with pytest.raises((KafkaConnectionError, asyncio.CancelledError)):
             await pending
+
+    run(with_server(broker, body))
+
+
+def test_requests_to_a_broker_go_on_the_wire_in_the_order_they_were_sent() -> None:
+    """A producer's pipelined batches of one partition are written in the order its state machine
+    made them (Kafka answers one connection's requests in order: that is the order they land in). The
+    interleaving that reordered them, forced: B is sent after the connection was made, while A, sent
+    before it, still waits to wake from the connect (issue 35's send_arrow batch written before the
+    `send` records queued ahead of it)."""
+    seen: list[tuple[str, ...]] = []
+
+    async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await handshake(reader, writer)
+        for _ in range(2):
+            header, request = await read_request(reader)
+            assert isinstance(request, MetadataRequest)
+            seen.append(tuple(request.topics or ()))
+            await answer(writer, header, MetadataResponse((), version=12))
+        await reader.read()
+
+    async def body(bootstrap: str) -> None:
+        client = NetworkClient(bootstrap, client_id="c")
+        connect = client._connect
+        later: list[asyncio.Task[Any]] = []
+
+        async def connect_then_send_b(node_id: int) -> BrokerConnection:
+            conn = await connect(node_id)
+            # the connection is registered; A, which started it, wakes only after this task is done
+            later.append(asyncio.get_running_loop().create_task(client.send(node_id, MetadataRequest(("b",)))))
+            return conn
+
+        client._connect = connect_then_send_b  # type: ignore[method-assign]
+        await client.send(-1, MetadataRequest(("a",)))
+        await asyncio.gather(*later)
+        assert seen == [("a",), ("b",)]
+        await client.close()
 
     run(with_server(broker, body))

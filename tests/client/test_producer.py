@@ -148,6 +148,22 @@ def test_max_in_flight_pipelines_a_partitions_batches_up_to_the_limit_per_broker
     assert produced(muted, 2) == []
 
 
+def test_batches_of_one_partition_failing_together_are_retried_in_their_order() -> None:
+    """Two pipelined batches of a partition lost with their connection (or both answered with a retriable
+    error) go back in the order they were made: the second must not be put ahead of the first."""
+    producer = Producer(bootstrap=[-1], linger_ms=0, batch_size=100, max_in_flight=2, retry_backoff_ms=10)
+    for i in range(2):
+        producer.send("t", b"%d" % i * 100, partition=0, now_ms=0)
+    ready(producer)
+    ((_, first),) = producer.poll_requests(0)
+    ((_, second),) = producer.poll_requests(0)
+    producer.on_request_failed(1, first, 1)  # answered in the order they were written
+    producer.on_response(1, second, ProduceResponse((ProducePartitionResponse(
+        "t", 0, Errors.NOT_LEADER_OR_FOLLOWER),)), 2)
+    again = [r for _, r in producer.poll_requests(20) + producer.poll_requests(20) if isinstance(r, ProduceRequest)]
+    assert [records_of(r)[TopicPartition("t", 0)][0][1][:1] for r in again] == [b"0", b"1"]
+
+
 def test_a_retriable_error_retries_after_the_backoff_and_asks_for_metadata() -> None:
     producer = Producer(bootstrap=[-1], linger_ms=0, retry_backoff_ms=100)
     d = producer.send("t", b"v", partition=2, now_ms=0)

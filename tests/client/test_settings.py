@@ -37,7 +37,6 @@ def test_every_kafka_python_setting_is_honoured_or_refused_with_a_reason(face: s
 
 @pytest.mark.parametrize(("check", "name", "value", "reason"), [
     (producer_config, "retries", 5, "retried until delivery_timeout_ms"),
-    (producer_config, "transactional_id", "t", "transactional producer"),
     (producer_config, "partitioner", lambda *a: 0, "murmur2"),
     (producer_config, "proxy_url", "http://p:1", "no proxies"),
     (consumer_config, "group_instance_id", "m-1", "KIP-345"),
@@ -54,3 +53,12 @@ def test_a_refused_setting_names_why(check, name: str, value: object, reason: st
 def test_an_unknown_name_is_a_type_error(check) -> None:
     with pytest.raises(TypeError, match=r"unrecognised (consumer|producer) settings: fetch_max_bytez"):
         check({"fetch_max_bytez": 1})
+
+
+def test_a_transactional_id_makes_the_producer_idempotent_with_acks_all() -> None:
+    config = producer_config({"transactional_id": "tx"})
+    assert (config["enable_idempotence"], config["acks"], config["transaction_timeout_ms"]) == (True, -1, 60_000)
+    with pytest.raises(ValueError, match="needs enable_idempotence"):
+        producer_config({"transactional_id": "tx", "enable_idempotence": False})
+    with pytest.raises(ValueError, match="acks='all'"):
+        producer_config({"transactional_id": "tx", "acks": 1})

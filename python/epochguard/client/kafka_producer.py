@@ -3,10 +3,11 @@
 Mirrors the application face of Kafka's `KafkaProducer` as kafka-python 3 spells it (`send` returning a
 future, `flush`, `close`, its setting names): partitioning, batching, retries and what an answer means
 are the state machine's; this module moves its requests to brokers and their answers back, and tells it
-the time. `enable_idempotence` as Java's idempotent producer (the state machine's);
+the time. `enable_idempotence` as Java's idempotent producer (the state machine's); `transactional_id`
+as Java's transactional producer (`init_transactions`, `begin_transaction`, `send_offsets_to_transaction`,
+`commit_transaction`, `abort_transaction`: `client.transactions`);
 `max_in_flight_requests_per_connection` (5) requests in flight per broker. The blocking `send` queues
-from the caller's thread (`AsyncProducer.submit`) without waiting for the loop thread. Not there yet:
-transactions.
+from the caller's thread (`AsyncProducer.submit`) without waiting for the loop thread.
 
 `send_arrow(topic, table)` produces the rows of a pyarrow Table / RecordBatch (or any object with
 `__arrow_c_stream__`): columns `key`, `value` (bytes or strings; at least one), `headers`
@@ -39,17 +40,20 @@ from epochguard.errors import (
     BufferExhaustedError,
     ClientClosedError,
     EpochGuardError,
+    IllegalStateError,
     KafkaConnectionError,
     KafkaTimeoutError,
     RecordTooLargeError,
 )
-from epochguard.protocol.messages import MetadataResponse
+from epochguard.protocol.messages import FindCoordinatorResponse, MetadataResponse
+from epochguard.types import TopicPartition
 
 from .blocking import BlockingClient
 from .network import NetworkClient
 from .producer import BatchMetadata, Delivery, Producer, RecordMetadata
 from .security import SECURITY_DEFAULTS, security_of
 from .settings import COMMON_UNSUPPORTED, check_settings
+from .transactions import TransactionalResult, TransactionManager
 
 __all__ = ["AsyncProducer", "KafkaProducer", "PRODUCER_DEFAULTS", "UNSUPPORTED_SETTINGS", "FutureRecordMetadata",
            "ArrowDelivery", "FutureArrowMetadata"]
@@ -78,6 +82,8 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "enable_idempotence": False,
     # kafka-python's and Java's default; an idempotent producer keeps one batch in flight per partition
     "max_in_flight_requests_per_connection": 5,
+    "transactional_id": None,  # set: the transactional producer (idempotent, acks=all), Java's TransactionManager
+    "transaction_timeout_ms": 60_000,
     **SECURITY_DEFAULTS,  # security_protocol, ssl_*, sasl_mechanism, sasl_plain_username/password
 }
 
@@ -85,8 +91,6 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
 # kafka-python settings this client refuses when set to anything but None, and why.
 UNSUPPORTED_SETTINGS: dict[str, str] = {
     **COMMON_UNSUPPORTED,
-    "transactional_id": "the transactional producer is not offered yet (enable_idempotence is)",
-    "transaction_timeout_ms": "the transactional producer is not offered yet (enable_idempotence is)",
     "retries": "a batch is retried until delivery_timeout_ms, as Java's producer (retries=MAX_INT); "
                "bound it with delivery_timeout_ms",
     "partitioner": "Java's default partitioner only (murmur2 of the key, sticky for null keys); "
@@ -103,6 +107,13 @@ def producer_config(configs: Mapping[str, Any]) -> dict[str, Any]:
     check_settings(configs, PRODUCER_DEFAULTS, UNSUPPORTED_SETTINGS, "producer")
     config = {**PRODUCER_DEFAULTS, **{k: v for k, v in configs.items() if k in PRODUCER_DEFAULTS}}
     acks = config["acks"]
+    if config["transactional_id"] is not None:
+        # Java: a transactional.id implies idempotence and acks=all; either set otherwise is refused
+        if configs.get("enable_idempotence") is False:
+            raise ValueError("transactional_id needs enable_idempotence (a transactional producer is idempotent)")
+        config["enable_idempotence"] = True
+        if "acks" not in configs:
+            acks = "all"
     config["acks"] = -1 if acks in ("all", -1) else acks
     if config["acks"] not in (0, 1, -1):
         raise ValueError(f"acks must be 0, 1 or 'all': {acks!r}")
@@ -240,7 +251,8 @@ class AsyncProducer:
             retry_backoff_ms=c["retry_backoff_ms"], request_timeout_ms=c["request_timeout_ms"],
             delivery_timeout_ms=c["delivery_timeout_ms"], metadata_max_age_ms=c["metadata_max_age_ms"],
             idempotent=c["enable_idempotence"], least_loaded=self._network.least_loaded_node,
-            max_in_flight=c["max_in_flight_requests_per_connection"])
+            max_in_flight=c["max_in_flight_requests_per_connection"], transactional_id=c["transactional_id"],
+            transaction_timeout_ms=c["transaction_timeout_ms"])
         self._driver: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
@@ -329,6 +341,9 @@ class AsyncProducer:
                 self._machine.on_response(node, request, response, self._now_ms())
             if isinstance(response, MetadataResponse):
                 self._network.update_brokers({b.node_id: (b.host, b.port) for b in response.brokers})
+            elif isinstance(response, FindCoordinatorResponse):  # a transaction's or group's coordinator
+                self._network.update_brokers({c.node_id: (c.host, c.port) for c in response.coordinators
+                                              if c.node_id >= 0 and c.host})
         finally:
             self._wake.set()
             self._changed.set()
@@ -426,6 +441,8 @@ class AsyncProducer:
         """`send` from another thread (the blocking face), once `start()` has run: the record is queued
         for the loop, which is woken only if it has not been since it last took the queue in."""
         self._check_open()
+        if self._machine.transactions is not None:
+            self._machine.transactions.check_send()  # outside a transaction: raised here, on the caller's thread
         key_bytes, value_bytes, stamp = self._serialized(key, value, timestamp_ms)
         if key_bytes is None and value_bytes is None:
             raise ValueError("a record needs a key or a value")
@@ -451,6 +468,8 @@ class AsyncProducer:
             try:
                 self._machine.send(topic, value, key, partition=partition, headers=headers, timestamp_ms=stamp,
                                    now_ms=now, delivery=delivery)
+            except EpochGuardError as exc:  # the transaction became abortable or was fenced meanwhile
+                delivery._resolve(None, exc)
             except (ValueError, TypeError) as exc:
                 delivery._resolve(None, EpochGuardError(f"record refused: {exc}"))
 
@@ -483,6 +502,83 @@ class AsyncProducer:
                               for partition, raw, rows in encoded])
         self._wake.set()
         return sent
+
+    # --- transactions (kafka-python's names; Java's TransactionManager in client.transactions) ----------
+    def _transactions(self) -> TransactionManager:
+        if self._machine.transactions is None:
+            raise IllegalStateError("transactions need a transactional_id (set it when creating the producer)")
+        return self._machine.transactions
+
+    async def _txn_wait(self, result: TransactionalResult, what: str) -> None:
+        self._wake.set()
+        try:
+            await self.wait_for(lambda: result.done, self.config["max_block_ms"] / 1000)
+        except KafkaTimeoutError:
+            raise KafkaTimeoutError(f"{what} not done within max_block_ms ({self.config['max_block_ms']} ms)") from None
+        if result.error is not None:
+            raise result.error
+
+    async def init_transactions(self) -> None:
+        """Find the transaction coordinator and get the producer id and epoch for `transactional_id`,
+        fencing any older producer with the same id (its open transaction is aborted)."""
+        await self.start()
+        await self._txn_wait(self._transactions().init_transactions(), "init_transactions")
+
+    def begin_transaction(self) -> None:
+        self._transactions().begin_transaction()
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, Any], consumer_group_id: Any) -> None:
+        """Commit a consumer group's `offsets` (TopicPartition -> the next offset, an int or anything with
+        `.offset` and optional `.metadata`) as part of the transaction. `consumer_group_id`: the group id,
+        or a consumer's group metadata (`group_id`, `generation_id`, `member_id`, `group_instance_id`)."""
+        parts: dict[TopicPartition, int | tuple[int, str]] = {
+            tp: v if isinstance(v, int) else (v.offset, getattr(v, "metadata", "") or "") for tp, v in offsets.items()}
+        if isinstance(consumer_group_id, str):
+            result = self._transactions().send_offsets(parts, consumer_group_id)
+        else:
+            g = consumer_group_id
+            result = self._transactions().send_offsets(
+                parts, g.group_id, generation_id=getattr(g, "generation_id", -1), member_id=getattr(g, "member_id", ""),
+                group_instance_id=getattr(g, "group_instance_id", None))
+        await self._txn_wait(result, "send_offsets_to_transaction")
+
+    async def commit_transaction(self) -> None:
+        """Send what is queued, wait for every answer, then commit (EndTxn); raises the error that left
+        the transaction abortable (then `abort_transaction`), or a fatal one."""
+        self._take_intake()
+        await self._txn_wait(self._transactions().begin_commit(), "commit_transaction")
+
+    async def abort_transaction(self) -> None:
+        """Drop what was not sent (its records fail with TransactionAbortableError), wait for what is in
+        flight, then abort (EndTxn): read_committed consumers never see the transaction's records."""
+        self._take_intake()
+        await self._txn_wait(self._transactions().begin_abort(), "abort_transaction")
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        """The topic's partition numbers (waits for its metadata up to max_block_ms, as kafka-python's)."""
+        await self.start()
+        if self._machine.partitions_for(topic) == 0:
+            self._wake.set()
+            try:
+                await self.wait_for(lambda: self._machine.partitions_for(topic) > 0, self.config["max_block_ms"] / 1000)
+            except KafkaTimeoutError:
+                raise KafkaTimeoutError(f"no metadata for topic {topic!r} within max_block_ms "
+                                        f"({self.config['max_block_ms']} ms)") from None
+        return set(range(self._machine.partitions_for(topic)))
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        """A few of Java's producer metrics, kafka-python's shape ({group: {name: value}})."""
+        pending = self._machine.pending()
+        txn = self._machine.transactions
+        return {"producer-metrics": {
+            "buffer-total-bytes": float(self.config["buffer_memory"]),
+            "buffer-available-bytes": float(self.config["buffer_memory"] - self._buffered),
+            "records-pending": float(pending + len(self._intake)),
+            "requests-in-flight": float(len(self._machine._in_flight)),
+            "producer-id": float(self._machine.producer_id),
+            "producer-epoch": float(self._machine.producer_epoch),
+            **({"transaction-state-ready": float(txn.state.value == "ready")} if txn is not None else {}),
+        }}
 
     async def wait_for(self, done: Callable[[], bool], timeout_s: float | None) -> None:
         loop = asyncio.get_running_loop()
@@ -558,6 +654,30 @@ class KafkaProducer(BlockingClient[AsyncProducer]):
 
     def flush(self, timeout: float | None = None) -> None:
         self._call(lambda: self._async.flush(timeout))
+
+    def init_transactions(self) -> None:
+        self._call(self._async.init_transactions)
+
+    def begin_transaction(self) -> None:
+        self._call(self._begin)
+
+    async def _begin(self) -> None:
+        self._async.begin_transaction()  # on the loop thread: the state machine is the loop's
+
+    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, Any], consumer_group_id: Any) -> None:
+        self._call(lambda: self._async.send_offsets_to_transaction(offsets, consumer_group_id))
+
+    def commit_transaction(self) -> None:
+        self._call(self._async.commit_transaction)
+
+    def abort_transaction(self) -> None:
+        self._call(self._async.abort_transaction)
+
+    def partitions_for(self, topic: str) -> set[int]:
+        return self._call(lambda: self._async.partitions_for(topic))
+
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
+        return self._async.metrics()
 
     def close(self, timeout: float | None = None) -> None:
         self._close(lambda: self._async.close(timeout))

@@ -97,6 +97,10 @@ _API_KEYS: dict[str, ApiKey] = {
     "SyncGroupRequest": ApiKey.SYNC_GROUP,
     "HeartbeatRequest": ApiKey.HEARTBEAT,
     "LeaveGroupRequest": ApiKey.LEAVE_GROUP,
+    "AddPartitionsToTxnRequest": ApiKey.ADD_PARTITIONS_TO_TXN,
+    "AddOffsetsToTxnRequest": ApiKey.ADD_OFFSETS_TO_TXN,
+    "TxnOffsetCommitRequest": ApiKey.TXN_OFFSET_COMMIT,
+    "EndTxnRequest": ApiKey.END_TXN,
 }
 
 
@@ -342,15 +346,21 @@ class BrokerConnection:
     async def send(self, request: Any, timeout_ms: int | None = None) -> Any:
         """Send one request; its decoded answer (acks=0 Produce: None). `timeout_ms`: this request's
         own limit instead of `request_timeout_ms` (a JoinGroup waits up to the rebalance timeout)."""
+        answer = await self.write(request, timeout_ms)
+        return None if answer is None else await answer
+
+    async def write(self, request: Any, timeout_ms: int | None = None) -> asyncio.Future[Any] | None:
+        """Put one request on the wire (once the handshake is done); the future of its decoded answer
+        (acks=0 Produce: None, no answer comes)."""
         await self._ready.wait()
         if self.closed is not None:
             raise self.closed
         key = api_key_of(request)
         version = self.version_for(key, request.version)
         if key == ApiKey.PRODUCE and request.acks == 0:
-            self._write(key, version, request)  # no answer comes
+            self._write(key, version, request)
             return None
-        return await self._exchange(request, key, version, timeout_ms)
+        return self._write(key, version, request, timeout_ms)
 
     async def _exchange(self, request: Any, key: int, version: int, timeout_ms: int | None = None) -> Any:
         future = self._write(key, version, request, timeout_ms)
@@ -478,6 +488,7 @@ class NetworkClient:
         self._failures: dict[int, int] = {}  # node -> consecutive failed connects
         self._not_before: dict[int, float] = {}  # node -> monotonic time of the next attempt
         self._last_attempt: dict[int, float] = {}  # node -> monotonic time of its last connect attempt
+        self._write_order: dict[int, asyncio.Lock] = {}  # node -> held from send() until its request is written
         self.closed = False
 
     def update_brokers(self, brokers: Mapping[int, tuple[str, int]]) -> None:
@@ -580,19 +591,37 @@ class NetworkClient:
     async def send(self, node_id: int, request: Any, timeout_ms: int | None = None) -> Any:
         """Send `request` to `node_id`; the answer, or `KafkaConnectionError` / `KafkaTimeoutError`
         (its connection is then closed and the node backs off before the next connect)."""
-        conn = await self.connection(node_id)
-        if isinstance(request, ApiVersionsRequest) and conn.api_versions is not None:
-            # The connection's handshake answered this already (Java's NetworkClient keeps the versions per
-            # connection too). Sent again, it would need the software name Kafka validates from v3 on: the
-            # state machine's empty one is INVALID_REQUEST there, and validation waited for versions forever.
-            return ApiVersionsResponse(tuple(conn.api_versions), version=request.version)
+        # One broker's requests go on the wire in the order send() was called, as Java's NetworkClient
+        # writes them: Kafka answers a connection's requests in order, and a producer's pipelined batches
+        # of one partition land in that order. Without the lock a request sent just as the connection came
+        # up was written before one still waking from the connect (issue 35: a send_arrow batch before
+        # the records `send` queued ahead of it). Held until the request is written, not answered.
+        lock = self._write_order.get(node_id)
+        if lock is None:
+            lock = self._write_order[node_id] = asyncio.Lock()
+        async with lock:
+            conn = await self.connection(node_id)
+            if isinstance(request, ApiVersionsRequest) and conn.api_versions is not None:
+                # The connection's handshake answered this already (Java's NetworkClient keeps the versions per
+                # connection too). Sent again, it would need the software name Kafka validates from v3 on: the
+                # state machine's empty one is INVALID_REQUEST there, and validation waited for versions forever.
+                return ApiVersionsResponse(tuple(conn.api_versions), version=request.version)
+            try:
+                answer = await conn.write(request, timeout_ms)
+            except (KafkaConnectionError, KafkaTimeoutError):
+                self._drop(node_id, conn)
+                raise
         try:
-            return await conn.send(request, timeout_ms)
+            return None if answer is None else await answer
         except (KafkaConnectionError, KafkaTimeoutError):
-            if self._connections.get(node_id) is conn:
-                self._connections.pop(node_id, None)
-                self._backoff(node_id)
+            self._drop(node_id, conn)
             raise
+
+    def _drop(self, node_id: int, conn: BrokerConnection) -> None:
+        """A connection that failed a request: forgotten (if still the node's), the node backs off."""
+        if self._connections.get(node_id) is conn:
+            self._connections.pop(node_id, None)
+            self._backoff(node_id)
 
     def disconnect(self, node_id: int) -> None:
         conn = self._connections.pop(node_id, None)

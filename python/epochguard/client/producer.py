@@ -11,7 +11,8 @@ reduced to what epochguard needs.
   (`max.in.flight.requests.per.connection`): with 1, or with idempotence, one batch in flight per
   partition (Java's muted partitions), so a retry never reorders; with more, a partition's next batch
   goes out while the last is unanswered (pipelining), and a retried batch may land after a later one,
-  as Java's and kafka-python's producers warn for that setting without idempotence;
+  as Java's and kafka-python's producers warn for that setting without idempotence (batches that fail
+  together go back in the order they were made);
 - sending: ready batches grouped by their partition's leader into one Produce per broker, encoded in
   Rust (`_core.encode_batch`, any codec); acks=0 completes on send;
 - answers: NONE completes every record of the batch (offset = base offset + index, the leader epoch
@@ -36,6 +37,7 @@ bootstrap address is not asked forever). Driving it is the consumer's contract: 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 from collections.abc import Callable, Iterable
@@ -44,7 +46,8 @@ from typing import Any, Generic, TypeVar
 
 from epochguard import _core
 from epochguard.client.metadata import ClientMetadata, NodeChooser
-from epochguard.errors import EpochGuardError, Errors, KafkaTimeoutError
+from epochguard.client.transactions import TransactionManager
+from epochguard.errors import EpochGuardError, Errors, KafkaTimeoutError, TransactionAbortableError
 from epochguard.protocol.messages import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -175,6 +178,7 @@ class _Batch:
     base_sequence: int = -1  # idempotent: assigned on the first send, kept across retries
     producer: tuple[int, int] = (-1, -1)  # the (producer id, epoch) the sequence belongs to
     encoded: _Encoded | None = None  # send_arrow's: sent as encoded, never appended to
+    number: int = 0  # the order batches were made in (a retry goes back to its place among its partition's)
 
     @property
     def count(self) -> int:
@@ -204,6 +208,8 @@ class Producer:
         rng: random.Random | None = None,
         least_loaded: NodeChooser | None = None,
         max_in_flight: int = 1,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
     ) -> None:
         if acks not in (0, 1, -1):
             raise ValueError(f"acks must be 0, 1 or -1 (all): {acks!r}")
@@ -211,6 +217,11 @@ class Producer:
             raise ValueError("an idempotent producer needs acks=all (-1), as Java's ProducerConfig requires")
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1: {max_in_flight!r}")
+        if transactional_id is not None and not idempotent:
+            raise ValueError("a transactional producer is idempotent (idempotent=True), as Java's requires")
+        # The transactional half of Java's TransactionManager (coordinator, partitions, EndTxn), or None
+        self.transactions = None if transactional_id is None else TransactionManager(
+            transactional_id, transaction_timeout_ms=transaction_timeout_ms, retry_backoff_ms=retry_backoff_ms)
         self.idempotent = idempotent
         self.max_in_flight = max_in_flight
         self._mute = max_in_flight == 1 or idempotent  # one batch in flight per partition: order kept
@@ -236,6 +247,7 @@ class Producer:
         self._metadata_in_flight: int | None = None
         self._flushing = False
         self._topics: set[str] = set()  # every topic sent to (in metadata's topics)
+        self._made = itertools.count()  # numbers the batches in the order they are made
 
     # --- application ----------------------------------------------------------------------------
     def send(self, topic: str, value: bytes | None, key: bytes | None = None, *, partition: int | None = None,
@@ -244,6 +256,8 @@ class Producer:
         """Queue one record; `delivery`: the one to resolve (a driver that made it on another thread)."""
         if value is None and key is None:
             raise ValueError("a record needs a key or a value")
+        if self.transactions is not None:
+            self.transactions.check_send()
         delivery = Delivery() if delivery is None else delivery
         record = _Record(key, value, tuple(headers), now_ms if timestamp_ms is None else timestamp_ms, now_ms, delivery)
         if topic not in self._topics:
@@ -276,14 +290,18 @@ class Producer:
         count = len(rows) // 4
         if count <= 0:
             raise ValueError("an encoded batch holds at least one record")
+        if self.transactions is not None:
+            self.transactions.check_send()
         partitions = self.partitions_for(topic)
         if not 0 <= partition < partitions:
             raise ValueError(f"{topic} has no partition {partition} ({partitions} known)")
         delivery: Delivery[BatchMetadata] = Delivery()
         tp = TopicPartition(topic, partition)
         self._place(now_ms)  # records sent before this batch keep their place ahead of it
+        if self.transactions is not None:
+            self.transactions.add_partition(tp)
         self._batches.setdefault(tp, []).append(
-            _Batch(tp, now_ms, size=len(raw), encoded=_Encoded(raw, rows, count, delivery)))
+            _Batch(tp, now_ms, size=len(raw), encoded=_Encoded(raw, rows, count, delivery), number=next(self._made)))
         return delivery
 
     def flush(self) -> None:
@@ -327,7 +345,9 @@ class Producer:
                 self._metadata_in_flight = id(request)
                 self._in_flight[id(request)] = (node, now_ms, {})
                 out.append((node, request))
-        if self.idempotent and self.producer_id < 0:
+        if self.transactions is not None:
+            out += self._poll_transactions(now_ms)
+        elif self.idempotent and self.producer_id < 0:
             if not self._init_in_flight() and now_ms >= self._init_at_ms:
                 node = self.metadata.any_node(self._bootstrap)
                 if node is None:
@@ -345,6 +365,25 @@ class Producer:
         if self._flushing and self.pending() == 0:
             self._flushing = False
         return out
+
+    def _poll_transactions(self, now_ms: int) -> list[tuple[int, Any]]:
+        """The transaction coordinator's next request; an abort drops what was not sent, a commit flushes."""
+        txn = self.transactions
+        assert txn is not None
+        if txn.aborting:  # Java's Sender aborts the undrained batches of an aborted transaction
+            self.abort_unsent(TransactionAbortableError("the transaction was aborted"))
+        elif txn.committing:
+            self._flushing = True  # EndTxn goes once everything is answered
+        out = txn.poll_requests(now_ms, lambda: self.metadata.any_node(self._bootstrap), idle=self._idle())
+        for node, request in out:
+            self._in_flight[id(request)] = (node, now_ms, {})
+        self.producer_id, self.producer_epoch = txn.producer_id, txn.producer_epoch
+        return out
+
+    def _idle(self) -> bool:
+        """No record waiting or in flight: an EndTxn may go."""
+        return not self._unpartitioned and not any(self._batches.values()) and not any(
+            carried for _, _, carried in self._in_flight.values())
 
     def _init_in_flight(self) -> bool:
         return any(isinstance(r, InitProducerIdRequest) for r in self._in_flight_requests.values())
@@ -364,6 +403,8 @@ class Producer:
         for tp, batches in self._batches.items():
             if not batches or tp in self._busy:
                 continue
+            if self.transactions is not None and not self.transactions.may_send(tp):
+                continue  # not added to the transaction yet (AddPartitionsToTxn first)
             batch = batches[0]
             ready = (self._flushing or batch.size >= self.batch_size or len(batches) > 1
                      or batch.encoded is not None or now_ms - batch.created_ms >= self.linger_ms)
@@ -391,14 +432,18 @@ class Producer:
                 self._sequence(batch)
             if batch.encoded is not None:
                 raw = batch.encoded.raw if not self.idempotent else _core.with_producer_state(
-                    batch.encoded.raw, batch.producer[0], batch.producer[1], batch.base_sequence)
+                    batch.encoded.raw, batch.producer[0], batch.producer[1], batch.base_sequence,
+                    is_transactional=self.transactions is not None)
             else:
                 records = [(r.key, r.value, list(r.headers), r.timestamp) for r in batch.records]
                 raw = _core.encode_batch(records, compression=self.compression_type,
                                          base_timestamp=batch.records[0].timestamp, producer_id=batch.producer[0],
-                                         producer_epoch=batch.producer[1], base_sequence=batch.base_sequence)
+                                         producer_epoch=batch.producer[1], base_sequence=batch.base_sequence,
+                                         is_transactional=self.transactions is not None)
             parts.append(ProducePartition(tp.topic, tp.partition, bytes(raw)))
-        request = ProduceRequest(tuple(parts), acks=self.acks, timeout_ms=self.request_timeout_ms)
+        request = ProduceRequest(tuple(parts), acks=self.acks, timeout_ms=self.request_timeout_ms,
+                                 transactional_id=None if self.transactions is None
+                                 else self.transactions.transactional_id)
         if self.acks == 0:  # no answer comes: done once sent
             for tp, batch in chosen.items():
                 self._busy.discard(tp)
@@ -409,9 +454,13 @@ class Producer:
 
     def next_deadline_ms(self) -> int | None:
         times: list[int] = []
+        if self.transactions is not None:
+            txn_at = self.transactions.next_deadline_ms(self._idle())
+            if txn_at is not None:
+                times.append(txn_at)
         if self._unpartitioned or self.metadata.update_requested:
             times.append(self.metadata.next_update_ms())
-        if self.idempotent and self.producer_id < 0:  # nothing is sent before the producer id
+        if self.idempotent and self.producer_id < 0 and self.transactions is None:  # nothing before the id
             if not self._init_in_flight():
                 times.append(self._init_at_ms)
             times += [sent + self.request_timeout_ms for _, sent, _ in self._in_flight.values()]
@@ -429,6 +478,10 @@ class Producer:
         if entry is None:
             return
         self._in_flight_requests.pop(id(request), None)
+        if self.transactions is not None and self.transactions.owns(request):
+            self.transactions.on_response(node_id, request, response, now_ms)
+            self.producer_id, self.producer_epoch = self.transactions.producer_id, self.transactions.producer_epoch
+            return
         if isinstance(request, InitProducerIdRequest):
             if isinstance(response, InitProducerIdResponse) and response.error_code == Errors.NONE:
                 self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
@@ -456,6 +509,11 @@ class Producer:
                 self._complete(batch, answer.base_offset, self.metadata.current_leader(tp).epoch)
             elif self.idempotent and answer.error_code == Errors.DUPLICATE_SEQUENCE_NUMBER:
                 self._complete(batch, -1, self.metadata.current_leader(tp).epoch)  # written before
+            elif self.transactions is not None and answer.error_code in _SEQUENCE_LOST:
+                # in a transaction a lost sequence is not retried: abortable, a new epoch after the abort
+                self._fail(batch, answer.error_code.exception(f"produce to {tp}: {answer.error_code.name}")
+                           or EpochGuardError(answer.error_code.name))
+                self.transactions.on_batch_failed(EpochGuardError(answer.error_code.name), sequence_unresolved=True)
             elif self.idempotent and answer.error_code in _SEQUENCE_LOST:
                 if not (answer.error_code == Errors.UNKNOWN_PRODUCER_ID and answer.log_start_offset < 0):
                     self._bump_epoch(tp, batch)  # else: the leader could not say yet, retry as is (canRetry)
@@ -467,12 +525,17 @@ class Producer:
                 name = answer.error_code.name
                 err = answer.error_code.exception(f"produce to {tp}: {name}") or EpochGuardError(name)
                 self._fail(batch, err)
+                if self.transactions is not None:
+                    self.transactions.on_batch_failed(err)
 
     def on_request_failed(self, node_id: int, request: Any, now_ms: int) -> None:
         entry = self._in_flight.pop(id(request), None)
         if entry is None:
             return
         self._in_flight_requests.pop(id(request), None)
+        if self.transactions is not None and self.transactions.owns(request):
+            self.transactions.on_request_failed(node_id, request, now_ms)
+            return
         if isinstance(request, InitProducerIdRequest):
             self._init_at_ms = now_ms + self.retry_backoff_ms
             return
@@ -509,19 +572,25 @@ class Producer:
         self._append(TopicPartition(topic, partition), record, now_ms)
 
     def _append(self, tp: TopicPartition, record: _Record, now_ms: int) -> None:
+        if self.transactions is not None:
+            self.transactions.add_partition(tp)
         batches = self._batches.setdefault(tp, [])
         size = len(record.key or b"") + len(record.value or b"") + 16  # as Rust's produce::record_size
         if record.headers:
             size += sum(len(k) + len(v or b"") for k, v in record.headers)
         full = bool(batches) and batches[-1].size + size > self.batch_size and bool(batches[-1].records)
         if not batches or full or batches[-1].attempts or batches[-1].encoded is not None:
-            batches.append(_Batch(tp, now_ms))
+            batches.append(_Batch(tp, now_ms, number=next(self._made)))
         batches[-1].records.append(record)
         batches[-1].size += size
 
     def _retry(self, batch: _Batch, now_ms: int) -> None:
+        """Back into its partition's queue ahead of every batch made after it: two pipelined batches that
+        both failed go out again in their order (Java's `insertInSequenceOrder` does so for sequences)."""
         batch.retry_at_ms = now_ms + self.retry_backoff_ms
-        self._batches.setdefault(batch.tp, []).insert(0, batch)
+        queue = self._batches.setdefault(batch.tp, [])
+        at = next((i for i, queued in enumerate(queue) if queued.number > batch.number), len(queue))
+        queue.insert(at, batch)
 
     def _expire(self, now_ms: int) -> None:
         waiting = []
@@ -562,6 +631,10 @@ class Producer:
         `tp`'s sequences from 0; `batch` (the one that failed) is sequenced again when resent."""
         if batch is not None and batch.producer != (self.producer_id, self.producer_epoch):
             return  # sent under an epoch bumped since: resent with a new sequence anyway
+        if self.transactions is not None:  # the coordinator bumps it, after the abort this makes necessary
+            self.transactions.on_batch_failed(EpochGuardError(f"a batch of {tp} left its sequence unresolved"),
+                                              sequence_unresolved=True)
+            return
         if self.producer_epoch >= _MAX_EPOCH:
             self.producer_id, self.producer_epoch = -1, -1  # InitProducerId again before any Produce
         else:

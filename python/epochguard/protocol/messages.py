@@ -6,7 +6,9 @@ Mirrors the generated message classes of `clients/src/main/resources/common/mess
 `AlterPartitionRequest/Response`, `WriteTxnMarkersRequest/Response`, plus the controller's
 `LeaderAndIsrRequest` partition state and KRaft `BrokerRegistration`; the client's
 `SaslHandshakeRequest/Response` and `SaslAuthenticateRequest/Response` (encoded only by the client's half
-of the codec: `serve` has no SASL); and for the wire server,
+of the codec: `serve` has no SASL), and the transactional producer's `AddPartitionsToTxn`, `AddOffsetsToTxn`,
+`TxnOffsetCommit` and `EndTxn` (client's half only too: `serve` has no transaction coordinator); and for the
+wire server,
 `InitProducerIdRequest/Response`, `FindCoordinatorRequest/Response` and the classic group protocol
 (`JoinGroup`, `SyncGroup`, `Heartbeat`, `LeaveGroup`). `epochguard._core.decode_request` /
 `encode_response` convert these to and from Kafka frames. Field names are the snake_case of the wire
@@ -87,6 +89,15 @@ __all__ = [
     "WriteTxnMarkersRequest",
     "WriteTxnMarkerResult",
     "WriteTxnMarkersResponse",
+    "AddPartitionsToTxnRequest",
+    "AddPartitionsToTxnResponse",
+    "AddOffsetsToTxnRequest",
+    "AddOffsetsToTxnResponse",
+    "TxnOffsetCommitRequest",
+    "TxnOffsetCommitResponse",
+    "TxnPartitionResult",
+    "EndTxnRequest",
+    "EndTxnResponse",
     "InitProducerIdRequest",
     "InitProducerIdResponse",
     "FindCoordinatorRequest",
@@ -776,6 +787,92 @@ class WriteTxnMarkersResponse:
     partitions: tuple[WriteTxnMarkerResult, ...]
 
 
+# --- The transactional producer (client's half of the codec only) ---------------------------------
+@dataclass(frozen=True, slots=True)
+class AddPartitionsToTxnRequest:
+    """`AddPartitionsToTxnRequest` v0-3 (the client's form): partitions the transaction writes to."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[TopicPartition, ...]
+    version: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class TxnPartitionResult:
+    """One partition's error in an AddPartitionsToTxn or TxnOffsetCommit answer."""
+
+    topic: str
+    partition_index: int
+    error_code: Errors = Errors.NONE
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitionsToTxnResponse:
+    partitions: tuple[TxnPartitionResult, ...]
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AddOffsetsToTxnRequest:
+    """`AddOffsetsToTxnRequest`: the group whose offsets the transaction will commit."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+    version: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class AddOffsetsToTxnResponse:
+    error_code: Errors = Errors.NONE
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsetCommitRequest:
+    """`TxnOffsetCommitRequest`, to the group coordinator; partitions as OffsetCommit's (flattened)."""
+
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[OffsetCommitPartition, ...]
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+    version: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsetCommitResponse:
+    partitions: tuple[TxnPartitionResult, ...]
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnRequest:
+    """`EndTxnRequest`: commit (True) or abort the producer's ongoing transaction."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+    version: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnResponse:
+    error_code: Errors = Errors.NONE
+    throttle_time_ms: int = 0
+
+
 Request = (
     ApiVersionsRequest
     | ProduceRequest
@@ -793,6 +890,10 @@ Request = (
     | SyncGroupRequest
     | HeartbeatRequest
     | LeaveGroupRequest
+    | AddPartitionsToTxnRequest
+    | AddOffsetsToTxnRequest
+    | TxnOffsetCommitRequest
+    | EndTxnRequest
 )
 Response = (
     ApiVersionsResponse
@@ -811,4 +912,8 @@ Response = (
     | SyncGroupResponse
     | HeartbeatResponse
     | LeaveGroupResponse
+    | AddPartitionsToTxnResponse
+    | AddOffsetsToTxnResponse
+    | TxnOffsetCommitResponse
+    | EndTxnResponse
 )

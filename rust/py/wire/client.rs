@@ -317,6 +317,66 @@ fn request_kind(r: &Bound<'_, PyAny>, api_key: i16, v: i16) -> PyResult<RequestK
             }
             RequestKind::InitProducerId(m)
         }
+        km::ApiKey::AddPartitionsToTxn => {
+            // v0-3, the client's form (v4+ batch transactions, broker to coordinator only).
+            let mut m = km::AddPartitionsToTxnRequest::default();
+            m.v3_and_below_transactional_id = get_str(r, "transactional_id")?.into();
+            m.v3_and_below_producer_id = km::ProducerId(get(r, "producer_id")?);
+            m.v3_and_below_producer_epoch = get(r, "producer_epoch")?;
+            for (name, parts) in by_topic(items(r, "partitions")?, |p| get::<i32>(p, "partition"))?
+            {
+                let mut t = km::add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+                t.name = name.into();
+                t.partitions = parts;
+                m.v3_and_below_topics.push(t);
+            }
+            RequestKind::AddPartitionsToTxn(m)
+        }
+        km::ApiKey::AddOffsetsToTxn => {
+            let mut m = km::AddOffsetsToTxnRequest::default();
+            m.transactional_id = get_str(r, "transactional_id")?.into();
+            m.producer_id = km::ProducerId(get(r, "producer_id")?);
+            m.producer_epoch = get(r, "producer_epoch")?;
+            m.group_id = get_str(r, "group_id")?.into();
+            RequestKind::AddOffsetsToTxn(m)
+        }
+        km::ApiKey::TxnOffsetCommit => {
+            let mut m = km::TxnOffsetCommitRequest::default();
+            m.transactional_id = get_str(r, "transactional_id")?.into();
+            m.group_id = get_str(r, "group_id")?.into();
+            m.producer_id = km::ProducerId(get(r, "producer_id")?);
+            m.producer_epoch = get(r, "producer_epoch")?;
+            if v >= 3 {
+                m.generation_id = get(r, "generation_id")?;
+                m.member_id = get_str(r, "member_id")?;
+                m.group_instance_id = get_opt_str(r, "group_instance_id")?;
+            }
+            for (name, parts) in by_topic(items(r, "partitions")?, |p| {
+                let mut out =
+                    km::txn_offset_commit_request::TxnOffsetCommitRequestPartition::default();
+                out.partition_index = get(p, "partition_index")?;
+                out.committed_offset = get(p, "committed_offset")?;
+                if v >= 2 {
+                    out.committed_leader_epoch = get(p, "committed_leader_epoch")?;
+                }
+                out.committed_metadata = Some(get_str(p, "committed_metadata")?);
+                Ok(out)
+            })? {
+                let mut t = km::txn_offset_commit_request::TxnOffsetCommitRequestTopic::default();
+                t.name = name.into();
+                t.partitions = parts;
+                m.topics.push(t);
+            }
+            RequestKind::TxnOffsetCommit(m)
+        }
+        km::ApiKey::EndTxn => {
+            let mut m = km::EndTxnRequest::default();
+            m.transactional_id = get_str(r, "transactional_id")?.into();
+            m.producer_id = km::ProducerId(get(r, "producer_id")?);
+            m.producer_epoch = get(r, "producer_epoch")?;
+            m.committed = get(r, "committed")?;
+            RequestKind::EndTxn(m)
+        }
         km::ApiKey::JoinGroup => {
             let mut m = km::JoinGroupRequest::default();
             m.group_id = get_str(r, "group_id")?.into();
@@ -795,6 +855,56 @@ fn response_object<'py>(
             error_code = error(py, r.error_code)?,
             producer_id = r.producer_id.0,
             producer_epoch = r.producer_epoch,
+            throttle_time_ms = r.throttle_time_ms
+        ),
+        ResponseKind::AddPartitionsToTxn(r) => {
+            let parts = r.results_by_topic_v3_and_below.iter().flat_map(|t| {
+                t.results_by_partition.iter().map(move |p| {
+                    Ok(obj!(
+                        py,
+                        "TxnPartitionResult",
+                        topic = t.name.as_str(),
+                        partition_index = p.partition_index,
+                        error_code = error(py, p.partition_error_code)?
+                    ))
+                })
+            });
+            obj!(
+                py,
+                "AddPartitionsToTxnResponse",
+                partitions = tuple(py, parts)?,
+                throttle_time_ms = r.throttle_time_ms
+            )
+        }
+        ResponseKind::AddOffsetsToTxn(r) => obj!(
+            py,
+            "AddOffsetsToTxnResponse",
+            error_code = error(py, r.error_code)?,
+            throttle_time_ms = r.throttle_time_ms
+        ),
+        ResponseKind::TxnOffsetCommit(r) => {
+            let parts = r.topics.iter().flat_map(|t| {
+                t.partitions.iter().map(move |p| {
+                    Ok(obj!(
+                        py,
+                        "TxnPartitionResult",
+                        topic = t.name.as_str(),
+                        partition_index = p.partition_index,
+                        error_code = error(py, p.error_code)?
+                    ))
+                })
+            });
+            obj!(
+                py,
+                "TxnOffsetCommitResponse",
+                partitions = tuple(py, parts)?,
+                throttle_time_ms = r.throttle_time_ms
+            )
+        }
+        ResponseKind::EndTxn(r) => obj!(
+            py,
+            "EndTxnResponse",
+            error_code = error(py, r.error_code)?,
             throttle_time_ms = r.throttle_time_ms
         ),
         ResponseKind::JoinGroup(r) => {

@@ -1,0 +1,281 @@
+"""`epochguard recover`'s rules, pure: which records of an audit's `lost_records.parquet` go back into a
+partition, and which are there already. No Kafka class does this (Kafka's answer to an unclean election is
+a backup); the producing side is `client.KafkaProducer`'s idempotent (or transactional) producer.
+
+- What is lost: rows of kind "lost" that are not control records (aborted-transaction records and
+  markers never); per partition the union over the old replicas that listed them: one record per
+  (offset, leader epoch), however many brokers held it (the lowest broker id named as its source), in
+  offset order.
+- Provenance: each re-published record carries the header `epochguard.recovered-from` =
+  "topic/partition/offset/leader_epoch/broker" (`provenance` / `parse_provenance`).
+- Already there (`plan`), from the records the partition holds now from the divergence point on:
+  a record carrying the provenance of a lost one was re-published by an earlier run (complete or cut
+  off): skipped; a record whose key, value and headers equal a lost one's is that record retried by its
+  producer to the new leader: "already present", each present record matching at most one lost record.
+- The operator's limits (`until_offset`, `from_epoch`) skip the rest, reported as such.
+
+`recover(audit_dir, bootstrap_servers, ...)` applies them to a live cluster: it reads the audit's
+`lost_records.parquet` (pyarrow), each partition from its first lost offset to its end (read_uncommitted:
+an earlier run's records count even if a transaction of it is still open), produces what is left with the
+idempotent producer (acks=all, one partition's records in order, original timestamps, the provenance header
+added), to the same partition of the same topic or of `to_topic`, and writes `recovered.parquet` (original
+and new place of every re-published record) atomically into the audit dir. `dry_run` plans only. Every
+action is logged. `transactional_id`: each partition's records in one transaction (read_committed
+consumers never see half a recovery), the partition read read_committed. Not done yet (issue 35):
+`--include-uncommitted`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from epochguard.types import TopicPartition
+
+__all__ = ["PROVENANCE_HEADER", "LostRecord", "Present", "Plan", "lost_by_partition", "provenance",
+           "parse_provenance", "plan", "recover"]
+
+log = logging.getLogger(__name__)
+
+PROVENANCE_HEADER = "epochguard.recovered-from"
+
+Headers = tuple[tuple[str, bytes | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LostRecord:
+    """One lost record as the audit decoded it from an old replica's log."""
+
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    broker: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = ()
+
+    @property
+    def origin(self) -> tuple[str, int, int, int]:
+        """What identifies it across replicas and runs (not the broker: two replicas held one record)."""
+        return self.topic, self.partition, self.offset, self.leader_epoch
+
+
+@dataclass(frozen=True, slots=True)
+class Present:
+    """A record the partition holds now (at or past the divergence point)."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = ()
+
+
+@dataclass
+class Plan:
+    """One partition's outcome: what to publish, in order, and why the rest is not."""
+
+    publish: list[LostRecord] = field(default_factory=list)
+    already_present: list[tuple[LostRecord, int]] = field(default_factory=list)  # (lost, its offset now)
+    recovered_before: list[tuple[LostRecord, int]] = field(default_factory=list)  # an earlier run's
+    skipped_by_limits: list[LostRecord] = field(default_factory=list)
+
+
+def _headers(raw: Any) -> Headers:
+    """Headers as the audit's Parquet holds them (list of {key, value} or (key, value), or a map)."""
+    if not raw:
+        return ()
+    items = raw.items() if isinstance(raw, Mapping) else raw
+    out = []
+    for item in items:
+        key, value = (item["key"], item["value"]) if isinstance(item, Mapping) else item
+        out.append((str(key), None if value is None else bytes(value)))
+    return tuple(out)
+
+
+def lost_by_partition(rows: Iterable[Mapping[str, Any]]) -> dict[TopicPartition, list[LostRecord]]:
+    """The records to consider per partition from lost_records.parquet's rows (see the module docstring)."""
+    chosen: dict[tuple[str, int, int, int], LostRecord] = {}
+    for row in rows:
+        if row.get("kind", "lost") != "lost" or row.get("is_control"):
+            continue
+        record = LostRecord(str(row["topic"]), int(row["partition"]), int(row["offset"]), int(row["leader_epoch"]),
+                            int(row["broker"]), int(row["timestamp"]),
+                            None if row.get("key") is None else bytes(row["key"]),
+                            None if row.get("value") is None else bytes(row["value"]), _headers(row.get("headers")))
+        held = chosen.get(record.origin)
+        if held is None or record.broker < held.broker:
+            chosen[record.origin] = record
+    out: dict[TopicPartition, list[LostRecord]] = defaultdict(list)
+    for record in sorted(chosen.values(), key=lambda r: (r.topic, r.partition, r.offset, r.leader_epoch)):
+        out[TopicPartition(record.topic, record.partition)].append(record)
+    return dict(out)
+
+
+def provenance(record: LostRecord) -> bytes:
+    return f"{record.topic}/{record.partition}/{record.offset}/{record.leader_epoch}/{record.broker}".encode()
+
+
+def parse_provenance(value: bytes | None) -> tuple[str, int, int, int] | None:
+    """The origin a provenance header names; None if it is not one of ours (a topic may hold '/')."""
+    if value is None:
+        return None
+    try:
+        topic, partition, offset, epoch, _broker = value.decode().rsplit("/", 4)
+        return topic, int(partition), int(offset), int(epoch)
+    except ValueError:
+        return None
+
+
+def plan(lost: Iterable[LostRecord], present: Iterable[Present], *, until_offset: int | None = None,
+         from_epoch: int | None = None) -> Plan:
+    """One partition's plan (see the module docstring): `lost` in offset order, `present` the
+    partition's records from the divergence point on."""
+    recovered: dict[tuple[str, int, int, int], int] = {}
+    by_content: dict[tuple[bytes | None, bytes | None, Headers], list[int]] = defaultdict(list)
+    for p in present:
+        origins = [parse_provenance(v) for k, v in p.headers if k == PROVENANCE_HEADER]
+        origin = next((o for o in origins if o is not None), None)
+        if origin is not None:
+            recovered.setdefault(origin, p.offset)
+        else:
+            by_content[(p.key, p.value, p.headers)].append(p.offset)
+    out = Plan()
+    for record in lost:
+        if record.origin in recovered:
+            out.recovered_before.append((record, recovered[record.origin]))
+            continue
+        matches = by_content.get((record.key, record.value, record.headers))
+        if matches:
+            out.already_present.append((record, matches.pop(0)))  # each present copy stands for one lost record
+        elif (until_offset is not None and record.offset > until_offset) or (
+                from_epoch is not None and record.leader_epoch < from_epoch):
+            out.skipped_by_limits.append(record)
+        else:
+            out.publish.append(record)
+    return out
+
+
+def _end_offset(bootstrap_servers: str, tp: TopicPartition, client: Mapping[str, Any]) -> int:
+    """The partition's log end offset now (ListOffsets LATEST, through a consumer's reset to latest;
+    read_committed: the last stable offset)."""
+    from epochguard.client import KafkaConsumer
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, auto_offset_reset="latest",
+                             enable_auto_commit=False, **client)
+    try:
+        consumer.assign([tp])
+        return consumer.position(tp)
+    finally:
+        consumer.close()
+
+
+def _read_from(bootstrap_servers: str, tp: TopicPartition, start: int, end: int, client: Mapping[str, Any],
+               timeout_s: float) -> list[Present]:
+    """The partition's records in [start, end)."""
+    from epochguard.client import KafkaConsumer
+
+    out: list[Present] = []
+    if start >= end:
+        return out
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False, **client)
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        deadline = time.monotonic() + timeout_s
+        while consumer.position(tp) < end:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{tp}: could not read offsets {start}..{end - 1} within {timeout_s} s")
+            for record in consumer.poll(timeout_ms=200).get(tp, []):
+                if record.offset < end:
+                    out.append(Present(record.offset, record.key, record.value, tuple(record.headers)))
+        return out
+    finally:
+        consumer.close()
+
+
+def _write_recovered(path: str, rows: list[dict[str, Any]]) -> None:
+    """recovered.parquet, atomically (a temporary file renamed over it)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
+                        ("leader_epoch", pa.int32()), ("broker", pa.int32()), ("outcome", pa.string()),
+                        ("new_topic", pa.string()), ("new_offset", pa.int64())])
+    tmp = f"{path}.tmp-{os.getpid()}"
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
+    os.replace(tmp, path)
+
+
+def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | None = None,
+            to_topic: str | None = None, dry_run: bool = False, until_offset: int | None = None,
+            from_epoch: int | None = None, client: Mapping[str, Any] | None = None,
+            transactional_id: str | None = None, timeout_s: float = 120.0) -> dict[TopicPartition, Plan]:
+    """Put the audit's lost records back (see the module docstring); the plan of every partition."""
+    import pyarrow.parquet as pq
+
+    from epochguard.client import KafkaProducer
+
+    client = dict(client or {})
+    if transactional_id is not None:
+        # read_committed: a killed earlier run's open transaction (aborted by init_transactions) is not there
+        client["isolation_level"] = "read_committed"
+    wanted = None if topics is None else set(topics)
+    lost = lost_by_partition(pq.read_table(os.path.join(audit_dir, "lost_records.parquet")).to_pylist())
+    plans: dict[TopicPartition, Plan] = {}
+    rows: list[dict[str, Any]] = []
+    producing = {k: v for k, v in client.items() if k != "isolation_level"}
+    producer = None if dry_run else KafkaProducer(bootstrap_servers=bootstrap_servers, enable_idempotence=True,
+                                                  acks="all", transactional_id=transactional_id, **producing)
+    try:
+        if producer is not None and transactional_id is not None:
+            producer.init_transactions()  # fences (and aborts the open transaction of) a killed earlier run
+            log.info("transactional id %r initialized", transactional_id)
+        for tp, records in sorted(lost.items()):
+            if wanted is not None and tp.topic not in wanted:
+                continue
+            target = TopicPartition(to_topic or tp.topic, tp.partition)
+            start = records[0].offset if target.topic == tp.topic else 0  # the divergence point, at the latest
+            end = _end_offset(bootstrap_servers, target, client)
+            present = _read_from(bootstrap_servers, target, start, end, client, timeout_s)
+            plans[tp] = outcome = plan(records, present, until_offset=until_offset, from_epoch=from_epoch)
+            log.info("%s -> %s: %d lost, %d already present, %d recovered before, %d skipped by limits, "
+                     "%d to publish (read %s from offset %d to %d)", tp, target, len(records),
+                     len(outcome.already_present), len(outcome.recovered_before), len(outcome.skipped_by_limits),
+                     len(outcome.publish), target, start, end)
+            for kind, found in (("already present", outcome.already_present),
+                                ("recovered before", outcome.recovered_before)):
+                rows += [_row(r, kind, target.topic, at) for r, at in found]
+            rows += [_row(r, "skipped by limits", target.topic, -1) for r in outcome.skipped_by_limits]
+            if producer is None:
+                rows += [_row(r, "would publish", target.topic, -1) for r in outcome.publish]
+                continue
+            if transactional_id is not None:
+                producer.begin_transaction()  # one transaction per partition: all of it or none is read
+            futures = [producer.send(target.topic, key=r.key, value=r.value, partition=target.partition,
+                                     headers=[*r.headers, (PROVENANCE_HEADER, provenance(r))],
+                                     timestamp_ms=r.timestamp) for r in outcome.publish]
+            if transactional_id is not None:
+                producer.commit_transaction()
+            else:
+                producer.flush(timeout_s)
+            for r, f in zip(outcome.publish, futures, strict=True):
+                md = f.get(0)
+                rows.append(_row(r, "published", target.topic, md.offset))
+            log.info("%s -> %s: published %d records", tp, target, len(futures))
+    finally:
+        if producer is not None:
+            producer.close()
+    _write_recovered(os.path.join(audit_dir, "recovered.parquet"), rows)
+    return plans
+
+
+def _row(r: LostRecord, outcome: str, new_topic: str, new_offset: int) -> dict[str, Any]:
+    return {"topic": r.topic, "partition": r.partition, "offset": r.offset, "leader_epoch": r.leader_epoch,
+            "broker": r.broker, "outcome": outcome, "new_topic": new_topic, "new_offset": new_offset}

@@ -225,6 +225,7 @@ def decode_arrow(
     max_decompressed_size: int = 64 * 1024 * 1024,
     offset: int = 0,
     length: int | None = None,
+    threads: int = 1,
 ) -> ArrowRecords: ...
 
 # Header-only scan (no CRC check, no decompression): (file_position, size_in_bytes, base_offset,

@@ -107,6 +107,7 @@ def decode_to_arrow(
     max_decompressed_size: int = DEFAULT_MAX_DECOMPRESSED_SIZE,
     offset: int = 0,
     length: int | None = None,
+    threads: int = 1,
 ) -> pa.Table:
     """Decode every record of `source` into a `pyarrow.Table`, one row per record.
 
@@ -125,6 +126,10 @@ def decode_to_arrow(
     `allow_partial_tail=True` an incomplete last batch is skipped and its byte position stored in the
     schema metadata under `PARTIAL_TAIL_METADATA_KEY`.
 
+    `threads` > 1 splits a bytes-like source's batches across that many threads (the same rows, in
+    order, and the same first error; a file path is decoded on one thread). Keep the default 1 where
+    the caller already runs one decode per core (Spark tasks).
+
     Raises `epochguard.errors.CorruptRecordError` for malformed input.
     """
 
@@ -136,6 +141,7 @@ def decode_to_arrow(
         max_decompressed_size=max_decompressed_size,
         offset=offset,
         length=length,
+        threads=threads,
     )
     return _table(records)
 

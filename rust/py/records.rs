@@ -14,7 +14,7 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyCapsule, PyString, PyTuple};
 
 use crate::file::InputFile;
-use crate::records::arrow::{decode_projected, ArrowDecoded, Column};
+use crate::records::arrow::{decode_projected_threads, ArrowDecoded, Column};
 use crate::records::batch::verify_crc;
 use crate::records::headers::{headers_arrow, scan_headers as scan_headers_core, HeaderScan};
 use crate::records::{
@@ -110,12 +110,24 @@ impl Source {
         self.start as u64
     }
 
-    fn decode(&self, opts: DecodeOptions, columns: &[Column]) -> crate::Result<ArrowDecoded> {
+    /// Decode the range; `threads` splits an in-memory source's batches (a file: one thread).
+    fn decode(
+        &self,
+        opts: DecodeOptions,
+        columns: &[Column],
+        threads: usize,
+    ) -> crate::Result<ArrowDecoded> {
         match (&self.backing, self.bytes()) {
             (Backing::File(f), _) => {
                 reader::decode_file(f, self.base(), self.end as u64, opts, columns)
             }
-            (_, bytes) => decode_projected(bytes.unwrap_or_default(), self.base(), opts, columns),
+            (_, bytes) => decode_projected_threads(
+                bytes.unwrap_or_default(),
+                self.base(),
+                opts,
+                columns,
+                threads,
+            ),
         }
     }
 
@@ -538,7 +550,7 @@ fn record_columns() -> (Vec<&'static str>, Vec<&'static str>) {
 }
 
 #[pyfunction]
-#[pyo3(signature = (source, *, columns=None, verify_crc=true, allow_partial_tail=false, max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE, offset=0, length=None))]
+#[pyo3(signature = (source, *, columns=None, verify_crc=true, allow_partial_tail=false, max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE, offset=0, length=None, threads=1))]
 #[allow(clippy::too_many_arguments)]
 fn decode_arrow(
     py: Python<'_>,
@@ -549,14 +561,18 @@ fn decode_arrow(
     max_decompressed_size: usize,
     offset: u64,
     length: Option<u64>,
+    threads: usize,
 ) -> PyResult<PyArrowRecords> {
+    if threads == 0 {
+        return Err(PyValueError::new_err("threads must be at least 1"));
+    }
     let columns = match columns {
         None => Column::RECORD.to_vec(),
         Some(names) => Column::parse_list(&names)?,
     };
     let source = Source::open(source, offset, length)?;
     let opts = options(verify_crc, allow_partial_tail, max_decompressed_size);
-    let decoded = py.detach(|| source.decode(opts, &columns))?;
+    let decoded = py.detach(|| source.decode(opts, &columns, threads))?;
     Ok(PyArrowRecords(decoded))
 }
 

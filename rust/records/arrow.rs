@@ -642,6 +642,93 @@ pub fn decode_projected(
     builder.finish(cursor.partial_tail())
 }
 
+/// [`decode_projected`] with the batches split across `threads` threads (batches are independent):
+/// contiguous runs of batches of about equal bytes, each decoded into its own chunks, concatenated
+/// in input order. The same rows and the same first error as one thread (input whose batch framing
+/// is broken is decoded on one thread, to report the error the sequential decode meets first).
+/// `threads <= 1` is [`decode_projected`]: callers that already parallelise (Spark tasks) keep it.
+pub fn decode_projected_threads(
+    data: &[u8],
+    base_position: u64,
+    opts: DecodeOptions,
+    columns: &[Column],
+    threads: usize,
+) -> Result<ArrowDecoded> {
+    if threads <= 1 {
+        return decode_projected(data, base_position, opts, columns);
+    }
+    let Ok((index, partial_tail)) =
+        super::batch_index(data, base_position, opts.allow_partial_tail)
+    else {
+        return decode_projected(data, base_position, opts, columns);
+    };
+    let ranges = split_batches(&index, base_position, threads);
+    if ranges.len() <= 1 {
+        return decode_projected(data, base_position, opts, columns);
+    }
+    // Each range ends on a batch boundary: no partial tail inside, the real one is the index's.
+    let strict = DecodeOptions {
+        allow_partial_tail: false,
+        ..opts
+    };
+    let parts: Vec<Result<ArrowDecoded>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = ranges
+            .iter()
+            .map(|&(start, end)| {
+                let bytes = data.get(start..end).unwrap_or_default();
+                let base = base_position + start as u64;
+                scope.spawn(move || decode_projected(bytes, base, strict, columns))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::invalid("a decode thread panicked")))
+            })
+            .collect()
+    });
+    let mut batches = Vec::new();
+    for part in parts {
+        batches.extend(part?.batches.into_iter().filter(|b| b.num_rows() > 0));
+    }
+    if batches.is_empty() {
+        return decode_projected(data, base_position, opts, columns);
+    }
+    Ok(ArrowDecoded {
+        schema: projected_schema(columns),
+        batches,
+        partial_tail,
+    })
+}
+
+/// Cut the batches of `index` into at most `parts` contiguous byte ranges (relative to the input's
+/// first byte) of about equal size.
+fn split_batches(
+    index: &[super::BatchLocation],
+    base_position: u64,
+    parts: usize,
+) -> Vec<(usize, usize)> {
+    let Some(last) = index.last() else {
+        return Vec::new();
+    };
+    let end = (last.file_position + u64::from(last.size_in_bytes) - base_position) as usize;
+    let target = end.div_ceil(parts.max(1)).max(1);
+    let mut out = Vec::with_capacity(parts);
+    let mut start = 0usize;
+    for l in index {
+        let batch_end = (l.file_position + u64::from(l.size_in_bytes) - base_position) as usize;
+        if batch_end - start >= target {
+            out.push((start, batch_end));
+            start = batch_end;
+        }
+    }
+    if start < end {
+        out.push((start, end));
+    }
+    out
+}
+
 /// Decode every batch of `data` into all of [`Column::RECORD`].
 pub fn decode_arrow(data: &[u8], base_position: u64, opts: DecodeOptions) -> Result<ArrowDecoded> {
     decode_projected(data, base_position, opts, &Column::RECORD)

@@ -49,6 +49,14 @@ pub fn read_varint(buf: &mut &[u8]) -> Result<i32, VarintError> {
             return Ok(((b >> 1) as i32) ^ -((b & 1) as i32));
         }
     }
+    // Two bytes hold -8192..=8191 (record lengths of small records, most offset deltas).
+    if let Some(&[b0, b1]) = buf.first_chunk::<2>() {
+        if b1 & 0x80 == 0 {
+            *buf = buf.get(2..).unwrap_or_default();
+            let raw = u32::from(b0 & 0x7f) | (u32::from(b1) << 7);
+            return Ok(((raw >> 1) as i32) ^ -((raw & 1) as i32));
+        }
+    }
     // Like Java, bits past 32 in the fifth byte are dropped rather than rejected.
     let raw = read_unsigned(buf, 5)? as u32;
     Ok(((raw >> 1) as i32) ^ -((raw & 1) as i32))
@@ -57,6 +65,20 @@ pub fn read_varint(buf: &mut &[u8]) -> Result<i32, VarintError> {
 /// Read a zigzag varlong (int64) and advance `buf` past it.
 #[inline]
 pub fn read_varlong(buf: &mut &[u8]) -> Result<i64, VarintError> {
+    // Fast paths: timestamp deltas inside a batch are mostly under 64 or 8192 ms.
+    match buf.first_chunk::<2>() {
+        Some(&[b0, _]) if b0 & 0x80 == 0 => {
+            *buf = buf.get(1..).unwrap_or_default();
+            let raw = u64::from(b0);
+            return Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+        }
+        Some(&[b0, b1]) if b1 & 0x80 == 0 => {
+            *buf = buf.get(2..).unwrap_or_default();
+            let raw = u64::from(b0 & 0x7f) | (u64::from(b1) << 7);
+            return Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+        }
+        _ => {}
+    }
     let raw = read_unsigned(buf, 10)?;
     Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64))
 }
@@ -110,6 +132,26 @@ mod tests {
             let mut s = out.as_slice();
             assert_eq!(read_varlong(&mut s), Ok(v));
             assert!(s.is_empty());
+        }
+    }
+
+    /// Every value whose encoding takes 1, 2 or 3 bytes, through the fast paths and the slow one,
+    /// with and without bytes after it, agrees with the encoder.
+    #[test]
+    fn fast_paths_agree_with_the_encoder_at_every_short_value() {
+        for v in -70_000..70_000i32 {
+            let mut out = Vec::new();
+            write_varint(&mut out, v);
+            let len = out.len();
+            out.push(0x55); // a following byte must not be consumed
+            for bytes in [&out[..len], &out[..]] {
+                let mut s = bytes;
+                assert_eq!(read_varint(&mut s), Ok(v), "{v}");
+                assert_eq!(s.len(), bytes.len() - len, "{v}");
+                let mut s = bytes;
+                assert_eq!(read_varlong(&mut s), Ok(i64::from(v)), "{v}");
+                assert_eq!(s.len(), bytes.len() - len, "{v}");
+            }
         }
     }
 

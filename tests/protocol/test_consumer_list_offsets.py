@@ -204,3 +204,101 @@ def test_an_answered_lookup_does_not_time_out_later():
     c.on_response(node, request, answer(A, 2, 1, timestamp=1_100), 1_000)
     c.poll_requests(1_000 + 2 * TIMEOUT)
     assert lookup.done and lookup.error is None
+
+
+# --- beginning_offsets / end_offsets / highwater / paused (kafka-python's methods) ----------------------
+def test_end_and_beginning_offsets_ask_latest_and_earliest_and_read_the_offset_of_an_answer_without_timestamp():
+    """The broker answers EARLIEST / LATEST with timestamp -1: an offset, not an `OffsetAndTimestamp` (which
+    refuses a negative timestamp, so building one would fail the lookup)."""
+    cluster = Cluster()
+    cluster.lead(A, 1, 3, [(1, 4), (3, 2)])
+    c = consumer(A, isolation_level=IsolationLevel.READ_COMMITTED)
+    cluster.run(c, 0)
+    end, begin = c.end_offsets([A], LATER), c.beginning_offsets([A], LATER)
+    sent = sent_now(c, LATER, ListOffsetsRequest)
+    assert [(p.timestamp, p.current_leader_epoch, r.isolation_level) for _, r in sent for p in r.partitions] == [
+        (LATEST_TIMESTAMP, 3, IsolationLevel.READ_COMMITTED), (EARLIEST_TIMESTAMP, 3, IsolationLevel.READ_COMMITTED)]
+    for node, request in sent:
+        c.on_response(node, request, cluster.answer(node, request), LATER)
+    assert (end.done, end.error, end.offsets) == (True, None, {A: 6})
+    assert (begin.done, begin.error, begin.offsets) == (True, None, {A: 0})
+    assert end.result == {} and begin.result == {}
+
+
+def test_a_lookup_past_the_last_timestamp_is_none_and_its_offset_minus_one():
+    cluster = Cluster()
+    cluster.lead(A, 1, 3, [(1, 4), (3, 2)])  # timestamps 1100 and 1300
+    c = consumer(A)
+    cluster.run(c, 0)
+    lookup = c.offsets_for_times({A: 1_301}, LATER)
+    [(node, request)] = sent_now(c, LATER, ListOffsetsRequest)
+    c.on_response(node, request, cluster.answer(node, request), LATER)
+    assert (lookup.done, lookup.result, lookup.offsets) == (True, {A: None}, {A: -1})
+
+
+def test_a_timestamp_answer_without_a_timestamp_is_none_not_a_crash():
+    cluster = Cluster()
+    cluster.lead(A, 1, 3, [(3, 2)])
+    c = consumer(A)
+    cluster.run(c, 0)
+    lookup = c.offsets_for_times({A: 1_000}, LATER)
+    [(node, request)] = sent_now(c, LATER, ListOffsetsRequest)
+    c.on_response(node, request, answer(A, 4, 3, timestamp=-1), LATER)
+    assert lookup.done and lookup.result == {A: None}
+
+
+def test_a_lookup_no_list_offsets_version_can_carry_fails_at_once_and_a_lost_one_is_retried():
+    from epochguard.errors import KafkaConnectionError, UnsupportedVersionError
+
+    cluster = Cluster()
+    cluster.lead(A, 1, 3, [(3, 2)])
+    c = consumer(A)
+    cluster.run(c, 0)
+    lost = c.end_offsets([A], LATER)
+    [(node, request)] = sent_now(c, LATER, ListOffsetsRequest)
+    c.on_request_failed(node, request, LATER, KafkaConnectionError("reset by peer"))
+    assert not lost.done and lost.error is None
+    [(node, request)] = sent_now(c, LATER + BACKOFF, ListOffsetsRequest)  # retried after the back-off
+    refused = UnsupportedVersionError("the broker does not support ListOffsets")
+    c.on_request_failed(node, request, LATER + BACKOFF, refused)
+    assert lost.done and lost.error is refused
+    assert sent_now(c, LATER + 2 * BACKOFF, ListOffsetsRequest) == []  # not retried
+    assert c.awaiting_reset(A) is False  # the position's own requests are untouched
+
+
+def test_a_lookup_times_out_after_its_own_timeout():
+    cluster = Cluster()
+    cluster.lead(A, 1, 1, [(1, 3)])
+    c = consumer(A)
+    cluster.run(c, 0)
+    lookup = c.end_offsets([TopicPartition("gone", 0)], LATER, timeout_ms=50)
+    sent_now(c, LATER + 49, ListOffsetsRequest)
+    assert not lookup.done
+    sent_now(c, LATER + 50, ListOffsetsRequest)
+    assert isinstance(lookup.error, RequestTimedOutError)
+
+
+def test_highwater_is_none_before_a_fetch_and_the_last_fetch_answers_after_it():
+    cluster = Cluster()
+    cluster.lead(A, 1, 1, [(1, 3)])
+    c = consumer(A)
+    assert c.highwater(A) is None
+    cluster.run(c, 0)
+    assert c.highwater(A) == 3 and c.poll(0).count() == 3
+    cluster.lead(A, 1, 1, [(1, 5)])  # the leader's log grew to 5
+    cluster.run(c, 1)
+    assert c.highwater(A) == 5 and c.poll(1).count() == 2
+    with pytest.raises(ValueError, match="not assigned"):
+        c.highwater(B)
+
+
+def test_paused_lists_the_paused_assigned_partitions():
+    c = consumer(A, B)
+    assert c.paused() == set()
+    c.pause(A)
+    assert c.paused() == {A}
+    c.resume(A)
+    c.pause(B)
+    assert c.paused() == {B}
+    c.unassign([B])
+    assert c.paused() == set()

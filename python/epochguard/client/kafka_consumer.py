@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from epochguard.client.consumer import CompletedFetch, FetchState
+from epochguard.client.consumer import CompletedFetch, FetchState, OffsetsForTimesLookup
 from epochguard.client.consumer import Consumer as ConsumerMachine
 from epochguard.client.metadata import ClientMetadata
 from epochguard.errors import (
@@ -37,14 +37,17 @@ from epochguard.errors import (
     CommitFailedError,
     EpochGuardError,
     Errors,
+    IllegalStateError,
     KafkaConnectionError,
     KafkaTimeoutError,
+    UnsupportedVersionError,
 )
 from epochguard.protocol.messages import (
     FetchResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     JoinGroupRequest,
+    MetadataRequest,
     MetadataResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -56,6 +59,7 @@ from epochguard.types import (
     FetchPosition,
     IsolationLevel,
     OffsetAndMetadata,
+    OffsetAndTimestamp,
     TopicPartition,
     epoch_or_none,
 )
@@ -333,7 +337,8 @@ class AsyncConsumer:
             if self._group is not None and self._group.owns(request):
                 self._group.on_request_failed(request, self._now_ms())
                 return
-            self._machine.on_request_failed(node, request, self._now_ms())
+            self._machine.on_request_failed(node, request, self._now_ms(),
+                                            exc if isinstance(exc, EpochGuardError) else None)
             waiter = self._sent_commits.pop(id(request), None)
             if waiter is not None:  # the commit is queued again by the state machine: wait for that one
                 self._commit_waiters.insert(0, ({p.tp: p.committed_offset for p in request.partitions}, waiter))
@@ -773,6 +778,111 @@ class AsyncConsumer:
                              f"partitions_for_topic({topic!r})")
         return {tp.partition for tp in self._machine.metadata.partitions_for(topic)}
 
+    async def topics(self) -> set[str]:
+        """Every topic the client may describe, internal ones left out (kafka-python's `topics()`, Java's
+        `listTopics()`): always a fresh Metadata request for all topics, to the least loaded broker. The
+        consumer's own metadata (its assigned topics) is not touched."""
+        self._check_open()
+        deadline = asyncio.get_running_loop().time() + self.config["request_timeout_ms"] / 1000
+        while True:
+            node = self._machine.metadata.any_node(self._machine.bootstrap)
+            try:
+                if node is None:
+                    raise KafkaConnectionError("every broker is in its reconnect back-off")
+                response = await self._network.send(node, MetadataRequest(None))
+            except (KafkaConnectionError, KafkaTimeoutError) as exc:
+                self.last_error = exc
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise KafkaTimeoutError(f"topics(): {exc}") from exc
+                await asyncio.sleep(self.config["retry_backoff_ms"] / 1000)
+                continue
+            assert isinstance(response, MetadataResponse)
+            self._network.update_brokers({b.node_id: (b.host, b.port) for b in response.brokers})
+            return {t.name for t in response.topics if t.error_code == Errors.NONE and not t.is_internal}
+
+    async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int], timeout_ms: int | None = None,
+                                ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Per partition the first offset whose timestamp is at or after the target (ms since the epoch),
+        with that record's timestamp and leader epoch, or None if there is none (kafka-python's and Java's
+        `offsets_for_times`; the partitions need not be assigned). ValueError for a negative target,
+        `UnsupportedVersionError` if the leader serves no ListOffsets version, `KafkaTimeoutError` after
+        `timeout_ms` (default `request_timeout_ms`)."""
+        targets = {TopicPartition(*tp): int(ts) for tp, ts in timestamps.items()}
+        for tp, ts in targets.items():
+            if ts < 0:
+                raise ValueError(f"The target time for partition {tp} is {ts}. The target time cannot be negative.")
+        lookup = await self._run_lookup(lambda now, t: self._machine.offsets_for_times(targets, now, t),
+                                        timeout_ms, "offsets_for_times")
+        return {tp: lookup.result.get(tp) for tp in targets}
+
+    async def beginning_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None,
+                                ) -> dict[TopicPartition, int]:
+        """Each partition's first offset (its log start: ListOffsets EARLIEST); positions are not changed.
+        `UnsupportedVersionError`, `KafkaTimeoutError` as `offsets_for_times`."""
+        tps = [TopicPartition(*tp) for tp in partitions]
+        lookup = await self._run_lookup(lambda now, t: self._machine.beginning_offsets(tps, now, t),
+                                        timeout_ms, "beginning_offsets")
+        return {tp: lookup.offsets[tp] for tp in tps if lookup.offsets.get(tp, -1) >= 0}
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None,
+                          ) -> dict[TopicPartition, int]:
+        """Each partition's end: the offset the next record written gets, as far as this consumer may read
+        (the high watermark; the last stable offset under read_committed), from ListOffsets LATEST;
+        positions are not changed. `UnsupportedVersionError`, `KafkaTimeoutError` as `offsets_for_times`."""
+        tps = [TopicPartition(*tp) for tp in partitions]
+        lookup = await self._run_lookup(lambda now, t: self._machine.end_offsets(tps, now, t),
+                                        timeout_ms, "end_offsets")
+        return {tp: lookup.offsets[tp] for tp in tps if lookup.offsets.get(tp, -1) >= 0}
+
+    async def _run_lookup(self, start: Callable[[int, int], OffsetsForTimesLookup], timeout_ms: int | None,
+                          what: str) -> OffsetsForTimesLookup:
+        """Start a ListOffsets lookup on the state machine and wait for it (or its error)."""
+        self._check_open()
+        await self.start()
+        timeout = self.config["request_timeout_ms"] if timeout_ms is None else timeout_ms
+        lookup = start(self._now_ms(), timeout)
+
+        def done() -> bool:
+            if lookup.error is not None:
+                if isinstance(lookup.error, UnsupportedVersionError):
+                    raise lookup.error
+                raise KafkaTimeoutError(f"{what} did not complete within {timeout} ms: {lookup.error}")
+            return lookup.done
+
+        await self._wait_for(done, timeout / 1000, what)
+        return lookup
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        """The high watermark the last fetch of `partition` answered (None before one): the offset the next
+        record written gets, for lag against `position` (kafka-python's `highwater`). `IllegalStateError`
+        if it is not assigned."""
+        tp = TopicPartition(*partition)
+        if tp not in self._machine.assignment:
+            raise IllegalStateError(f"{tp} is not assigned")
+        return self._machine.highwater(tp)
+
+    def paused(self) -> set[TopicPartition]:
+        """The partitions paused by `pause()` (and not resumed)."""
+        return self._machine.paused()
+
+    def bootstrap_connected(self) -> bool:
+        """Whether a connection to a broker of the cluster is open (the client has bootstrapped and holds
+        a connection that completed its handshake)."""
+        return self._network.connected()
+
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
+        """A few of Java's consumer metrics under their names, in kafka-python's shape ({group: {name:
+        value}}; `raw` gives the same): the assigned partitions, the largest lag now (high watermark minus
+        position over the assigned partitions that have both: a current value, not Java's windowed maximum;
+        NaN with none) and the open connections."""
+        lags = [s.highwater - s.position.offset for _tp, s in self._machine.assignment.items()
+                if s.highwater is not None and s.position is not None]
+        return {
+            "consumer-coordinator-metrics": {"assigned-partitions": float(len(self._machine.assignment))},
+            "consumer-fetch-manager-metrics": {"records-lag-max": float(max(lags)) if lags else math.nan},
+            "consumer-metrics": {"connection-count": float(self._network.connection_count())},
+        }
+
     @property
     def leader_epochs(self) -> dict[TopicPartition, int | None]:
         """The epoch each assigned partition's position was read at (None before any record)."""
@@ -959,6 +1069,35 @@ class KafkaConsumer(BlockingClient[AsyncConsumer]):
 
     def partitions_for_topic(self, topic: str) -> set[int]:
         return self._call(lambda: self._async.partitions_for_topic(topic))
+
+    def topics(self) -> set[str]:
+        return self._call(self._async.topics)
+
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int], timeout_ms: int | None = None,
+                          ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        return self._call(lambda: self._async.offsets_for_times(timestamps, timeout_ms))
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None,
+                          ) -> dict[TopicPartition, int]:
+        parts = list(partitions)
+        return self._call(lambda: self._async.beginning_offsets(parts, timeout_ms))
+
+    def end_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None,
+                    ) -> dict[TopicPartition, int]:
+        parts = list(partitions)
+        return self._call(lambda: self._async.end_offsets(parts, timeout_ms))
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        return self._async.highwater(partition)
+
+    def paused(self) -> set[TopicPartition]:
+        return self._async.paused()
+
+    def bootstrap_connected(self) -> bool:
+        return self._async.bootstrap_connected()
+
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
+        return self._async.metrics(raw)
 
     @property
     def truncations(self) -> list[Any]:

@@ -499,6 +499,13 @@ class NetworkClient:
             if old is not None and old != addr and node in self._connections:
                 self._connections.pop(node).close()
 
+    def connected(self) -> bool:
+        """Whether any broker connection is open with its handshake done."""
+        return any(c.closed is None and c.api_versions is not None for c in self._connections.values())
+
+    def connection_count(self) -> int:
+        return sum(1 for c in self._connections.values() if c.closed is None)
+
     def in_flight(self, node_id: int) -> int:
         conn = self._connections.get(node_id)
         return 0 if conn is None or conn.closed is not None else len(conn._in_flight)

@@ -12,7 +12,8 @@ Split where Kafka's consumer splits (SPEC (e) is the reference):
   validation (OffsetsForLeaderEpoch, KIP-320) and fetch;
 - this module: `Consumer`, the application API that polls the managers.
 
-Driving it: `assign`, `seek`, `commit`, `offsets_for_times` are application calls;
+Driving it: `assign`, `seek`, `commit`, `offsets_for_times`, `beginning_offsets`, `end_offsets` are
+application calls;
 `poll_requests(now_ms)` returns `[(node_id, request)]` to send, `on_response(node_id, request, response,
 now_ms)` / `on_request_failed(...)` take the outcome, `next_deadline_ms()` says when to call
 `poll_requests` again if nothing arrives, and `poll(now_ms)` returns the buffered `ConsumerRecords`
@@ -65,8 +66,11 @@ from epochguard.client.consumer.subscription import (
     SubscriptionState,
 )
 from epochguard.client.metadata import ClientMetadata
+from epochguard.errors import EpochGuardError
 from epochguard.protocol.api_versions import NodeApiVersions
 from epochguard.types import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
     ConsumerRecords,
     EpochProtocol,
     FetchPosition,
@@ -178,6 +182,14 @@ class Consumer:
     def unassign(self, partitions: Iterable[TopicPartition]) -> None:
         self._subscriptions.unassign(partitions)
 
+    def paused(self) -> set[TopicPartition]:
+        """The assigned partitions paused by `pause` (kafka-python's `paused()`, Java's `paused()`)."""
+        return {tp for tp, s in self._subscriptions.items() if s.paused}
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        """The high watermark of the last fetch answered for `tp` (None before one); `tp` must be assigned."""
+        return self._subscriptions.state(tp).highwater
+
     def pause(self, tp: TopicPartition) -> None:
         self._subscriptions.state(tp).paused = True
 
@@ -280,14 +292,31 @@ class Consumer:
             if s.state == FetchState.FETCHING and s.position is not None
         }
 
-    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int], now_ms: int) -> OffsetsForTimesLookup:
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int], now_ms: int,
+                          timeout_ms: int | None = None) -> OffsetsForTimesLookup:
         """Start a lookup: per partition the first offset with timestamp >= the target, with its leader
-        epoch (None where no such record). Answered by later `poll_requests`/`on_response` rounds."""
+        epoch (None where no such record). Answered by later `poll_requests`/`on_response` rounds; it fails
+        with `RequestTimedOutError` after `timeout_ms` (default `request_timeout_ms`)."""
         for tp, ts in timestamps.items():
             if ts < 0:
                 raise ValueError(f"invalid negative timestamp {ts} for {tp}")
+        return self._lookup(dict(timestamps), now_ms, timeout_ms)
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition], now_ms: int,
+                          timeout_ms: int | None = None) -> OffsetsForTimesLookup:
+        """Start a lookup of each partition's log start offset (ListOffsets EARLIEST): `lookup.offsets`."""
+        return self._lookup(dict.fromkeys(partitions, EARLIEST_TIMESTAMP), now_ms, timeout_ms)
+
+    def end_offsets(self, partitions: Iterable[TopicPartition], now_ms: int,
+                    timeout_ms: int | None = None) -> OffsetsForTimesLookup:
+        """Start a lookup of each partition's end (ListOffsets LATEST: the high watermark, the last stable
+        offset under read_committed): `lookup.offsets`."""
+        return self._lookup(dict.fromkeys(partitions, LATEST_TIMESTAMP), now_ms, timeout_ms)
+
+    def _lookup(self, timestamps: dict[TopicPartition, int], now_ms: int, timeout_ms: int | None,
+                ) -> OffsetsForTimesLookup:
         self.metadata.add_topics(tp.topic for tp in timestamps)
-        return self._offsets.start_lookup(dict(timestamps), now_ms)
+        return self._offsets.start_lookup(timestamps, now_ms, timeout_ms)
 
     def poll(self, now_ms: int = 0) -> ConsumerRecords:
         """Drain buffered records (advancing positions), or raise the oldest pending error. An
@@ -335,11 +364,13 @@ class Consumer:
                 break
         self._validation.validate_positions_on_metadata_change()
 
-    def on_request_failed(self, node_id: int, request: ClientRequest, now_ms: int) -> None:
-        """No answer (disconnect, timeout): the manager retries after backoff; the broker's versions
-        are asked again, as after a new connection."""
+    def on_request_failed(self, node_id: int, request: ClientRequest, now_ms: int,
+                          error: EpochGuardError | None = None) -> None:
+        """No answer (disconnect, timeout; `error`: why, if known): the manager retries after backoff (a
+        lookup no ListOffsets version can carry fails instead); the broker's versions are asked again, as
+        after a new connection."""
         for manager in self._managers:
             if manager.owns(request):
                 self._api_versions.forget(node_id)
-                manager.on_failure(request, now_ms)
+                manager.on_failure(request, now_ms, error)
                 return

@@ -63,6 +63,9 @@ class PartitionState:
     # Beyond Kafka: no fetch from this offset on (a reader of a planned range: nothing past its end is
     # asked for, and no fetch waits fetch_max_wait_ms at the broker for records nobody will read).
     fetch_until: int | None = None
+    # The high watermark of the last fetch answered for this partition (Java's `TopicPartitionState.highWatermark`,
+    # kafka-python's `highwater`): None before one.
+    highwater: int | None = None
 
     def transition(self, new: FetchState, position: FetchPosition | None = None) -> None:
         """Kafka's `transitionState`: a disallowed transition is silently ignored. `position`: the new

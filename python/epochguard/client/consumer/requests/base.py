@@ -118,7 +118,8 @@ class RequestManager(Generic[T]):
         if sent is not None:
             self.handle(sent.node_id, sent.request, sent.context, response, now_ms)
 
-    def on_failure(self, request: ClientRequest, now_ms: int) -> None:
+    def on_failure(self, request: ClientRequest, now_ms: int, error: EpochGuardError | None = None) -> None:
+        """No answer (`error`: why, if the driver knows; a retriable failure is retried whatever it was)."""
         sent = self._in_flight.pop(id(request), None)
         if sent is not None:
             self.failed(sent.node_id, sent.request, sent.context, now_ms)

@@ -175,6 +175,8 @@ class FetchManager(RequestManager[_Positions]):
         """A successful answer: buffer its records for `poll()`, or step over a run without any. `ahead`:
         fetched from the end of the buffered fetches, not from the position."""
         assert s.position is not None  # checked by _on_partition
+        if data.high_watermark >= 0:
+            s.highwater = data.high_watermark
         if data.preferred_read_replica >= 0:
             s.preferred_read_replica = data.preferred_read_replica
         try:

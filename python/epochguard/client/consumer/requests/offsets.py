@@ -5,7 +5,9 @@ A reset asks the partition's leader for EARLIEST or LATEST (the LSO under read_c
 the answer only if the partition still awaits that same reset; the position it sets has no offset
 epoch (nothing to validate), and the answer's epoch bumps the last-seen epoch only where one is known
 (`testListOffsetNoUpdateMissingEpoch`: an unknown epoch asks for no metadata). Lookups answer per
-partition the first offset at or after a timestamp, with its leader epoch, or None.
+partition the first offset at or after a timestamp, with its leader epoch, or None; the same lookup
+with EARLIEST or LATEST is `beginningOffsets` / `endOffsets` (Java's `OffsetFetcher.beginningOrEndOffset`:
+the log start offset, and the high watermark or, under read_committed, the last stable offset).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from epochguard.errors import (
     Errors,
     NoOffsetForPartitionError,
     RequestTimedOutError,
+    UnsupportedVersionError,
 )
 from epochguard.protocol.messages import (
     ListOffsetsPartition,
@@ -37,6 +40,7 @@ from epochguard.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     NO_EPOCH,
+    NO_OFFSET,
     FetchPosition,
     OffsetAndTimestamp,
     OffsetResetEvent,
@@ -52,23 +56,29 @@ __all__ = ["OffsetsForTimesLookup", "OffsetsManager"]
 
 @dataclass
 class OffsetsForTimesLookup:
-    """A pending `offsets_for_times`: `done` once every partition is answered (or `deadline_ms` passed)."""
+    """A pending `offsets_for_times` (or, with the EARLIEST / LATEST targets, `beginning_offsets` /
+    `end_offsets`): `done` once every partition is answered (or `deadline_ms` passed).
+
+    `offsets`: every answered partition's offset (-1: the broker found none); `result`: for the timestamp
+    targets, the `OffsetAndTimestamp` with its leader epoch, or None.
+    """
 
     timestamps: dict[TopicPartition, int]
     deadline_ms: int
     result: dict[TopicPartition, OffsetAndTimestamp | None] = field(default_factory=dict)
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
     error: EpochGuardError | None = None
     _in_flight: set[TopicPartition] = field(default_factory=set)
     _retry_ms: dict[TopicPartition, int] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
-        return self.error is not None or len(self.result) == len(self.timestamps)
+        return self.error is not None or len(self.offsets) == len(self.timestamps)
 
     def _due(self, now_ms: int | None) -> list[TopicPartition]:
         return [
             tp for tp in self.timestamps
-            if tp not in self.result and tp not in self._in_flight
+            if tp not in self.offsets and tp not in self._in_flight
             and (now_ms is None or now_ms >= self._retry_ms.get(tp, 0))
         ]
 
@@ -89,8 +99,10 @@ class OffsetsManager(RequestManager[_Resets | _Lookup]):
         super().__init__(ctx)
         self.lookups: list[OffsetsForTimesLookup] = []
 
-    def start_lookup(self, timestamps: dict[TopicPartition, int], now_ms: int) -> OffsetsForTimesLookup:
-        lookup = OffsetsForTimesLookup(timestamps, now_ms + self.ctx.request_timeout_ms)
+    def start_lookup(self, timestamps: dict[TopicPartition, int], now_ms: int,
+                     timeout_ms: int | None = None) -> OffsetsForTimesLookup:
+        timeout = self.ctx.request_timeout_ms if timeout_ms is None else timeout_ms
+        lookup = OffsetsForTimesLookup(timestamps, now_ms + timeout)
         self.lookups.append(lookup)
         return lookup
 
@@ -160,6 +172,17 @@ class OffsetsManager(RequestManager[_Resets | _Lookup]):
         return min(times, default=None)
 
     # --- answers ----------------------------------------------------------------------------------
+    def on_failure(self, request: ClientRequest, now_ms: int, error: EpochGuardError | None = None) -> None:
+        """A lookup's request that can never be sent (no ListOffsets version both sides serve: Kafka's
+        `UnsupportedVersionException`) fails the lookup; any other failure is retried after the back-off."""
+        sent = self._in_flight.get(id(request))
+        if sent is not None and isinstance(sent.context, _Lookup) and isinstance(error, UnsupportedVersionError):
+            del self._in_flight[id(request)]
+            sent.context.lookup._in_flight.difference_update(sent.context.partitions)
+            sent.context.lookup.error = error
+            return
+        super().on_failure(request, now_ms, error)
+
     def failed(self, node_id: int, request: ClientRequest, context: _Resets | _Lookup, now_ms: int) -> None:
         retry = self.ctx.backoff(now_ms)
         if isinstance(context, _Lookup):
@@ -215,8 +238,11 @@ class OffsetsManager(RequestManager[_Resets | _Lookup]):
                 self.ctx.metadata.request_update()
             lookup._retry_ms[tp] = self.ctx.backoff(now_ms)
             return
-        if answer.offset < 0:
-            lookup.result[tp] = None
+        lookup.offsets[tp] = answer.offset if answer.offset >= 0 else NO_OFFSET
+        if lookup.timestamps[tp] < 0:
+            return  # EARLIEST / LATEST: an offset (answered with timestamp -1), no OffsetAndTimestamp
+        if answer.offset < 0 or answer.timestamp < 0:
+            lookup.result[tp] = None  # no record at or after the timestamp (a timestamp-less answer: none known)
             return
         found = lookup.result[tp] = OffsetAndTimestamp(answer.offset, answer.timestamp, answer.leader_epoch)
         if found.leader_epoch is not None:

@@ -50,6 +50,11 @@ pub const CLIENT_ONLY: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddOffsetsToTxn, 0, 4),
     (ApiKey::TxnOffsetCommit, 0, 4),
     (ApiKey::EndTxn, 0, 4),
+    // `epochguard watch` (issue 34): every group by name, whether it has members, and the producers a
+    // partition's leader holds state for (an open transaction holding the last stable offset back).
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::DescribeProducers, 0, 0),
 ];
 
 /// Where the client's half stops below [`SUPPORTED`]: epochguard's consumer names topics, never topic

@@ -101,6 +101,9 @@ _API_KEYS: dict[str, ApiKey] = {
     "AddOffsetsToTxnRequest": ApiKey.ADD_OFFSETS_TO_TXN,
     "TxnOffsetCommitRequest": ApiKey.TXN_OFFSET_COMMIT,
     "EndTxnRequest": ApiKey.END_TXN,
+    "ListGroupsRequest": ApiKey.LIST_GROUPS,
+    "DescribeGroupsRequest": ApiKey.DESCRIBE_GROUPS,
+    "DescribeProducersRequest": ApiKey.DESCRIBE_PRODUCERS,
 }
 
 

@@ -32,9 +32,13 @@ scenario) is validated again at the next round, and a clean leader change valida
 What the wire cannot show: records above the last high watermark the watcher read (acks=1 writes no consumer
 could read, or written and lost between two rounds) are outside its sight; the audit of the disks sees them.
 
-Groups (`groups`): after a truncation, each named group's committed offset (FindCoordinator, OffsetFetch
-v5+ with its leader epoch) on that partition: a group committed at c > D read the phantoms [D, c) and, with
-a client that does not validate committed epochs, will skip the replacements [D, c).
+Groups (`groups`): after a truncation, each group's committed offset (FindCoordinator, OffsetFetch v5+ with
+its leader epoch) on that partition: a group committed at c > D read the phantoms [D, c) and, with a client
+that does not validate committed epochs, will skip the replacements [D, c). Names are asked for directly;
+`groups=None` (every group) or a pattern lists the groups of every broker first (ListGroups, as Kafka's
+`Admin.listConsumerGroups` does: each broker answers for the groups it coordinates), keeping the consumer
+groups (protocol type "consumer", or none: a group that only commits offsets) whose names match. A broker
+that cannot answer after `LIST_GROUPS_TRIES` rounds is named in a warning: its groups were not checked.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ from epochguard.protocol.messages import (
     FetchResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
     ListOffsetsPartition,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -89,6 +95,7 @@ __all__ = [
     "WatchEvent",
     "WatchWarning",
     "Watcher",
+    "is_pattern",
     "name_matcher",
 ]
 
@@ -115,6 +122,7 @@ _ACTIVE_GROUP = frozenset({
     Errors.ILLEGAL_GENERATION,
     Errors.REBALANCE_IN_PROGRESS,
 })
+LIST_GROUPS_TRIES = 3  # rounds a broker may fail ListGroups before its groups are given up (with a warning)
 CONFIRM_FETCH_BYTES = 64 * 1024  # enough for a batch header; a larger batch comes back partial, header first
 
 
@@ -232,6 +240,11 @@ class WatchWarning:
 WatchEvent = Truncation | GroupAffected | WatchWarning
 
 
+def is_pattern(name: str) -> bool:
+    """Whether a `--topic` / `--group` argument is a shell pattern rather than a name."""
+    return any(c in name for c in "*?[")
+
+
 def name_matcher(patterns: Iterable[str] | None) -> Callable[[str], bool]:
     """Names or shell-style patterns (`orders-*`) -> a predicate; None or empty: everything."""
     pats = list(patterns or ())
@@ -244,11 +257,22 @@ def name_matcher(patterns: Iterable[str] | None) -> Callable[[str], bool]:
 # What each request in flight was for.
 @dataclass(slots=True)
 class _Sent:
-    kind: str  # metadata | offsets | epochs | confirm | coordinator | committed
+    kind: str  # metadata | offsets | epochs | confirm | groups | coordinator | committed | rewind
     partitions: list[PartitionWatch] = field(default_factory=list)  # each asked by this request alone
     group: str = ""
+    broker: int = -1  # groups: the broker whose groups are listed
     truncations: tuple[Truncation, ...] = ()
     rewinds: tuple[GroupAffected, ...] = ()
+
+
+@dataclass(slots=True)
+class _Listing:
+    """One ListGroups pass over the brokers, for the truncations found before it started."""
+
+    truncations: list[Truncation]
+    brokers: dict[int, int]  # broker -> failed tries; answered brokers are removed
+    retry_round: int = -1
+    asked: set[int] = field(default_factory=set)  # in flight
 
 
 @dataclass(slots=True)
@@ -266,7 +290,7 @@ class Watcher:
         self,
         *,
         topics: Iterable[str] | None = None,
-        groups: Iterable[str] = (),
+        groups: Iterable[str] | None = (),
         rewind_groups: bool = False,
         interval_ms: int = 5000,
         bootstrap_nodes: Sequence[int] = (-1,),
@@ -275,7 +299,12 @@ class Watcher:
     ) -> None:
         self.interval_ms = interval_ms
         self._topic_ok = name_matcher(topics)
-        self.groups = list(groups)
+        # None: every group; names are asked for directly, patterns (and None) after a ListGroups pass.
+        self.groups = None if groups is None else list(groups)
+        self._group_ok = name_matcher(self.groups)
+        self._list_groups = self.groups is None or any(is_pattern(g) for g in self.groups)
+        self._unlisted: list[Truncation] = []  # truncations waiting for the next ListGroups pass
+        self._listing: _Listing | None = None
         self.rewind_groups = rewind_groups  # the one write the watcher may do, when asked
         self.include_internal = include_internal
         self.partitions: dict[TopicPartition, PartitionWatch] = {}
@@ -306,6 +335,7 @@ class Watcher:
         """Every partition has a position and nothing is being validated, confirmed or looked up."""
         return (
             self.rounds_done > 0 and not self._in_flight and not self._lookups
+            and self._listing is None and not self._unlisted
             and all(p.stage is Stage.READY for p in self.partitions.values() if p.leader is not None)
         )
 
@@ -352,22 +382,28 @@ class Watcher:
                 self._round_open = True
                 self._due = list(self.partitions.values())
             return
+        self._dispatch(sent, request, response, now_ms)
+        for p in sent.partitions:
+            if p.asked_by is sent:  # not answered (left out of the answer): next round
+                p.retry_round = self.round + 1
+            p.asked_by = None
+
+    def _dispatch(self, sent: _Sent, request: Request, response: Response, now_ms: int) -> None:
+        """An answer to its handler (an answer of the wrong type is ignored: the step is retried)."""
         if sent.kind == "offsets" and isinstance(response, ListOffsetsResponse):
             self._on_offsets(sent, response)
         elif sent.kind == "epochs" and isinstance(response, OffsetsForLeaderEpochResponse):
             self._on_epochs(sent, request, response, now_ms)
         elif sent.kind == "confirm" and isinstance(response, FetchResponse):
             self._on_confirm(sent, response, now_ms)
+        elif sent.kind == "groups" and isinstance(response, ListGroupsResponse):
+            self._on_groups(sent, response, now_ms)
         elif sent.kind == "coordinator" and isinstance(response, FindCoordinatorResponse):
             self._on_coordinator(sent, response)
         elif sent.kind == "committed" and isinstance(response, OffsetFetchResponse):
             self._on_committed(sent, response, now_ms)
         elif sent.kind == "rewind" and isinstance(response, OffsetCommitResponse):
             self._on_rewound(sent, response, now_ms)
-        for p in sent.partitions:
-            if p.asked_by is sent:  # not answered (left out of the answer): next round
-                p.retry_round = self.round + 1
-            p.asked_by = None
 
     def on_failure(self, request: Request, now_ms: int) -> None:
         """The request got no answer (the broker is down, slow, or answered garbage): that step waits for
@@ -385,6 +421,9 @@ class Watcher:
         for p in sent.partitions:
             p.asked_by = None
             p.retry_round = self.round + 1  # not due again this round
+        if sent.kind == "groups":
+            self._listing_failed(sent.broker, "no answer", now_ms)
+            return
         lookup = self._lookups.get(sent.group)
         if lookup is not None:
             lookup.coordinator = None
@@ -604,7 +643,9 @@ class Watcher:
         t = Truncation(p.tp.topic, p.tp.partition, p.position_epoch, p.leader_epoch, divergent, p.hw, now_ms,
                        epoch, replaced_by)
         self._events.append(t)
-        if self.groups:
+        if self._list_groups:
+            self._unlisted.append(t)
+        elif self.groups:
             for group in self.groups:
                 self._lookups.setdefault(group, _GroupLookup([])).truncations.append(t)
         self._restart(p)
@@ -617,8 +658,56 @@ class Watcher:
         self._events.append(WatchWarning(message, now_ms, tp.topic if tp else None, tp.partition if tp else None))
 
     # --- groups ------------------------------------------------------------------------------------
+    def _listing_requests(self) -> list[tuple[int, Request]]:
+        """ListGroups to every broker not yet answered in the current pass (one pass at a time)."""
+        if self._listing is None and self._unlisted:
+            self._listing = _Listing(self._unlisted, dict.fromkeys(self.brokers, 0))
+            self._unlisted = []
+        listing = self._listing
+        if listing is None or listing.retry_round > self.round:
+            return []
+        out = []
+        for broker in listing.brokers:
+            if broker not in listing.asked:
+                listing.asked.add(broker)
+                out.append(self._send(broker, ListGroupsRequest(), _Sent("groups", broker=broker)))
+        return out
+
+    def _on_groups(self, sent: _Sent, response: ListGroupsResponse, now_ms: int) -> None:
+        listing = self._listing
+        if listing is None or sent.broker not in listing.brokers:
+            return
+        if response.error_code != Errors.NONE:
+            self._listing_failed(sent.broker, response.error_code.name, now_ms)
+            return
+        for g in response.groups:
+            if g.protocol_type in ("consumer", "") and self._group_ok(g.group_id):
+                lookup = self._lookups.setdefault(g.group_id, _GroupLookup([]))
+                lookup.truncations.extend(t for t in listing.truncations if t not in lookup.truncations)
+        self._listing_answered(sent.broker)
+
+    def _listing_failed(self, broker: int, why: str, now_ms: int) -> None:
+        listing = self._listing
+        if listing is None or broker not in listing.brokers:
+            return
+        listing.asked.discard(broker)
+        listing.brokers[broker] += 1
+        listing.retry_round = self.round + 1
+        if listing.brokers[broker] >= LIST_GROUPS_TRIES:
+            self._warn(f"could not list the groups broker {broker} coordinates ({why}, {LIST_GROUPS_TRIES} "
+                       "tries): groups there were not checked for these truncations", now_ms)
+            self._listing_answered(broker)
+
+    def _listing_answered(self, broker: int) -> None:
+        listing = self._listing
+        if listing is not None:
+            listing.brokers.pop(broker, None)
+            listing.asked.discard(broker)
+            if not listing.brokers:
+                self._listing = None
+
     def _group_requests(self) -> list[tuple[int, Request]]:
-        out: list[tuple[int, Request]] = []
+        out: list[tuple[int, Request]] = self._listing_requests()
         busy = {s.group for s in self._in_flight.values() if s.group}
         for group, lookup in self._lookups.items():
             if group in busy or lookup.retry_round > self.round:

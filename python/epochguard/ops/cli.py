@@ -44,8 +44,9 @@ def configure_watch(parser: argparse.ArgumentParser) -> None:
                         help="brokers to bootstrap from (Kafka's bootstrap.servers)")
     parser.add_argument("--topic", action="append", default=[], metavar="NAME|PATTERN",
                         help="a topic name or shell pattern (repeatable; default: every topic)")
-    parser.add_argument("--group", action="append", default=[], metavar="NAME",
-                        help="a consumer group to check after a truncation (repeatable)")
+    parser.add_argument("--group", action="append", default=[], metavar="NAME|PATTERN",
+                        help="a consumer group name or shell pattern to check after a truncation (repeatable; "
+                             "default: every consumer group, found with ListGroups)")
     parser.add_argument("--rewind-groups", action="store_true",
                         help="commit each affected group with no active member back to the divergence point "
                              "(the one write; an active group is named with the command to run once stopped)")
@@ -104,7 +105,8 @@ def run_watch(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         summary = await watch(
-            args.bootstrap_servers, topics=args.topic or None, groups=args.group, rewind_groups=args.rewind_groups,
+            args.bootstrap_servers, topics=args.topic or None, groups=args.group or None,
+            rewind_groups=args.rewind_groups,
             interval_ms=int(args.interval * 1000), once=args.once, events=events, state_path=args.state,
             metrics=metrics, security=security, request_timeout_ms=args.request_timeout_ms,
             human=console.print, stop=stop,

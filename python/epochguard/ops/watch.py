@@ -10,8 +10,8 @@ answers), hands every answer or failure back, and writes what the watcher finds:
   are written before the state that no longer holds their positions: a crash in between reports the loss
   again at the next start (at least once, never lost).
 
-Read-only: Metadata, ListOffsets, OffsetsForLeaderEpoch, Fetch (batch headers), FindCoordinator and
-OffsetFetch; Describe on topics and groups is all the rights it needs. The one write, only with
+Read-only: Metadata, ListOffsets, OffsetsForLeaderEpoch, Fetch (batch headers), ListGroups, FindCoordinator
+and OffsetFetch; Describe on topics and groups is all the rights it needs. The one write, only with
 `rewind_groups`: an admin OffsetCommit of an affected group back to the divergence point, which the group
 coordinator accepts only while the group has no member (Read on the group); each is an event.
 """
@@ -268,7 +268,7 @@ async def watch(
     bootstrap_servers: str,
     *,
     topics: Iterable[str] | None = None,
-    groups: Iterable[str] = (),
+    groups: Iterable[str] | None = (),
     rewind_groups: bool = False,
     interval_ms: int = 5000,
     once: bool = False,
@@ -282,7 +282,9 @@ async def watch(
     max_rounds: int | None = None,
 ) -> WatchSummary:
     """Run the watcher until `stop` is set (`once`: until every position is validated, or a few rounds).
-    Each event is written as it is found; the summary says what was found."""
+    Each event is written as it is found; the summary says what was found. `groups`: names or patterns of
+    the groups to check after a truncation, None for every consumer group (the command's default), empty
+    for none."""
     net = NetworkClient(bootstrap_servers, client_id="epochguard-watch", request_timeout_ms=request_timeout_ms,
                         security=security)
     watcher = Watcher(topics=topics, groups=groups, rewind_groups=rewind_groups,

@@ -43,6 +43,8 @@ class ApiKey(enum.IntEnum):
     HEARTBEAT = 12
     LEAVE_GROUP = 13
     SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
@@ -53,6 +55,7 @@ class ApiKey(enum.IntEnum):
     TXN_OFFSET_COMMIT = 28
     SASL_AUTHENTICATE = 36
     ALTER_PARTITION = 56
+    DESCRIBE_PRODUCERS = 61
 
 
 @dataclass(frozen=True, slots=True)

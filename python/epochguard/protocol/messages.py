@@ -98,6 +98,16 @@ __all__ = [
     "TxnPartitionResult",
     "EndTxnRequest",
     "EndTxnResponse",
+    "ListGroupsRequest",
+    "ListedGroup",
+    "ListGroupsResponse",
+    "DescribeGroupsRequest",
+    "DescribedGroup",
+    "DescribeGroupsResponse",
+    "DescribeProducersRequest",
+    "ProducerState",
+    "DescribeProducersPartition",
+    "DescribeProducersResponse",
     "InitProducerIdRequest",
     "InitProducerIdResponse",
     "FindCoordinatorRequest",
@@ -873,6 +883,95 @@ class EndTxnResponse:
     throttle_time_ms: int = 0
 
 
+# --- ListGroups / DescribeGroups / DescribeProducers (the client's half only: `epochguard watch`) ---------
+@dataclass(frozen=True, slots=True)
+class ListGroupsRequest:
+    """`ListGroupsRequest`: every group the broker coordinates (ask each broker for all of them);
+    `states_filter` (v4+) and `types_filter` (v5+) narrow it, empty: no filter."""
+
+    states_filter: tuple[str, ...] = ()
+    types_filter: tuple[str, ...] = ()
+    version: int = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str = ""  # "consumer" for consumer groups (classic); "" for a KIP-848 group before v5
+    group_state: str = ""  # v4+: Stable, Empty, PreparingRebalance, ... ("" before)
+    group_type: str = ""  # v5+: classic, consumer, share, streams ("" before)
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroupsResponse:
+    groups: tuple[ListedGroup, ...] = ()
+    error_code: Errors = Errors.NONE
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupsRequest:
+    """`DescribeGroupsRequest` to the groups' coordinator: each group's state and members."""
+
+    groups: tuple[str, ...]
+    version: int = 6
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    group_id: str
+    error_code: Errors = Errors.NONE
+    group_state: str = ""  # Empty, Stable, PreparingRebalance, CompletingRebalance, Dead
+    protocol_type: str = ""
+    members: tuple[str, ...] = ()  # member ids
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroupsResponse:
+    groups: tuple[DescribedGroup, ...] = ()
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeProducersRequest:
+    """`DescribeProducersRequest` to partitions' leader (KIP-664): the producers it holds state for."""
+
+    partitions: tuple[TopicPartition, ...]
+    version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerState:
+    """One active producer of a partition (`DescribeProducersResponseData.ProducerState`):
+    `current_txn_start_offset` the first offset of its open transaction, -1 if none."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int = -1
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    current_txn_start_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeProducersPartition:
+    topic: str
+    partition_index: int
+    error_code: Errors = Errors.NONE
+    error_message: str | None = None
+    active_producers: tuple[ProducerState, ...] = ()
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition_index)
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeProducersResponse:
+    partitions: tuple[DescribeProducersPartition, ...] = ()
+    throttle_time_ms: int = 0
+
+
 Request = (
     ApiVersionsRequest
     | ProduceRequest
@@ -894,6 +993,9 @@ Request = (
     | AddOffsetsToTxnRequest
     | TxnOffsetCommitRequest
     | EndTxnRequest
+    | ListGroupsRequest
+    | DescribeGroupsRequest
+    | DescribeProducersRequest
 )
 Response = (
     ApiVersionsResponse
@@ -916,4 +1018,7 @@ Response = (
     | AddOffsetsToTxnResponse
     | TxnOffsetCommitResponse
     | EndTxnResponse
+    | ListGroupsResponse
+    | DescribeGroupsResponse
+    | DescribeProducersResponse
 )

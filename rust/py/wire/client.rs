@@ -377,6 +377,35 @@ fn request_kind(r: &Bound<'_, PyAny>, api_key: i16, v: i16) -> PyResult<RequestK
             m.committed = get(r, "committed")?;
             RequestKind::EndTxn(m)
         }
+        km::ApiKey::ListGroups => {
+            let mut m = km::ListGroupsRequest::default();
+            if v >= 4 {
+                let states: Vec<PyBackedStr> = get(r, "states_filter")?;
+                m.states_filter = states.iter().map(str_bytes).collect();
+            }
+            if v >= 5 {
+                let types: Vec<PyBackedStr> = get(r, "types_filter")?;
+                m.types_filter = types.iter().map(str_bytes).collect();
+            }
+            RequestKind::ListGroups(m)
+        }
+        km::ApiKey::DescribeGroups => {
+            let mut m = km::DescribeGroupsRequest::default();
+            let groups: Vec<PyBackedStr> = get(r, "groups")?;
+            m.groups = groups.iter().map(|g| str_bytes(g).into()).collect();
+            RequestKind::DescribeGroups(m)
+        }
+        km::ApiKey::DescribeProducers => {
+            let mut m = km::DescribeProducersRequest::default();
+            for (name, parts) in by_topic(items(r, "partitions")?, |p| get::<i32>(p, "partition"))?
+            {
+                let mut t = km::describe_producers_request::TopicRequest::default();
+                t.name = name.into();
+                t.partition_indexes = parts;
+                m.topics.push(t);
+            }
+            RequestKind::DescribeProducers(m)
+        }
         km::ApiKey::JoinGroup => {
             let mut m = km::JoinGroupRequest::default();
             m.group_id = get_str(r, "group_id")?.into();
@@ -907,6 +936,78 @@ fn response_object<'py>(
             error_code = error(py, r.error_code)?,
             throttle_time_ms = r.throttle_time_ms
         ),
+        ResponseKind::ListGroups(r) => {
+            let groups = r.groups.iter().map(|g| {
+                Ok(obj!(
+                    py,
+                    "ListedGroup",
+                    group_id = g.group_id.as_str(),
+                    protocol_type = g.protocol_type.as_str(),
+                    group_state = g.group_state.as_str(),
+                    group_type = g.group_type.as_str()
+                ))
+            });
+            obj!(
+                py,
+                "ListGroupsResponse",
+                groups = tuple(py, groups)?,
+                error_code = error(py, r.error_code)?,
+                throttle_time_ms = r.throttle_time_ms
+            )
+        }
+        ResponseKind::DescribeGroups(r) => {
+            let groups = r.groups.iter().map(|g| {
+                let members = g.members.iter().map(|m| m.member_id.as_str());
+                Ok(obj!(
+                    py,
+                    "DescribedGroup",
+                    group_id = g.group_id.as_str(),
+                    error_code = error(py, g.error_code)?,
+                    group_state = g.group_state.as_str(),
+                    protocol_type = g.protocol_type.as_str(),
+                    members = PyTuple::new(py, members)?
+                ))
+            });
+            obj!(
+                py,
+                "DescribeGroupsResponse",
+                groups = tuple(py, groups)?,
+                throttle_time_ms = r.throttle_time_ms
+            )
+        }
+        ResponseKind::DescribeProducers(r) => {
+            let parts = r.topics.iter().flat_map(|t| {
+                t.partitions.iter().map(move |p| {
+                    let producers = p.active_producers.iter().map(|s| {
+                        Ok(obj!(
+                            py,
+                            "ProducerState",
+                            producer_id = s.producer_id.0,
+                            producer_epoch = s.producer_epoch,
+                            last_sequence = s.last_sequence,
+                            last_timestamp = s.last_timestamp,
+                            coordinator_epoch = s.coordinator_epoch,
+                            current_txn_start_offset = s.current_txn_start_offset
+                        ))
+                    });
+                    Ok(obj!(
+                        py,
+                        "DescribeProducersPartition",
+                        topic = t.name.as_str(),
+                        partition_index = p.partition_index,
+                        error_code = error(py, p.error_code)?,
+                        error_message = p.error_message.as_deref(),
+                        active_producers = tuple(py, producers)?
+                    ))
+                })
+            });
+            obj!(
+                py,
+                "DescribeProducersResponse",
+                partitions = tuple(py, parts)?,
+                throttle_time_ms = r.throttle_time_ms
+            )
+        }
         ResponseKind::JoinGroup(r) => {
             let members = tuple(
                 py,

@@ -15,6 +15,7 @@ has connected; ours answers whether a connection to the cluster is open.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 
@@ -188,3 +189,66 @@ def test_bootstrap_connected_is_false_without_a_broker() -> None:
         assert math.isnan(consumer.metrics()["consumer-fetch-manager-metrics"]["records-lag-max"])
     finally:
         consumer.close()
+
+
+def test_watch_finds_a_group_it_was_not_told_about(kafka_cluster: KafkaCluster, tmp_path) -> None:
+    """`epochguard watch` with no --group (every group): after an unclean election that loses the committed
+    records [10, 20), the group committed at 15 is found with ListGroups and named; the one committed at the
+    divergence point is not (its next record is a replacement). Kafka-python commits both, as any client would."""
+    from epochguard.ops.watch import EXIT_CLEAN, EXIT_LOSS, EventLog, watch
+
+    c, topic = kafka_cluster, "consumer-watch-groups"
+    state, events = tmp_path / "state.json", tmp_path / "events.jsonl"
+
+    def run_once() -> tuple[int, list]:
+        log = EventLog(events)
+        try:
+            summary = asyncio.run(watch(c.bootstrap, topics=[topic], groups=None, once=True, events=log,
+                                        state_path=state, request_timeout_ms=5000))
+        finally:
+            log.close()
+        return summary.exit_code, [json.loads(line) for line in events.read_text().splitlines()] if events.exists() \
+            else []
+
+    def produce(prefix: str, n: int) -> None:
+        producer = KafkaProducer(bootstrap_servers=c.bootstrap, acks="all")
+        try:
+            for i in range(n):
+                producer.send(topic, f"{prefix}-{i}".encode(), partition=0)
+            producer.flush(60)
+        finally:
+            producer.close()
+
+    def commit(group: str, offset: int) -> None:
+        consumer = theirs(c, group_id=group)
+        try:
+            tp = kafka.TopicPartition(topic, 0)
+            consumer.assign([tp])
+            consumer.commit({tp: kafka.OffsetAndMetadata(offset, "", -1)})
+        finally:
+            consumer.close()
+
+    c.create_topic(topic, {0: [1, 2]}, {"min.insync.replicas": "1", "unclean.leader.election.enable": "false"})
+    try:
+        produce("a", 10)
+        assert run_once() == (EXIT_CLEAN, [])
+        c.stop_broker(2)
+        c.wait_partition(topic, 0, lambda s: s.isr == (1,), "ISR [1]")
+        produce("b", 10)
+        commit("unnamed-past", 15)
+        commit("unnamed-at", 10)
+        assert run_once() == (EXIT_CLEAN, [])
+        c.stop_broker(1)
+        c.wait_partition(topic, 0, lambda s: s.leader == -1, "no leader")
+        c.start_broker(2)
+        c.elect_leaders(topic, 0, unclean=True)
+        c.wait_partition(topic, 0, lambda s: s.leader == 2, "leader 2 (unclean)")
+        code, lines = run_once()
+        assert code == EXIT_LOSS
+        assert [(e["lost_from"], e["lost_until"]) for e in lines if e["event"] == "truncation"] == [(10, 20)]
+        groups = [(e["group"], e["committed"], e["phantoms"], e["skips"]) for e in lines
+                  if e["event"] == "group-affected"]
+        assert groups == [("unnamed-past", 15, [10, 15], [10, 15])]
+    finally:
+        c.start_broker(1)
+        c.wait_partition(topic, 0, lambda s: set(s.isr) == {1, 2}, "ISR [1, 2] again", timeout_s=120)

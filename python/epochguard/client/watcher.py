@@ -29,6 +29,15 @@ an epoch above E (a replacement written after the divergence), or the new leader
 below its high watermark. A short or racing answer (records at D still in epoch E, the `false-divergence`
 scenario) is validated again at the next round, and a clean leader change validates to no event.
 
+Hanging transactions (KAFKA-20716: an unclean election can drop a COMMIT/ABORT marker, so the transaction never
+ends and read_committed consumers stop at its first offset): on a partition the watcher saw truncated, each round
+also reads the last stable offset (ListOffsets LATEST under read_committed). An LSO below the high watermark that
+has not moved for `transaction_timeout_ms` (Kafka's `transaction.max.timeout.ms`: no transaction may stay open
+longer, so the coordinator would have aborted it by then) is one `lso-stuck` event per episode (until the LSO
+moves), naming the producers with an open transaction that DescribeProducers (KIP-664) shows on the leader, or
+saying the leader would not describe them. "since" is when this watcher first saw the LSO there: it cannot see
+how long it stood before.
+
 What the wire cannot show: records above the last high watermark the watcher read (acks=1 writes no consumer
 could read, or written and lost between two rounds) are outside its sight; the audit of the disks sees them.
 
@@ -53,6 +62,8 @@ from typing import Any
 from epochguard.client.consumer.validator import Resume, Truncated, validate_position
 from epochguard.errors import Errors
 from epochguard.protocol.messages import (
+    DescribeProducersRequest,
+    DescribeProducersResponse,
     FetchPartition,
     FetchRequest,
     FetchResponse,
@@ -89,6 +100,7 @@ from epochguard.types import (
 
 __all__ = [
     "GroupAffected",
+    "LsoStuck",
     "PartitionWatch",
     "Stage",
     "Truncation",
@@ -151,6 +163,15 @@ class PartitionWatch:
     divergence: tuple[int, int] | None = None  # (D, E) while confirming
     leader_hw: int = NO_OFFSET  # the new leader's high watermark while confirming
     polled_round: int = -1  # the round whose high watermark was read
+    # Hanging transactions, on a partition seen truncated: the last stable offset, since when it stands there
+    # below the high watermark (-1: it does not), whether this episode was reported, and whether the producers
+    # are to be described (the event waits for them).
+    lso_watch: bool = False
+    lso: int = NO_OFFSET
+    lso_since: int = -1
+    lso_reported: bool = False
+    lso_describe: bool = False
+    lso_round: int = -1
     retry_round: int = -1  # after a failed step: nothing until this round
     asked_by: Any = None  # the request in flight for it (one at a time)
     _latest: ListOffsetsPartition | None = None
@@ -237,7 +258,30 @@ class WatchWarning:
                 "detected_at": self.detected_at}
 
 
-WatchEvent = Truncation | GroupAffected | WatchWarning
+@dataclass(frozen=True, slots=True)
+class LsoStuck:
+    """A truncated partition's last stable offset `lso` has stood below the high watermark `hw` since `since`
+    (ms, as this watcher saw it) for longer than the transaction timeout: a transaction lost its end marker.
+    `producers`: those with an open transaction on the leader (DescribeProducers), None if it would not say."""
+
+    topic: str
+    partition: int
+    lso: int
+    hw: int
+    since: int
+    producers: tuple[dict[str, int], ...] | None
+    detected_at: int
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "event": "lso-stuck", "topic": self.topic, "partition": self.partition, "lso": self.lso, "hw": self.hw,
+            "since": self.since, "producers": None if self.producers is None else [dict(p) for p in self.producers],
+            "note": self.note, "detected_at": self.detected_at,
+        }
+
+
+WatchEvent = Truncation | GroupAffected | LsoStuck | WatchWarning
 
 
 def is_pattern(name: str) -> bool:
@@ -296,8 +340,10 @@ class Watcher:
         bootstrap_nodes: Sequence[int] = (-1,),
         any_node: Callable[[Sequence[int]], int | None] | None = None,
         include_internal: bool = False,
+        transaction_timeout_ms: int = 900_000,
     ) -> None:
         self.interval_ms = interval_ms
+        self.transaction_timeout_ms = transaction_timeout_ms  # Kafka's transaction.max.timeout.ms
         self._topic_ok = name_matcher(topics)
         # None: every group; names are asked for directly, patterns (and None) after a ListGroups pass.
         self.groups = None if groups is None else list(groups)
@@ -396,6 +442,10 @@ class Watcher:
             self._on_epochs(sent, request, response, now_ms)
         elif sent.kind == "confirm" and isinstance(response, FetchResponse):
             self._on_confirm(sent, response, now_ms)
+        elif sent.kind == "lso" and isinstance(response, ListOffsetsResponse):
+            self._on_lso(sent, response, now_ms)
+        elif sent.kind == "producers":
+            self._on_producers(sent, response if isinstance(response, DescribeProducersResponse) else None, now_ms)
         elif sent.kind == "groups" and isinstance(response, ListGroupsResponse):
             self._on_groups(sent, response, now_ms)
         elif sent.kind == "coordinator" and isinstance(response, FindCoordinatorResponse):
@@ -424,6 +474,9 @@ class Watcher:
         if sent.kind == "groups":
             self._listing_failed(sent.broker, "no answer", now_ms)
             return
+        if sent.kind == "producers":
+            self._on_producers(sent, None, now_ms)  # said plainly in the event, not retried
+            return
         lookup = self._lookups.get(sent.group)
         if lookup is not None:
             lookup.coordinator = None
@@ -432,12 +485,18 @@ class Watcher:
     # --- persistence (the `--state` file) ----------------------------------------------------------
     def positions(self) -> dict[str, Any]:
         """What a restarted watcher needs to validate what it saw before: every position."""
-        return {
+        state: dict[str, Any] = {
             "partitions": [
                 [p.tp.topic, p.tp.partition, p.hw, p.hw_epoch, p.position_epoch]
                 for p in self.partitions.values() if p.hw >= 0
             ],
         }
+        # Truncated partitions whose last stable offset is watched: [topic, partition, lso, since, reported].
+        lso = [[p.tp.topic, p.tp.partition, p.lso, p.lso_since, p.lso_reported]
+               for p in self.partitions.values() if p.lso_watch]
+        if lso:
+            state["lso"] = lso
+        return state
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Positions from `positions()` of an earlier run: each is validated at the first round whose
@@ -448,6 +507,10 @@ class Watcher:
                 tp, hw=int(hw), hw_epoch=int(hw_epoch), position_epoch=int(position_epoch),
                 leader_epoch=int(position_epoch), stage=Stage.READY,
             )
+        for topic, partition, lso, since, reported in state.get("lso", ()):
+            tp = TopicPartition(str(topic), int(partition))
+            p = self.partitions.setdefault(tp, PartitionWatch(tp))
+            p.lso_watch, p.lso, p.lso_since, p.lso_reported = True, int(lso), int(since), bool(reported)
 
     # --- rounds --------------------------------------------------------------------------------------
     def _candidates(self) -> list[int]:
@@ -524,6 +587,10 @@ class Watcher:
                 # The common case, inline: a position to read again this round, or nothing.
                 if p.polled_round < rnd:
                     by_node.setdefault(("offsets", p.leader), []).append((p, 0))
+                elif p.lso_watch:
+                    kind = "producers" if p.lso_describe else "lso" if p.lso_round < rnd else None
+                    if kind is not None:
+                        by_node.setdefault((kind, p.leader), []).append((p, 0))
                 continue
             step = self._step(p)
             if step is not None:
@@ -543,6 +610,11 @@ class Watcher:
         if kind == "offsets":
             return ListOffsetsRequest(tuple(p.latest() for p, _ in entries),
                                       isolation_level=IsolationLevel.READ_UNCOMMITTED)
+        if kind == "lso":  # LATEST under read_committed: the last stable offset
+            return ListOffsetsRequest(tuple(p.latest() for p, _ in entries),
+                                      isolation_level=IsolationLevel.READ_COMMITTED)
+        if kind == "producers":
+            return DescribeProducersRequest(tuple(p.tp for p, _ in entries))
         if kind == "epochs":
             return OffsetsForLeaderEpochRequest(tuple(
                 OffsetForLeaderPartition(p.tp.topic, p.tp.partition, asked, p.leader_epoch) for p, asked in entries
@@ -585,6 +657,49 @@ class Watcher:
             if p.stage is Stage.NEW or answer.offset > p.hw:
                 p.hw, p.hw_epoch = answer.offset, p.epoch_at(answer.offset)
             p.position_epoch, p.stage = p.leader_epoch, Stage.READY
+            if p.lso_watch:
+                self._due.append(p)  # next: its last stable offset
+
+    def _on_lso(self, sent: _Sent, response: ListOffsetsResponse, now_ms: int) -> None:
+        """An episode starts when the LSO is first seen below the high watermark at a value, and ends when it
+        moves (a moving LSO is transactions completing, not a hanging one)."""
+        for answer in response.partitions:
+            p = self._answer_for(sent, (answer.topic, answer.partition_index), answer.error_code)
+            if p is None or answer.offset < 0:
+                continue
+            p.lso_round = self.round
+            if answer.offset >= p.hw or answer.offset != p.lso:
+                p.lso_reported = False
+                p.lso_since = now_ms if answer.offset < p.hw else -1
+            p.lso = answer.offset
+            if p.lso_since >= 0 and not p.lso_reported and now_ms - p.lso_since >= self.transaction_timeout_ms:
+                p.lso_describe = True
+                self._due.append(p)  # next: who holds it (DescribeProducers), then the event
+
+    def _on_producers(self, sent: _Sent, response: DescribeProducersResponse | None, now_ms: int) -> None:
+        """The event of each partition asked, with its producers holding a transaction open (or why not)."""
+        answers = {} if response is None else {a.tp: a for a in response.partitions}
+        for p in sent.partitions:
+            if p.asked_by is sent:
+                p.asked_by = None
+            if not p.lso_describe:
+                continue
+            p.lso_describe, p.lso_reported = False, True
+            a = answers.get(p.tp)
+            producers: tuple[dict[str, int], ...] | None = None
+            if a is None:
+                note = "the leader did not answer DescribeProducers: the producers are not known"
+            elif a.error_code != Errors.NONE:
+                note = f"the leader refused DescribeProducers ({a.error_code.name}): the producers are not known"
+            else:
+                note = ""
+                producers = tuple(
+                    {"producer_id": s.producer_id, "producer_epoch": s.producer_epoch,
+                     "current_txn_start_offset": s.current_txn_start_offset, "last_timestamp": s.last_timestamp}
+                    for s in sorted(a.active_producers, key=lambda s: (s.current_txn_start_offset, s.producer_id))
+                    if s.current_txn_start_offset >= 0)
+            self._events.append(LsoStuck(p.tp.topic, p.tp.partition, p.lso, p.hw, p.lso_since, producers, now_ms,
+                                         note))
 
     def _on_epochs(self, sent: _Sent, request: Request, response: OffsetsForLeaderEpochResponse, now_ms: int) -> None:
         asked = {}
@@ -643,6 +758,7 @@ class Watcher:
         t = Truncation(p.tp.topic, p.tp.partition, p.position_epoch, p.leader_epoch, divergent, p.hw, now_ms,
                        epoch, replaced_by)
         self._events.append(t)
+        p.lso_watch = True  # its transactions may have lost their end markers (KAFKA-20716)
         if self._list_groups:
             self._unlisted.append(t)
         elif self.groups:

@@ -51,6 +51,9 @@ def configure_watch(parser: argparse.ArgumentParser) -> None:
                         help="commit each affected group with no active member back to the divergence point "
                              "(the one write; an active group is named with the command to run once stopped)")
     parser.add_argument("--interval", type=float, default=5.0, metavar="SECONDS", help="seconds between rounds")
+    parser.add_argument("--transaction-timeout-ms", type=int, default=900_000, metavar="MS",
+                        help="the cluster's transaction.max.timeout.ms: a truncated partition's last stable offset "
+                             "stuck below its high watermark longer than this is an lso-stuck event (default 900000)")
     parser.add_argument("--once", action="store_true", help="validate once and exit (cron); with --state")
     parser.add_argument("--state", type=Path, metavar="PATH",
                         help="positions kept between runs (written atomically after each round)")
@@ -107,7 +110,8 @@ def run_watch(args: argparse.Namespace) -> int:
         summary = await watch(
             args.bootstrap_servers, topics=args.topic or None, groups=args.group or None,
             rewind_groups=args.rewind_groups,
-            interval_ms=int(args.interval * 1000), once=args.once, events=events, state_path=args.state,
+            interval_ms=int(args.interval * 1000), transaction_timeout_ms=args.transaction_timeout_ms,
+            once=args.once, events=events, state_path=args.state,
             metrics=metrics, security=security, request_timeout_ms=args.request_timeout_ms,
             human=console.print, stop=stop,
         )
@@ -115,7 +119,8 @@ def run_watch(args: argparse.Namespace) -> int:
         console.print(
             f"watch: {summary.rounds} round(s), {summary.partitions} partition(s); {len(summary.truncations)} "
             f"truncation(s) losing {lost} committed record(s), {len(summary.groups)} group(s) affected, "
-            f"{len(summary.warnings)} warning(s)" + ("" if summary.metadata_answered else "; no broker answered")
+            + (f"{len(summary.lso_stuck)} stuck last stable offset(s), " if summary.lso_stuck else "")
+            + f"{len(summary.warnings)} warning(s)" + ("" if summary.metadata_answered else "; no broker answered")
         )
         return summary.exit_code
 

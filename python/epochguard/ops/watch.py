@@ -10,8 +10,8 @@ answers), hands every answer or failure back, and writes what the watcher finds:
   are written before the state that no longer holds their positions: a crash in between reports the loss
   again at the next start (at least once, never lost).
 
-Read-only: Metadata, ListOffsets, OffsetsForLeaderEpoch, Fetch (batch headers), ListGroups, FindCoordinator
-and OffsetFetch; Describe on topics and groups is all the rights it needs. The one write, only with
+Read-only: Metadata, ListOffsets, OffsetsForLeaderEpoch, Fetch (batch headers), ListGroups, FindCoordinator,
+OffsetFetch and DescribeProducers; Describe on topics and groups is all the rights it needs. The one write, only with
 `rewind_groups`: an admin OffsetCommit of an affected group back to the divergence point, which the group
 coordinator accepts only while the group has no member (Read on the group); each is an event.
 """
@@ -32,7 +32,7 @@ from typing import IO, Any
 
 from epochguard.client.network import NetworkClient
 from epochguard.client.security import Security
-from epochguard.client.watcher import GroupAffected, Truncation, Watcher, WatchEvent, WatchWarning
+from epochguard.client.watcher import GroupAffected, LsoStuck, Truncation, Watcher, WatchEvent, WatchWarning
 from epochguard.errors import EpochGuardError
 from epochguard.protocol.messages import MetadataResponse, Request
 from epochguard.storage.logdir import _atomic_write
@@ -100,6 +100,9 @@ class WatchMetrics:
                               registry=self.registry)
         self.warnings = Counter("epochguard_warnings", "What the watcher could not do or see",
                                 registry=self.registry)
+        self.lso_stuck = Counter("epochguard_topic_partition_lso_stuck", "Last stable offsets stuck below the high "
+                                 "watermark past the transaction timeout on a truncated partition", labels,
+                                 registry=self.registry)
 
     def serve(self, port: int) -> None:
         from prometheus_client import start_http_server
@@ -112,6 +115,8 @@ class WatchMetrics:
             self.lost.labels(event.topic, str(event.partition)).inc(event.lost_count)
         elif isinstance(event, GroupAffected):
             self.groups.labels(event.group, event.topic, str(event.partition)).inc()
+        elif isinstance(event, LsoStuck):
+            self.lso_stuck.labels(event.topic, str(event.partition)).inc()
         else:
             self.warnings.inc()
 
@@ -130,6 +135,7 @@ class WatchSummary:
     partitions: int = 0
     truncations: list[Truncation] = field(default_factory=list)
     groups: list[GroupAffected] = field(default_factory=list)
+    lso_stuck: list[LsoStuck] = field(default_factory=list)
     warnings: list[WatchWarning] = field(default_factory=list)
     metadata_answered: bool = False
 
@@ -138,6 +144,8 @@ class WatchSummary:
             self.truncations.append(event)
         elif isinstance(event, GroupAffected):
             self.groups.append(event)
+        elif isinstance(event, LsoStuck):
+            self.lso_stuck.append(event)
         else:
             self.warnings.append(event)
 
@@ -162,6 +170,13 @@ def describe(event: WatchEvent) -> str:
         return (f"[bold yellow]group-affected[/] {event.group} on {event.topic}-{event.partition}: committed "
                 f"{event.committed}, read the phantoms [{event.phantoms[0]}, {event.phantoms[1]}) and skips the "
                 f"replacements [{event.skips[0]}, {event.skips[1]}) unless its client validates ({action})")
+    if isinstance(event, LsoStuck):
+        who = event.note if event.producers is None else "open transactions of producer(s) " + (", ".join(
+            f"{p['producer_id']} (epoch {p['producer_epoch']}, from offset {p['current_txn_start_offset']})"
+            for p in event.producers) or "none the leader lists")
+        return (f"[bold red]lso-stuck[/] {event.topic}-{event.partition}: the last stable offset {event.lso} has stood "
+                f"below the high watermark {event.hw} longer than the transaction timeout; read_committed consumers "
+                f"are stuck there (a transaction's end marker was lost, KAFKA-20716): {who}")
     where = "" if event.topic is None else f" {event.topic}-{event.partition}:"
     return f"[yellow]warning[/]{where} {event.message}"
 
@@ -271,6 +286,7 @@ async def watch(
     groups: Iterable[str] | None = (),
     rewind_groups: bool = False,
     interval_ms: int = 5000,
+    transaction_timeout_ms: int = 900_000,
     once: bool = False,
     events: EventLog | None = None,
     state_path: Path | None = None,
@@ -289,6 +305,7 @@ async def watch(
                         security=security)
     watcher = Watcher(topics=topics, groups=groups, rewind_groups=rewind_groups,
                       interval_ms=_ONCE_RETRY_MS if once else interval_ms,
+                      transaction_timeout_ms=transaction_timeout_ms,
                       bootstrap_nodes=sorted(net.bootstrap, reverse=True), any_node=net.least_loaded_node)
     if state_path is not None:
         state = load_state(state_path)

@@ -96,6 +96,16 @@ def test_a_stuck_lso_on_a_truncated_partition_is_one_event_naming_the_open_trans
     assert [e.lso for e in stuck(rounds(w, c, 5))] == [14]
 
 
+def test_an_lso_left_where_the_high_watermark_was_starts_an_episode() -> None:
+    """Wrong rule: an episode starting only when the LSO value changes (the transaction opened right at the old
+    high watermark, 10: the LSO read before it, equal to the high watermark then, is the same number)."""
+    c, w = truncated()
+    assert w.partitions[TP].lso == 10 and w.partitions[TP].lso_since == -1  # read after the truncation: LSO = HW
+    c.lso[TP] = 10
+    [event] = stuck(rounds(w, c, 5))
+    assert (event.lso, event.hw) == (10, 13)
+
+
 def test_an_lso_that_moves_is_not_stuck() -> None:
     """Wrong rule: alarming on an LSO below the high watermark however it moves (transactions completing)."""
     c, w = truncated()

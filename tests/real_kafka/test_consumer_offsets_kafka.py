@@ -194,7 +194,8 @@ def test_bootstrap_connected_is_false_without_a_broker() -> None:
 def test_watch_finds_a_group_it_was_not_told_about(kafka_cluster: KafkaCluster, tmp_path) -> None:
     """`epochguard watch` with no --group (every group): after an unclean election that loses the committed
     records [10, 20), the group committed at 15 is found with ListGroups and named; the one committed at the
-    divergence point is not (its next record is a replacement). Kafka-python commits both, as any client would."""
+    divergence point is not (its next record is a replacement). Kafka-python commits both, as any client would.
+    Then the lso-stuck event on the truncated partition, from a real open transaction."""
     from epochguard.ops.watch import EXIT_CLEAN, EXIT_LOSS, EventLog, watch
 
     c, topic = kafka_cluster, "consumer-watch-groups"
@@ -204,7 +205,7 @@ def test_watch_finds_a_group_it_was_not_told_about(kafka_cluster: KafkaCluster, 
         log = EventLog(events)
         try:
             summary = asyncio.run(watch(c.bootstrap, topics=[topic], groups=None, once=True, events=log,
-                                        state_path=state, request_timeout_ms=5000))
+                                        state_path=state, request_timeout_ms=5000, transaction_timeout_ms=1500))
         finally:
             log.close()
         return summary.exit_code, [json.loads(line) for line in events.read_text().splitlines()] if events.exists() \
@@ -249,6 +250,30 @@ def test_watch_finds_a_group_it_was_not_told_about(kafka_cluster: KafkaCluster, 
         groups = [(e["group"], e["committed"], e["phantoms"], e["skips"]) for e in lines
                   if e["event"] == "group-affected"]
         assert groups == [("unnamed-past", 15, [10, 15], [10, 15])]
+        # A transaction left open on the truncated partition (as one whose end marker the election dropped):
+        # its LSO stands at 10 below the high watermark 12; past the (test's 1.5 s) transaction timeout, one
+        # lso-stuck event names the producer DescribeProducers shows.
+        txn = KafkaProducer(bootstrap_servers=c.bootstrap, transactional_id="consumer-watch-hanging")
+        try:
+            txn.init_transactions()
+            txn.begin_transaction()
+            txn.send(topic, b"open-0", partition=0)
+            txn.send(topic, b"open-1", partition=0)
+            txn.flush(60)
+            producer_id = int(txn.metrics()["producer-metrics"]["producer-id"])
+            assert run_once()[1] == lines  # first seen: the clock starts
+            time.sleep(2)
+            _code, after = run_once()
+            [stuck] = [e for e in after[len(lines):] if e["event"] == "lso-stuck"]
+            assert (stuck["topic"], stuck["partition"], stuck["lso"], stuck["hw"]) == (topic, 0, 10, 12)
+            assert [(p["producer_id"], p["current_txn_start_offset"]) for p in stuck["producers"]] == [
+                (producer_id, 10)]
+            assert run_once()[1] == after  # once per episode
+        finally:
+            try:
+                txn.abort_transaction()
+            finally:
+                txn.close()
     finally:
         c.start_broker(1)
         c.wait_partition(topic, 0, lambda s: set(s.isr) == {1, 2}, "ISR [1, 2] again", timeout_s=120)

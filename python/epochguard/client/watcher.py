@@ -668,9 +668,10 @@ class Watcher:
             if p is None or answer.offset < 0:
                 continue
             p.lso_round = self.round
-            if answer.offset >= p.hw or answer.offset != p.lso:
-                p.lso_reported = False
-                p.lso_since = now_ms if answer.offset < p.hw else -1
+            if answer.offset >= p.hw:
+                p.lso_since, p.lso_reported = -1, False
+            elif answer.offset != p.lso or p.lso_since < 0:
+                p.lso_since, p.lso_reported = now_ms, False  # a new episode: first seen below here, now
             p.lso = answer.offset
             if p.lso_since >= 0 and not p.lso_reported and now_ms - p.lso_since >= self.transaction_timeout_ms:
                 p.lso_describe = True

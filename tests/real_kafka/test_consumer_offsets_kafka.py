@@ -53,6 +53,28 @@ def offsets_topic(kafka_cluster: KafkaCluster) -> KafkaCluster:
     return c
 
 
+def open_transaction(c: KafkaCluster, transactional_id: str, topic: str, partition: int) -> KafkaProducer:
+    """A transactional producer with two records of an open transaction on `partition` (abort, then close it)."""
+    producer = KafkaProducer(bootstrap_servers=c.bootstrap, transactional_id=transactional_id)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send(topic, b"open-0", partition=partition)
+        producer.send(topic, b"open-1", partition=partition)
+        producer.flush(60)
+    except BaseException:
+        producer.close()
+        raise
+    return producer
+
+
+def ended(producer: KafkaProducer) -> None:
+    try:
+        producer.abort_transaction()
+    finally:
+        producer.close()
+
+
 def ours(c: KafkaCluster, **kw) -> KafkaConsumer:
     return KafkaConsumer(bootstrap_servers=c.bootstrap, enable_auto_commit=False, **kw)
 
@@ -108,25 +130,17 @@ def test_offsets_and_topics_equal_kafka_python(offsets_topic: KafkaCluster) -> N
 def test_end_offsets_under_read_committed_stop_at_the_open_transaction_as_kafka_pythons(
         offsets_topic: KafkaCluster) -> None:
     c = offsets_topic
-    producer = KafkaProducer(bootstrap_servers=c.bootstrap, transactional_id="consumer-offsets-diff-txn")
+    producer = open_transaction(c, "consumer-offsets-diff-txn", TOPIC, 2)
     committed, uncommitted = ours(c, isolation_level="read_committed"), ours(c)
     ref = theirs(c, isolation_level="read_committed")
     try:
-        producer.init_transactions()
-        producer.begin_transaction()
-        producer.send(TOPIC, b"open-0", partition=2)
-        producer.send(TOPIC, b"open-1", partition=2)
-        producer.flush(60)
         assert uncommitted.end_offsets([P2]) == {P2: 5}  # the high watermark counts the open transaction's records
         assert committed.end_offsets([P2]) == {P2: 3}  # the LSO: its first record
         assert plain(ref.end_offsets([kp(P2)])) == {(TOPIC, 2): 3}
     finally:
-        try:
-            producer.abort_transaction()
-        finally:
-            producer.close()
-            for consumer in (committed, uncommitted, ref):
-                consumer.close()
+        for consumer in (committed, uncommitted, ref):
+            consumer.close()
+        ended(producer)
 
 
 def test_highwater_paused_and_metrics_after_a_poll_equal_kafka_python(offsets_topic: KafkaCluster) -> None:
@@ -198,6 +212,8 @@ def test_watch_finds_a_group_it_was_not_told_about(kafka_cluster: KafkaCluster, 
     Then the lso-stuck event on the truncated partition, from a real open transaction."""
     from epochguard.ops.watch import EXIT_CLEAN, EXIT_LOSS, EventLog, watch
 
+    from .test_watch_kafka import commit, produce  # the same steps as the named-group test
+
     c, topic = kafka_cluster, "consumer-watch-groups"
     state, events = tmp_path / "state.json", tmp_path / "events.jsonl"
 
@@ -211,33 +227,15 @@ def test_watch_finds_a_group_it_was_not_told_about(kafka_cluster: KafkaCluster, 
         return summary.exit_code, [json.loads(line) for line in events.read_text().splitlines()] if events.exists() \
             else []
 
-    def produce(prefix: str, n: int) -> None:
-        producer = KafkaProducer(bootstrap_servers=c.bootstrap, acks="all")
-        try:
-            for i in range(n):
-                producer.send(topic, f"{prefix}-{i}".encode(), partition=0)
-            producer.flush(60)
-        finally:
-            producer.close()
-
-    def commit(group: str, offset: int) -> None:
-        consumer = theirs(c, group_id=group)
-        try:
-            tp = kafka.TopicPartition(topic, 0)
-            consumer.assign([tp])
-            consumer.commit({tp: kafka.OffsetAndMetadata(offset, "", -1)})
-        finally:
-            consumer.close()
-
     c.create_topic(topic, {0: [1, 2]}, {"min.insync.replicas": "1", "unclean.leader.election.enable": "false"})
     try:
-        produce("a", 10)
+        produce(c, topic, "a", 10)
         assert run_once() == (EXIT_CLEAN, [])
         c.stop_broker(2)
         c.wait_partition(topic, 0, lambda s: s.isr == (1,), "ISR [1]")
-        produce("b", 10)
-        commit("unnamed-past", 15)
-        commit("unnamed-at", 10)
+        produce(c, topic, "b", 10)
+        commit(c, "unnamed-past", topic, 15)
+        commit(c, "unnamed-at", topic, 10)
         assert run_once() == (EXIT_CLEAN, [])
         c.stop_broker(1)
         c.wait_partition(topic, 0, lambda s: s.leader == -1, "no leader")
@@ -253,13 +251,8 @@ def test_watch_finds_a_group_it_was_not_told_about(kafka_cluster: KafkaCluster, 
         # A transaction left open on the truncated partition (as one whose end marker the election dropped):
         # its LSO stands at 10 below the high watermark 12; past the (test's 1.5 s) transaction timeout, one
         # lso-stuck event names the producer DescribeProducers shows.
-        txn = KafkaProducer(bootstrap_servers=c.bootstrap, transactional_id="consumer-watch-hanging")
+        txn = open_transaction(c, "consumer-watch-hanging", topic, 0)
         try:
-            txn.init_transactions()
-            txn.begin_transaction()
-            txn.send(topic, b"open-0", partition=0)
-            txn.send(topic, b"open-1", partition=0)
-            txn.flush(60)
             producer_id = int(txn.metrics()["producer-metrics"]["producer-id"])
             assert run_once()[1] == lines  # first seen: the clock starts
             time.sleep(2)
@@ -270,10 +263,7 @@ def test_watch_finds_a_group_it_was_not_told_about(kafka_cluster: KafkaCluster, 
                 (producer_id, 10)]
             assert run_once()[1] == after  # once per episode
         finally:
-            try:
-                txn.abort_transaction()
-            finally:
-                txn.close()
+            ended(txn)
     finally:
         c.start_broker(1)
         c.wait_partition(topic, 0, lambda s: set(s.isr) == {1, 2}, "ISR [1, 2] again", timeout_s=120)

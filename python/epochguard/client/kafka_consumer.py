@@ -25,7 +25,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from epochguard.client.consumer import CompletedFetch, FetchState, OffsetsForTimesLookup
@@ -742,15 +742,8 @@ class AsyncConsumer:
         tp = TopicPartition(*partition)
         deadline = asyncio.get_running_loop().time() + self.config["request_timeout_ms"] / 1000
         while True:
-            try:
-                node = await self._find_coordinator()
-                response = await self._network.send(node, OffsetFetchRequest(self._group_id, (tp,)))
-            except (KafkaConnectionError, KafkaTimeoutError) as exc:
-                self._coordinator = None
-                if asyncio.get_running_loop().time() >= deadline:
-                    raise KafkaTimeoutError(f"committed({tp}): {exc}") from exc
-                await asyncio.sleep(self.config["retry_backoff_ms"] / 1000)
-                continue
+            response = await self._send_retrying(self._find_coordinator, OffsetFetchRequest(self._group_id, (tp,)),
+                                                 f"committed({tp})", deadline, self._forget_coordinator)
             assert isinstance(response, OffsetFetchResponse)
             errors = {response.error_code} | {p.error_code for p in response.partitions}
             if errors & _COORDINATOR_ERRORS or Errors.COORDINATOR_LOAD_IN_PROGRESS in errors:
@@ -784,21 +777,35 @@ class AsyncConsumer:
         consumer's own metadata (its assigned topics) is not touched."""
         self._check_open()
         deadline = asyncio.get_running_loop().time() + self.config["request_timeout_ms"] / 1000
-        while True:
+
+        async def any_broker() -> int:
             node = self._machine.metadata.any_node(self._machine.bootstrap)
+            if node is None:
+                raise KafkaConnectionError("every broker is in its reconnect back-off")
+            return node
+
+        response = await self._send_retrying(any_broker, MetadataRequest(None), "topics()", deadline)
+        assert isinstance(response, MetadataResponse)
+        self._network.update_brokers({b.node_id: (b.host, b.port) for b in response.brokers})
+        return {t.name for t in response.topics if t.error_code == Errors.NONE and not t.is_internal}
+
+    async def _send_retrying(self, node_of: Callable[[], Awaitable[int]], request: Any, what: str, deadline: float,
+                             on_failure: Callable[[], None] | None = None) -> Any:
+        """`request` to the node `node_of()` names, again after the retry back-off while the exchange fails
+        (`on_failure` first: a coordinator to forget), until `deadline` (loop time): then `KafkaTimeoutError`."""
+        while True:
             try:
-                if node is None:
-                    raise KafkaConnectionError("every broker is in its reconnect back-off")
-                response = await self._network.send(node, MetadataRequest(None))
+                return await self._network.send(await node_of(), request)
             except (KafkaConnectionError, KafkaTimeoutError) as exc:
                 self.last_error = exc
+                if on_failure is not None:
+                    on_failure()
                 if asyncio.get_running_loop().time() >= deadline:
-                    raise KafkaTimeoutError(f"topics(): {exc}") from exc
+                    raise KafkaTimeoutError(f"{what}: {exc}") from exc
                 await asyncio.sleep(self.config["retry_backoff_ms"] / 1000)
-                continue
-            assert isinstance(response, MetadataResponse)
-            self._network.update_brokers({b.node_id: (b.host, b.port) for b in response.brokers})
-            return {t.name for t in response.topics if t.error_code == Errors.NONE and not t.is_internal}
+
+    def _forget_coordinator(self) -> None:
+        self._coordinator = None
 
     async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int], timeout_ms: int | None = None,
                                 ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
@@ -819,19 +826,21 @@ class AsyncConsumer:
                                 ) -> dict[TopicPartition, int]:
         """Each partition's first offset (its log start: ListOffsets EARLIEST); positions are not changed.
         `UnsupportedVersionError`, `KafkaTimeoutError` as `offsets_for_times`."""
-        tps = [TopicPartition(*tp) for tp in partitions]
-        lookup = await self._run_lookup(lambda now, t: self._machine.beginning_offsets(tps, now, t),
-                                        timeout_ms, "beginning_offsets")
-        return {tp: lookup.offsets[tp] for tp in tps if lookup.offsets.get(tp, -1) >= 0}
+        return await self._offsets_at(self._machine.beginning_offsets, partitions, timeout_ms, "beginning_offsets")
 
     async def end_offsets(self, partitions: Iterable[TopicPartition], timeout_ms: int | None = None,
                           ) -> dict[TopicPartition, int]:
         """Each partition's end: the offset the next record written gets, as far as this consumer may read
         (the high watermark; the last stable offset under read_committed), from ListOffsets LATEST;
         positions are not changed. `UnsupportedVersionError`, `KafkaTimeoutError` as `offsets_for_times`."""
+        return await self._offsets_at(self._machine.end_offsets, partitions, timeout_ms, "end_offsets")
+
+    async def _offsets_at(self, start: Callable[[list[TopicPartition], int, int], OffsetsForTimesLookup],
+                          partitions: Iterable[TopicPartition], timeout_ms: int | None, what: str,
+                          ) -> dict[TopicPartition, int]:
+        """An EARLIEST / LATEST lookup's offsets (a partition the broker gave none is left out, as Java's)."""
         tps = [TopicPartition(*tp) for tp in partitions]
-        lookup = await self._run_lookup(lambda now, t: self._machine.end_offsets(tps, now, t),
-                                        timeout_ms, "end_offsets")
+        lookup = await self._run_lookup(lambda now, t: start(tps, now, t), timeout_ms, what)
         return {tp: lookup.offsets[tp] for tp in tps if lookup.offsets.get(tp, -1) >= 0}
 
     async def _run_lookup(self, start: Callable[[int, int], OffsetsForTimesLookup], timeout_ms: int | None,

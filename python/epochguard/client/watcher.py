@@ -28,6 +28,9 @@ A suspected divergence (D, E) is confirmed before it is reported: the new leader
 an epoch above E (a replacement written after the divergence), or the new leader must hold nothing at D
 below its high watermark. A short or racing answer (records at D still in epoch E, the `false-divergence`
 scenario) is validated again at the next round, and a clean leader change validates to no event.
+Where a KIP-320 consumer is blind, the watcher is not: a new leader that never had the position's epoch
+(it answers an earlier one, ending above H: a second unclean election in a row) lost every record of that
+epoch, [S, H), confirmed by its batch at S carrying another epoch.
 
 What the wire cannot show: records above the last high watermark the watcher read (acks=1 writes no consumer
 could read, or written and lost between two rounds) are outside its sight; the audit of the disks sees them.
@@ -568,10 +571,18 @@ class Watcher:
     def _validate(self, p: PartitionWatch, epoch: int, end_offset: int, now_ms: int) -> None:
         position = FetchPosition(p.hw, p.hw_epoch, LeaderAndEpoch(p.leader, p.leader_epoch))
         outcome = validate_position(position, "none", epoch, end_offset)
-        if isinstance(outcome, Resume):
+        start = p.epoch_start if p.learned_epoch == p.hw_epoch else NO_OFFSET  # where the position's epoch starts
+        if 0 <= epoch < p.hw_epoch and 0 <= start < p.hw and start < end_offset:
+            # The new leader never had the position's epoch (it answers an earlier one): none of that epoch's
+            # records [S, H) is there, even when its end of the earlier epoch lies above H (consecutive unclean
+            # elections, out of a KIP-320 consumer's sight). A follower places it so, with its own epochs
+            # (`AbstractFetcherThread.getOffsetTruncationState`): min(the leader's end, its own end of E).
+            p.stage, p.divergence, p.leader_hw = Stage.CONFIRMING, (start, epoch, p.hw_epoch), NO_OFFSET
+        elif isinstance(outcome, Resume):
             p.stage, p.position_epoch = Stage.READY, p.leader_epoch  # a clean change: the position holds
         elif isinstance(outcome, Truncated) and outcome.divergent is not None:
-            p.stage, p.divergence, p.leader_hw = Stage.CONFIRMING, (outcome.divergent.offset, epoch), NO_OFFSET
+            p.stage, p.divergence = Stage.CONFIRMING, (outcome.divergent.offset, epoch, NO_EPOCH)
+            p.leader_hw = NO_OFFSET
         else:
             # No epoch at or below the position's on the new leader, nor any after it: Kafka answers so only
             # for an empty epoch cache. Nothing to compare with; the position is re-read there.
@@ -585,13 +596,15 @@ class Watcher:
             if p is None or p.stage is not Stage.CONFIRMING or p.divergence is None:
                 continue
             self._due.append(p)
-            divergent, epoch = p.divergence
+            divergent, epoch, old = p.divergence
             first = None
             for batch in iter_batches(data.records, verify_crc=False, allow_partial_tail=True, headers_only=True):
                 if batch.last_offset >= divergent:
                     first = batch
                     break
-            if first is not None and first.base_offset <= divergent and first.partition_leader_epoch > epoch:
+            # An epoch has one leader: at one offset, another epoch than the old log's is another record.
+            if first is not None and first.base_offset <= divergent and (
+                    first.partition_leader_epoch != old if old >= 0 else first.partition_leader_epoch > epoch):
                 self._truncated(p, divergent, epoch, first.partition_leader_epoch, now_ms)
             elif first is None and p.leader_hw <= divergent:
                 self._truncated(p, divergent, epoch, NO_EPOCH, now_ms)  # nothing at all at D on the new leader

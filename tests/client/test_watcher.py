@@ -359,7 +359,9 @@ def test_consecutive_unclean_elections_are_two_truncations() -> None:
     assert truncations(run_round(w, c)) == [(10, 13, 2, 3)]
 
 
-def test_a_second_unclean_leader_that_never_had_the_epoch_is_a_truncation_where_kip_320_sees_none() -> None:
+@pytest.mark.parametrize("restarted", [False, True], ids=["running", "restarted"])
+def test_a_second_unclean_leader_that_never_had_the_epoch_is_a_truncation_where_kip_320_sees_none(
+        restarted: bool) -> None:
     """Kafka's `consecutive-unclean` (tests/real_kafka/test_watch_kafka.py runs it on Kafka 4.4): broker 3
     holds more of epoch 0 than broker 2; 2 is elected uncleanly and writes [10, 13) in epoch 1; then 3 is
     elected uncleanly. Asked where epoch 1 ends, 3 answers the end of its epoch 0 (20), above the position
@@ -379,6 +381,10 @@ def test_a_second_unclean_leader_that_never_had_the_epoch_is_a_truncation_where_
     c.produce(3, replicate=(2,))  # [10, 13) in epoch 1
     assert run_round(w, c) == []
     assert (w.partitions[TP].hw, w.partitions[TP].hw_epoch) == (13, 1)
+    if restarted:  # a cron job: the state file must say where epoch 1 starts (wrong: only the position)
+        saved, w = w.positions(), Watcher(interval_ms=1000, bootstrap_nodes=(3,))
+        assert saved == {"partitions": [["events", 0, 13, 1, 1, 10]]}
+        w.restore(saved)
     c.down = {1, 2}
     c.elect(3)  # 3 holds [0, 20) of epoch 0, never had epoch 1
     events = run_round(w, c)

@@ -54,7 +54,7 @@ def test_the_state_round_trips_and_is_replaced_atomically(tmp_path: Path) -> Non
     w.restore({"partitions": [["t", 0, 20, 3, 4]]})
     path = tmp_path / "deep" / "state.json"
     save_state(path, w)
-    assert load_state(path) == {"version": 1, "partitions": [["t", 0, 20, 3, 4]]}
+    assert load_state(path) == {"version": 1, "partitions": [["t", 0, 20, 3, 4, -1]]}
     assert not list(path.parent.glob("*.tmp"))
     w2 = Watcher()
     w2.restore(load_state(path) or {})

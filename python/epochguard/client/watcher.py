@@ -395,10 +395,13 @@ class Watcher:
 
     # --- persistence (the `--state` file) ----------------------------------------------------------
     def positions(self) -> dict[str, Any]:
-        """What a restarted watcher needs to validate what it saw before: every position."""
+        """What a restarted watcher needs to validate what it saw before: every position, and where the
+        position's epoch starts when known (-1 if not: a leader that never had it is then seen as a consumer
+        sees it)."""
         return {
             "partitions": [
-                [p.tp.topic, p.tp.partition, p.hw, p.hw_epoch, p.position_epoch]
+                [p.tp.topic, p.tp.partition, p.hw, p.hw_epoch, p.position_epoch,
+                 p.epoch_start if p.learned_epoch == p.hw_epoch >= 0 else NO_OFFSET]
                 for p in self.partitions.values() if p.hw >= 0
             ],
         }
@@ -406,12 +409,14 @@ class Watcher:
     def restore(self, state: Mapping[str, Any]) -> None:
         """Positions from `positions()` of an earlier run: each is validated at the first round whose
         metadata shows a newer leader epoch, exactly as if the watcher had never stopped."""
-        for topic, partition, hw, hw_epoch, position_epoch in state.get("partitions", ()):
+        for topic, partition, hw, hw_epoch, position_epoch, *start in state.get("partitions", ()):
             tp = TopicPartition(str(topic), int(partition))
-            self.partitions[tp] = PartitionWatch(
+            p = self.partitions[tp] = PartitionWatch(
                 tp, hw=int(hw), hw_epoch=int(hw_epoch), position_epoch=int(position_epoch),
                 leader_epoch=int(position_epoch), stage=Stage.READY,
             )
+            if start and int(start[0]) >= 0 and p.hw_epoch == p.position_epoch:  # a state file of before: none
+                p.learned_epoch, p.epoch_start = p.hw_epoch, int(start[0])
 
     # --- rounds --------------------------------------------------------------------------------------
     def _candidates(self) -> list[int]:

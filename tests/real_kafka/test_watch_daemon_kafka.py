@@ -35,7 +35,7 @@ class Daemon:
 
     def __init__(self, bootstrap: str, topic: str, state: Path, events: Path) -> None:
         self.state, self.events = state, events
-        self.stderr = open(state.with_suffix(".stderr"), "ab")  # noqa: SIM115 (closed in stop)
+        self.stderr = open(state.with_suffix(".stderr"), "ab")  # closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "epochguard", "watch", "-b", bootstrap, "--topic", topic, "--interval", "0.3",
              "--request-timeout-ms", str(TIMEOUT_MS), "--state", str(state), "--events", str(events)],

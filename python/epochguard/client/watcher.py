@@ -143,7 +143,7 @@ class PartitionWatch:
     learned_epoch: int = NO_EPOCH  # the leader epoch whose start is known
     epoch_start: int = NO_OFFSET  # S: where learned_epoch starts on its leader
     previous_epoch: int = NO_EPOCH  # E': the epoch before it (of the record at S - 1)
-    divergence: tuple[int, int] | None = None  # (D, E) while confirming
+    divergence: tuple[int, int, int] | None = None  # (D, E, the old log's epoch at D or -1) while confirming
     leader_hw: int = NO_OFFSET  # the new leader's high watermark while confirming
     polled_round: int = -1  # the round whose high watermark was read
     retry_round: int = -1  # after a failed step: nothing until this round

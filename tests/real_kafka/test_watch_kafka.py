@@ -35,10 +35,9 @@ import pytest
 from epochguard.client import KafkaProducer
 from epochguard.kafka import KafkaCluster
 from epochguard.ops.watch import EXIT_CLEAN, EXIT_LOSS, EventLog, watch
-from epochguard.wire.drivers.registry import Client, client
-from epochguard.wire.drivers.toolchain import ToolchainError
+from epochguard.wire.drivers.registry import Client
 
-from .conftest import under_ci
+from .conftest import require_drivers, under_ci
 
 pytestmark = [pytest.mark.kafka, pytest.mark.no_mutants]
 
@@ -204,24 +203,6 @@ SKIPPING, VALIDATING = ("kafka-python", "confluent-kafka"), ("java-classic", "fr
 GROUP_CLIENTS = SKIPPING + VALIDATING
 
 
-def drivers(names: tuple[str, ...]) -> list[Client]:
-    found = []
-    for name in names:
-        c = client(name)
-        why = c.missing()
-        if why is None:
-            try:
-                c.prepare()
-            except ToolchainError as exc:
-                why = str(exc)
-        if why is not None:
-            if under_ci():
-                pytest.fail(f"{name}: {why}", pytrace=False)
-            pytest.skip(f"{name}: {why}")
-        found.append(c)
-    return found
-
-
 def read_as_groups(c: KafkaCluster, clients: list[Client], topic: str, out: Path, run: str) -> dict[str, list[int]]:
     """Each client's driver, a member of its own group `watch-<client>`, reads `topic` from the group's committed
     offset (the start without one) until 2 s pass without a record, commits its position and leaves: the
@@ -274,7 +255,7 @@ def test_an_unclean_election_to_an_empty_leader_is_the_audits_loss_its_groups_re
     with a client that validates its committed epoch, reads them all)."""
     c, topic = kafka_cluster, "watch-empty-leader"
     state, events = tmp_path / "state.json", tmp_path / "events.jsonl"
-    clients = drivers(GROUP_CLIENTS)
+    clients = require_drivers(GROUP_CLIENTS)
     groups = [f"watch-{d.name}" for d in clients]
     c.create_topic(topic, {0: [1, 2]}, {"min.insync.replicas": "1", "unclean.leader.election.enable": "false"})
     try:

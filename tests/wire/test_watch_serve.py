@@ -5,9 +5,10 @@ The truth (`ElectionTruth`, an observer of the served cluster): at every change 
 the committed records the old leader held (below its high watermark) that the new leader does not hold at
 the same offset in the same epoch. Each such loss must be exactly one `truncation` event, [first lost,
 the last high watermark the old leader gave out on the wire); every scenario without one (`clean`,
-`false-divergence`, `epoch-flap`, `leader-bounce`, `stale-leader-hint` among them) must give no event. Both topics are watched: the
-scenario's `events` (its simulated producers write there) and `input`, where an acks=all producer of
-epochguard's client writes every 20 ms, as the compat drivers do (`idempotent-truncation` truncates there).
+`false-divergence`, `epoch-flap`, `leader-bounce`, `stale-leader-hint` among them) must give no event.
+Both topics are watched: the scenario's `events` (its simulated producers write there) and `input`, where
+an acks=all producer of epochguard's client writes every 20 ms, as the compat drivers do
+(`idempotent-truncation` truncates there).
 No client consumes: each TRIGGER stage fires after its time-out (2 s here), by which time the watcher has
 read the high watermark the faults start from (the truncating scenarios pause their producers before them).
 

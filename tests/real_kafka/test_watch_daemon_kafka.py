@@ -1,10 +1,11 @@
 """`epochguard watch` as a daemon (not `--once`: the command itself, a child process) on the session's Kafka 4.4,
 through the wire proxy, which spoils brokers' answers as failing brokers would (`KafkaWireProxy.sabotage`):
 answers of garbage (arrays claiming 2^31 elements), answers after the request time-out, and connections
-closed mid-request, to ListOffsets, Metadata and the validation's OffsetsForLeaderEpoch. Each costs the
-round it falls in, never the watcher: it keeps running, its state file follows the cluster round after
-round, a clean leader change met with a spoiled validation is validated at the next round without an event,
-and a daemon restarted after a leader change while it was down validates the positions it kept.
+closed mid-request, to ListOffsets, Metadata and the validation's OffsetsForLeaderEpoch; and the leader down
+for 2 s (`KafkaWireProxy.down`: its connections refused). Each costs the round it falls in, never the
+watcher: it keeps running, its state file follows the cluster round after round, a clean leader change met
+with a spoiled validation is validated at the next round without an event, and a daemon restarted after a
+leader change while it was down validates the positions it kept.
 """
 
 from __future__ import annotations
@@ -99,6 +100,17 @@ def test_failing_brokers_cost_a_round_never_the_daemon_whose_state_follows_and_s
             assert proxy.spoiled[spoiled:] == [(api_key, how)] * 2, proxy.spoiled
             # the daemon lives on, and a later round reads what was written meanwhile
             daemon.wait(lambda row, n=written: row[2] == n, f"position {written} after {how} answers to {api_key}")
+
+        # The leader (broker 1), as the watcher sees it, is down for 2 s: those rounds cost only its partition.
+        proxy.down([0])
+        try:
+            produce(c, topic, "down", 5)  # through the brokers' own listener: the cluster is fine
+            time.sleep(2.0)
+            assert daemon.position()[2] == written  # type: ignore[index]  # nothing read from a broker down
+        finally:
+            proxy.down([])
+        written += 5
+        daemon.wait(lambda row, n=written: row[2] == n, "the position once the leader is back")
 
         # A clean leader change whose first validation is answered with garbage: validated next round, no event.
         epoch = daemon.position()[4]  # type: ignore[index]

@@ -213,3 +213,20 @@ def test_spoils_the_answers_to_the_next_requests_of_one_api_key(proxy: KafkaWire
     assert proxy.spoiled[1:] == [(2, "late"), (3, "drop")]
     with pytest.raises(ValueError, match="garbage, late or drop"):
         proxy.sabotage(2, "slowly")
+
+
+def test_a_broker_down_closes_its_connections_until_it_is_up(proxy: KafkaWireProxy) -> None:
+    s = connect(proxy)
+    with s:
+        s.sendall(other(1))
+        assert answers(s, 1) == [1]
+        proxy.down([0])
+        s.settimeout(5)
+        assert s.recv(4096) == b""  # the open connection closed
+    with connect(proxy) as s:
+        s.settimeout(5)
+        assert s.recv(4096) == b""  # a new one too
+    proxy.down([])
+    with connect(proxy) as s:
+        s.sendall(other(2))
+        assert answers(s, 1) == [2]

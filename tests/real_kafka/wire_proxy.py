@@ -43,6 +43,7 @@ KAFKA_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # the broker's socket.request.max.b
 class _Conn:
     client: asyncio.StreamWriter
     upstream: asyncio.StreamWriter
+    target: tuple[str, int] = ("", 0)
     held: list[bytes] = field(default_factory=list)  # frames (with their size prefix) not sent on yet
     spoiled: dict[int, str] = field(default_factory=dict)  # correlation id -> how its answer is spoiled
 
@@ -98,6 +99,7 @@ class KafkaWireProxy:
         self.connections = 0  # client connections accepted so far
         self._sabotage: dict[int, tuple[str, int]] = {}  # api key -> (how, requests left)
         self._late_s = 0.0
+        self._down: set[tuple[str, int]] = set()  # targets whose connections are refused (`down`)
         self.spoiled: list[tuple[int, str]] = []  # (api key, how) of every answer spoiled so far
 
     @property
@@ -119,6 +121,7 @@ class KafkaWireProxy:
     def start(self, targets: Sequence[tuple[str, int]]) -> KafkaWireProxy:
         if len(targets) != len(self._socks):
             raise ValueError(f"{len(self._socks)} ports, {len(targets)} targets")
+        self.targets = list(targets)
         self._thread.start()
 
         async def listen() -> None:
@@ -220,6 +223,18 @@ class KafkaWireProxy:
 
         self._call(install)
 
+    def down(self, ports: Sequence[int]) -> None:
+        """Until `down([])`, connections through these of the proxy's ports (the i-th forwards to the i-th
+        target: broker i + 1 of `start_proxied_cluster`) are closed as soon as they are made, and the open ones
+        now: to its clients, those brokers are down."""
+        def install() -> None:
+            self._down = {self.targets[i] for i in ports}
+            for conn in list(self._conns):
+                if conn.target in self._down:
+                    self._drop(conn)
+
+        self._call(install)
+
     @property
     def sabotage_pending(self) -> int:
         """Requests still to be spoiled."""
@@ -249,12 +264,15 @@ class KafkaWireProxy:
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter, *,
                      target: tuple[str, int]) -> None:
         self.connections += 1
+        if target in self._down:
+            client_w.close()
+            return
         try:
             up_r, up_w = await asyncio.wait_for(asyncio.open_connection(*target), self.connect_timeout_s)
         except OSError:  # refused, or TimeoutError (an OSError): the client sees its connection close
             client_w.close()
             return
-        conn = _Conn(client_w, up_w)
+        conn = _Conn(client_w, up_w, target=target)
         self._conns.add(conn)
         pumps = [asyncio.ensure_future(self._requests(client_r, conn)),
                  asyncio.ensure_future(self._responses(up_r, conn))]

@@ -359,6 +359,41 @@ def test_consecutive_unclean_elections_are_two_truncations() -> None:
     assert truncations(run_round(w, c)) == [(10, 13, 2, 3)]
 
 
+@pytest.mark.parametrize("restarted", [False, True], ids=["running", "restarted"])
+def test_a_second_unclean_leader_that_never_had_the_epoch_is_a_truncation_where_kip_320_sees_none(
+        restarted: bool) -> None:
+    """Kafka's `consecutive-unclean` (tests/real_kafka/test_watch_kafka.py runs it on Kafka 4.4): broker 3
+    holds more of epoch 0 than broker 2; 2 is elected uncleanly and writes [10, 13) in epoch 1; then 3 is
+    elected uncleanly. Asked where epoch 1 ends, 3 answers the end of its epoch 0 (20), above the position
+    (13): a KIP-320 consumer finds nothing, yet every record of epoch 1 is gone (3 never had that epoch).
+    Wrong rules: the consumer's answer alone (the second loss missed); the confirmation's "an epoch above
+    the shared one at D" (3's batch at 10 is in epoch 0, the shared epoch: validated again forever)."""
+    c = Cluster()
+    c.produce(10)
+    c.down.add(2)
+    c.produce(10, replicate=(1, 3))  # [10, 20) on 1 and 3
+    c.down.add(3)
+    c.produce(5, replicate=(1,))  # [20, 25) on 1 alone, committed (ISR [1])
+    w = watching(c)
+    c.down = {1, 3}
+    c.elect(2)  # 2 holds [0, 10)
+    assert truncations(run_round(w, c)) == [(10, 25, 0, 1)]
+    c.produce(3, replicate=(2,))  # [10, 13) in epoch 1
+    assert run_round(w, c) == []
+    assert (w.partitions[TP].hw, w.partitions[TP].hw_epoch) == (13, 1)
+    if restarted:  # a cron job: the state file must say where epoch 1 starts (wrong: only the position)
+        saved, w = w.positions(), Watcher(interval_ms=1000, bootstrap_nodes=(3,))
+        assert saved == {"partitions": [["events", 0, 13, 1, 1, 10]]}
+        w.restore(saved)
+    c.down = {1, 2}
+    c.elect(3)  # 3 holds [0, 20) of epoch 0, never had epoch 1
+    events = run_round(w, c)
+    assert truncations(events) == [(10, 13, 1, 2)]
+    assert (events[0].divergent_epoch, events[0].replaced_by_epoch) == (0, 0)
+    assert run_round(w, c) == []  # once
+    assert (w.partitions[TP].hw, w.partitions[TP].hw_epoch) == (20, 0)
+
+
 def test_two_epochs_between_rounds_validate_against_the_newest_leader() -> None:
     c = Cluster()
     c.behind(10, 5)

@@ -54,7 +54,7 @@ def test_the_state_round_trips_and_is_replaced_atomically(tmp_path: Path) -> Non
     w.restore({"partitions": [["t", 0, 20, 3, 4]]})
     path = tmp_path / "deep" / "state.json"
     save_state(path, w)
-    assert load_state(path) == {"version": 1, "partitions": [["t", 0, 20, 3, 4]]}
+    assert load_state(path) == {"version": 1, "partitions": [["t", 0, 20, 3, 4, -1]]}
     assert not list(path.parent.glob("*.tmp"))
     w2 = Watcher()
     w2.restore(load_state(path) or {})
@@ -64,8 +64,7 @@ def test_the_state_round_trips_and_is_replaced_atomically(tmp_path: Path) -> Non
 
 def test_events_are_appended_as_json_lines(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
-    t = Truncation("t", 0, 1, 2, 10, 20, 123)
-    for _ in range(2):
+    for t in (Truncation("t", 0, 1, 2, 10, 20, 123), Truncation("t", 0, 2, 3, 10, 15, 456)):
         log = EventLog(path)
         log.write([t.to_json()])
         log.close()
@@ -85,3 +84,31 @@ def test_metrics_are_named_as_kafka_exporter_names_its() -> None:
     assert samples[("epochguard_topic_partition_truncations_total", labels)] == 1
     assert samples[("epochguard_topic_partition_lost_offsets_total", labels)] == 15
     assert samples[("epochguard_consumergroup_affected_total", (("consumergroup", "billing"), *labels))] == 1
+
+
+def test_a_loss_already_logged_is_not_logged_twice_and_a_torn_line_is_skipped(tmp_path: Path) -> None:
+    """A watcher killed after logging a loss and before saving its state finds it again when restarted:
+    the event log keeps it once. Wrong rules: appending it again; taking the detection time as part of the
+    loss (every re-detection is new); choking on the torn line a crash mid-write leaves; deduplicating
+    warnings (they are not losses) or a loss of another epoch at the same offsets."""
+    path = tmp_path / "events.jsonl"
+    t = Truncation("t", 0, 1, 2, 10, 20, 123)
+    g = GroupAffected("billing", "t", 0, 17, 1, (10, 17), (10, 17), 123)
+    log = EventLog(path)
+    log.write([t.to_json(), g.to_json()])
+    log.close()
+    with open(path, "a", encoding="utf-8") as f:
+        f.write('{"event": "truncation", "topic": "t", "parti')  # torn by a crash
+    log = EventLog(path)
+    again = Truncation("t", 0, 1, 2, 10, 20, 456)
+    later = Truncation("t", 0, 2, 3, 10, 20, 456)
+    warning = {"event": "warning", "message": "not authorized", "topic": None, "partition": None, "detected_at": 1}
+    log.write([again.to_json(), GroupAffected("billing", "t", 0, 17, 1, (10, 17), (10, 17), 456).to_json(),
+               later.to_json(), warning, warning])
+    log.close()
+    lines = path.read_text().splitlines()
+    assert lines[2] == '{"event": "truncation", "topic": "t", "parti'  # the torn line stays, ended
+    events = [json.loads(line) for n, line in enumerate(lines) if n != 2]
+    assert [(e["event"], e.get("old_epoch"), e["detected_at"]) for e in events] == [
+        ("truncation", 1, 123), ("group-affected", None, 123), ("truncation", 2, 456), ("warning", None, 1),
+        ("warning", None, 1)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,24 @@ def _require_kafka() -> None:
         if under_ci():
             pytest.fail(f"Apache Kafka: {e}", pytrace=False)
         pytest.skip(f"Apache Kafka: {e}")
+
+
+def require_drivers(names: Iterable[str]) -> list[Any]:
+    """The compat drivers (`epochguard.wire.drivers`) of the clients `names`, built if they need it; the test
+    skips naming what is missing, except under CI=true, where it fails."""
+    from epochguard.wire.drivers.compat import _unready
+    from epochguard.wire.drivers.registry import client
+
+    found = []
+    for name in names:
+        c = client(name)
+        why = _unready(c)
+        if why is not None:
+            if under_ci():
+                pytest.fail(f"{name}: {why}", pytrace=False)
+            pytest.skip(f"{name}: {why}")
+        found.append(c)
+    return found
 
 
 @pytest.fixture(scope="session")

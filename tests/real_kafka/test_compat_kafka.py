@@ -19,9 +19,8 @@ import pytest
 from epochguard.kafka import KafkaCluster
 from epochguard.wire.drivers.kafka_runs import run_kafka
 from epochguard.wire.drivers.registry import client
-from epochguard.wire.drivers.toolchain import ToolchainError
 
-from .conftest import under_ci
+from .conftest import require_drivers
 
 pytestmark = [pytest.mark.kafka, pytest.mark.no_mutants]
 
@@ -29,18 +28,7 @@ EXPECTED = {"java-classic": "detected", "franz-go": "detected", "kafka-go": "sil
 
 
 def test_unclean_election_on_kafka_judged_by_delivery_logs(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
-    clients = [client(name) for name in EXPECTED]
-    for c in clients:
-        why = c.missing()
-        if why is None:
-            try:
-                c.prepare()
-            except ToolchainError as exc:
-                why = str(exc)
-        if why is not None:
-            if under_ci():
-                pytest.fail(f"{c.name}: {why}", pytrace=False)
-            pytest.skip(f"{c.name}: {why}")
+    clients = require_drivers(EXPECTED)
     result = run_kafka(kafka_cluster, "unclean-election", "served", clients, tmp_path, "compat-test")
     verdicts = {name: sorted({d.verdict for d in truth.divergences}) for name, truth in result.truths.items()}
     assert verdicts == {name: [v] for name, v in EXPECTED.items()}, f"{verdicts}\n" + "\n".join(

@@ -186,3 +186,47 @@ def test_a_broker_that_is_down_closes_the_clients_connection() -> None:
         with connect(p) as s:
             s.settimeout(5)
             assert s.recv(16) == b""
+
+
+def test_spoils_the_answers_to_the_next_requests_of_one_api_key(proxy: KafkaWireProxy) -> None:
+    """`sabotage`: garbage keeps the frame and its correlation id, late holds it (and what follows it), drop
+    closes the connection; other API keys and later requests pass untouched."""
+    proxy.sabotage(2, "garbage", count=1)
+    with connect(proxy) as s:
+        s.sendall(other(1, api_key=2) + other(2, api_key=3) + other(3, api_key=2))
+        s.settimeout(5)
+        raw = b""
+        while len(raw) < 24:
+            raw += s.recv(4096)
+    assert [struct.unpack(">ii", raw[i:i + 8]) for i in range(0, 24, 8)] == [(4, 1), (4, 2), (4, 3)]
+    assert proxy.spoiled == [(2, "garbage")] and proxy.sabotage_pending == 0
+    proxy.sabotage(2, "late", count=1, late_s=1.5)
+    with connect(proxy) as s:
+        s.sendall(other(4, api_key=2) + other(5, api_key=3))
+        assert answers(s, 2, timeout=0.5) == []  # held, and the answer behind it too
+        assert answers(s, 2, timeout=5) == [4, 5]
+    proxy.sabotage(3, "drop", count=1)
+    with connect(proxy) as s:
+        s.sendall(other(6, api_key=3))
+        s.settimeout(5)
+        assert s.recv(4096) == b""  # closed, no answer
+    assert proxy.spoiled[1:] == [(2, "late"), (3, "drop")]
+    with pytest.raises(ValueError, match="garbage, late or drop"):
+        proxy.sabotage(2, "slowly")
+
+
+def test_a_broker_down_closes_its_connections_until_it_is_up(proxy: KafkaWireProxy) -> None:
+    s = connect(proxy)
+    with s:
+        s.sendall(other(1))
+        assert answers(s, 1) == [1]
+        proxy.down([0])
+        s.settimeout(5)
+        assert s.recv(4096) == b""  # the open connection closed
+    with connect(proxy) as s:
+        s.settimeout(5)
+        assert s.recv(4096) == b""  # a new one too
+    proxy.down([])
+    with connect(proxy) as s:
+        s.sendall(other(2))
+        assert answers(s, 1) == [2]

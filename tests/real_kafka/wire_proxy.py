@@ -17,6 +17,10 @@ Bounded: a frame's size prefix above `max_frame_bytes` (or below the 8 bytes of 
 the connection; at most `max_held` frames wait per connection; a hold ends by itself after `max_hold_s`;
 connecting to a broker that is down closes the client's connection after at most `connect_timeout_s`.
 `close()` releases nothing: it closes every connection and the listening sockets.
+
+It can also spoil brokers' answers, as a failing broker would (`sabotage`): the answers to the next requests
+of one API key come back as garbage, late, or not at all (the connection closed), to show that a client
+survives them. Answers are read frame by frame (their size prefix, then the frame) to find them.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ KAFKA_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # the broker's socket.request.max.b
 class _Conn:
     client: asyncio.StreamWriter
     upstream: asyncio.StreamWriter
+    target: tuple[str, int] = ("", 0)
     held: list[bytes] = field(default_factory=list)  # frames (with their size prefix) not sent on yet
+    spoiled: dict[int, str] = field(default_factory=dict)  # correlation id -> how its answer is spoiled
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,10 @@ class KafkaWireProxy:
         self.held: list[HeldFetch] = []  # the Fetches held since the last hold_fetches, in arrival order
         self.errors: list[str] = []  # frames it could not read (their connection was closed, or sent on)
         self.connections = 0  # client connections accepted so far
+        self._sabotage: dict[int, tuple[str, int]] = {}  # api key -> (how, requests left)
+        self._late_s = 0.0
+        self._down: set[tuple[str, int]] = set()  # targets whose connections are refused (`down`)
+        self.spoiled: list[tuple[int, str]] = []  # (api key, how) of every answer spoiled so far
 
     @property
     def bootstrap(self) -> str:
@@ -111,6 +121,7 @@ class KafkaWireProxy:
     def start(self, targets: Sequence[tuple[str, int]]) -> KafkaWireProxy:
         if len(targets) != len(self._socks):
             raise ValueError(f"{len(self._socks)} ports, {len(targets)} targets")
+        self.targets = list(targets)
         self._thread.start()
 
         async def listen() -> None:
@@ -196,6 +207,52 @@ class KafkaWireProxy:
             return None
         return HeldFetch(client_id, offsets)
 
+    # --- failing brokers ----------------------------------------------------------------------------
+    def sabotage(self, api_key: int, how: str, count: int = 1, late_s: float = 3.0) -> None:
+        """Spoil the answers to the next `count` requests of `api_key` (any client, any broker): `garbage`
+        (every byte after the correlation id replaced by 0x7fffffff words: arrays and strings that claim 2^31
+        elements, the frame's size kept), `late` (sent `late_s` later, and what follows on its connection
+        behind it: a broker answering after the client's time-out) or `drop` (the connection closed instead:
+        a broker gone mid-request)."""
+        if how not in ("garbage", "late", "drop"):
+            raise ValueError(f"sabotage how={how!r}: garbage, late or drop")
+
+        def install() -> None:
+            self._sabotage[api_key] = (how, count)
+            self._late_s = late_s
+
+        self._call(install)
+
+    def down(self, ports: Sequence[int]) -> None:
+        """Until `down([])`, connections through these of the proxy's ports (the i-th forwards to the i-th
+        target: broker i + 1 of `start_proxied_cluster`) are closed as soon as they are made, and the open ones
+        now: to its clients, those brokers are down."""
+        def install() -> None:
+            self._down = {self.targets[i] for i in ports}
+            for conn in list(self._conns):
+                if conn.target in self._down:
+                    self._drop(conn)
+
+        self._call(install)
+
+    @property
+    def sabotage_pending(self) -> int:
+        """Requests still to be spoiled."""
+        return sum(n for _, n in list(self._sabotage.values()))
+
+    def _mark(self, frame: bytes, conn: _Conn) -> None:
+        key = int.from_bytes(frame[:2], "big", signed=True)
+        plan = self._sabotage.get(key)
+        if plan is None:
+            return
+        how, left = plan
+        conn.spoiled[int.from_bytes(frame[4:8], "big", signed=True)] = how
+        if left <= 1:
+            del self._sabotage[key]
+        else:
+            self._sabotage[key] = (how, left - 1)
+        self.spoiled.append((key, how))
+
     # --- the connections ----------------------------------------------------------------------------
     def _drop(self, conn: _Conn) -> None:
         self._conns.discard(conn)
@@ -207,15 +264,18 @@ class KafkaWireProxy:
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter, *,
                      target: tuple[str, int]) -> None:
         self.connections += 1
+        if target in self._down:
+            client_w.close()
+            return
         try:
             up_r, up_w = await asyncio.wait_for(asyncio.open_connection(*target), self.connect_timeout_s)
         except OSError:  # refused, or TimeoutError (an OSError): the client sees its connection close
             client_w.close()
             return
-        conn = _Conn(client_w, up_w)
+        conn = _Conn(client_w, up_w, target=target)
         self._conns.add(conn)
         pumps = [asyncio.ensure_future(self._requests(client_r, conn)),
-                 asyncio.ensure_future(self._responses(up_r, client_w))]
+                 asyncio.ensure_future(self._responses(up_r, conn))]
         try:
             await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -241,14 +301,25 @@ class KafkaWireProxy:
                     conn.held.append(prefix + frame)
                     self.held.append(held)
                 else:
+                    if self._sabotage:
+                        self._mark(frame, conn)
                     conn.upstream.write(prefix + frame)
                     await conn.upstream.drain()
 
-    @staticmethod
-    async def _responses(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError):
-            while chunk := await reader.read(1 << 16):
-                writer.write(chunk)
+    async def _responses(self, reader: asyncio.StreamReader, conn: _Conn) -> None:
+        writer = conn.client
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                prefix = await reader.readexactly(4)
+                frame = await reader.readexactly(int.from_bytes(prefix, "big", signed=True))
+                how = conn.spoiled.pop(int.from_bytes(frame[:4], "big", signed=True), None) if conn.spoiled else None
+                if how == "drop":
+                    return  # the connection is closed (`_serve`), its answer never sent
+                if how == "late":
+                    await asyncio.sleep(self._late_s)
+                elif how == "garbage":
+                    frame = frame[:4] + (b"\x7f\xff\xff\xff" * (len(frame) // 4))[: len(frame) - 4]
+                writer.write(prefix + frame)
                 await writer.drain()
 
 

@@ -28,6 +28,9 @@ A suspected divergence (D, E) is confirmed before it is reported: the new leader
 an epoch above E (a replacement written after the divergence), or the new leader must hold nothing at D
 below its high watermark. A short or racing answer (records at D still in epoch E, the `false-divergence`
 scenario) is validated again at the next round, and a clean leader change validates to no event.
+Where a KIP-320 consumer is blind, the watcher is not: a new leader that never had the position's epoch
+(it answers an earlier one, ending above H: a second unclean election in a row) lost every record of that
+epoch, [S, H), confirmed by its batch at S carrying another epoch.
 
 Hanging transactions (KAFKA-20716: an unclean election can drop a COMMIT/ABORT marker, so the transaction never
 ends and read_committed consumers stop at its first offset): on a partition the watcher saw truncated, each round
@@ -160,7 +163,7 @@ class PartitionWatch:
     learned_epoch: int = NO_EPOCH  # the leader epoch whose start is known
     epoch_start: int = NO_OFFSET  # S: where learned_epoch starts on its leader
     previous_epoch: int = NO_EPOCH  # E': the epoch before it (of the record at S - 1)
-    divergence: tuple[int, int] | None = None  # (D, E) while confirming
+    divergence: tuple[int, int, int] | None = None  # (D, E, the old log's epoch at D or -1) while confirming
     leader_hw: int = NO_OFFSET  # the new leader's high watermark while confirming
     polled_round: int = -1  # the round whose high watermark was read
     # Hanging transactions, on a partition seen truncated: the last stable offset, since when it stands there
@@ -484,10 +487,13 @@ class Watcher:
 
     # --- persistence (the `--state` file) ----------------------------------------------------------
     def positions(self) -> dict[str, Any]:
-        """What a restarted watcher needs to validate what it saw before: every position."""
+        """What a restarted watcher needs to validate what it saw before: every position, and where the
+        position's epoch starts when known (-1 if not: a leader that never had it is then seen as a consumer
+        sees it)."""
         state: dict[str, Any] = {
             "partitions": [
-                [p.tp.topic, p.tp.partition, p.hw, p.hw_epoch, p.position_epoch]
+                [p.tp.topic, p.tp.partition, p.hw, p.hw_epoch, p.position_epoch,
+                 p.epoch_start if p.learned_epoch == p.hw_epoch >= 0 else NO_OFFSET]
                 for p in self.partitions.values() if p.hw >= 0
             ],
         }
@@ -501,12 +507,14 @@ class Watcher:
     def restore(self, state: Mapping[str, Any]) -> None:
         """Positions from `positions()` of an earlier run: each is validated at the first round whose
         metadata shows a newer leader epoch, exactly as if the watcher had never stopped."""
-        for topic, partition, hw, hw_epoch, position_epoch in state.get("partitions", ()):
+        for topic, partition, hw, hw_epoch, position_epoch, *start in state.get("partitions", ()):
             tp = TopicPartition(str(topic), int(partition))
-            self.partitions[tp] = PartitionWatch(
+            p = self.partitions[tp] = PartitionWatch(
                 tp, hw=int(hw), hw_epoch=int(hw_epoch), position_epoch=int(position_epoch),
                 leader_epoch=int(position_epoch), stage=Stage.READY,
             )
+            if start and int(start[0]) >= 0 and p.hw_epoch == p.position_epoch:  # a state file of before: none
+                p.learned_epoch, p.epoch_start = p.hw_epoch, int(start[0])
         for topic, partition, lso, since, reported in state.get("lso", ()):
             tp = TopicPartition(str(topic), int(partition))
             p = self.partitions.setdefault(tp, PartitionWatch(tp))
@@ -723,10 +731,18 @@ class Watcher:
     def _validate(self, p: PartitionWatch, epoch: int, end_offset: int, now_ms: int) -> None:
         position = FetchPosition(p.hw, p.hw_epoch, LeaderAndEpoch(p.leader, p.leader_epoch))
         outcome = validate_position(position, "none", epoch, end_offset)
-        if isinstance(outcome, Resume):
+        start = p.epoch_start if p.learned_epoch == p.hw_epoch else NO_OFFSET  # where the position's epoch starts
+        if 0 <= epoch < p.hw_epoch and 0 <= start < p.hw and start < end_offset:
+            # The new leader never had the position's epoch (it answers an earlier one): none of that epoch's
+            # records [S, H) is there, even when its end of the earlier epoch lies above H (consecutive unclean
+            # elections, out of a KIP-320 consumer's sight). A follower places it so, with its own epochs
+            # (`AbstractFetcherThread.getOffsetTruncationState`): min(the leader's end, its own end of E).
+            p.stage, p.divergence, p.leader_hw = Stage.CONFIRMING, (start, epoch, p.hw_epoch), NO_OFFSET
+        elif isinstance(outcome, Resume):
             p.stage, p.position_epoch = Stage.READY, p.leader_epoch  # a clean change: the position holds
         elif isinstance(outcome, Truncated) and outcome.divergent is not None:
-            p.stage, p.divergence, p.leader_hw = Stage.CONFIRMING, (outcome.divergent.offset, epoch), NO_OFFSET
+            p.stage, p.divergence = Stage.CONFIRMING, (outcome.divergent.offset, epoch, NO_EPOCH)
+            p.leader_hw = NO_OFFSET
         else:
             # No epoch at or below the position's on the new leader, nor any after it: Kafka answers so only
             # for an empty epoch cache. Nothing to compare with; the position is re-read there.
@@ -740,13 +756,15 @@ class Watcher:
             if p is None or p.stage is not Stage.CONFIRMING or p.divergence is None:
                 continue
             self._due.append(p)
-            divergent, epoch = p.divergence
+            divergent, epoch, old = p.divergence
             first = None
             for batch in iter_batches(data.records, verify_crc=False, allow_partial_tail=True, headers_only=True):
                 if batch.last_offset >= divergent:
                     first = batch
                     break
-            if first is not None and first.base_offset <= divergent and first.partition_leader_epoch > epoch:
+            # An epoch has one leader: at one offset, another epoch than the old log's is another record.
+            if first is not None and first.base_offset <= divergent and (
+                    first.partition_leader_epoch != old if old >= 0 else first.partition_leader_epoch > epoch):
                 self._truncated(p, divergent, epoch, first.partition_leader_epoch, now_ms)
             elif first is None and p.leader_hw <= divergent:
                 self._truncated(p, divergent, epoch, NO_EPOCH, now_ms)  # nothing at all at D on the new leader

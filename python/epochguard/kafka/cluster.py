@@ -401,8 +401,14 @@ class KafkaCluster:
     def create_topic(self, topic: str, assignment: Mapping[int, Sequence[int]],
                      configs: Mapping[str, str] | None = None) -> None:
         """CreateTopics with an explicit assignment; returns once every partition has its first leader."""
-        self.admin().create_topics({topic: {"assignments": {p: list(r) for p, r in assignment.items()},
-                                            "configs": dict(configs or {})}}, timeout_ms=60000)
+        def create(admin: Any) -> None:
+            from kafka.errors import TopicAlreadyExistsError
+
+            with contextlib.suppress(TopicAlreadyExistsError):  # a retry after an answer lost on the way
+                admin.create_topics({topic: {"assignments": {p: list(r) for p, r in assignment.items()},
+                                             "configs": dict(configs or {})}}, timeout_ms=60000)
+        # Through a new admin if the last one's controller is gone (a test before stopped brokers).
+        self._admin_retry(create, "CreateTopics")
         for p, replicas in assignment.items():
             first = tuple(replicas)
 

@@ -7,8 +7,9 @@ answers), hands every answer or failure back, and writes what the watcher finds:
 - Prometheus metrics (`prometheus_client`, kafka_exporter's naming) when a port is given;
 - the state file (`--state`): every position, written atomically after each round, so a restarted
   watcher validates what it saw before and still reports a loss that happened while it was down. Events
-  are written before the state that no longer holds their positions: a crash in between reports the loss
-  again at the next start (at least once, never lost).
+  are written before the state that no longer holds their positions: a crash in between finds the loss
+  again at the next start, which the event log already holds and does not take twice (never lost, logged
+  once; on stdout, without an event log, it is printed again).
 
 Read-only: Metadata, ListOffsets, OffsetsForLeaderEpoch, Fetch (batch headers), ListGroups, FindCoordinator,
 OffsetFetch and DescribeProducers; Describe on topics and groups is all the rights it needs. The one write, only with
@@ -50,18 +51,47 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+# What makes a loss the same loss when a restarted watcher finds it again (everything but when).
+_SAME = {"truncation": ("topic", "partition", "old_epoch", "new_epoch", "lost_from", "lost_until"),
+         "group-affected": ("group", "topic", "partition", "committed", "phantoms", "rewound")}
+
+
+def _identity(event: dict[str, Any]) -> tuple[str, ...] | None:
+    names = _SAME.get(event.get("event"))  # type: ignore[arg-type]
+    return None if names is None else (str(event["event"]), *(json.dumps(event.get(n)) for n in names))
+
+
 class EventLog:
-    """JSON lines appended to `path` (fsynced per write) or to stdout."""
+    """JSON lines appended to `path` (fsynced per write) or to stdout. A loss already in the file (a watcher
+    killed after logging it, before its state was saved, finds it again when restarted) is not written twice."""
 
     def __init__(self, path: str | os.PathLike[str] | None) -> None:
         self.path = None if path is None else Path(path)
         self._file: IO[str] | None = None
+        self._logged: set[tuple[str, ...]] = set()
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            line = "\n"
+            with contextlib.suppress(FileNotFoundError), open(self.path, encoding="utf-8") as f:
+                for line in f:
+                    with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+                        key = _identity(json.loads(line))  # a torn last line (a crash mid-write) is skipped
+                        if key is not None:
+                            self._logged.add(key)
             self._file = open(self.path, "a", encoding="utf-8")  # held for the whole run
+            if not line.endswith("\n"):
+                self._file.write("\n")  # ends the torn line: the next event is a line of its own
 
     def write(self, events: Iterable[dict[str, Any]]) -> None:
-        lines = "".join(json.dumps(e, sort_keys=False) + "\n" for e in events)
+        fresh = []
+        for e in events:
+            key = _identity(e)
+            if key is not None and self.path is not None:
+                if key in self._logged:
+                    continue
+                self._logged.add(key)
+            fresh.append(e)
+        lines = "".join(json.dumps(e, sort_keys=False) + "\n" for e in fresh)
         if not lines:
             return
         if self._file is None:

@@ -15,7 +15,8 @@ a backup); the producing side is `client.KafkaProducer`'s idempotent (or transac
 - The operator's limits (`until_offset`, `from_epoch`) skip the rest, reported as such.
 
 `recover(audit_dir, bootstrap_servers, ...)` applies them to a live cluster: it reads the audit's
-`lost_records.parquet` (pyarrow), each partition from its first lost offset to its end (read_uncommitted:
+`lost_records.parquet` (pyarrow), each partition from its divergence point (the lowest the audit's
+`partitions.parquet` gives a diverged replica of it, else its first lost offset) to its end (read_uncommitted:
 an earlier run's records count even if a transaction of it is still open), produces what is left with the
 idempotent producer (acks=all, one partition's records in order, original timestamps, the provenance header
 added), to the same partition of the same topic or of `to_topic`, and writes `recovered.parquet` (original
@@ -23,6 +24,10 @@ and new place of every re-published record) atomically into the audit dir. `dry_
 action is logged. `transactional_id`: each partition's records in one transaction (read_committed
 consumers never see half a recovery), the partition read read_committed. Not done yet (issue 35):
 `--include-uncommitted`.
+
+`EPOCHGUARD_RECOVER_HALT_AFTER=N` (for tests only: tests/real_kafka/test_real_recover.py) makes a run stop
+still, once the first N records of a partition are acknowledged, until it is killed: a kill mid-partition
+at a known point.
 """
 
 from __future__ import annotations
@@ -37,8 +42,8 @@ from typing import Any
 
 from epochguard.types import TopicPartition
 
-__all__ = ["PROVENANCE_HEADER", "LostRecord", "Present", "Plan", "lost_by_partition", "provenance",
-           "parse_provenance", "plan", "recover"]
+__all__ = ["PROVENANCE_HEADER", "LostRecord", "Present", "Plan", "lost_by_partition", "divergence_points",
+           "provenance", "parse_provenance", "plan", "recover"]
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +167,20 @@ def plan(lost: Iterable[LostRecord], present: Iterable[Present], *, until_offset
     return out
 
 
+def divergence_points(rows: Iterable[Mapping[str, Any]]) -> dict[TopicPartition, int]:
+    """Per partition, the lowest divergence offset of a diverged replica (partitions.parquet's rows): the
+    new leader's records from there on may hold a lost record its producer retried, even at an offset
+    below the first lost record the audit lists (an aborted record or a marker before it)."""
+    out: dict[TopicPartition, int] = {}
+    for row in rows:
+        offset = row.get("divergence_offset")
+        if row.get("kind") != "diverged" or offset is None or offset < 0:
+            continue
+        tp = TopicPartition(str(row["topic"]), int(row["partition"]))
+        out[tp] = min(out.get(tp, offset), int(offset))
+    return out
+
+
 def _end_offset(bootstrap_servers: str, tp: TopicPartition, client: Mapping[str, Any]) -> int:
     """The partition's log end offset now (ListOffsets LATEST, through a consumer's reset to latest;
     read_committed: the last stable offset)."""
@@ -228,6 +247,9 @@ def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | N
         client["isolation_level"] = "read_committed"
     wanted = None if topics is None else set(topics)
     lost = lost_by_partition(pq.read_table(os.path.join(audit_dir, "lost_records.parquet")).to_pylist())
+    summary = os.path.join(audit_dir, "partitions.parquet")
+    diverged = divergence_points(pq.read_table(summary).to_pylist()) if os.path.exists(summary) else {}
+    halt_after = int(os.environ.get("EPOCHGUARD_RECOVER_HALT_AFTER") or 0)  # tests only (module docstring)
     plans: dict[TopicPartition, Plan] = {}
     rows: list[dict[str, Any]] = []
     producing = {k: v for k, v in client.items() if k != "isolation_level"}
@@ -241,7 +263,8 @@ def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | N
             if wanted is not None and tp.topic not in wanted:
                 continue
             target = TopicPartition(to_topic or tp.topic, tp.partition)
-            start = records[0].offset if target.topic == tp.topic else 0  # the divergence point, at the latest
+            # the divergence point (its first lost offset at the latest); a quarantine topic from its start
+            start = min(records[0].offset, diverged.get(tp, records[0].offset)) if target.topic == tp.topic else 0
             end = _end_offset(bootstrap_servers, target, client)
             present = _read_from(bootstrap_servers, target, start, end, client, timeout_s)
             plans[tp] = outcome = plan(records, present, until_offset=until_offset, from_epoch=from_epoch)
@@ -256,24 +279,44 @@ def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | N
             if producer is None:
                 rows += [_row(r, "would publish", target.topic, -1) for r in outcome.publish]
                 continue
-            if transactional_id is not None:
-                producer.begin_transaction()  # one transaction per partition: all of it or none is read
-            futures = [producer.send(target.topic, key=r.key, value=r.value, partition=target.partition,
-                                     headers=[*r.headers, (PROVENANCE_HEADER, provenance(r))],
-                                     timestamp_ms=r.timestamp) for r in outcome.publish]
-            if transactional_id is not None:
-                producer.commit_transaction()
-            else:
-                producer.flush(timeout_s)
-            for r, f in zip(outcome.publish, futures, strict=True):
-                md = f.get(0)
-                rows.append(_row(r, "published", target.topic, md.offset))
-            log.info("%s -> %s: published %d records", tp, target, len(futures))
+            rows += _publish(producer, tp, target, outcome.publish, transactional_id is not None, halt_after,
+                             timeout_s)
     finally:
         if producer is not None:
             producer.close()
     _write_recovered(os.path.join(audit_dir, "recovered.parquet"), rows)
     return plans
+
+
+def _publish(producer: Any, tp: TopicPartition, target: TopicPartition, records: list[LostRecord],
+             transactional: bool, halt_after: int, timeout_s: float) -> list[dict[str, Any]]:
+    """Produce one partition's records in order (in one transaction if `transactional`); their rows of
+    recovered.parquet once every one is acknowledged."""
+    if transactional:
+        producer.begin_transaction()  # one transaction per partition: all of it or none is read
+    futures = []
+    for r in records:
+        futures.append(producer.send(target.topic, key=r.key, value=r.value, partition=target.partition,
+                                     headers=[*r.headers, (PROVENANCE_HEADER, provenance(r))],
+                                     timestamp_ms=r.timestamp))
+        if len(futures) == halt_after < len(records):
+            _halt(producer, tp, halt_after, timeout_s)
+    if transactional:
+        producer.commit_transaction()
+    else:
+        producer.flush(timeout_s)
+    rows = [_row(r, "published", target.topic, f.get(0).offset) for r, f in zip(records, futures, strict=True)]
+    log.info("%s -> %s: published %d records", tp, target, len(futures))
+    return rows
+
+
+def _halt(producer: Any, tp: TopicPartition, count: int, timeout_s: float) -> None:
+    """EPOCHGUARD_RECOVER_HALT_AFTER (tests only): the first `count` records acknowledged, then stand
+    still until killed."""
+    producer.flush(timeout_s)
+    log.warning("%s: %d records acknowledged; halted by EPOCHGUARD_RECOVER_HALT_AFTER until killed", tp, count)
+    while True:
+        time.sleep(60)
 
 
 def _row(r: LostRecord, outcome: str, new_topic: str, new_offset: int) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from epochguard.ops.recover import (
     PROVENANCE_HEADER,
     LostRecord,
     Present,
+    divergence_points,
     lost_by_partition,
     parse_provenance,
     plan,
@@ -70,3 +71,15 @@ def test_provenance_round_trips_with_a_slash_in_the_topic_and_ignores_foreign_va
     record = LostRecord("a/b", 0, 7, 3, 2, 0, None, b"v")
     assert parse_provenance(provenance(record)) == ("a/b", 0, 7, 3)
     assert parse_provenance(b"not ours") is None and parse_provenance(None) is None
+
+
+def test_the_read_starts_at_the_lowest_divergence_point_of_a_diverged_replica() -> None:
+    """An aborted record (or a marker) at the divergence point leaves the first lost record above it; the
+    new leader may hold a retried copy right at the divergence point, which a read from the first lost
+    offset would miss (and double)."""
+    rows = [{"topic": "orders", "partition": 3, "broker": 1, "kind": "diverged", "divergence_offset": 150},
+            {"topic": "orders", "partition": 3, "broker": 3, "kind": "diverged", "divergence_offset": 148},
+            {"topic": "orders", "partition": 3, "broker": 2, "kind": "reference", "divergence_offset": None},
+            {"topic": "orders", "partition": 4, "broker": 1, "kind": "behind", "divergence_offset": 7},
+            {"topic": "orders", "partition": 5, "broker": 1, "kind": "diverged", "divergence_offset": -1}]
+    assert divergence_points(rows) == {TP: 148}

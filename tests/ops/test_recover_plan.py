@@ -83,3 +83,17 @@ def test_the_read_starts_at_the_lowest_divergence_point_of_a_diverged_replica() 
             {"topic": "orders", "partition": 4, "broker": 1, "kind": "behind", "divergence_offset": 7},
             {"topic": "orders", "partition": 5, "broker": 1, "kind": "diverged", "divergence_offset": -1}]
     assert divergence_points(rows) == {TP: 148}
+
+
+def test_records_of_a_transaction_without_its_marker_are_left_unless_included() -> None:
+    rows = [row(30, b"committed"), {**row(31, b"open-1"), "uncommitted": True},
+            {**row(32, b"open-2"), "uncommitted": True}, row(33, b"plain")]
+    lost = lost_by_partition(rows)[TP]
+    assert [r.uncommitted for r in lost] == [False, True, True, False]
+    left = plan(lost, [Present(60, b"k", b"open-2")])  # open-2 retried by its producer: it is there
+    assert [r.offset for r in left.uncommitted] == [31] and [r.offset for r in left.publish] == [30, 33]
+    assert [(r.offset, at) for r, at in left.already_present] == [(32, 60)]
+    included = plan(lost, [], include_uncommitted=True)
+    assert included.uncommitted == [] and [r.offset for r in included.publish] == [30, 31, 32, 33]
+    assert [r.offset for r in plan(lost_by_partition([{k: v for k, v in r.items() if k != "uncommitted"}
+                                                      for r in rows])[TP], []).publish] == [30, 31, 32, 33]

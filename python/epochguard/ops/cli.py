@@ -151,6 +151,9 @@ def _add_recover(sub: argparse._SubParsersAction) -> None:
     recover.add_argument("--dry-run", action="store_true", help="print what would go where; produce nothing")
     recover.add_argument("--until-offset", type=int, metavar="N", help="only lost records at offsets <= N")
     recover.add_argument("--from-epoch", type=int, metavar="N", help="only lost records of leader epochs >= N")
+    recover.add_argument("--include-uncommitted", action="store_true",
+                         help="also records of transactions no COMMIT marker ends in the old replica's log (the "
+                              "audit's `uncommitted`: their outcome is not on its disk; left by default)")
     recover.add_argument("--transactional-id", metavar="ID",
                          help="each partition's records in one transaction (read_committed consumers see all or none)")
     _add_security(recover)
@@ -165,7 +168,8 @@ def _run_recover(args: argparse.Namespace) -> int:
         _security(args)  # settings that do not fit together are refused before anything connects
         plans = recover(args.audit_out, args.bootstrap_server, topics=args.topic, to_topic=args.to_topic,
                         dry_run=args.dry_run, until_offset=args.until_offset, from_epoch=args.from_epoch,
-                        transactional_id=args.transactional_id, client=client_settings(args))
+                        transactional_id=args.transactional_id, include_uncommitted=args.include_uncommitted,
+                        client=client_settings(args))
     except (EpochGuardError, OSError, TimeoutError, ValueError) as exc:
         print(f"recover: {exc}", file=sys.stderr)
         return 2
@@ -178,11 +182,11 @@ def _print_table(plans: Any, *, dry_run: bool) -> None:
     from rich.table import Table
 
     table = Table(title="epochguard recover" + (" (dry run: nothing produced)" if dry_run else ""))
-    for name in ("partition", "lost", "already present", "recovered before", "skipped by limits",
+    for name in ("partition", "lost", "already present", "recovered before", "uncommitted, left", "skipped by limits",
                  "would publish" if dry_run else "re-published"):
         table.add_column(name, justify="left" if name == "partition" else "right")
     for tp, p in sorted(plans.items()):
-        lost = len(p.publish) + len(p.already_present) + len(p.recovered_before) + len(p.skipped_by_limits)
-        table.add_row(f"{tp.topic}-{tp.partition}", str(lost), str(len(p.already_present)),
-                      str(len(p.recovered_before)), str(len(p.skipped_by_limits)), str(len(p.publish)))
+        counts = [len(p.already_present), len(p.recovered_before), len(p.uncommitted), len(p.skipped_by_limits),
+                  len(p.publish)]
+        table.add_row(f"{tp.topic}-{tp.partition}", str(sum(counts)), *map(str, counts))
     Console().print(table)

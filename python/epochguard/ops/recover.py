@@ -12,6 +12,10 @@ a backup); the producing side is `client.KafkaProducer`'s idempotent (or transac
   a record carrying the provenance of a lost one was re-published by an earlier run (complete or cut
   off): skipped; a record whose key, value and headers equal a lost one's is that record retried by its
   producer to the new leader: "already present", each present record matching at most one lost record.
+- Records of a transaction no marker ends in the old replica's log (the audit's `uncommitted`: its
+  COMMIT, if the coordinator wrote one, never reached that replica, so no read_committed consumer read
+  them there, and whether it committed is not on the disk) are left, reported as such, unless
+  `include_uncommitted`.
 - The operator's limits (`until_offset`, `from_epoch`) skip the rest, reported as such.
 
 `recover(audit_dir, bootstrap_servers, ...)` applies them to a live cluster: it reads the audit's
@@ -22,8 +26,7 @@ idempotent producer (acks=all, one partition's records in order, original timest
 added), to the same partition of the same topic or of `to_topic`, and writes `recovered.parquet` (original
 and new place of every re-published record) atomically into the audit dir. `dry_run` plans only. Every
 action is logged. `transactional_id`: each partition's records in one transaction (read_committed
-consumers never see half a recovery), the partition read read_committed. Not done yet (issue 35):
-`--include-uncommitted`.
+consumers never see half a recovery), the partition read read_committed.
 
 `EPOCHGUARD_RECOVER_HALT_AFTER=N` (for tests only: tests/real_kafka/test_real_recover.py) makes a run stop
 still, once the first N records of a partition are acknowledged, until it is killed: a kill mid-partition
@@ -65,6 +68,7 @@ class LostRecord:
     key: bytes | None
     value: bytes | None
     headers: Headers = ()
+    uncommitted: bool = False  # of a transaction no marker ends in the replica's log (the audit's column)
 
     @property
     def origin(self) -> tuple[str, int, int, int]:
@@ -89,6 +93,7 @@ class Plan:
     publish: list[LostRecord] = field(default_factory=list)
     already_present: list[tuple[LostRecord, int]] = field(default_factory=list)  # (lost, its offset now)
     recovered_before: list[tuple[LostRecord, int]] = field(default_factory=list)  # an earlier run's
+    uncommitted: list[LostRecord] = field(default_factory=list)  # left: see the module docstring
     skipped_by_limits: list[LostRecord] = field(default_factory=list)
 
 
@@ -113,7 +118,8 @@ def lost_by_partition(rows: Iterable[Mapping[str, Any]]) -> dict[TopicPartition,
         record = LostRecord(str(row["topic"]), int(row["partition"]), int(row["offset"]), int(row["leader_epoch"]),
                             int(row["broker"]), int(row["timestamp"]),
                             None if row.get("key") is None else bytes(row["key"]),
-                            None if row.get("value") is None else bytes(row["value"]), _headers(row.get("headers")))
+                            None if row.get("value") is None else bytes(row["value"]), _headers(row.get("headers")),
+                            bool(row.get("uncommitted")))
         held = chosen.get(record.origin)
         if held is None or record.broker < held.broker:
             chosen[record.origin] = record
@@ -139,7 +145,7 @@ def parse_provenance(value: bytes | None) -> tuple[str, int, int, int] | None:
 
 
 def plan(lost: Iterable[LostRecord], present: Iterable[Present], *, until_offset: int | None = None,
-         from_epoch: int | None = None) -> Plan:
+         from_epoch: int | None = None, include_uncommitted: bool = False) -> Plan:
     """One partition's plan (see the module docstring): `lost` in offset order, `present` the
     partition's records from the divergence point on."""
     recovered: dict[tuple[str, int, int, int], int] = {}
@@ -159,6 +165,8 @@ def plan(lost: Iterable[LostRecord], present: Iterable[Present], *, until_offset
         matches = by_content.get((record.key, record.value, record.headers))
         if matches:
             out.already_present.append((record, matches.pop(0)))  # each present copy stands for one lost record
+        elif record.uncommitted and not include_uncommitted:
+            out.uncommitted.append(record)
         elif (until_offset is not None and record.offset > until_offset) or (
                 from_epoch is not None and record.leader_epoch < from_epoch):
             out.skipped_by_limits.append(record)
@@ -235,7 +243,8 @@ def _write_recovered(path: str, rows: list[dict[str, Any]]) -> None:
 def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | None = None,
             to_topic: str | None = None, dry_run: bool = False, until_offset: int | None = None,
             from_epoch: int | None = None, client: Mapping[str, Any] | None = None,
-            transactional_id: str | None = None, timeout_s: float = 120.0) -> dict[TopicPartition, Plan]:
+            transactional_id: str | None = None, include_uncommitted: bool = False,
+            timeout_s: float = 120.0) -> dict[TopicPartition, Plan]:
     """Put the audit's lost records back (see the module docstring); the plan of every partition."""
     import pyarrow.parquet as pq
 
@@ -246,7 +255,11 @@ def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | N
         # read_committed: a killed earlier run's open transaction (aborted by init_transactions) is not there
         client["isolation_level"] = "read_committed"
     wanted = None if topics is None else set(topics)
-    lost = lost_by_partition(pq.read_table(os.path.join(audit_dir, "lost_records.parquet")).to_pylist())
+    table = pq.read_table(os.path.join(audit_dir, "lost_records.parquet"))
+    if "uncommitted" not in table.column_names:
+        log.warning("lost_records.parquet has no `uncommitted` column (an older audit): records of a transaction "
+                    "whose outcome is not on the old replica's disk cannot be told apart; all are published")
+    lost = lost_by_partition(table.to_pylist())
     summary = os.path.join(audit_dir, "partitions.parquet")
     diverged = divergence_points(pq.read_table(summary).to_pylist()) if os.path.exists(summary) else {}
     halt_after = int(os.environ.get("EPOCHGUARD_RECOVER_HALT_AFTER") or 0)  # tests only (module docstring)
@@ -267,15 +280,22 @@ def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | N
             start = min(records[0].offset, diverged.get(tp, records[0].offset)) if target.topic == tp.topic else 0
             end = _end_offset(bootstrap_servers, target, client)
             present = _read_from(bootstrap_servers, target, start, end, client, timeout_s)
-            plans[tp] = outcome = plan(records, present, until_offset=until_offset, from_epoch=from_epoch)
-            log.info("%s -> %s: %d lost, %d already present, %d recovered before, %d skipped by limits, "
-                     "%d to publish (read %s from offset %d to %d)", tp, target, len(records),
-                     len(outcome.already_present), len(outcome.recovered_before), len(outcome.skipped_by_limits),
-                     len(outcome.publish), target, start, end)
+            plans[tp] = outcome = plan(records, present, until_offset=until_offset, from_epoch=from_epoch,
+                                       include_uncommitted=include_uncommitted)
+            log.info("%s -> %s: %d lost, %d already present, %d recovered before, %d uncommitted left, "
+                     "%d skipped by limits, %d to publish (read %s from offset %d to %d)", tp, target, len(records),
+                     len(outcome.already_present), len(outcome.recovered_before), len(outcome.uncommitted),
+                     len(outcome.skipped_by_limits), len(outcome.publish), target, start, end)
+            if outcome.uncommitted:
+                log.warning("%s: %d records of transactions no COMMIT marker ends in the old replica's log left "
+                            "(offsets %d..%d): whether they committed is not on its disk and no read_committed "
+                            "consumer read them there; --include-uncommitted re-publishes them", tp,
+                            len(outcome.uncommitted), outcome.uncommitted[0].offset, outcome.uncommitted[-1].offset)
             for kind, found in (("already present", outcome.already_present),
                                 ("recovered before", outcome.recovered_before)):
                 rows += [_row(r, kind, target.topic, at) for r, at in found]
             rows += [_row(r, "skipped by limits", target.topic, -1) for r in outcome.skipped_by_limits]
+            rows += [_row(r, "uncommitted, left", target.topic, -1) for r in outcome.uncommitted]
             if producer is None:
                 rows += [_row(r, "would publish", target.topic, -1) for r in outcome.publish]
                 continue

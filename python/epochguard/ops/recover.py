@@ -39,9 +39,9 @@ import logging
 import os
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from epochguard.types import TopicPartition
 
@@ -55,9 +55,9 @@ PROVENANCE_HEADER = "epochguard.recovered-from"
 Headers = tuple[tuple[str, bytes | None], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class LostRecord:
-    """One lost record as the audit decoded it from an old replica's log."""
+class LostRecord(NamedTuple):
+    """One lost record as the audit decoded it from an old replica's log (a tuple: a million are made in
+    a second)."""
 
     topic: str
     partition: int
@@ -109,24 +109,47 @@ def _headers(raw: Any) -> Headers:
     return tuple(out)
 
 
-def lost_by_partition(rows: Iterable[Mapping[str, Any]]) -> dict[TopicPartition, list[LostRecord]]:
-    """The records to consider per partition from lost_records.parquet's rows (see the module docstring)."""
+def lost_by_partition(rows: Iterable[Mapping[str, Any]] | Any) -> dict[TopicPartition, list[LostRecord]]:
+    """The records to consider per partition from lost_records.parquet's rows, or from the pyarrow Table
+    itself (read by column: no dict per row), see the module docstring."""
     chosen: dict[tuple[str, int, int, int], LostRecord] = {}
-    for row in rows:
-        if row.get("kind", "lost") != "lost" or row.get("is_control"):
-            continue
-        record = LostRecord(str(row["topic"]), int(row["partition"]), int(row["offset"]), int(row["leader_epoch"]),
-                            int(row["broker"]), int(row["timestamp"]),
-                            None if row.get("key") is None else bytes(row["key"]),
-                            None if row.get("value") is None else bytes(row["value"]), _headers(row.get("headers")),
-                            bool(row.get("uncommitted")))
-        held = chosen.get(record.origin)
+    for record in _table_records(rows) if hasattr(rows, "column_names") else _row_records(rows):
+        origin = (record.topic, record.partition, record.offset, record.leader_epoch)
+        held = chosen.get(origin)
         if held is None or record.broker < held.broker:
-            chosen[record.origin] = record
+            chosen[origin] = record
     out: dict[TopicPartition, list[LostRecord]] = defaultdict(list)
-    for record in sorted(chosen.values(), key=lambda r: (r.topic, r.partition, r.offset, r.leader_epoch)):
+    for origin in sorted(chosen):
+        record = chosen[origin]
         out[TopicPartition(record.topic, record.partition)].append(record)
     return dict(out)
+
+
+def _row_records(rows: Iterable[Mapping[str, Any]]) -> Iterator[LostRecord]:
+    for row in rows:
+        if row.get("kind", "lost") == "lost" and not row.get("is_control"):
+            yield _record(row["topic"], row["partition"], row["offset"], row["leader_epoch"], row["broker"],
+                          row["timestamp"], row.get("key"), row.get("value"), row.get("headers"),
+                          row.get("uncommitted"))
+
+
+def _table_records(table: Any) -> Iterator[LostRecord]:
+    n = table.num_rows
+    names = ("topic", "partition", "offset", "leader_epoch", "broker", "timestamp", "key", "value", "headers",
+             "uncommitted", "kind", "is_control")
+    columns = [table.column(c).to_pylist() if c in table.column_names else [None] * n for c in names]
+    for topic, partition, offset, epoch, broker, stamp, key, value, headers, uncommitted, kind, control in zip(
+            *columns, strict=True):
+        if kind in ("lost", None) and not control:  # Parquet's types are the record's: no conversions
+            yield LostRecord(topic, partition, offset, epoch, broker, stamp, key, value,
+                             _headers(headers) if headers else (), bool(uncommitted))
+
+
+def _record(topic: Any, partition: Any, offset: Any, epoch: Any, broker: Any, timestamp: Any, key: Any,
+            value: Any, headers: Any, uncommitted: Any) -> LostRecord:
+    return LostRecord(str(topic), int(partition), int(offset), int(epoch), int(broker), int(timestamp),
+                      None if key is None else bytes(key), None if value is None else bytes(value), _headers(headers),
+                      bool(uncommitted))
 
 
 def provenance(record: LostRecord) -> bytes:
@@ -259,15 +282,17 @@ def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | N
     if "uncommitted" not in table.column_names:
         log.warning("lost_records.parquet has no `uncommitted` column (an older audit): records of a transaction "
                     "whose outcome is not on the old replica's disk cannot be told apart; all are published")
-    lost = lost_by_partition(table.to_pylist())
+    lost = lost_by_partition(table)
     summary = os.path.join(audit_dir, "partitions.parquet")
     diverged = divergence_points(pq.read_table(summary).to_pylist()) if os.path.exists(summary) else {}
     halt_after = int(os.environ.get("EPOCHGUARD_RECOVER_HALT_AFTER") or 0)  # tests only (module docstring)
     plans: dict[TopicPartition, Plan] = {}
     rows: list[dict[str, Any]] = []
     producing = {k: v for k, v in client.items() if k != "isolation_level"}
+    # batches of up to 1 MB after 5 ms: a recovery is a bulk load (the client benchmark's producer settings)
     producer = None if dry_run else KafkaProducer(bootstrap_servers=bootstrap_servers, enable_idempotence=True,
-                                                  acks="all", transactional_id=transactional_id, **producing)
+                                                  acks="all", transactional_id=transactional_id, linger_ms=5,
+                                                  batch_size=1_000_000, **producing)
     try:
         if producer is not None and transactional_id is not None:
             producer.init_transactions()  # fences (and aborts the open transaction of) a killed earlier run
@@ -310,30 +335,56 @@ def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | N
 
 def _publish(producer: Any, tp: TopicPartition, target: TopicPartition, records: list[LostRecord],
              transactional: bool, halt_after: int, timeout_s: float) -> list[dict[str, Any]]:
-    """Produce one partition's records in order (in one transaction if `transactional`); their rows of
-    recovered.parquet once every one is acknowledged."""
+    """Produce one partition's records in order (in one transaction if `transactional`) with `send_arrow`
+    (the rows encoded into batches in Rust); their rows of recovered.parquet once every one is acknowledged."""
+    if not records:
+        return []
     if transactional:
         producer.begin_transaction()  # one transaction per partition: all of it or none is read
-    futures = []
-    for r in records:
-        futures.append(producer.send(target.topic, key=r.key, value=r.value, partition=target.partition,
-                                     headers=[*r.headers, (PROVENANCE_HEADER, provenance(r))],
-                                     timestamp_ms=r.timestamp))
-        if len(futures) == halt_after < len(records):
-            _halt(producer, tp, halt_after, timeout_s)
+    cut = halt_after if 0 < halt_after < len(records) else len(records)
+    parts = [records[:cut], records[cut:]] if cut < len(records) else [records]
+    offsets: list[int] = []
+    for i, part in enumerate(parts):
+        sent = producer.send_arrow(target.topic, _arrow(part, target.partition))
+        offsets += sent.offsets(timeout_s).column("offset").to_pylist()  # once every batch is acknowledged
+        if i == 0 and len(parts) == 2:
+            _halt(tp, cut)
     if transactional:
         producer.commit_transaction()
     else:
         producer.flush(timeout_s)
-    rows = [_row(r, "published", target.topic, f.get(0).offset) for r, f in zip(records, futures, strict=True)]
-    log.info("%s -> %s: published %d records", tp, target, len(futures))
+    rows = [_row(r, "published", target.topic, offset) for r, offset in zip(records, offsets, strict=True)]
+    log.info("%s -> %s: published %d records", tp, target, len(records))
     return rows
 
 
-def _halt(producer: Any, tp: TopicPartition, count: int, timeout_s: float) -> None:
-    """EPOCHGUARD_RECOVER_HALT_AFTER (tests only): the first `count` records acknowledged, then stand
-    still until killed."""
-    producer.flush(timeout_s)
+def _arrow(records: list[LostRecord], partition: int) -> Any:
+    """The records as `send_arrow`'s table: key, value, headers (the provenance header added), the original
+    timestamp, the partition."""
+    import pyarrow as pa
+
+    offsets, names, values = [0], [], []  # the headers' list<struct> built from flat columns: no dict per row
+    for r in records:
+        for name, value in r.headers:
+            names.append(name)
+            values.append(value)
+        names.append(PROVENANCE_HEADER)
+        values.append(provenance(r))
+        offsets.append(len(names))
+    headers = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.StructArray.from_arrays(
+        [pa.array(names, pa.string()), pa.array(values, pa.binary())], names=["key", "value"]))
+    return pa.table({
+        "key": pa.array([r.key for r in records], pa.binary()),
+        "value": pa.array([r.value for r in records], pa.binary()),
+        "headers": pa.array(headers, pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+        "timestamp": pa.array([r.timestamp for r in records], pa.int64()),
+        "partition": pa.array([partition] * len(records), pa.int32()),
+    })
+
+
+def _halt(tp: TopicPartition, count: int) -> None:
+    """EPOCHGUARD_RECOVER_HALT_AFTER (tests only): the first `count` records acknowledged, stand still
+    until killed."""
     log.warning("%s: %d records acknowledged; halted by EPOCHGUARD_RECOVER_HALT_AFTER until killed", tp, count)
     while True:
         time.sleep(60)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+
 from epochguard.ops.recover import (
     PROVENANCE_HEADER,
     LostRecord,
@@ -35,6 +37,7 @@ def test_the_union_over_brokers_is_one_record_per_offset_and_epoch_in_offset_ord
             row(150, b"other", broker=3, epoch=5),  # another epoch at the same offset: another record
             row(149, b"h", headers=[{"key": "h", "value": b"1"}])]
     (tp, lost), = lost_by_partition(rows).items()
+    assert lost_by_partition(pa.Table.from_pylist(rows)) == {tp: lost}  # the Parquet table's path: the same
     assert tp == TP
     assert [(r.offset, r.leader_epoch, r.value, r.broker) for r in lost] == [
         (149, 4, b"h", 1), (150, 4, b"a", 1), (150, 5, b"other", 3), (151, 4, b"b", 1)]

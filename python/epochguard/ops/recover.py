@@ -35,6 +35,8 @@ at a known point.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import os
 import time
@@ -111,16 +113,20 @@ def _headers(raw: Any) -> Headers:
 
 def lost_by_partition(rows: Iterable[Mapping[str, Any]] | Any) -> dict[TopicPartition, list[LostRecord]]:
     """The records to consider per partition from lost_records.parquet's rows, or from the pyarrow Table
-    itself (read by column: no dict per row), see the module docstring."""
+    itself (filtered and sorted by Arrow, read by column: no dict per row), see the module docstring."""
+    if hasattr(rows, "column_names"):
+        return _table_lost(rows)
     chosen: dict[tuple[str, int, int, int], LostRecord] = {}
-    for record in _table_records(rows) if hasattr(rows, "column_names") else _row_records(rows):
-        origin = (record.topic, record.partition, record.offset, record.leader_epoch)
-        held = chosen.get(origin)
+    for record in _row_records(rows):
+        held = chosen.get(record.origin)
         if held is None or record.broker < held.broker:
-            chosen[origin] = record
+            chosen[record.origin] = record
+    return _by_partition(chosen[origin] for origin in sorted(chosen))
+
+
+def _by_partition(records: Iterable[LostRecord]) -> dict[TopicPartition, list[LostRecord]]:
     out: dict[TopicPartition, list[LostRecord]] = defaultdict(list)
-    for origin in sorted(chosen):
-        record = chosen[origin]
+    for record in records:
         out[TopicPartition(record.topic, record.partition)].append(record)
     return dict(out)
 
@@ -133,16 +139,44 @@ def _row_records(rows: Iterable[Mapping[str, Any]]) -> Iterator[LostRecord]:
                           row.get("uncommitted"))
 
 
-def _table_records(table: Any) -> Iterator[LostRecord]:
+def _table_lost(table: Any) -> dict[TopicPartition, list[LostRecord]]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     n = table.num_rows
+    for name, default in (("kind", pa.scalar("lost")), ("is_control", pa.scalar(False)),
+                          ("uncommitted", pa.scalar(False)), ("headers", None)):
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(n) if default is None else pa.array([default.as_py()] * n))
+    table = table.filter(pc.and_(pc.equal(pc.fill_null(table["kind"], "lost"), "lost"),
+                                 pc.invert(pc.fill_null(table["is_control"], False))))
+    # in origin order, the lowest broker first: one pass keeps each origin's first row
+    table = table.sort_by([(c, "ascending") for c in ("topic", "partition", "offset", "leader_epoch", "broker")])
     names = ("topic", "partition", "offset", "leader_epoch", "broker", "timestamp", "key", "value", "headers",
-             "uncommitted", "kind", "is_control")
-    columns = [table.column(c).to_pylist() if c in table.column_names else [None] * n for c in names]
-    for topic, partition, offset, epoch, broker, stamp, key, value, headers, uncommitted, kind, control in zip(
-            *columns, strict=True):
-        if kind in ("lost", None) and not control:  # Parquet's types are the record's: no conversions
-            yield LostRecord(topic, partition, offset, epoch, broker, stamp, key, value,
-                             _headers(headers) if headers else (), bool(uncommitted))
+             "uncommitted")
+    columns = [table.column(c).to_pylist() for c in names]
+    records = []
+    last = None
+    with _no_gc():  # a million tuples would set the cyclic collector scanning them over and over
+        for topic, partition, offset, epoch, broker, stamp, key, value, headers, uncommitted in zip(
+                *columns, strict=True):
+            origin = (topic, partition, offset, epoch)
+            if origin != last:  # Parquet's types are the record's: no conversions
+                records.append(LostRecord(topic, partition, offset, epoch, broker, stamp, key, value,
+                                          _headers(headers) if headers else (), bool(uncommitted)))
+                last = origin
+        return _by_partition(records)
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _record(topic: Any, partition: Any, offset: Any, epoch: Any, broker: Any, timestamp: Any, key: Any,
@@ -250,17 +284,33 @@ def _read_from(bootstrap_servers: str, tp: TopicPartition, start: int, end: int,
         consumer.close()
 
 
-def _write_recovered(path: str, rows: list[dict[str, Any]]) -> None:
-    """recovered.parquet, atomically (a temporary file renamed over it)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+class _Report:
+    """recovered.parquet's columns, filled a partition's outcome at a time (no dict per record)."""
 
-    schema = pa.schema([("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
-                        ("leader_epoch", pa.int32()), ("broker", pa.int32()), ("outcome", pa.string()),
-                        ("new_topic", pa.string()), ("new_offset", pa.int64())])
-    tmp = f"{path}.tmp-{os.getpid()}"
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
-    os.replace(tmp, path)
+    NAMES = ("topic", "partition", "offset", "leader_epoch", "broker", "outcome", "new_topic", "new_offset")
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list[Any]] = {name: [] for name in self.NAMES}
+
+    def add(self, records: list[LostRecord], outcome: str, new_topic: str,
+            new_offsets: list[int] | None = None) -> None:
+        c = self.columns
+        for name, index in (("topic", 0), ("partition", 1), ("offset", 2), ("leader_epoch", 3), ("broker", 4)):
+            c[name] += [r[index] for r in records]
+        c["outcome"] += [outcome] * len(records)
+        c["new_topic"] += [new_topic] * len(records)
+        c["new_offset"] += [-1] * len(records) if new_offsets is None else new_offsets
+
+    def write(self, path: str) -> None:
+        """Atomically: a temporary file renamed over it."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        types = (pa.string(), pa.int32(), pa.int64(), pa.int32(), pa.int32(), pa.string(), pa.string(), pa.int64())
+        table = pa.table({n: pa.array(self.columns[n], t) for n, t in zip(self.NAMES, types, strict=True)})
+        tmp = f"{path}.tmp-{os.getpid()}"
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
 
 
 def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | None = None,
@@ -287,7 +337,7 @@ def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | N
     diverged = divergence_points(pq.read_table(summary).to_pylist()) if os.path.exists(summary) else {}
     halt_after = int(os.environ.get("EPOCHGUARD_RECOVER_HALT_AFTER") or 0)  # tests only (module docstring)
     plans: dict[TopicPartition, Plan] = {}
-    rows: list[dict[str, Any]] = []
+    report = _Report()
     producing = {k: v for k, v in client.items() if k != "isolation_level"}
     # batches of up to 1 MB after 5 ms: a recovery is a bulk load (the client benchmark's producer settings)
     producer = None if dry_run else KafkaProducer(bootstrap_servers=bootstrap_servers, enable_idempotence=True,
@@ -318,25 +368,26 @@ def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | N
                             len(outcome.uncommitted), outcome.uncommitted[0].offset, outcome.uncommitted[-1].offset)
             for kind, found in (("already present", outcome.already_present),
                                 ("recovered before", outcome.recovered_before)):
-                rows += [_row(r, kind, target.topic, at) for r, at in found]
-            rows += [_row(r, "skipped by limits", target.topic, -1) for r in outcome.skipped_by_limits]
-            rows += [_row(r, "uncommitted, left", target.topic, -1) for r in outcome.uncommitted]
+                report.add([r for r, _ in found], kind, target.topic, [at for _, at in found])
+            report.add(outcome.skipped_by_limits, "skipped by limits", target.topic)
+            report.add(outcome.uncommitted, "uncommitted, left", target.topic)
             if producer is None:
-                rows += [_row(r, "would publish", target.topic, -1) for r in outcome.publish]
+                report.add(outcome.publish, "would publish", target.topic)
                 continue
-            rows += _publish(producer, tp, target, outcome.publish, transactional_id is not None, halt_after,
-                             timeout_s)
+            offsets = _publish(producer, tp, target, outcome.publish, transactional_id is not None, halt_after,
+                               timeout_s)
+            report.add(outcome.publish, "published", target.topic, offsets)
     finally:
         if producer is not None:
             producer.close()
-    _write_recovered(os.path.join(audit_dir, "recovered.parquet"), rows)
+    report.write(os.path.join(audit_dir, "recovered.parquet"))
     return plans
 
 
 def _publish(producer: Any, tp: TopicPartition, target: TopicPartition, records: list[LostRecord],
-             transactional: bool, halt_after: int, timeout_s: float) -> list[dict[str, Any]]:
+             transactional: bool, halt_after: int, timeout_s: float) -> list[int]:
     """Produce one partition's records in order (in one transaction if `transactional`) with `send_arrow`
-    (the rows encoded into batches in Rust); their rows of recovered.parquet once every one is acknowledged."""
+    (the rows encoded into batches in Rust); their new offsets once every one is acknowledged."""
     if not records:
         return []
     if transactional:
@@ -353,9 +404,8 @@ def _publish(producer: Any, tp: TopicPartition, target: TopicPartition, records:
         producer.commit_transaction()
     else:
         producer.flush(timeout_s)
-    rows = [_row(r, "published", target.topic, offset) for r, offset in zip(records, offsets, strict=True)]
     log.info("%s -> %s: published %d records", tp, target, len(records))
-    return rows
+    return offsets
 
 
 def _arrow(records: list[LostRecord], partition: int) -> Any:
@@ -388,8 +438,3 @@ def _halt(tp: TopicPartition, count: int) -> None:
     log.warning("%s: %d records acknowledged; halted by EPOCHGUARD_RECOVER_HALT_AFTER until killed", tp, count)
     while True:
         time.sleep(60)
-
-
-def _row(r: LostRecord, outcome: str, new_topic: str, new_offset: int) -> dict[str, Any]:
-    return {"topic": r.topic, "partition": r.partition, "offset": r.offset, "leader_epoch": r.leader_epoch,
-            "broker": r.broker, "outcome": outcome, "new_topic": new_topic, "new_offset": new_offset}

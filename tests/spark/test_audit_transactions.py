@@ -3,6 +3,7 @@ unclean election removed is not data loss, and a read_committed consumer never r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -15,22 +16,30 @@ from epochguard.types import TopicPartition
 TP = TopicPartition("payments", 0)
 
 
-def replicas(root: Path) -> list[Path]:
-    """Broker 1 led epoch 0 and, past what broker 2 replicated (offsets 0-3), wrote a transaction it
-    then aborted (4-5, marker 6) and one plain record (7); broker 2 was elected uncleanly at offset 4."""
+def _diverged(root: Path, tail: Callable[[PartitionLog], object], old_high_watermark: int) -> list[Path]:
+    """Broker 1 led epoch 0 and wrote `tail` past what broker 2 replicated (offsets 0-3); broker 2 was
+    elected uncleanly at offset 4 and wrote two records in epoch 1."""
     shared = [(None, f"v{i}".encode()) for i in range(4)]
     old = PartitionLog(TP)
     old.append_as_leader(shared, 0, timestamp_ms=1000)
-    old.append_as_leader([(None, b"t1"), (None, b"t2")], 0, timestamp_ms=1001, producer_id=9, producer_epoch=0,
-                         transactional=True)
-    old.append_txn_marker(9, 0, commit=False, coordinator_epoch=0, leader_epoch=0, timestamp_ms=1002)
-    old.append_as_leader([(None, b"plain")], 0, timestamp_ms=1003)
-    old.update_high_watermark(8)
+    tail(old)
+    old.update_high_watermark(old_high_watermark)
     new = PartitionLog(TP)
     new.append_as_leader(shared, 0, timestamp_ms=1000)
     new.append_as_leader([(None, b"n1"), (None, b"n2")], 1, timestamp_ms=2000)
     new.update_high_watermark(6)
     return [write_log_dir(root / f"broker-{b}", b, [log]) for b, log in ((1, old), (2, new))]
+
+
+def replicas(root: Path) -> list[Path]:
+    """Past the common prefix broker 1 wrote a transaction it then aborted (4-5, marker 6) and one plain
+    record (7)."""
+    def tail(old: PartitionLog) -> None:
+        old.append_as_leader([(None, b"t1"), (None, b"t2")], 0, timestamp_ms=1001, producer_id=9, producer_epoch=0,
+                             transactional=True)
+        old.append_txn_marker(9, 0, commit=False, coordinator_epoch=0, leader_epoch=0, timestamp_ms=1002)
+        old.append_as_leader([(None, b"plain")], 0, timestamp_ms=1003)
+    return _diverged(root, tail, 8)
 
 
 def test_records_of_aborted_transactions_are_not_counted_as_lost(spark, tmp_path) -> None:
@@ -50,24 +59,17 @@ def test_records_of_aborted_transactions_are_not_counted_as_lost(spark, tmp_path
 
 
 def open_and_committed(root: Path) -> list[Path]:
-    """Past what broker 2 replicated (0-3), broker 1 wrote a committed transaction (4-5, COMMIT marker 6),
-    a transaction it holds no marker of (7-8: open when the election came, its outcome not on this
-    disk) and a plain record (9)."""
-    shared = [(None, f"v{i}".encode()) for i in range(4)]
-    old = PartitionLog(TP)
-    old.append_as_leader(shared, 0, timestamp_ms=1000)
-    old.append_as_leader([(None, b"c1"), (None, b"c2")], 0, timestamp_ms=1001, producer_id=9, producer_epoch=0,
-                         transactional=True)
-    old.append_txn_marker(9, 0, commit=True, coordinator_epoch=0, leader_epoch=0, timestamp_ms=1002)
-    old.append_as_leader([(None, b"o1"), (None, b"o2")], 0, timestamp_ms=1003, producer_id=11, producer_epoch=0,
-                         transactional=True)
-    old.append_as_leader([(None, b"plain")], 0, timestamp_ms=1004)
-    old.update_high_watermark(4)
-    new = PartitionLog(TP)
-    new.append_as_leader(shared, 0, timestamp_ms=1000)
-    new.append_as_leader([(None, b"n1")], 1, timestamp_ms=2000)
-    new.update_high_watermark(5)
-    return [write_log_dir(root / f"broker-{b}", b, [log]) for b, log in ((1, old), (2, new))]
+    """Past the common prefix broker 1 wrote a committed transaction (4-5, COMMIT marker 6), a transaction
+    it holds no marker of (7-8: open when the election came, its outcome not on this disk) and a plain
+    record (9)."""
+    def tail(old: PartitionLog) -> None:
+        old.append_as_leader([(None, b"c1"), (None, b"c2")], 0, timestamp_ms=1001, producer_id=9, producer_epoch=0,
+                             transactional=True)
+        old.append_txn_marker(9, 0, commit=True, coordinator_epoch=0, leader_epoch=0, timestamp_ms=1002)
+        old.append_as_leader([(None, b"o1"), (None, b"o2")], 0, timestamp_ms=1003, producer_id=11,
+                             producer_epoch=0, transactional=True)
+        old.append_as_leader([(None, b"plain")], 0, timestamp_ms=1004)
+    return _diverged(root, tail, 4)
 
 
 def test_records_of_a_transaction_no_marker_ends_are_marked_uncommitted(spark, tmp_path) -> None:

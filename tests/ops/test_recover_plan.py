@@ -37,7 +37,8 @@ def test_the_union_over_brokers_is_one_record_per_offset_and_epoch_in_offset_ord
             row(150, b"other", broker=3, epoch=5),  # another epoch at the same offset: another record
             row(149, b"h", headers=[{"key": "h", "value": b"1"}])]
     (tp, lost), = lost_by_partition(rows).items()
-    assert lost_by_partition(pa.Table.from_pylist(rows)) == {tp: lost}  # the Parquet table's path: the same
+    from_table = lost_by_partition(pa.Table.from_pylist(rows))[tp]  # the Parquet table's path: the same records
+    assert [r._replace(row=-1) for r in from_table] == lost
     assert tp == TP
     assert [(r.offset, r.leader_epoch, r.value, r.broker) for r in lost] == [
         (149, 4, b"h", 1), (150, 4, b"a", 1), (150, 5, b"other", 3), (151, 4, b"b", 1)]
@@ -100,3 +101,20 @@ def test_records_of_a_transaction_without_its_marker_are_left_unless_included() 
     assert included.uncommitted == [] and [r.offset for r in included.publish] == [30, 31, 32, 33]
     assert [r.offset for r in plan(lost_by_partition([{k: v for k, v in r.items() if k != "uncommitted"}
                                                       for r in rows])[TP], []).publish] == [30, 31, 32, 33]
+
+
+def test_the_table_to_publish_carries_each_records_columns_and_its_provenance_last() -> None:
+    """`send_arrow`'s table is taken by column from lost_records (the provenance built by column): the same
+    key, value, timestamp and headers as each record, its provenance header appended, in the given order."""
+    from epochguard.ops.recover import _arrow, _table_lost
+
+    rows = [row(7, b"a", headers=[{"key": "h", "value": b"1"}, {"key": "h", "value": None}]), row(8, b"b"),
+            row(9, b"c", broker=2), row(9, b"c", broker=3), {**row(10, b"d"), "headers": None}]
+    lost, source = _table_lost(pa.Table.from_pylist(rows))
+    records = lost[TP][::-1][:3]  # any subset, any order
+    table = _arrow(source, records, 5).to_pylist()
+    assert [(t["key"], t["value"], t["timestamp"], t["partition"]) for t in table] == [
+        (r.key, r.value, r.timestamp, 5) for r in records]
+    assert [[(h["key"], h["value"]) for h in t["headers"]] for t in table] == [
+        [*r.headers, (PROVENANCE_HEADER, provenance(r))] for r in records]
+    assert records[1].broker == 2  # of the two replicas' copies, the lower broker's

@@ -71,6 +71,7 @@ class LostRecord(NamedTuple):
     value: bytes | None
     headers: Headers = ()
     uncommitted: bool = False  # of a transaction no marker ends in the replica's log (the audit's column)
+    row: int = -1  # its row in the table `_table_lost` read it from (its columns are taken from there)
 
     @property
     def origin(self) -> tuple[str, int, int, int]:
@@ -115,7 +116,7 @@ def lost_by_partition(rows: Iterable[Mapping[str, Any]] | Any) -> dict[TopicPart
     """The records to consider per partition from lost_records.parquet's rows, or from the pyarrow Table
     itself (filtered and sorted by Arrow, read by column: no dict per row), see the module docstring."""
     if hasattr(rows, "column_names"):
-        return _table_lost(rows)
+        return _table_lost(rows)[0]
     chosen: dict[tuple[str, int, int, int], LostRecord] = {}
     for record in _row_records(rows):
         held = chosen.get(record.origin)
@@ -139,7 +140,8 @@ def _row_records(rows: Iterable[Mapping[str, Any]]) -> Iterator[LostRecord]:
                           row.get("uncommitted"))
 
 
-def _table_lost(table: Any) -> dict[TopicPartition, list[LostRecord]]:
+def _table_lost(table: Any) -> tuple[dict[TopicPartition, list[LostRecord]], Any]:
+    """The records per partition, and the filtered, sorted table their `row` points into."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -158,14 +160,14 @@ def _table_lost(table: Any) -> dict[TopicPartition, list[LostRecord]]:
     records = []
     last = None
     with _no_gc():  # a million tuples would set the cyclic collector scanning them over and over
-        for topic, partition, offset, epoch, broker, stamp, key, value, headers, uncommitted in zip(
-                *columns, strict=True):
+        for row, (topic, partition, offset, epoch, broker, stamp, key, value, headers, uncommitted) in enumerate(
+                zip(*columns, strict=True)):
             origin = (topic, partition, offset, epoch)
             if origin != last:  # Parquet's types are the record's: no conversions
                 records.append(LostRecord(topic, partition, offset, epoch, broker, stamp, key, value,
-                                          _headers(headers) if headers else (), bool(uncommitted)))
+                                          _headers(headers) if headers else (), bool(uncommitted), row))
                 last = origin
-        return _by_partition(records)
+        return _by_partition(records), table
 
 
 @contextlib.contextmanager
@@ -332,7 +334,7 @@ def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | N
     if "uncommitted" not in table.column_names:
         log.warning("lost_records.parquet has no `uncommitted` column (an older audit): records of a transaction "
                     "whose outcome is not on the old replica's disk cannot be told apart; all are published")
-    lost = lost_by_partition(table)
+    lost, source = _table_lost(table)
     summary = os.path.join(audit_dir, "partitions.parquet")
     diverged = divergence_points(pq.read_table(summary).to_pylist()) if os.path.exists(summary) else {}
     halt_after = int(os.environ.get("EPOCHGUARD_RECOVER_HALT_AFTER") or 0)  # tests only (module docstring)
@@ -374,7 +376,7 @@ def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | N
             if producer is None:
                 report.add(outcome.publish, "would publish", target.topic)
                 continue
-            offsets = _publish(producer, tp, target, outcome.publish, transactional_id is not None, halt_after,
+            offsets = _publish(producer, source, tp, target, outcome.publish, transactional_id is not None, halt_after,
                                timeout_s)
             report.add(outcome.publish, "published", target.topic, offsets)
     finally:
@@ -384,7 +386,7 @@ def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | N
     return plans
 
 
-def _publish(producer: Any, tp: TopicPartition, target: TopicPartition, records: list[LostRecord],
+def _publish(producer: Any, source: Any, tp: TopicPartition, target: TopicPartition, records: list[LostRecord],
              transactional: bool, halt_after: int, timeout_s: float) -> list[int]:
     """Produce one partition's records in order (in one transaction if `transactional`) with `send_arrow`
     (the rows encoded into batches in Rust); their new offsets once every one is acknowledged."""
@@ -396,7 +398,7 @@ def _publish(producer: Any, tp: TopicPartition, target: TopicPartition, records:
     parts = [records[:cut], records[cut:]] if cut < len(records) else [records]
     offsets: list[int] = []
     for i, part in enumerate(parts):
-        sent = producer.send_arrow(target.topic, _arrow(part, target.partition))
+        sent = producer.send_arrow(target.topic, _arrow(source, part, target.partition))
         offsets += sent.offsets(timeout_s).column("offset").to_pylist()  # once every batch is acknowledged
         if i == 0 and len(parts) == 2:
             _halt(tp, cut)
@@ -408,28 +410,35 @@ def _publish(producer: Any, tp: TopicPartition, target: TopicPartition, records:
     return offsets
 
 
-def _arrow(records: list[LostRecord], partition: int) -> Any:
-    """The records as `send_arrow`'s table: key, value, headers (the provenance header added), the original
-    timestamp, the partition."""
+def _arrow(source: Any, records: list[LostRecord], partition: int) -> Any:
+    """The records as `send_arrow`'s table, taken by row from the lost_records table they were read from:
+    key, value, headers with the provenance header appended, the original timestamp, the partition."""
+    import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    offsets, names, values = [0], [], []  # the headers' list<struct> built from flat columns: no dict per row
-    for r in records:
-        for name, value in r.headers:
-            names.append(name)
-            values.append(value)
-        names.append(PROVENANCE_HEADER)
-        values.append(provenance(r))
-        offsets.append(len(names))
-    headers = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.StructArray.from_arrays(
-        [pa.array(names, pa.string()), pa.array(values, pa.binary())], names=["key", "value"]))
-    return pa.table({
-        "key": pa.array([r.key for r in records], pa.binary()),
-        "value": pa.array([r.value for r in records], pa.binary()),
-        "headers": pa.array(headers, pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-        "timestamp": pa.array([r.timestamp for r in records], pa.int64()),
-        "partition": pa.array([partition] * len(records), pa.int32()),
-    })
+    taken = source.take(pa.array([r.row for r in records], pa.int64()))
+    n = taken.num_rows
+    text = [pc.cast(taken[c], pa.string()) for c in ("topic", "partition", "offset", "leader_epoch", "broker")]
+    origin = pc.cast(pc.binary_join_element_wise(*text, "/"), pa.binary())  # `provenance`, by column
+    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    added = pa.StructArray.from_arrays([pa.array([PROVENANCE_HEADER] * n, pa.string()), origin.combine_chunks()],
+                                       fields=list(header))
+    held = taken["headers"].combine_chunks() if taken["headers"].null_count < n else pa.nulls(n, pa.list_(header))
+    offsets = held.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    offsets -= offsets[0]
+    flat = held.flatten().cast(header)
+    new_offsets = offsets + np.arange(n + 1)  # one more header a record: the provenance, last
+    is_added = np.zeros(int(new_offsets[-1]), bool)
+    is_added[new_offsets[1:] - 1] = True
+    order = np.empty(len(is_added), np.int64)
+    order[~is_added] = np.arange(len(flat))
+    order[is_added] = len(flat) + np.arange(n)
+    values = pa.concat_arrays([flat, added]).take(pa.array(order))
+    headers = pa.ListArray.from_arrays(pa.array(new_offsets, pa.int32()), values)
+    return pa.table({"key": taken["key"], "value": taken["value"], "headers": headers,
+                     "timestamp": pc.cast(taken["timestamp"], pa.int64()),
+                     "partition": pa.array([partition] * n, pa.int32())})
 
 
 def _halt(tp: TopicPartition, count: int) -> None:

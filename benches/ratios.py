@@ -51,6 +51,8 @@ RATIOS = (
             TURNS) for where in ("serve", "kafka")),
     *(Ratio(f"client send vs kafka-python send, {where}", f"test_client_send[{where}]", TURNS)
       for where in ("serve", "kafka")),
+    Ratio("recover (dedupe read included) vs confluent-kafka produce() loop, Kafka 4.4",
+          "test_recover_vs_confluent_kafka_produce_loop", TURNS),
     Ratio("epochguard-kafka vs Spark's Kafka source, 1 KiB rows, 8 partitions, Kafka 4.4",
           "test_stream_read[epochguard-kafka]", "test_stream_read[kafka]"),
 )

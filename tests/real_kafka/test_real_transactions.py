@@ -5,11 +5,12 @@ fences the first (its commit raises ProducerFencedError). `serve` has no transac
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
-from epochguard.client import KafkaConsumer, KafkaProducer
+from epochguard.client import AsyncProducer, KafkaConsumer, KafkaProducer
 from epochguard.errors import ProducerFencedError
 from epochguard.kafka import KafkaCluster
 from epochguard.types import OffsetAndMetadata, TopicPartition
@@ -89,3 +90,22 @@ def test_commit_is_read_committed_abort_is_not_and_a_second_producer_fences_the_
         assert b"zombie" not in seen and b"second" in seen
     finally:
         producer.close()
+
+
+def test_a_transaction_nothing_joined_ends_at_once(kafka_cluster: KafkaCluster) -> None:
+    """A transaction no partition and no offsets joined ends with no EndTxn (Java's TransactionManager
+    completes it in nextRequest): commit_transaction and abort_transaction return then. They used to wait
+    out max_block_ms (60 s by default: `epochguard recover`'s re-run, with nothing to publish in its
+    transaction, took a minute), since nothing woke them."""
+    async def run() -> None:
+        producer = AsyncProducer(bootstrap_servers=kafka_cluster.bootstrap, transactional_id="eg-txn-empty",
+                                 max_block_ms=600_000)
+        try:
+            await asyncio.wait_for(producer.init_transactions(), 60)
+            for end in (producer.commit_transaction, producer.abort_transaction, producer.commit_transaction):
+                producer.begin_transaction()
+                await asyncio.wait_for(end(), 20)  # far below max_block_ms: waiting it out fails here
+        finally:
+            await producer.close()
+
+    asyncio.run(run())

@@ -305,13 +305,17 @@ class AsyncProducer:
             while not self._closed:
                 self._wake.clear()
                 self._take_intake()
+                txn = self._machine.transactions
+                state = None if txn is None else txn.state
                 sent = self._machine.poll_requests(self._now_ms())
                 for node, request in sent:
                     task = asyncio.get_running_loop().create_task(self._exchange(node, request))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
-                if sent:
-                    self._changed.set()  # acks=0 batches complete on send
+                if sent or (txn is not None and txn.state is not state):
+                    # acks=0 batches complete on send; a transaction no partition joined ends with no
+                    # request (Java's nextRequest completes it): its commit_transaction waits on this
+                    self._changed.set()
                 deadline = self._machine.next_deadline_ms()
                 delay = _IDLE_S if deadline is None else (deadline - self._now_ms()) / 1000
                 delay = min(max(delay, 0.0 if sent else _MIN_ROUND_S), _IDLE_S)

@@ -13,7 +13,7 @@ from typing import Any
 
 from epochguard.errors import EpochGuardError
 
-__all__ = ["add_parsers", "configure_watch"]
+__all__ = ["add_parsers", "client_settings", "configure_watch"]
 
 WATCH_HELP = "follow a live Kafka cluster's partitions and report every loss of committed records (read-only)"
 WATCH_DESCRIPTION = """\
@@ -62,6 +62,12 @@ def configure_watch(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on this port")
     parser.add_argument("--request-timeout-ms", type=int, default=10_000, metavar="MS",
                         help="a request without an answer in this time costs its step one round (default 10000)")
+    _add_security(parser)
+    parser.set_defaults(run=run_watch)
+
+
+def _add_security(parser: argparse.ArgumentParser) -> None:
+    """TLS and SASL, as the client's settings (`client.security`; Kafka's names in the help)."""
     parser.add_argument("--security-protocol", default="PLAINTEXT",
                         choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"), help="Kafka's security.protocol")
     parser.add_argument("--sasl-mechanism", choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
@@ -69,17 +75,20 @@ def configure_watch(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sasl-username", metavar="USER", help="the SASL user")
     parser.add_argument("--sasl-password", metavar="PASSWORD", help="the SASL password")
     parser.add_argument("--ssl-cafile", metavar="PATH", help="CA certificates to verify the brokers with")
-    parser.set_defaults(run=run_watch)
+
+
+def client_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The security flags as the client's settings (kafka-python's names), those given only."""
+    given = {"security_protocol": args.security_protocol, "sasl_mechanism": args.sasl_mechanism,
+             "sasl_plain_username": args.sasl_username, "sasl_plain_password": args.sasl_password,
+             "ssl_cafile": args.ssl_cafile}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _security(args: argparse.Namespace) -> Any:
     from epochguard.client.security import SECURITY_DEFAULTS, security_of
 
-    return security_of({
-        **SECURITY_DEFAULTS, "security_protocol": args.security_protocol, "sasl_mechanism": args.sasl_mechanism,
-        "sasl_plain_username": args.sasl_username, "sasl_plain_password": args.sasl_password,
-        "ssl_cafile": args.ssl_cafile,
-    })
+    return security_of({**SECURITY_DEFAULTS, **client_settings(args)})  # ValueError / OSError: refused here
 
 
 def run_watch(args: argparse.Namespace) -> int:
@@ -149,8 +158,12 @@ def _add_recover(sub: argparse._SubParsersAction) -> None:
     recover.add_argument("--dry-run", action="store_true", help="print what would go where; produce nothing")
     recover.add_argument("--until-offset", type=int, metavar="N", help="only lost records at offsets <= N")
     recover.add_argument("--from-epoch", type=int, metavar="N", help="only lost records of leader epochs >= N")
+    recover.add_argument("--include-uncommitted", action="store_true",
+                         help="also records of transactions no COMMIT marker ends in the old replica's log (the "
+                              "audit's `uncommitted`: their outcome is not on its disk; left by default)")
     recover.add_argument("--transactional-id", metavar="ID",
                          help="each partition's records in one transaction (read_committed consumers see all or none)")
+    _add_security(recover)
     recover.set_defaults(run=_run_recover)
 
 
@@ -159,9 +172,11 @@ def _run_recover(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     try:
+        _security(args)  # settings that do not fit together are refused before anything connects
         plans = recover(args.audit_out, args.bootstrap_server, topics=args.topic, to_topic=args.to_topic,
                         dry_run=args.dry_run, until_offset=args.until_offset, from_epoch=args.from_epoch,
-                        transactional_id=args.transactional_id)
+                        transactional_id=args.transactional_id, include_uncommitted=args.include_uncommitted,
+                        client=client_settings(args))
     except (EpochGuardError, OSError, TimeoutError, ValueError) as exc:
         print(f"recover: {exc}", file=sys.stderr)
         return 2
@@ -174,11 +189,11 @@ def _print_table(plans: Any, *, dry_run: bool) -> None:
     from rich.table import Table
 
     table = Table(title="epochguard recover" + (" (dry run: nothing produced)" if dry_run else ""))
-    for name in ("partition", "lost", "already present", "recovered before", "skipped by limits",
+    for name in ("partition", "lost", "already present", "recovered before", "uncommitted, left", "skipped by limits",
                  "would publish" if dry_run else "re-published"):
         table.add_column(name, justify="left" if name == "partition" else "right")
     for tp, p in sorted(plans.items()):
-        lost = len(p.publish) + len(p.already_present) + len(p.recovered_before) + len(p.skipped_by_limits)
-        table.add_row(f"{tp.topic}-{tp.partition}", str(lost), str(len(p.already_present)),
-                      str(len(p.recovered_before)), str(len(p.skipped_by_limits)), str(len(p.publish)))
+        counts = [len(p.already_present), len(p.recovered_before), len(p.uncommitted), len(p.skipped_by_limits),
+                  len(p.publish)]
+        table.add_row(f"{tp.topic}-{tp.partition}", str(sum(counts)), *map(str, counts))
     Console().print(table)

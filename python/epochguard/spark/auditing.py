@@ -32,7 +32,10 @@ What is not an election loss is named, not counted (DESIGN.md 4.4):
     transaction its replica aborted) is not a loss either: a read_committed consumer never returns it.
 ``kind`` of a lost record (lost_records.parquet)
     ``lost``, or ``aborted``: a record of a transaction the replica's own log aborted (or its ABORT
-    marker). It disappears with the election but was never data; it is listed, not counted.
+    marker). It disappears with the election but was never data; it is listed, not counted. Its
+    ``uncommitted`` is true for a record of a transaction no marker ends in the replica's log: its
+    outcome is not on this disk (the coordinator may have committed it, the COMMIT marker reaching only
+    the new leader, or aborted it); no read_committed consumer read it here. It is counted as lost.
 """
 
 from __future__ import annotations
@@ -554,8 +557,10 @@ def _local_stats(frame: pa.Table) -> list[Stat]:
 
 def _with_transaction_kind(spark: SparkSession, listing: Listing, held: DataFrame, lost: DataFrame) -> DataFrame:
     """`lost` with `kind`: "aborted" for a record whose transaction ends in an ABORT marker in the same
-    replica's log (and for that marker), else "lost" (an open transaction's records included). Only
-    the markers (one record per control batch, rare) are decoded again, for their type."""
+    replica's log (and for that marker), else "lost" (an open transaction's records included); and
+    `uncommitted`: a record of a transaction no marker ends in that log (its COMMIT, if the coordinator
+    wrote one, never reached this replica: no read_committed consumer read it from here). Only the markers
+    (one record per control batch, rare) are decoded again, for their type."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -573,10 +578,15 @@ def _with_transaction_kind(spark: SparkSession, listing: Listing, held: DataFram
         transactional.select(*keys, "producer_id")
         .join(types, keys, "left")
         .withColumn("ends_with", F.first("marker", ignorenulls=True).over(following))
-        .select(*keys, (F.col("ends_with") == 0).alias("aborted"))
+        .select(*keys, (F.col("ends_with") == 0).alias("aborted"), F.col("ends_with").isNull().alias("open"))
     )
     kind = F.when(F.coalesce(F.col("aborted"), F.lit(False)), "aborted").otherwise("lost")
-    return lost.join(status, keys, "left").withColumn("kind", kind).drop("aborted")
+    return (
+        lost.join(status, keys, "left")
+        .withColumn("kind", kind)
+        .withColumn("uncommitted", F.coalesce(F.col("open"), F.lit(False)))
+        .drop("aborted", "open")
+    )
 
 
 def _lost_content(spark: SparkSession, listing: Listing, lost: DataFrame) -> DataFrame:
@@ -947,6 +957,7 @@ LOST_COLUMNS = [
     "headers",
     "is_control",  # a lost transaction marker is reported too, but is not for re-publishing
     "kind",  # "lost", or "aborted" (a record of an aborted transaction: listed, not counted)
+    "uncommitted",  # of a transaction no marker ends in the replica's log (`epochguard recover` leaves it)
 ]
 
 

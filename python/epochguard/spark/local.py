@@ -226,10 +226,12 @@ def _equal_null_safe(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.ChunkedArray:
 
 def with_transaction_kind(held: pa.Table, lost: pa.Table, marker_types) -> pa.Table:
     """`lost` with ``kind``: "aborted" for a record whose transaction ends in an ABORT marker later in
-    the same replica's log (and that marker), else "lost" (`audit._with_transaction_kind`'s rule)."""
+    the same replica's log (and that marker), else "lost"; and ``uncommitted``: a record of a transaction
+    no marker ends in that log (`audit._with_transaction_kind`'s rule)."""
     transactional = held.filter(pc.and_(held["is_transactional"], pc.greater_equal(held["producer_id"], 0)))
     if not (transactional.num_rows and lost.num_rows):
-        return lost.append_column("kind", pa.array(["lost"] * lost.num_rows, pa.string()))
+        return lost.append_column("kind", pa.array(["lost"] * lost.num_rows, pa.string())).append_column(
+            "uncommitted", pa.array([False] * lost.num_rows, pa.bool_()))
     markers = marker_types(transactional.filter(transactional["is_control"]))
     status = transactional.select([*RECORD_KEYS, "producer_id"]).join(markers, RECORD_KEYS, join_type="left outer")
     frame = status.to_pandas().sort_values(["broker", "topic", "partition", "producer_id", "offset"], kind="stable")
@@ -242,6 +244,7 @@ def with_transaction_kind(held: pa.Table, lost: pa.Table, marker_types) -> pa.Ta
             "partition": pa.array(frame["partition"], pa.int32()),
             "offset": pa.array(frame["offset"], pa.int64()),
             "aborted": pa.array((ends_with == 0).to_numpy(), pa.bool_()),
+            "uncommitted": pa.array(ends_with.isna().to_numpy(), pa.bool_()),
         }
     )
     # A left join, as the distributed path's: a record listed twice in `status` (a repeated offset)
@@ -250,7 +253,9 @@ def with_transaction_kind(held: pa.Table, lost: pa.Table, marker_types) -> pa.Ta
     joined = indexed.join(status, RECORD_KEYS, join_type="left outer")
     aborted = pc.fill_null(joined["aborted"], False)
     kind = pc.if_else(aborted, "aborted", "lost")
-    return lost.take(joined["lost_row"]).append_column("kind", kind.cast(pa.string()))
+    uncommitted = pc.fill_null(joined["uncommitted"], False)
+    return lost.take(joined["lost_row"]).append_column("kind", kind.cast(pa.string())).append_column(
+        "uncommitted", uncommitted)
 
 
 def marker_type(keys: pa.ChunkedArray) -> pa.Array:

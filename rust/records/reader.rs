@@ -2,7 +2,7 @@
 //! frames, errors and partial tails as the in-memory cursor over the same bytes, in memory bounded by
 //! [`READ_BYTES`] or the largest batch, and safe against a file that shrinks while it is read.
 
-use super::arrow::{ArrowBuilder, ArrowDecoded, Column};
+use super::arrow::{ArrowBuilder, ArrowDecoded, Column, Layout};
 use super::batch::{
     i32_at, parse_header, verify_crc, BatchCursor, Frame, Parsed, LOG_OVERHEAD, V2_HEADER_SIZE,
 };
@@ -97,8 +97,11 @@ pub fn decode_file(
     end: u64,
     opts: DecodeOptions,
     columns: &[Column],
+    layout: Layout,
 ) -> Result<ArrowDecoded> {
-    let mut builder = ArrowBuilder::new(opts, columns);
+    // Views of compressed values point into the chunk's decompression buffer; the file's own bytes
+    // are read into a reused buffer, so uncompressed values are copied in either layout.
+    let mut builder = ArrowBuilder::with_layout(opts, columns, layout, None);
     let tail = for_each_frame(file, start, end, opts.allow_partial_tail, |frame, left| {
         builder.push(frame, left)
     })?;

@@ -227,7 +227,8 @@ impl Source {
             }
             (_, bytes) => bytes.unwrap_or_default().get(pos..).unwrap_or_default(),
         };
-        let mut cursor = BatchCursor::new(data, at, allow_partial_tail);
+        let mut cursor = BatchCursor::new(data, at, allow_partial_tail)
+            .crc_first(decoder.options().verify_crc);
         if headers_only {
             return next_header(&mut cursor, decoder).map(|b| (b, cursor.partial_tail()));
         }

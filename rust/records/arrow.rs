@@ -873,7 +873,8 @@ fn decode_run(
     columns: &[Column],
     view: View<'_>,
 ) -> Result<ArrowDecoded> {
-    let mut cursor = BatchCursor::new(data, base_position, opts.allow_partial_tail);
+    let mut cursor =
+        BatchCursor::new(data, base_position, opts.allow_partial_tail).crc_first(opts.verify_crc);
     let mut builder = ArrowBuilder::with_layout(opts, columns, view.layout, view.input.cloned());
     while let Some(frame) = cursor.next()? {
         let left = data.len() - (cursor.position() - base_position) as usize;

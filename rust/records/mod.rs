@@ -225,7 +225,8 @@ pub fn decode_batches(
     base_position: u64,
     opts: DecodeOptions,
 ) -> Result<(Vec<DecodedBatch>, Option<u64>)> {
-    let mut cursor = BatchCursor::new(data, base_position, opts.allow_partial_tail);
+    let mut cursor =
+        BatchCursor::new(data, base_position, opts.allow_partial_tail).crc_first(opts.verify_crc);
     let mut decoder = Decoder::new(opts);
     let mut out = Vec::new();
     while let Some(batch) = next_decoded(&mut cursor, &mut decoder)? {

@@ -32,7 +32,7 @@ pub fn for_each_frame(
     allow_partial_tail: bool,
     each: impl FnMut(&Frame<'_>, usize) -> Result<()>,
 ) -> Result<Option<u64>> {
-    frames_in_reads_of(READ_BYTES, file, start, end, allow_partial_tail, each)
+    frames_in_reads_of(READ_BYTES, file, start, end, allow_partial_tail, false, each)
 }
 
 fn frames_in_reads_of(
@@ -41,6 +41,7 @@ fn frames_in_reads_of(
     start: u64,
     end: u64,
     allow_partial_tail: bool,
+    crc_first: bool,
     mut each: impl FnMut(&Frame<'_>, usize) -> Result<()>,
 ) -> Result<Option<u64>> {
     let mut buf: Vec<u8> = Vec::new();
@@ -56,7 +57,8 @@ fn frames_in_reads_of(
         let data = buf.get(..got).unwrap_or_default();
         let short = got < want;
         let last = short || pos + got as u64 == end;
-        let mut cursor = BatchCursor::new(data, pos, allow_partial_tail || !last);
+        let mut cursor =
+            BatchCursor::new(data, pos, allow_partial_tail || !last).crc_first(crc_first);
         while let Some(frame) = cursor.next().map_err(|e| match e {
             Error::Corrupt { position, reason } if short => Error::corrupt(
                 position,
@@ -102,9 +104,16 @@ pub fn decode_file(
     // Views of compressed values point into the chunk's decompression buffer; the file's own bytes
     // are read into a reused buffer, so uncompressed values are copied in either layout.
     let mut builder = ArrowBuilder::with_layout(opts, columns, layout, None);
-    let tail = for_each_frame(file, start, end, opts.allow_partial_tail, |frame, left| {
-        builder.push(frame, left)
-    })?;
+    let each = |frame: &Frame<'_>, left| builder.push(frame, left);
+    let tail = frames_in_reads_of(
+        READ_BYTES,
+        file,
+        start,
+        end,
+        opts.allow_partial_tail,
+        opts.verify_crc,
+        each,
+    )?;
     builder.finish(tail)
 }
 
@@ -246,7 +255,7 @@ mod tests {
         allow: bool,
     ) -> Result<(Vec<u64>, Option<u64>)> {
         let mut out = Vec::new();
-        let tail = frames_in_reads_of(read_bytes, file, 0, end, allow, |f, _| {
+        let tail = frames_in_reads_of(read_bytes, file, 0, end, allow, false, |f, _| {
             out.push(f.header.file_position);
             Ok(())
         })?;

@@ -38,6 +38,13 @@ RATIOS = (
     Ratio("zstd batches to Arrow vs raw zstandard decompression", "test_compressed_decode[zstd]", TURNS),
     Ratio("snappy batches to Arrow vs raw cramjam snappy decompression", "test_compressed_decode[snappy]", TURNS),
     Ratio("gzip batches to Arrow vs raw zlib decompression", "test_compressed_decode[gzip]", TURNS),
+    # The same with binary_view=True (values as views, not copied).
+    Ratio("decode 1 KiB values as binary_view vs a memcpy of the same bytes", "test_epochguard_1k_views", TURNS),
+    Ratio("decode 100-byte values as binary_view vs a memcpy of the same bytes", "test_epochguard_100b_views", TURNS),
+    *(Ratio(f"{codec} batches to Arrow as binary_view vs raw {name} decompression",
+            f"test_compressed_decode_views[{codec}]", TURNS)
+      for codec, name in (("lz4", "lz4.frame"), ("zstd", "zstandard"), ("snappy", "cramjam snappy"),
+                          ("gzip", "zlib"))),
     Ratio("epochs_for_offsets 1e6 random vs numpy.searchsorted",
           "test_epochguard_epochs_for_offsets[random]", "test_numpy_searchsorted[random]"),
     Ratio("epochs_for_offsets 1e6 sorted vs numpy.searchsorted",

@@ -6,7 +6,9 @@
   values, >= 80x on 100-byte ones; the memcpy fraction is reported;
 - compressed `decode_to_arrow` (lz4, zstd, snappy, gzip) vs the bare decompression of the same batches'
   payloads by the Python bindings of the codecs' own libraries (`lz4.frame`, `zstandard`, cramjam's raw
-  snappy over the xerial blocks, `zlib`): goals lz4 >= 0.9x, zstd >= 1.0x; snappy and gzip reported.
+  snappy over the xerial blocks, `zlib`): goals lz4 >= 0.9x, zstd >= 1.0x; snappy and gzip reported;
+- each of those again with `binary_view=True` (keys and values as views into the input or the
+  decompression buffer instead of copies), beside the same baselines.
 
 The memcpy and bare-decompression baselines take turns with the decode round by round (turns.py: on a
 shared 2-core machine a burst of load then falls on both); their round times are in the JSON's
@@ -125,6 +127,14 @@ def test_epochguard_1k(benchmark: Any) -> None:
 
 
 @pytest.mark.benchmark(group="decode 1 KiB values (MB/s)")
+def test_epochguard_1k_views(benchmark: Any) -> None:
+    """`binary_view=True` (values pointed at in the input, not copied), taking turns with a memcpy."""
+    assert decode_to_arrow(LOG_1K, binary_view=True).num_rows == 20_000
+    _turns(benchmark, lambda: decode_to_arrow(LOG_1K, binary_view=True), _memcpy_of(LOG_1K), "numpy memcpy",
+           len(LOG_1K), 20_000)
+
+
+@pytest.mark.benchmark(group="decode 1 KiB values (MB/s)")
 def test_kafka_python_1k(benchmark: Any) -> None:
     benchmark.pedantic(kafka_python_decode, args=(LOG_1K,), rounds=3, iterations=1)
     _throughput(benchmark, len(LOG_1K), 20_000)
@@ -136,6 +146,14 @@ def test_epochguard_100b(benchmark: Any) -> None:
     assert decode_to_arrow(LOG_100B).num_rows == 100_000
     _turns(benchmark, lambda: decode_to_arrow(LOG_100B), _memcpy_of(LOG_100B), "numpy memcpy", len(LOG_100B),
            100_000)
+
+
+@pytest.mark.benchmark(group="decode 100-byte values (records/s)")
+def test_epochguard_100b_views(benchmark: Any) -> None:
+    """`binary_view=True`, taking turns with a memcpy of the same bytes."""
+    assert decode_to_arrow(LOG_100B, binary_view=True).num_rows == 100_000
+    _turns(benchmark, lambda: decode_to_arrow(LOG_100B, binary_view=True), _memcpy_of(LOG_100B), "numpy memcpy",
+           len(LOG_100B), 100_000)
 
 
 @pytest.mark.benchmark(group="decode 100-byte values (records/s)")
@@ -168,3 +186,13 @@ def test_compressed_decode(benchmark: Any, codec: str) -> None:
     assert bare() > 40_000 * 1024
     assert decode_to_arrow(log).num_rows == 40_000
     _turns(benchmark, lambda: decode_to_arrow(log), bare, name, len(log), 40_000)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_compressed_decode_views(benchmark: Any, codec: str) -> None:
+    """`binary_view=True` (values pointed at in the decompression buffer), taking turns likewise."""
+    benchmark.group = f"compressed {codec}: decode vs bare decompression"
+    log = LOGS_COMPRESSED[codec]
+    name, bare = _bare_decompression(codec)
+    assert decode_to_arrow(log, binary_view=True).num_rows == 40_000
+    _turns(benchmark, lambda: decode_to_arrow(log, binary_view=True), bare, name, len(log), 40_000)

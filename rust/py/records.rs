@@ -113,7 +113,11 @@ impl Source {
     fn bytes(&self) -> Option<&[u8]> {
         match &self.backing {
             Backing::File(_) => None,
-            _ => Some(self.all_bytes().get(self.start..self.end).unwrap_or_default()),
+            _ => Some(
+                self.all_bytes()
+                    .get(self.start..self.end)
+                    .unwrap_or_default(),
+            ),
         }
     }
 
@@ -136,9 +140,9 @@ impl Source {
             // SAFETY: `all` is the exported buffer's memory, `len` bytes, valid and immutable
             // (read-only, and exported: CPython refuses to resize a bytearray while it is) for as
             // long as the export lives, which `owner` keeps alive for the Arrow buffer's lifetime.
-            Some(ptr) if readonly => Some(unsafe {
-                Buffer::from_custom_allocation(ptr, all.len(), owner)
-            }),
+            Some(ptr) if readonly => {
+                Some(unsafe { Buffer::from_custom_allocation(ptr, all.len(), owner) })
+            }
             _ => Some(Buffer::from_slice_ref(all)),
         }
     }
@@ -227,8 +231,8 @@ impl Source {
             }
             (_, bytes) => bytes.unwrap_or_default().get(pos..).unwrap_or_default(),
         };
-        let mut cursor = BatchCursor::new(data, at, allow_partial_tail)
-            .crc_first(decoder.options().verify_crc);
+        let mut cursor =
+            BatchCursor::new(data, at, allow_partial_tail).crc_first(decoder.options().verify_crc);
         if headers_only {
             return next_header(&mut cursor, decoder).map(|b| (b, cursor.partial_tail()));
         }

@@ -218,7 +218,10 @@ pub fn projected_schema(columns: &[Column]) -> SchemaRef {
 /// The schema of a decode projected to `columns` in `layout`.
 pub fn projected_schema_in(columns: &[Column], layout: Layout) -> SchemaRef {
     Arc::new(Schema::new(
-        columns.iter().map(|c| c.field_in(layout)).collect::<Vec<_>>(),
+        columns
+            .iter()
+            .map(|c| c.field_in(layout))
+            .collect::<Vec<_>>(),
     ))
 }
 

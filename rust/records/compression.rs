@@ -107,17 +107,18 @@ impl std::fmt::Debug for Decompressor {
     }
 }
 
-/// Grow `buf` so that it holds at least `need` bytes (`need <= cap`), geometrically but within `cap`
-/// (and within the capacity already reserved, when that is enough: no reallocation, no copy).
+/// Grow `buf` so that it holds at least `need` bytes (`need <= cap`), geometrically but within `cap`.
+/// Within the capacity already reserved (an appended output), only to `need`: no reallocation, and
+/// the zero-fill touches only what is about to be written, while it is still in cache.
 fn grow(buf: &mut Vec<u8>, need: usize, cap: usize) {
     if buf.len() < need {
-        let mut target = need
-            .max(buf.len().saturating_mul(2))
-            .max(64 * 1024)
-            .min(cap.max(need));
-        if need <= buf.capacity() {
-            target = target.min(buf.capacity());
-        }
+        let target = if need <= buf.capacity() {
+            need
+        } else {
+            need.max(buf.len().saturating_mul(2))
+                .max(64 * 1024)
+                .min(cap.max(need))
+        };
         buf.resize(target, 0);
     }
 }
@@ -184,9 +185,7 @@ impl Decompressor {
                 }
                 start + input.len()
             }
-            Compression::Gzip => {
-                read_capped(buf, flate2::read::MultiGzDecoder::new(input), limit)?
-            }
+            Compression::Gzip => read_capped(buf, flate2::read::MultiGzDecoder::new(input), limit)?,
             Compression::Snappy => snappy(buf, input, limit)?,
             Compression::Lz4 => lz4_frames(buf, input, limit, lz4_legacy_checksum)?,
             Compression::Zstd => {

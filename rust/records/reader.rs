@@ -32,7 +32,15 @@ pub fn for_each_frame(
     allow_partial_tail: bool,
     each: impl FnMut(&Frame<'_>, usize) -> Result<()>,
 ) -> Result<Option<u64>> {
-    frames_in_reads_of(READ_BYTES, file, start, end, allow_partial_tail, false, each)
+    frames_in_reads_of(
+        READ_BYTES,
+        file,
+        start,
+        end,
+        allow_partial_tail,
+        false,
+        each,
+    )
 }
 
 fn frames_in_reads_of(

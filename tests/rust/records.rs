@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use _core::records::arrow::{decode_arrow, decode_projected_in, ArrowDecoded, Column, Layout, View};
+use _core::records::arrow::{
+    decode_arrow, decode_projected_in, ArrowDecoded, Column, Layout, View,
+};
 use _core::records::{
     batch_index, decode_batches, encode_batch, BatchSpec, Compression, DecodeOptions, Header,
     NewRecord,
@@ -34,17 +36,30 @@ fn check_views(views: &ArrowDecoded, plain: &ArrowDecoded) -> Result<(), String>
     use arrow_array::cast::AsArray;
     use arrow_array::Array;
     if views.num_rows() != plain.num_rows() {
-        return Err(format!("{} rows as views, {} as binary", views.num_rows(), plain.num_rows()));
+        return Err(format!(
+            "{} rows as views, {} as binary",
+            views.num_rows(),
+            plain.num_rows()
+        ));
     }
     let collect = |d: &ArrowDecoded, column: usize| -> Result<Vec<Option<Vec<u8>>>, String> {
         let mut out = Vec::new();
         for batch in &d.batches {
             let array = batch.column(column);
-            array.to_data().validate_full().map_err(|e| format!("invalid view array: {e}"))?;
+            array
+                .to_data()
+                .validate_full()
+                .map_err(|e| format!("invalid view array: {e}"))?;
             match array.data_type() {
-                arrow_schema::DataType::BinaryView => out
-                    .extend(array.as_binary_view().iter().map(|v| v.map(<[u8]>::to_vec))),
-                _ => out.extend(array.as_binary::<i32>().iter().map(|v| v.map(<[u8]>::to_vec))),
+                arrow_schema::DataType::BinaryView => {
+                    out.extend(array.as_binary_view().iter().map(|v| v.map(<[u8]>::to_vec)))
+                }
+                _ => out.extend(
+                    array
+                        .as_binary::<i32>()
+                        .iter()
+                        .map(|v| v.map(<[u8]>::to_vec)),
+                ),
             }
         }
         Ok(out)
@@ -64,7 +79,10 @@ fn decode_views(data: &[u8], o: DecodeOptions) -> Result<(), String> {
     let input = arrow_buffer::Buffer::from_slice_ref(data);
     let plain = decode_projected_in(input.as_slice(), 7, o, &columns, 1, View::BINARY);
     for threads in [1, 2] {
-        let view = View { layout: Layout::BinaryView, input: Some(&input) };
+        let view = View {
+            layout: Layout::BinaryView,
+            input: Some(&input),
+        };
         let views = decode_projected_in(input.as_slice(), 7, o, &columns, threads, view);
         match (&views, &plain) {
             (Ok(v), Ok(p)) => check_views(v, p)?,

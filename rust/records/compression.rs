@@ -107,13 +107,18 @@ impl std::fmt::Debug for Decompressor {
     }
 }
 
+/// How far ahead of the writes an appended output is zero-filled (about an L2 cache's worth).
+const GROW_STEP: usize = 256 * 1024;
+
 /// Grow `buf` so that it holds at least `need` bytes (`need <= cap`), geometrically but within `cap`.
-/// Within the capacity already reserved (an appended output), only to `need`: no reallocation, and
-/// the zero-fill touches only what is about to be written, while it is still in cache.
+/// Within the capacity already reserved (an appended output), in steps of [`GROW_STEP`]: no
+/// reallocation, and the zero-fill stays just ahead of the writes, in cache when they come.
 fn grow(buf: &mut Vec<u8>, need: usize, cap: usize) {
     if buf.len() < need {
         let target = if need <= buf.capacity() {
-            need
+            need.max(buf.len().saturating_add(GROW_STEP))
+                .min(buf.capacity())
+                .min(cap.max(need))
         } else {
             need.max(buf.len().saturating_mul(2))
                 .max(64 * 1024)

@@ -790,12 +790,8 @@ impl ArrowBuilder {
         }
     }
 
-    fn finish_chunk(&mut self, next_capacity: usize) -> Result<RecordBatch> {
-        let next_capacity = match self.layout {
-            Layout::BinaryView => next_capacity,
-            Layout::Binary => 0,
-        };
-        let decompressed = Buffer::from_vec(self.decompressed.take(next_capacity));
+    fn finish_chunk(&mut self) -> Result<RecordBatch> {
+        let decompressed = Buffer::from_vec(self.decompressed.take());
         self.columns.finish(&self.input, &decompressed)
     }
 
@@ -804,11 +800,15 @@ impl ArrowBuilder {
     pub fn push(&mut self, frame: &Frame<'_>, input_left: usize) -> Result<()> {
         // x4 for compression, so a small input does not get a whole chunk.
         let estimate = input_left.saturating_mul(4).min(CHUNK_BYTES) + frame.bytes.len();
+        // Room a compressed batch may need in the decompression buffer: a batch that would not fit
+        // in what is reserved starts a new chunk, rather than reallocate (copy) the buffer.
+        let room = frame.bytes.len().saturating_mul(8);
+        let out = &self.decompressed;
         if self.columns.rows >= CHUNK_ROWS
             || self.columns.bytes() >= CHUNK_BYTES
-            || self.decompressed.len >= CHUNK_BYTES
+            || (out.len > 0 && out.len.saturating_add(room) > out.buf.capacity())
         {
-            let chunk = self.finish_chunk(estimate)?;
+            let chunk = self.finish_chunk()?;
             self.batches.push(chunk);
         }
         match self.layout {
@@ -820,8 +820,8 @@ impl ArrowBuilder {
             }
             Layout::BinaryView => {
                 let compressed = !matches!(frame.header.compression(), Some(Compression::None));
-                if self.columns.rows == 0 && compressed {
-                    self.decompressed.buf.reserve(estimate);
+                if compressed && self.decompressed.buf.capacity() == 0 {
+                    self.decompressed.buf.reserve(estimate.max(room));
                 }
                 self.decoder
                     .decode_appending(frame, &mut self.columns, &mut self.decompressed)?;
@@ -832,7 +832,7 @@ impl ArrowBuilder {
 
     pub fn finish(mut self, partial_tail: Option<u64>) -> Result<ArrowDecoded> {
         if self.columns.rows > 0 || self.batches.is_empty() {
-            let chunk = self.finish_chunk(0)?;
+            let chunk = self.finish_chunk()?;
             self.batches.push(chunk);
         }
         Ok(ArrowDecoded {

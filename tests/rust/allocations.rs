@@ -2,6 +2,10 @@
 //! own) sees a decode of 20,000 records in 200 batches allocate a bounded number of times, whatever
 //! the record count: builders are sized from each batch header's record count and values are copied
 //! into (or, as views, pointed at in) buffers of a chunk, never one allocation a record.
+//!
+//! Built without the `python` feature only (as `make test-rust` runs it): with it the crate sets
+//! mimalloc as the global allocator, and a binary has one.
+#![cfg(not(feature = "python"))]
 
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -72,6 +72,25 @@ fn check_views(views: &ArrowDecoded, plain: &ArrowDecoded) -> Result<(), String>
     Ok(())
 }
 
+/// The same error kind at the same position for the same cause: a codec's own message may differ
+/// with the room its output had (zstd says "Destination buffer is too small" or "Data corruption
+/// detected" for the same corrupt frame), so reasons are compared up to their first colon.
+fn same_error(a: &Error, b: &Error) -> bool {
+    match (a, b) {
+        (
+            Error::Corrupt {
+                position: p,
+                reason: r,
+            },
+            Error::Corrupt {
+                position: q,
+                reason: s,
+            },
+        ) => p == q && r.split(':').next() == s.split(':').next(),
+        _ => a.to_string() == b.to_string(),
+    }
+}
+
 /// `binary_view` decodes of `data` (one thread and two; the input as the views' buffer) next to the
 /// `binary` one: the same rows, every view inside its buffers, or the same error.
 fn decode_views(data: &[u8], o: DecodeOptions) -> Result<(), String> {
@@ -86,7 +105,7 @@ fn decode_views(data: &[u8], o: DecodeOptions) -> Result<(), String> {
         let views = decode_projected_in(input.as_slice(), 7, o, &columns, threads, view);
         match (&views, &plain) {
             (Ok(v), Ok(p)) => check_views(v, p)?,
-            (Err(a), Err(b)) if a.to_string() == b.to_string() => {}
+            (Err(a), Err(b)) if same_error(a, b) => {}
             _ => return Err(format!("views {views:?} but binary {plain:?}")),
         }
     }

@@ -37,7 +37,7 @@ static GLOBAL: Counting = Counting;
 
 /// `batches` batches of `per_batch` records: keys, 40- and 200-byte values, a header on every other.
 fn log(batches: usize, per_batch: usize, compression: Compression) -> Vec<u8> {
-    let value = vec![b'v'; 200];
+    let value = [b'v'; 200];
     let mut out = Vec::new();
     for b in 0..batches {
         let keys: Vec<Vec<u8>> = (0..per_batch)

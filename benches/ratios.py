@@ -31,10 +31,20 @@ class Ratio:
 RATIOS = (
     Ratio("decode 1 KiB values: epochguard vs kafka-python", "test_epochguard_1k", "test_kafka_python_1k"),
     Ratio("decode 100-byte values: epochguard vs kafka-python", "test_epochguard_100b", "test_kafka_python_100b"),
-    Ratio("lz4 batches to Arrow vs raw lz4.frame decompression",
-          "test_compressed_decode[lz4]", "test_raw_decompression[lz4]"),
-    Ratio("zstd batches to Arrow vs raw zstandard decompression",
-          "test_compressed_decode[zstd]", "test_raw_decompression[zstd]"),
+    # The fraction of this machine's memory bandwidth: a numpy copy of the same bytes, taking turns.
+    Ratio("decode 1 KiB values: epochguard vs a memcpy of the same bytes", "test_epochguard_1k", TURNS),
+    Ratio("decode 100-byte values: epochguard vs a memcpy of the same bytes", "test_epochguard_100b", TURNS),
+    Ratio("lz4 batches to Arrow vs raw lz4.frame decompression", "test_compressed_decode[lz4]", TURNS),
+    Ratio("zstd batches to Arrow vs raw zstandard decompression", "test_compressed_decode[zstd]", TURNS),
+    Ratio("snappy batches to Arrow vs raw cramjam snappy decompression", "test_compressed_decode[snappy]", TURNS),
+    Ratio("gzip batches to Arrow vs raw zlib decompression", "test_compressed_decode[gzip]", TURNS),
+    # The same with binary_view=True (values as views, not copied).
+    Ratio("decode 1 KiB values as binary_view vs a memcpy of the same bytes", "test_epochguard_1k_views", TURNS),
+    Ratio("decode 100-byte values as binary_view vs a memcpy of the same bytes", "test_epochguard_100b_views", TURNS),
+    *(Ratio(f"{codec} batches to Arrow as binary_view vs raw {name} decompression",
+            f"test_compressed_decode_views[{codec}]", TURNS)
+      for codec, name in (("lz4", "lz4.frame"), ("zstd", "zstandard"), ("snappy", "cramjam snappy"),
+                          ("gzip", "zlib"))),
     Ratio("epochs_for_offsets 1e6 random vs numpy.searchsorted",
           "test_epochguard_epochs_for_offsets[random]", "test_numpy_searchsorted[random]"),
     Ratio("epochs_for_offsets 1e6 sorted vs numpy.searchsorted",

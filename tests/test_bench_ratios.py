@@ -30,9 +30,8 @@ def _bench(name: str, minimum: float, median: float = 99.0) -> dict:
 
 def test_ratios_divide_the_baselines_minimum_by_ours(ratios_module, tmp_path: Path, capsys) -> None:
     report = {"benchmarks": [
-        _bench("test_compressed_decode[lz4]", 0.016),
-        _bench("test_raw_decompression[lz4]", 0.0106),
-        _bench("test_epochguard_1k", 0.004),
+        {**_bench("test_compressed_decode[lz4]", 0.016), "extra_info": {"baseline_seconds": [0.0112, 0.0106]}},
+        _bench("test_epochguard_1k", 0.004),  # no memcpy turns recorded: that ratio left out
         _bench("test_kafka_python_1k", 0.0501),
         _bench("test_compressed_decode[zstd]", 0.0274),  # its baseline is missing: left out
     ]}

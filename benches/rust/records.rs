@@ -4,7 +4,7 @@
 
 use std::hint::black_box;
 
-use _core::records::arrow::decode_arrow;
+use _core::records::arrow::{decode_arrow, decode_projected_in, Column, Layout, View};
 use _core::records::compression::Decompressor;
 use _core::records::{batch_index, encode_batch, BatchSpec, Compression, DecodeOptions, NewRecord};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -76,6 +76,24 @@ fn decode(c: &mut Criterion) {
             |b, data| {
                 b.iter(|| {
                     decode_arrow(black_box(data), 0, DecodeOptions::default())
+                        .map(|d| d.num_rows())
+                        .unwrap_or(0)
+                })
+            },
+        );
+        // Keys and values as views into the input / the decompression buffer (no value copied).
+        let input = arrow_buffer::Buffer::from_slice_ref(&data);
+        g.bench_with_input(
+            BenchmarkId::new("1KiB values binary_view", codec.name()),
+            &input,
+            |b, input| {
+                b.iter(|| {
+                    let view = View {
+                        layout: Layout::BinaryView,
+                        input: Some(input),
+                    };
+                    let opts = DecodeOptions::default();
+                    decode_projected_in(input.as_slice(), 0, opts, &Column::RECORD, 1, view)
                         .map(|d| d.num_rows())
                         .unwrap_or(0)
                 })

@@ -226,6 +226,7 @@ def decode_arrow(
     offset: int = 0,
     length: int | None = None,
     threads: int = 1,
+    binary_view: bool = False,
 ) -> ArrowRecords: ...
 
 # Header-only scan (no CRC check, no decompression): (file_position, size_in_bytes, base_offset,

@@ -108,6 +108,7 @@ def decode_to_arrow(
     offset: int = 0,
     length: int | None = None,
     threads: int = 1,
+    binary_view: bool = False,
 ) -> pa.Table:
     """Decode every record of `source` into a `pyarrow.Table`, one row per record.
 
@@ -130,6 +131,13 @@ def decode_to_arrow(
     order, and the same first error; a file path is decoded on one thread). Keep the default 1 where
     the caller already runs one decode per core (Spark tasks).
 
+    `binary_view=True` gives `key` and `value` as `binary_view` (16-byte views, Arrow's `BinaryView`)
+    instead of `binary`, pointing at the bytes where they already are: a read-only bytes-like
+    `source`'s own memory for uncompressed batches (the table keeps it alive; a writable one is
+    copied once first), one decompression buffer per chunk for compressed ones. No value byte is
+    copied; values of a file `source`'s uncompressed batches, and of legacy messages, are. Header
+    values stay `binary`. The rows and the errors are those of the default layout.
+
     Raises `epochguard.errors.CorruptRecordError` for malformed input.
     """
 
@@ -142,6 +150,7 @@ def decode_to_arrow(
         offset=offset,
         length=length,
         threads=threads,
+        binary_view=binary_view,
     )
     return _table(records)
 

@@ -4,9 +4,12 @@
 
 use std::ffi::CString;
 use std::path::PathBuf;
+use std::ptr::NonNull;
+use std::sync::Arc;
 
 use arrow_array::ffi_stream::FFI_ArrowArrayStream;
 use arrow_array::RecordBatchIterator;
+use arrow_buffer::Buffer;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::prelude::*;
@@ -14,7 +17,7 @@ use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyCapsule, PyString, PyTuple};
 
 use crate::file::InputFile;
-use crate::records::arrow::{decode_projected_threads, ArrowDecoded, Column};
+use crate::records::arrow::{decode_projected_in, ArrowDecoded, Column, Layout, View};
 use crate::records::batch::verify_crc;
 use crate::records::headers::{headers_arrow, scan_headers as scan_headers_core, HeaderScan};
 use crate::records::{
@@ -26,9 +29,10 @@ use crate::records::{
 /// The bytes behind a `source` argument: a caller's buffer, or a file read with positioned reads
 /// (never mapped: a file that shrinks under the reader is an error or a partial tail, not SIGBUS).
 enum Backing {
-    Buffer(PyBuffer<u8>),
+    /// Shared, so that Arrow views can keep the caller's buffer alive (see [`Source::arrow_input`]).
+    Buffer(Arc<PyBuffer<u8>>),
     /// Buffers that export signed bytes (format "b", e.g. `pyarrow.Buffer`).
-    SignedBuffer(PyBuffer<i8>),
+    SignedBuffer(Arc<PyBuffer<i8>>),
     File(InputFile),
 }
 
@@ -46,9 +50,9 @@ impl Source {
             Backing::File(InputFile::open(&path)?)
         } else {
             let backing = match PyBuffer::<u8>::get(source) {
-                Ok(buffer) => Backing::Buffer(buffer),
+                Ok(buffer) => Backing::Buffer(Arc::new(buffer)),
                 Err(unsigned_err) => match PyBuffer::<i8>::get(source) {
-                    Ok(buffer) => Backing::SignedBuffer(buffer),
+                    Ok(buffer) => Backing::SignedBuffer(Arc::new(buffer)),
                     Err(_) => return Err(unsigned_err),
                 },
             };
@@ -90,9 +94,9 @@ impl Source {
         })
     }
 
-    /// The range's bytes, for an in-memory source (`None` for a file).
-    fn bytes(&self) -> Option<&[u8]> {
-        let all: &[u8] = match &self.backing {
+    /// All of an in-memory source's bytes (empty for a file).
+    fn all_bytes(&self) -> &[u8] {
+        match &self.backing {
             // SAFETY: the buffer is C-contiguous, `len_bytes` long and kept alive (exported) by `self`.
             Backing::Buffer(b) => unsafe {
                 std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes())
@@ -101,13 +105,46 @@ impl Source {
             Backing::SignedBuffer(b) => unsafe {
                 std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.len_bytes())
             },
-            Backing::File(_) => return None,
-        };
-        Some(all.get(self.start..self.end).unwrap_or_default())
+            Backing::File(_) => &[],
+        }
+    }
+
+    /// The range's bytes, for an in-memory source (`None` for a file).
+    fn bytes(&self) -> Option<&[u8]> {
+        match &self.backing {
+            Backing::File(_) => None,
+            _ => Some(
+                self.all_bytes()
+                    .get(self.start..self.end)
+                    .unwrap_or_default(),
+            ),
+        }
     }
 
     fn base(&self) -> u64 {
         self.start as u64
+    }
+
+    /// The whole in-memory source as an Arrow buffer that views may point into: the caller's own
+    /// memory (kept alive by the buffer) when it is read-only, else a copy (a writable buffer could
+    /// change under the views after the decode). `None` for a file.
+    fn arrow_input(&self) -> Option<Buffer> {
+        let (owner, readonly): (Arc<dyn arrow_buffer::alloc::Allocation>, bool) =
+            match &self.backing {
+                Backing::Buffer(b) => (b.clone(), b.readonly()),
+                Backing::SignedBuffer(b) => (b.clone(), b.readonly()),
+                Backing::File(_) => return None,
+            };
+        let all = self.all_bytes();
+        match NonNull::new(all.as_ptr().cast_mut()) {
+            // SAFETY: `all` is the exported buffer's memory, `len` bytes, valid and immutable
+            // (read-only, and exported: CPython refuses to resize a bytearray while it is) for as
+            // long as the export lives, which `owner` keeps alive for the Arrow buffer's lifetime.
+            Some(ptr) if readonly => {
+                Some(unsafe { Buffer::from_custom_allocation(ptr, all.len(), owner) })
+            }
+            _ => Some(Buffer::from_slice_ref(all)),
+        }
     }
 
     /// Decode the range; `threads` splits an in-memory source's batches (a file: one thread).
@@ -116,19 +153,24 @@ impl Source {
         opts: DecodeOptions,
         columns: &[Column],
         threads: usize,
+        layout: Layout,
     ) -> crate::Result<ArrowDecoded> {
-        match (&self.backing, self.bytes()) {
-            (Backing::File(f), _) => {
-                reader::decode_file(f, self.base(), self.end as u64, opts, columns)
-            }
-            (_, bytes) => decode_projected_threads(
-                bytes.unwrap_or_default(),
-                self.base(),
-                opts,
-                columns,
-                threads,
-            ),
+        if let Backing::File(f) = &self.backing {
+            return reader::decode_file(f, self.base(), self.end as u64, opts, columns, layout);
         }
+        let input = match layout {
+            Layout::BinaryView => self.arrow_input(),
+            Layout::Binary => None,
+        };
+        let data = match &input {
+            Some(all) => all.as_slice().get(self.start..self.end).unwrap_or_default(),
+            None => self.bytes().unwrap_or_default(),
+        };
+        let view = View {
+            layout,
+            input: input.as_ref(),
+        };
+        decode_projected_in(data, self.base(), opts, columns, threads, view)
     }
 
     fn batch_index(
@@ -189,7 +231,8 @@ impl Source {
             }
             (_, bytes) => bytes.unwrap_or_default().get(pos..).unwrap_or_default(),
         };
-        let mut cursor = BatchCursor::new(data, at, allow_partial_tail);
+        let mut cursor =
+            BatchCursor::new(data, at, allow_partial_tail).crc_first(decoder.options().verify_crc);
         if headers_only {
             return next_header(&mut cursor, decoder).map(|b| (b, cursor.partial_tail()));
         }
@@ -550,7 +593,7 @@ fn record_columns() -> (Vec<&'static str>, Vec<&'static str>) {
 }
 
 #[pyfunction]
-#[pyo3(signature = (source, *, columns=None, verify_crc=true, allow_partial_tail=false, max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE, offset=0, length=None, threads=1))]
+#[pyo3(signature = (source, *, columns=None, verify_crc=true, allow_partial_tail=false, max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE, offset=0, length=None, threads=1, binary_view=false))]
 #[allow(clippy::too_many_arguments)]
 fn decode_arrow(
     py: Python<'_>,
@@ -562,6 +605,7 @@ fn decode_arrow(
     offset: u64,
     length: Option<u64>,
     threads: usize,
+    binary_view: bool,
 ) -> PyResult<PyArrowRecords> {
     if threads == 0 {
         return Err(PyValueError::new_err("threads must be at least 1"));
@@ -572,7 +616,11 @@ fn decode_arrow(
     };
     let source = Source::open(source, offset, length)?;
     let opts = options(verify_crc, allow_partial_tail, max_decompressed_size);
-    let decoded = py.detach(|| source.decode(opts, &columns, threads))?;
+    let layout = match binary_view {
+        true => Layout::BinaryView,
+        false => Layout::Binary,
+    };
+    let decoded = py.detach(|| source.decode(opts, &columns, threads, layout))?;
     Ok(PyArrowRecords(decoded))
 }
 

@@ -10,13 +10,14 @@
 use std::sync::Arc;
 
 use arrow_array::{
-    ArrayRef, BinaryArray, BooleanArray, Int32Array, ListArray, RecordBatch, RecordBatchOptions,
-    StringArray, StructArray,
+    ArrayRef, BinaryArray, BinaryViewArray, BooleanArray, Int32Array, ListArray, RecordBatch,
+    RecordBatchOptions, StringArray, StructArray,
 };
 use arrow_buffer::{BooleanBufferBuilder, Buffer, NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, Field, Fields, Schema, SchemaRef};
 
 use super::batch::{BatchCursor, BatchHeader, Frame};
+use super::compression::{Appended, Compression};
 use super::digest::record_digest;
 use super::record::{RecordSink, RecordView};
 use super::{DecodeOptions, Decoder};
@@ -184,12 +185,43 @@ impl Column {
     pub fn field(self) -> Field {
         Field::new(self.name(), self.data_type(), self.nullable())
     }
+
+    /// The column's field in `layout`: keys and values as `BinaryView` under [`Layout::BinaryView`].
+    pub fn field_in(self, layout: Layout) -> Field {
+        match (self, layout) {
+            (Column::Key | Column::Value, Layout::BinaryView) => {
+                Field::new(self.name(), DataType::BinaryView, true)
+            }
+            _ => self.field(),
+        }
+    }
+}
+
+/// How keys and values are laid out in Arrow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// `binary`: every key and value copied into one contiguous data buffer per chunk.
+    #[default]
+    Binary,
+    /// `binary_view`: 16-byte views pointing into the input (uncompressed batches of an input
+    /// handed over as a [`Buffer`]) or into the chunk's decompression buffer (compressed batches),
+    /// those buffers the arrays' data buffers: no value byte copied. Values that lie in neither (a
+    /// file read in pieces, legacy messages) are copied into a third buffer. Header values stay `binary`.
+    BinaryView,
 }
 
 /// The schema of a decode projected to `columns`.
 pub fn projected_schema(columns: &[Column]) -> SchemaRef {
+    projected_schema_in(columns, Layout::Binary)
+}
+
+/// The schema of a decode projected to `columns` in `layout`.
+pub fn projected_schema_in(columns: &[Column], layout: Layout) -> SchemaRef {
     Arc::new(Schema::new(
-        columns.iter().map(|c| c.field()).collect::<Vec<_>>(),
+        columns
+            .iter()
+            .map(|c| c.field_in(layout))
+            .collect::<Vec<_>>(),
     ))
 }
 
@@ -256,6 +288,119 @@ impl BinaryColumn {
     fn string(&mut self) -> Result<StringArray> {
         let (offsets, data, nulls) = self.take();
         StringArray::try_new(offsets, data, nulls).map_err(arrow_err)
+    }
+}
+
+/// Data buffer indices of a view column's chunk: the input, the decompression buffer, copied values.
+const INPUT_BUFFER: u32 = 0;
+const DECOMPRESSED_BUFFER: u32 = 1;
+const COPIED_BUFFER: u32 = 2;
+
+/// Bytes by address (never dereferenced: only compared), to tell where a value's bytes lie.
+#[derive(Debug, Clone, Copy, Default)]
+struct Region {
+    start: usize,
+    len: usize,
+}
+
+impl Region {
+    fn of(bytes: &[u8]) -> Self {
+        Region {
+            start: bytes.as_ptr() as usize,
+            len: bytes.len(),
+        }
+    }
+
+    /// Where `v` starts in the region, if all of it lies inside and the offset fits a view (int32).
+    #[inline]
+    fn offset_of(self, v: &[u8]) -> Option<u32> {
+        let at = (v.as_ptr() as usize).checked_sub(self.start)?;
+        if at.checked_add(v.len())? > self.len {
+            return None;
+        }
+        u32::try_from(at).ok().filter(|&o| o <= i32::MAX as u32)
+    }
+}
+
+/// Where the current batch's values may be pointed at: the input (data buffer 0, for the whole
+/// decode) and the current compressed batch's decompressed records (inside data buffer 1).
+#[derive(Debug, Clone, Copy, Default)]
+struct Regions {
+    input: Region,
+    decompressed: Region,
+}
+
+/// A `BinaryView` column: views of at most 12 bytes hold the value inline; longer ones point into
+/// the input, the decompression buffer or, for bytes found in neither, a buffer of copies.
+#[derive(Debug)]
+struct ViewColumn {
+    views: Vec<u128>,
+    nulls: NullBufferBuilder,
+    copied: Vec<u8>,
+}
+
+impl ViewColumn {
+    fn new() -> Self {
+        ViewColumn {
+            views: Vec::new(),
+            nulls: NullBufferBuilder::new(0),
+            copied: Vec::new(),
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, value: Option<&[u8]>, regions: &Regions) -> Result<()> {
+        let Some(v) = value else {
+            self.nulls.append_null();
+            self.views.push(0);
+            return Ok(());
+        };
+        self.nulls.append_non_null();
+        let len = offset_i32(v.len())? as u32;
+        let view = match v.first_chunk::<4>() {
+            Some(prefix) if v.len() > 12 => {
+                let (buffer, offset) = if let Some(at) = regions.input.offset_of(v) {
+                    (INPUT_BUFFER, at)
+                } else if let Some(at) = regions.decompressed.offset_of(v) {
+                    (DECOMPRESSED_BUFFER, at)
+                } else {
+                    let at = offset_i32(self.copied.len())? as u32;
+                    offset_i32(self.copied.len() + v.len())?;
+                    self.copied.extend_from_slice(v);
+                    (COPIED_BUFFER, at)
+                };
+                u128::from(len)
+                    | u128::from(u32::from_le_bytes(*prefix)) << 32
+                    | u128::from(buffer) << 64
+                    | u128::from(offset) << 96
+            }
+            _ => {
+                let mut inline = [0u8; 16];
+                if let Some(dst) = inline.get_mut(4..4 + v.len()) {
+                    dst.copy_from_slice(v);
+                }
+                u128::from_le_bytes(inline) | u128::from(len)
+            }
+        };
+        self.views.push(view);
+        Ok(())
+    }
+
+    /// The chunk's array; `input` and `decompressed` are the buffers the regions were taken from.
+    fn finish(&mut self, input: &Buffer, decompressed: &Buffer) -> BinaryViewArray {
+        let views = ScalarBuffer::from(std::mem::take(&mut self.views));
+        let buffers = vec![
+            input.clone(),
+            decompressed.clone(),
+            Buffer::from_vec(std::mem::take(&mut self.copied)),
+        ];
+        // SAFETY: `push` makes a view point into a buffer only after checking that the value's
+        // bytes lie wholly inside that buffer's region (the input: the whole of `input`; a
+        // decompressed batch: a prefix of the output that becomes `decompressed`, which only grows
+        // within a chunk), with an offset below 2^31; the prefix is the value's first 4 bytes, and
+        // inline views are zero-padded. That is every condition of `BinaryViewArray::try_new`;
+        // the tests and the `decode_views` fuzz target check it with a full validation.
+        unsafe { BinaryViewArray::new_unchecked(views, buffers, self.nulls.finish()) }
     }
 }
 
@@ -350,6 +495,8 @@ enum Builder {
     Sequence(Vec<i32>),
     Key(BinaryColumn),
     Value(BinaryColumn),
+    KeyView(ViewColumn),
+    ValueView(ViewColumn),
     Headers(HeaderColumn),
     KeyLength(LengthColumn),
     ValueLength(LengthColumn),
@@ -374,7 +521,12 @@ fn int<T: arrow_array::types::ArrowPrimitiveType>(
 }
 
 impl Builder {
-    fn new(column: Column) -> Builder {
+    fn new(column: Column, layout: Layout) -> Builder {
+        match (column, layout) {
+            (Column::Key, Layout::BinaryView) => return Builder::KeyView(ViewColumn::new()),
+            (Column::Value, Layout::BinaryView) => return Builder::ValueView(ViewColumn::new()),
+            _ => {}
+        }
         match column {
             Column::Offset => Builder::Offset(Vec::new()),
             Column::Timestamp => Builder::Timestamp(Vec::new()),
@@ -407,6 +559,8 @@ impl Builder {
                 | Builder::Sequence(_)
                 | Builder::Key(_)
                 | Builder::Value(_)
+                | Builder::KeyView(_)
+                | Builder::ValueView(_)
                 | Builder::Headers(_)
                 | Builder::KeyLength(_)
                 | Builder::ValueLength(_)
@@ -419,6 +573,7 @@ impl Builder {
     fn bytes(&self) -> usize {
         match self {
             Builder::Key(c) | Builder::Value(c) => c.data.len(),
+            Builder::KeyView(c) | Builder::ValueView(c) => c.copied.len(),
             Builder::Headers(h) => h.key.data.len() + h.value.data.len(),
             _ => 0,
         }
@@ -434,6 +589,7 @@ impl Builder {
                 c.reserve(n);
                 c.data.reserve(payload_len);
             }
+            Builder::KeyView(c) | Builder::ValueView(c) => c.views.reserve(n),
             Builder::Headers(c) => c.offsets.reserve(n),
             Builder::KeyLength(c) | Builder::ValueLength(c) => c.values.reserve(n),
             Builder::RecordDigest(v, _) => v.reserve(n),
@@ -451,13 +607,15 @@ impl Builder {
     }
 
     #[inline]
-    fn record(&mut self, h: &BatchHeader, r: &RecordView<'_, '_>) -> Result<()> {
+    fn record(&mut self, h: &BatchHeader, r: &RecordView<'_, '_>, regions: &Regions) -> Result<()> {
         match self {
             Builder::Offset(v) => v.push(r.offset),
             Builder::Timestamp(v) => v.push(r.timestamp),
             Builder::Sequence(v) => v.push(h.sequence_at(r.offset_delta)),
             Builder::Key(c) => c.push(r.key)?,
             Builder::Value(c) => c.push(r.value)?,
+            Builder::KeyView(c) => c.push(r.key, regions)?,
+            Builder::ValueView(c) => c.push(r.value, regions)?,
             Builder::Headers(c) => c.push(r)?,
             Builder::KeyLength(c) => c.push(r.key)?,
             Builder::ValueLength(c) => c.push(r.value)?,
@@ -468,7 +626,7 @@ impl Builder {
         Ok(())
     }
 
-    fn finish(&mut self) -> Result<ArrayRef> {
+    fn finish(&mut self, input: &Buffer, decompressed: &Buffer) -> Result<ArrayRef> {
         use arrow_array::types::{Int16Type, Int32Type, Int64Type, Int8Type};
         Ok(match self {
             Builder::Offset(v)
@@ -484,6 +642,7 @@ impl Builder {
             Builder::TimestampType(v) | Builder::Magic(v) => Arc::new(int::<Int8Type>(v)),
             Builder::ProducerEpoch(v) => Arc::new(int::<Int16Type>(v)),
             Builder::Key(c) | Builder::Value(c) => Arc::new(c.binary()?),
+            Builder::KeyView(c) | Builder::ValueView(c) => Arc::new(c.finish(input, decompressed)),
             Builder::Headers(c) => Arc::new(c.finish()?),
             Builder::KeyLength(c) | Builder::ValueLength(c) => Arc::new(c.finish()),
             Builder::IsTransactional(b) | Builder::IsControl(b) => {
@@ -501,20 +660,25 @@ struct Projection {
     per_record: Vec<(usize, Builder)>,
     per_batch: Vec<(usize, Builder)>,
     rows: usize,
+    regions: Regions,
 }
 
 impl Projection {
-    fn new(columns: &[Column]) -> Self {
+    fn new(columns: &[Column], layout: Layout, input: Option<&Buffer>) -> Self {
         let (per_record, per_batch) = columns
             .iter()
             .enumerate()
-            .map(|(i, &c)| (i, Builder::new(c)))
+            .map(|(i, &c)| (i, Builder::new(c, layout)))
             .partition(|(_, b)| b.per_record());
         Projection {
-            schema: projected_schema(columns),
+            schema: projected_schema_in(columns, layout),
             per_record,
             per_batch,
             rows: 0,
+            regions: Regions {
+                input: input.map(|b| Region::of(b.as_slice())).unwrap_or_default(),
+                decompressed: Region::default(),
+            },
         }
     }
 
@@ -530,12 +694,13 @@ impl Projection {
         }
     }
 
-    fn finish(&mut self) -> Result<RecordBatch> {
+    /// The chunk as a record batch; views point into `input` and `decompressed`.
+    fn finish(&mut self, input: &Buffer, decompressed: &Buffer) -> Result<RecordBatch> {
         let mut arrays: Vec<Option<ArrayRef>> =
             vec![None; self.per_record.len() + self.per_batch.len()];
         for (i, b) in self.per_record.iter_mut().chain(self.per_batch.iter_mut()) {
             if let Some(slot) = arrays.get_mut(*i) {
-                *slot = Some(b.finish()?);
+                *slot = Some(b.finish(input, decompressed)?);
             }
         }
         let rows = std::mem::take(&mut self.rows);
@@ -560,10 +725,14 @@ impl RecordSink for Projection {
     #[inline]
     fn record(&mut self, h: &BatchHeader, r: &RecordView<'_, '_>) -> Result<()> {
         for (_, b) in &mut self.per_record {
-            b.record(h, r)?;
+            b.record(h, r, &self.regions)?;
         }
         self.rows += 1;
         Ok(())
+    }
+
+    fn payload_region(&mut self, whole: Option<&[u8]>) {
+        self.regions.decompressed = whole.map(Region::of).unwrap_or_default();
     }
 }
 
@@ -587,35 +756,84 @@ pub struct ArrowBuilder {
     decoder: Decoder,
     columns: Projection,
     batches: Vec<RecordBatch>,
+    layout: Layout,
+    /// [`Layout::BinaryView`]: the input views may point into (empty when frames do not come
+    /// from one buffer), and the current chunk's decompressed batches.
+    input: Buffer,
+    decompressed: Appended,
 }
 
 impl ArrowBuilder {
     pub fn new(opts: DecodeOptions, columns: &[Column]) -> Self {
+        ArrowBuilder::with_layout(opts, columns, Layout::Binary, None)
+    }
+
+    /// A builder in `layout`. With [`Layout::BinaryView`] and `input`, every frame pushed must be
+    /// cut from `input` for its values to be pointed at rather than copied (any other bytes are copied).
+    pub fn with_layout(
+        opts: DecodeOptions,
+        columns: &[Column],
+        layout: Layout,
+        input: Option<Buffer>,
+    ) -> Self {
+        let input = match layout {
+            Layout::BinaryView => input.unwrap_or_else(|| Buffer::from_vec(Vec::<u8>::new())),
+            Layout::Binary => Buffer::from_vec(Vec::<u8>::new()),
+        };
         ArrowBuilder {
             decoder: Decoder::new(opts),
-            columns: Projection::new(columns),
+            columns: Projection::new(columns, layout, Some(&input)),
             batches: Vec::new(),
+            layout,
+            input,
+            decompressed: Appended::default(),
         }
+    }
+
+    fn finish_chunk(&mut self) -> Result<RecordBatch> {
+        let decompressed = Buffer::from_vec(self.decompressed.take());
+        self.columns.finish(&self.input, &decompressed)
     }
 
     /// Decode `frame` into the current chunk. `input_left`: bytes of input after this frame, to size
     /// a new chunk's value buffer in one allocation rather than a doubling series.
     pub fn push(&mut self, frame: &Frame<'_>, input_left: usize) -> Result<()> {
-        if self.columns.rows >= CHUNK_ROWS || self.columns.bytes() >= CHUNK_BYTES {
-            self.batches.push(self.columns.finish()?);
+        // x4 for compression, so a small input does not get a whole chunk.
+        let estimate = input_left.saturating_mul(4).min(CHUNK_BYTES) + frame.bytes.len();
+        // Room a compressed batch may need in the decompression buffer: a batch that would not fit
+        // in what is reserved starts a new chunk, rather than reallocate (copy) the buffer.
+        let room = frame.bytes.len().saturating_mul(8);
+        let out = &self.decompressed;
+        if self.columns.rows >= CHUNK_ROWS
+            || self.columns.bytes() >= CHUNK_BYTES
+            || (out.len > 0 && out.len.saturating_add(room) > out.buf.capacity())
+        {
+            let chunk = self.finish_chunk()?;
+            self.batches.push(chunk);
         }
-        if self.columns.rows == 0 {
-            // x4 for compression, so a small input does not get a whole chunk.
-            self.columns
-                .reserve_values(input_left.saturating_mul(4).min(CHUNK_BYTES) + frame.bytes.len());
+        match self.layout {
+            Layout::Binary => {
+                if self.columns.rows == 0 {
+                    self.columns.reserve_values(estimate);
+                }
+                self.decoder.decode(frame, &mut self.columns)?;
+            }
+            Layout::BinaryView => {
+                let compressed = !matches!(frame.header.compression(), Some(Compression::None));
+                if compressed && self.decompressed.buf.capacity() == 0 {
+                    self.decompressed.buf.reserve(estimate.max(room));
+                }
+                self.decoder
+                    .decode_appending(frame, &mut self.columns, &mut self.decompressed)?;
+            }
         }
-        self.decoder.decode(frame, &mut self.columns)?;
         Ok(())
     }
 
     pub fn finish(mut self, partial_tail: Option<u64>) -> Result<ArrowDecoded> {
         if self.columns.rows > 0 || self.batches.is_empty() {
-            self.batches.push(self.columns.finish()?);
+            let chunk = self.finish_chunk()?;
+            self.batches.push(chunk);
         }
         Ok(ArrowDecoded {
             schema: self.columns.schema.clone(),
@@ -633,8 +851,34 @@ pub fn decode_projected(
     opts: DecodeOptions,
     columns: &[Column],
 ) -> Result<ArrowDecoded> {
-    let mut cursor = BatchCursor::new(data, base_position, opts.allow_partial_tail);
-    let mut builder = ArrowBuilder::new(opts, columns);
+    decode_run(data, base_position, opts, columns, View::BINARY)
+}
+
+/// The layout of a decode's keys and values, and the buffer `data` was cut from (what views of
+/// uncompressed values point into).
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    pub layout: Layout,
+    pub input: Option<&'a Buffer>,
+}
+
+impl View<'_> {
+    pub const BINARY: View<'static> = View {
+        layout: Layout::Binary,
+        input: None,
+    };
+}
+
+fn decode_run(
+    data: &[u8],
+    base_position: u64,
+    opts: DecodeOptions,
+    columns: &[Column],
+    view: View<'_>,
+) -> Result<ArrowDecoded> {
+    let mut cursor =
+        BatchCursor::new(data, base_position, opts.allow_partial_tail).crc_first(opts.verify_crc);
+    let mut builder = ArrowBuilder::with_layout(opts, columns, view.layout, view.input.cloned());
     while let Some(frame) = cursor.next()? {
         let left = data.len() - (cursor.position() - base_position) as usize;
         builder.push(&frame, left)?;
@@ -654,17 +898,30 @@ pub fn decode_projected_threads(
     columns: &[Column],
     threads: usize,
 ) -> Result<ArrowDecoded> {
+    decode_projected_in(data, base_position, opts, columns, threads, View::BINARY)
+}
+
+/// [`decode_projected_threads`] in `view`'s layout. With [`Layout::BinaryView`] and `view.input`,
+/// `data` must be a slice of that buffer: uncompressed values are then pointed at, never copied.
+pub fn decode_projected_in(
+    data: &[u8],
+    base_position: u64,
+    opts: DecodeOptions,
+    columns: &[Column],
+    threads: usize,
+    view: View<'_>,
+) -> Result<ArrowDecoded> {
     if threads <= 1 {
-        return decode_projected(data, base_position, opts, columns);
+        return decode_run(data, base_position, opts, columns, view);
     }
     let Ok((index, partial_tail)) =
         super::batch_index(data, base_position, opts.allow_partial_tail)
     else {
-        return decode_projected(data, base_position, opts, columns);
+        return decode_run(data, base_position, opts, columns, view);
     };
     let ranges = split_batches(&index, base_position, threads);
     if ranges.len() <= 1 {
-        return decode_projected(data, base_position, opts, columns);
+        return decode_run(data, base_position, opts, columns, view);
     }
     // Each range ends on a batch boundary: no partial tail inside, the real one is the index's.
     let strict = DecodeOptions {
@@ -677,7 +934,7 @@ pub fn decode_projected_threads(
             .map(|&(start, end)| {
                 let bytes = data.get(start..end).unwrap_or_default();
                 let base = base_position + start as u64;
-                scope.spawn(move || decode_projected(bytes, base, strict, columns))
+                scope.spawn(move || decode_run(bytes, base, strict, columns, view))
             })
             .collect();
         handles
@@ -693,10 +950,10 @@ pub fn decode_projected_threads(
         batches.extend(part?.batches.into_iter().filter(|b| b.num_rows() > 0));
     }
     if batches.is_empty() {
-        return decode_projected(data, base_position, opts, columns);
+        return decode_run(data, base_position, opts, columns, view);
     }
     Ok(ArrowDecoded {
-        schema: projected_schema(columns),
+        schema: projected_schema_in(columns, view.layout),
         batches,
         partial_tail,
     })

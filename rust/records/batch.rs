@@ -123,6 +123,7 @@ pub struct BatchCursor<'a> {
     pos: usize,
     allow_partial_tail: bool,
     partial_tail: Option<u64>,
+    crc_first: bool,
 }
 
 impl<'a> BatchCursor<'a> {
@@ -134,7 +135,17 @@ impl<'a> BatchCursor<'a> {
             pos: 0,
             allow_partial_tail,
             partial_tail: None,
+            crc_first: false,
         }
+    }
+
+    /// For a decoder that verifies CRCs: a batch whose header fields are invalid (a negative record
+    /// count, an unknown codec) but whose stored CRC does not match its bytes is reported as the
+    /// CRC mismatch, as Kafka's `DefaultRecordBatch.ensureValid` checks the CRC before anything the
+    /// CRC covers. (A header-only scan keeps reporting the field itself.)
+    pub fn crc_first(mut self, verify_crc: bool) -> Self {
+        self.crc_first = verify_crc;
+        self
     }
 
     /// Absolute position of an incomplete last batch, once iteration has reached it.
@@ -171,9 +182,13 @@ impl<'a> BatchCursor<'a> {
         let head = rest
             .get(..rest.len().min(V2_HEADER_SIZE))
             .unwrap_or_default();
-        let header = match parse_header(head, self.position(), rest.len() as u64)? {
-            Parsed::Header(header) => header,
-            Parsed::Incomplete(what) => return self.incomplete(&what),
+        let header = match parse_header(head, self.position(), rest.len() as u64) {
+            Ok(Parsed::Header(header)) => header,
+            Ok(Parsed::Incomplete(what)) => return self.incomplete(&what),
+            Err(e) if self.crc_first => {
+                return Err(crc_mismatch(rest, self.position()).unwrap_or(e))
+            }
+            Err(e) => return Err(e),
         };
         let size = header.size_in_bytes as usize;
         let bytes = rest.get(..size).unwrap_or_default();
@@ -340,19 +355,41 @@ fn legacy_header(
 /// Check the batch's stored CRC (v2: CRC-32C from the attributes on; legacy: CRC-32 from the magic on).
 pub fn verify_crc(frame: &Frame<'_>) -> Result<()> {
     let h = &frame.header;
-    let computed = if h.magic >= 2 {
-        crc32c::crc32c(frame.bytes.get(V2_CRC_START..).unwrap_or_default())
+    check_crc(frame.bytes, h.magic, h.crc, h.file_position)
+}
+
+fn check_crc(bytes: &[u8], magic: i8, stored: u32, at: u64) -> Result<()> {
+    let computed = if magic >= 2 {
+        crc32c::crc32c(bytes.get(V2_CRC_START..).unwrap_or_default())
     } else {
-        crc32fast::hash(frame.bytes.get(16..).unwrap_or_default())
+        crc32fast::hash(bytes.get(16..).unwrap_or_default())
     };
-    if computed != h.crc {
+    if computed != stored {
         return Err(Error::corrupt(
-            h.file_position,
-            format!(
-                "CRC mismatch: stored {:#010x}, computed {computed:#010x}",
-                h.crc
-            ),
+            at,
+            format!("CRC mismatch: stored {stored:#010x}, computed {computed:#010x}"),
         ));
     }
     Ok(())
+}
+
+/// The CRC error of the batch at the start of `rest` (at absolute `at`) whose header was rejected,
+/// when it is framed well enough to have a CRC to check (known magic, whole in `rest`) and that
+/// CRC does not match.
+fn crc_mismatch(rest: &[u8], at: u64) -> Option<Error> {
+    let length = usize::try_from(i32_at(rest, 8)?).ok()?;
+    let bytes = rest.get(..LOG_OVERHEAD.checked_add(length)?)?;
+    let magic = *bytes.get(16)? as i8;
+    let stored = match magic {
+        2 if bytes.len() >= V2_HEADER_SIZE => u32_at(bytes, 17)?,
+        0 | 1
+            if LEGACY_MIN_MESSAGE
+                .get(magic as usize)
+                .is_some_and(|&min| length >= min) =>
+        {
+            u32_at(bytes, 12)?
+        }
+        _ => return None,
+    };
+    check_crc(bytes, magic, stored, at).err()
 }

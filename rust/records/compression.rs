@@ -107,13 +107,23 @@ impl std::fmt::Debug for Decompressor {
     }
 }
 
+/// How far ahead of the writes an appended output is zero-filled (about an L2 cache's worth).
+const GROW_STEP: usize = 256 * 1024;
+
 /// Grow `buf` so that it holds at least `need` bytes (`need <= cap`), geometrically but within `cap`.
+/// Within the capacity already reserved (an appended output), in steps of [`GROW_STEP`]: no
+/// reallocation, and the zero-fill stays just ahead of the writes, in cache when they come.
 fn grow(buf: &mut Vec<u8>, need: usize, cap: usize) {
     if buf.len() < need {
-        let target = need
-            .max(buf.len().saturating_mul(2))
-            .max(64 * 1024)
-            .min(cap.max(need));
+        let target = if need <= buf.capacity() {
+            need.max(buf.len().saturating_add(GROW_STEP))
+                .min(buf.capacity())
+                .min(cap.max(need))
+        } else {
+            need.max(buf.len().saturating_mul(2))
+                .max(64 * 1024)
+                .min(cap.max(need))
+        };
         buf.resize(target, 0);
     }
 }
@@ -140,45 +150,113 @@ impl Decompressor {
         lz4_legacy_checksum: bool,
     ) -> Result<&[u8], DecompressError> {
         self.len = 0;
-        self.len = match codec {
+        let mut out = Appended {
+            buf: std::mem::take(&mut self.buf),
+            len: 0,
+        };
+        let result = self.decompress_append(codec, input, cap, lz4_legacy_checksum, &mut out);
+        self.buf = out.buf;
+        self.len = result?.end;
+        Ok(self.output())
+    }
+
+    /// Decompress `input` after the `out.len` bytes `out` already holds, writing at most `cap`
+    /// bytes; returns where the output lies in `out`. On error `out.len` is unchanged (the bytes
+    /// past it are scratch). The output is never copied: the caller may hand `out` over whole
+    /// (an Arrow data buffer whose views point into it).
+    pub fn decompress_append(
+        &mut self,
+        codec: Compression,
+        input: &[u8],
+        cap: usize,
+        lz4_legacy_checksum: bool,
+        out: &mut Appended,
+    ) -> Result<std::ops::Range<usize>, DecompressError> {
+        let start = out.len;
+        let limit = Limit {
+            start,
+            end: start.saturating_add(cap),
+            cap,
+        };
+        let buf = &mut out.buf;
+        let end = match codec {
             Compression::None => {
                 if input.len() > cap {
                     return Err(DecompressError::TooLarge { cap });
                 }
-                grow(&mut self.buf, input.len(), cap);
-                if let Some(dst) = self.buf.get_mut(..input.len()) {
+                grow(buf, start + input.len(), limit.end);
+                if let Some(dst) = buf.get_mut(start..start + input.len()) {
                     dst.copy_from_slice(input);
                 }
-                input.len()
+                start + input.len()
             }
-            Compression::Gzip => {
-                read_capped(&mut self.buf, flate2::read::MultiGzDecoder::new(input), cap)?
-            }
-            Compression::Snappy => snappy(&mut self.buf, input, cap)?,
-            Compression::Lz4 => lz4_frames(&mut self.buf, input, cap, lz4_legacy_checksum)?,
+            Compression::Gzip => read_capped(buf, flate2::read::MultiGzDecoder::new(input), limit)?,
+            Compression::Snappy => snappy(buf, input, limit)?,
+            Compression::Lz4 => lz4_frames(buf, input, limit, lz4_legacy_checksum)?,
             Compression::Zstd => {
                 let dctx = self.zstd.get_or_insert_with(zstd::zstd_safe::DCtx::create);
-                zstd_stream(&mut self.buf, dctx, input, cap)?
+                zstd_stream(buf, dctx, input, limit)?
             }
         };
-        Ok(self.output())
+        out.len = end;
+        Ok(start..end)
     }
 }
 
-/// Stream `reader` into `buf`, growing it up to `cap`; one byte more than `cap` is `TooLarge`.
+/// Decompressed output appended batch after batch: `buf[..len]` holds it, the rest of `buf` is
+/// initialised scratch storage (grown geometrically, zero-filled once).
+#[derive(Debug, Default)]
+pub struct Appended {
+    pub buf: Vec<u8>,
+    pub len: usize,
+}
+
+impl Appended {
+    /// The output so far.
+    pub fn output(&self) -> &[u8] {
+        self.buf.get(..self.len).unwrap_or_default()
+    }
+
+    /// Hand over the output (without a copy), leaving an empty buffer.
+    pub fn take(&mut self) -> Vec<u8> {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.truncate(self.len);
+        self.len = 0;
+        buf
+    }
+}
+
+/// Where one decompression may write: from `start` (bytes before it belong to earlier output) to
+/// `end` = `start + cap` (`cap` as the caller set it, for the error).
+#[derive(Debug, Clone, Copy)]
+struct Limit {
+    start: usize,
+    end: usize,
+    cap: usize,
+}
+
+impl Limit {
+    fn too_large(self) -> DecompressError {
+        DecompressError::TooLarge { cap: self.cap }
+    }
+}
+
+/// Stream `reader` into `buf` from `limit.start`, growing it up to `limit.end`; one byte more is
+/// `TooLarge`. Returns the end of the output.
 fn read_capped<R: Read>(
     buf: &mut Vec<u8>,
     mut reader: R,
-    cap: usize,
+    limit: Limit,
 ) -> Result<usize, DecompressError> {
-    let mut filled = 0usize;
+    let cap = limit.end;
+    let mut filled = limit.start;
     loop {
         if filled >= buf.len().min(cap) {
             if filled >= cap {
                 let mut probe = [0u8; 1];
                 return match read_some(&mut reader, &mut probe)? {
                     0 => Ok(filled),
-                    _ => Err(DecompressError::TooLarge { cap }),
+                    _ => Err(limit.too_large()),
                 };
             }
             grow(buf, filled + 1, cap);
@@ -204,18 +282,19 @@ fn read_some<R: Read>(reader: &mut R, buf: &mut [u8]) -> Result<usize, Decompres
     }
 }
 
-/// zstd frames (one or more) streamed straight into `buf`.
+/// zstd frames (one or more) streamed straight into `buf` from `limit.start`; returns the end.
 fn zstd_stream(
     buf: &mut Vec<u8>,
     dctx: &mut zstd::zstd_safe::DCtx<'static>,
     input: &[u8],
-    cap: usize,
+    limit: Limit,
 ) -> Result<usize, DecompressError> {
+    let cap = limit.end;
     use zstd::zstd_safe::{get_error_name, InBuffer, OutBuffer, ResetDirective};
     let zerr = |code: usize| invalid(get_error_name(code));
     dctx.reset(ResetDirective::SessionOnly).map_err(zerr)?;
     let mut src = InBuffer::around(input);
-    let mut filled = 0usize;
+    let mut filled = limit.start;
     loop {
         let before = (src.pos(), filled);
         let finished_frame = if filled >= cap {
@@ -224,13 +303,15 @@ fn zstd_stream(
             let mut dst = OutBuffer::around(&mut probe[..]);
             let hint = dctx.decompress_stream(&mut dst, &mut src).map_err(zerr)?;
             if dst.pos() > 0 {
-                return Err(DecompressError::TooLarge { cap });
+                return Err(limit.too_large());
             }
             hint == 0
         } else {
             grow(
                 buf,
-                (filled + 1).max(input.len().saturating_mul(4)).min(cap),
+                (filled + 1)
+                    .max(limit.start + input.len().saturating_mul(4))
+                    .min(cap),
                 cap,
             );
             let end = buf.len().min(cap);
@@ -251,10 +332,12 @@ fn zstd_stream(
     }
 }
 
-/// Raw snappy, or the xerial framing (header, then big-endian length + raw block, repeated).
-fn snappy(buf: &mut Vec<u8>, input: &[u8], cap: usize) -> Result<usize, DecompressError> {
+/// Raw snappy, or the xerial framing (header, then big-endian length + raw block, repeated), into
+/// `buf` from `limit.start`; returns the end.
+fn snappy(buf: &mut Vec<u8>, input: &[u8], limit: Limit) -> Result<usize, DecompressError> {
+    let cap = limit.end;
     let mut decoder = snap::raw::Decoder::new();
-    let mut filled = 0usize;
+    let mut filled = limit.start;
     let mut append_block = |block: &[u8], buf: &mut Vec<u8>| -> Result<(), DecompressError> {
         let len = snap::raw::decompress_len(block).map_err(invalid)?;
         // A snappy element expands at most 64 bytes from 3 (a 2-byte-offset copy): a larger
@@ -266,7 +349,7 @@ fn snappy(buf: &mut Vec<u8>, input: &[u8], cap: usize) -> Result<usize, Decompre
             )));
         }
         if len > cap - filled {
-            return Err(DecompressError::TooLarge { cap });
+            return Err(limit.too_large());
         }
         grow(buf, filled + len, cap);
         let dst = buf.get_mut(filled..filled + len).unwrap_or_default();
@@ -305,12 +388,13 @@ fn xxh32(data: &[u8]) -> u32 {
 fn lz4_frames(
     buf: &mut Vec<u8>,
     input: &[u8],
-    cap: usize,
+    limit: Limit,
     legacy: bool,
 ) -> Result<usize, DecompressError> {
+    let cap = limit.end;
     let truncated = || invalid("truncated LZ4 frame");
     let mut rest = input;
-    let mut filled = 0usize;
+    let mut filled = limit.start;
     if rest.is_empty() {
         return Err(invalid("empty LZ4 payload"));
     }
@@ -378,7 +462,7 @@ fn lz4_frames(
             }
             if word & 0x8000_0000 != 0 {
                 if size > cap - filled {
-                    return Err(DecompressError::TooLarge { cap });
+                    return Err(limit.too_large());
                 }
                 grow(buf, filled + size, cap);
                 buf.get_mut(filled..filled + size)
@@ -401,7 +485,7 @@ fn lz4_frames(
                     None if room < max_block
                         && lz4_block_fits(block, window, history, max_block) =>
                     {
-                        return Err(DecompressError::TooLarge { cap })
+                        return Err(limit.too_large())
                     }
                     None => return Err(invalid("corrupt LZ4 block")),
                 }

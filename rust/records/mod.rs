@@ -77,6 +77,29 @@ impl Decoder {
         frame: &Frame<'_>,
         sink: &mut S,
     ) -> Result<BatchHeader> {
+        self.decode_into(frame, sink, None)
+    }
+
+    /// [`Decoder::decode`], a compressed v2 batch decompressed after the output `out` already holds
+    /// (not into the decoder's own reused buffer), so its records' bytes stay where they are decoded:
+    /// the sink learns where through [`RecordSink::payload_region`]. For output that keeps the
+    /// decompressed bytes (Arrow views into `out`).
+    pub fn decode_appending<S: RecordSink>(
+        &mut self,
+        frame: &Frame<'_>,
+        sink: &mut S,
+        out: &mut compression::Appended,
+    ) -> Result<BatchHeader> {
+        self.decode_into(frame, sink, Some(out))
+    }
+
+    fn decode_into<S: RecordSink>(
+        &mut self,
+        frame: &Frame<'_>,
+        sink: &mut S,
+        out: Option<&mut compression::Appended>,
+    ) -> Result<BatchHeader> {
+        sink.payload_region(None);
         if self.opts.verify_crc {
             batch::verify_crc(frame)?;
         }
@@ -91,8 +114,13 @@ impl Decoder {
         }
         let records = frame.bytes.get(batch::V2_HEADER_SIZE..).unwrap_or_default();
         let records_at = h.file_position + batch::V2_HEADER_SIZE as u64;
-        match h.compression() {
-            Some(Compression::None) | None => record::decode_v2(
+        let cap = self.opts.max_decompressed_size;
+        let pos = PayloadPos {
+            batch: h.file_position,
+            start: None,
+        };
+        match (h.compression(), out) {
+            (Some(Compression::None) | None, _) => record::decode_v2(
                 h,
                 records,
                 PayloadPos {
@@ -101,20 +129,21 @@ impl Decoder {
                 },
                 sink,
             )?,
-            Some(codec) => {
+            (Some(codec), None) => {
                 let payload = self
                     .decompressor
-                    .decompress(codec, records, self.opts.max_decompressed_size, false)
+                    .decompress(codec, records, cap, false)
                     .map_err(|e| crate::Error::corrupt(records_at, e.reason(codec)))?;
-                record::decode_v2(
-                    h,
-                    payload,
-                    PayloadPos {
-                        batch: h.file_position,
-                        start: None,
-                    },
-                    sink,
-                )?
+                record::decode_v2(h, payload, pos, sink)?
+            }
+            (Some(codec), Some(out)) => {
+                let range = self
+                    .decompressor
+                    .decompress_append(codec, records, cap, false, out)
+                    .map_err(|e| crate::Error::corrupt(records_at, e.reason(codec)))?;
+                let whole = out.output();
+                sink.payload_region(Some(whole));
+                record::decode_v2(h, whole.get(range).unwrap_or_default(), pos, sink)?
             }
         }
         Ok(*h)
@@ -196,7 +225,8 @@ pub fn decode_batches(
     base_position: u64,
     opts: DecodeOptions,
 ) -> Result<(Vec<DecodedBatch>, Option<u64>)> {
-    let mut cursor = BatchCursor::new(data, base_position, opts.allow_partial_tail);
+    let mut cursor =
+        BatchCursor::new(data, base_position, opts.allow_partial_tail).crc_first(opts.verify_crc);
     let mut decoder = Decoder::new(opts);
     let mut out = Vec::new();
     while let Some(batch) = next_decoded(&mut cursor, &mut decoder)? {

@@ -2,7 +2,7 @@
 //! frames, errors and partial tails as the in-memory cursor over the same bytes, in memory bounded by
 //! [`READ_BYTES`] or the largest batch, and safe against a file that shrinks while it is read.
 
-use super::arrow::{ArrowBuilder, ArrowDecoded, Column};
+use super::arrow::{ArrowBuilder, ArrowDecoded, Column, Layout};
 use super::batch::{
     i32_at, parse_header, verify_crc, BatchCursor, Frame, Parsed, LOG_OVERHEAD, V2_HEADER_SIZE,
 };
@@ -32,7 +32,15 @@ pub fn for_each_frame(
     allow_partial_tail: bool,
     each: impl FnMut(&Frame<'_>, usize) -> Result<()>,
 ) -> Result<Option<u64>> {
-    frames_in_reads_of(READ_BYTES, file, start, end, allow_partial_tail, each)
+    frames_in_reads_of(
+        READ_BYTES,
+        file,
+        start,
+        end,
+        allow_partial_tail,
+        false,
+        each,
+    )
 }
 
 fn frames_in_reads_of(
@@ -41,6 +49,7 @@ fn frames_in_reads_of(
     start: u64,
     end: u64,
     allow_partial_tail: bool,
+    crc_first: bool,
     mut each: impl FnMut(&Frame<'_>, usize) -> Result<()>,
 ) -> Result<Option<u64>> {
     let mut buf: Vec<u8> = Vec::new();
@@ -56,7 +65,8 @@ fn frames_in_reads_of(
         let data = buf.get(..got).unwrap_or_default();
         let short = got < want;
         let last = short || pos + got as u64 == end;
-        let mut cursor = BatchCursor::new(data, pos, allow_partial_tail || !last);
+        let mut cursor =
+            BatchCursor::new(data, pos, allow_partial_tail || !last).crc_first(crc_first);
         while let Some(frame) = cursor.next().map_err(|e| match e {
             Error::Corrupt { position, reason } if short => Error::corrupt(
                 position,
@@ -97,11 +107,21 @@ pub fn decode_file(
     end: u64,
     opts: DecodeOptions,
     columns: &[Column],
+    layout: Layout,
 ) -> Result<ArrowDecoded> {
-    let mut builder = ArrowBuilder::new(opts, columns);
-    let tail = for_each_frame(file, start, end, opts.allow_partial_tail, |frame, left| {
-        builder.push(frame, left)
-    })?;
+    // Views of compressed values point into the chunk's decompression buffer; the file's own bytes
+    // are read into a reused buffer, so uncompressed values are copied in either layout.
+    let mut builder = ArrowBuilder::with_layout(opts, columns, layout, None);
+    let each = |frame: &Frame<'_>, left| builder.push(frame, left);
+    let tail = frames_in_reads_of(
+        READ_BYTES,
+        file,
+        start,
+        end,
+        opts.allow_partial_tail,
+        opts.verify_crc,
+        each,
+    )?;
     builder.finish(tail)
 }
 
@@ -243,7 +263,7 @@ mod tests {
         allow: bool,
     ) -> Result<(Vec<u64>, Option<u64>)> {
         let mut out = Vec::new();
-        let tail = frames_in_reads_of(read_bytes, file, 0, end, allow, |f, _| {
+        let tail = frames_in_reads_of(read_bytes, file, 0, end, allow, false, |f, _| {
             out.push(f.header.file_position);
             Ok(())
         })?;

@@ -47,6 +47,10 @@ pub trait RecordSink {
         Ok(())
     }
     fn record(&mut self, header: &BatchHeader, record: &RecordView<'_, '_>) -> Result<()>;
+    /// Called before each batch: `Some(whole)` when its records are cut from `whole`, the output a
+    /// [`super::Decoder::decode_appending`] keeps (their bytes stay there, at their offset from its
+    /// start); `None` otherwise (the input, or a scratch buffer reused by the next batch).
+    fn payload_region(&mut self, _whole: Option<&[u8]>) {}
 }
 
 /// Where errors in a records payload are reported: exact positions for uncompressed records, the

@@ -74,6 +74,32 @@ def test_negative_record_count(count: int) -> None:
     assert err.position == len(PREFIX) + 57 and "negative record count" in err.reason
 
 
+@pytest.mark.parametrize(("fmt", "at", "value", "field_error"), [
+    (">i", 57, -1, "negative record count"),
+    (">h", 21, 7, "unknown compression codec id 7"),
+])
+def test_crc_is_checked_before_the_header_fields_it_covers(fmt: str, at: int, value: int, field_error: str,
+                                                          tmp_path) -> None:
+    """A batch corrupted in a field its CRC covers, CRC left stale: with verify_crc the CRC mismatch
+    (Kafka's `ensureValid` checks the CRC first), without it the field; from a file alike."""
+    data = PREFIX + set_v2_field(GOOD, fmt, at, value, fix_crc=False)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(data)
+    for source in (data, str(path)):
+        with pytest.raises(CorruptRecordError) as arrow:
+            decode_to_arrow(source)
+        with pytest.raises(CorruptRecordError) as batches:
+            list(iter_batches(source))
+        for err in (arrow.value, batches.value):
+            assert err.position == len(PREFIX) and "CRC mismatch" in err.reason, err.reason
+        with pytest.raises(CorruptRecordError) as unverified:
+            decode_to_arrow(source, verify_crc=False)
+        assert field_error in unverified.value.reason and unverified.value.position == len(PREFIX) + at
+    with pytest.raises(CorruptRecordError) as threaded:
+        decode_to_arrow(data * 2, threads=2)
+    assert "CRC mismatch" in threaded.value.reason
+
+
 def test_absurd_record_count_fails_before_allocating() -> None:
     err = corrupt(set_v2_field(GOOD, ">i", 57, 2**31 - 1))
     assert "cannot fit" in err.reason and err.position == 61

@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use _core::records::arrow::decode_arrow;
+use _core::records::arrow::{
+    decode_arrow, decode_projected_in, ArrowDecoded, Column, Layout, View,
+};
 use _core::records::{
     batch_index, decode_batches, encode_batch, BatchSpec, Compression, DecodeOptions, Header,
     NewRecord,
@@ -28,6 +30,88 @@ fn corpus() -> Vec<(PathBuf, Vec<u8>)> {
         .collect()
 }
 
+/// Every key and value view of a `binary_view` decode lies inside its data buffers (Arrow's full
+/// validation: buffer index, offset + length, prefix), and the rows equal the `binary` decode's.
+fn check_views(views: &ArrowDecoded, plain: &ArrowDecoded) -> Result<(), String> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::Array;
+    if views.num_rows() != plain.num_rows() {
+        return Err(format!(
+            "{} rows as views, {} as binary",
+            views.num_rows(),
+            plain.num_rows()
+        ));
+    }
+    let collect = |d: &ArrowDecoded, column: usize| -> Result<Vec<Option<Vec<u8>>>, String> {
+        let mut out = Vec::new();
+        for batch in &d.batches {
+            let array = batch.column(column);
+            array
+                .to_data()
+                .validate_full()
+                .map_err(|e| format!("invalid view array: {e}"))?;
+            match array.data_type() {
+                arrow_schema::DataType::BinaryView => {
+                    out.extend(array.as_binary_view().iter().map(|v| v.map(<[u8]>::to_vec)))
+                }
+                _ => out.extend(
+                    array
+                        .as_binary::<i32>()
+                        .iter()
+                        .map(|v| v.map(<[u8]>::to_vec)),
+                ),
+            }
+        }
+        Ok(out)
+    };
+    for column in [0, 1] {
+        if collect(views, column)? != collect(plain, column)? {
+            return Err(format!("column {column} differs between views and binary"));
+        }
+    }
+    Ok(())
+}
+
+/// The same error kind at the same position for the same cause: a codec's own message may differ
+/// with the room its output had (zstd says "Destination buffer is too small" or "Data corruption
+/// detected" for the same corrupt frame), so reasons are compared up to their first colon.
+fn same_error(a: &Error, b: &Error) -> bool {
+    match (a, b) {
+        (
+            Error::Corrupt {
+                position: p,
+                reason: r,
+            },
+            Error::Corrupt {
+                position: q,
+                reason: s,
+            },
+        ) => p == q && r.split(':').next() == s.split(':').next(),
+        _ => a.to_string() == b.to_string(),
+    }
+}
+
+/// `binary_view` decodes of `data` (one thread and two; the input as the views' buffer) next to the
+/// `binary` one: the same rows, every view inside its buffers, or the same error.
+fn decode_views(data: &[u8], o: DecodeOptions) -> Result<(), String> {
+    let columns = [Column::Key, Column::Value, Column::Offset];
+    let input = arrow_buffer::Buffer::from_slice_ref(data);
+    let plain = decode_projected_in(input.as_slice(), 7, o, &columns, 1, View::BINARY);
+    for threads in [1, 2] {
+        let view = View {
+            layout: Layout::BinaryView,
+            input: Some(&input),
+        };
+        let views = decode_projected_in(input.as_slice(), 7, o, &columns, threads, view);
+        match (&views, &plain) {
+            (Ok(v), Ok(p)) => check_views(v, p)?,
+            (Err(a), Err(b)) if same_error(a, b) => {}
+            _ => return Err(format!("views {views:?} but binary {plain:?}")),
+        }
+    }
+    Ok(())
+}
+
 /// Decode with every entry point; any error must be `Corrupt` at a position inside the input.
 fn decode_everything(data: &[u8], verify_crc: bool) -> Result<(), String> {
     for allow_partial_tail in [false, true] {
@@ -41,6 +125,7 @@ fn decode_everything(data: &[u8], verify_crc: bool) -> Result<(), String> {
             decode_arrow(data, 7, o).map(|_| ()),
             batch_index(data, 7, allow_partial_tail).map(|_| ()),
         ];
+        decode_views(data, o)?;
         for r in results {
             match r {
                 Ok(()) => {}

@@ -66,7 +66,9 @@ def step(name):
         yield
     finally:
         stages[name] = round(time.perf_counter() - start, 3)
-result = audit(spark, sys.argv[3:], out=sys.argv[2], method=method, step=step, verify_crc=how == "verify")
+options = {"local_bytes": 0} if how == "spark" else {}  # "spark": the Spark path forced (the baseline)
+result = audit(spark, sys.argv[3:], out=sys.argv[2], method=method, step=step, verify_crc=how == "verify",
+               **options)
 done = time.perf_counter()
 if isinstance(spark, LazySession):  # the session's start, when one was made (0: never)
     spark_start, ready = spark.took or 0.0, imported + (spark.took or 0.0)
@@ -233,10 +235,35 @@ def run(method: str, dirs: list[str], out: Path, conf: dict[str, str], timeout: 
     return json.loads(line[len("RESULT ") :])
 
 
+def exact(out: Path, n: int, tail: int) -> bool:
+    """Whether lost_records.parquet holds exactly broker 1's tails: per partition the offsets
+    [common, common + tail) once each, in order, epoch 0, the tail's value (read a row group at a time)."""
+    import pyarrow.parquet as pq
+
+    common = n // PARTITIONS - tail
+    at: dict[int, int] = {}
+    for f in sorted((out / "lost_records.parquet").glob("*.parquet")):  # Spark's part files in its order
+        for batch in pq.ParquetFile(f).iter_batches(columns=["partition", "broker", "offset", "leader_epoch", "value"]):
+            rows = batch.to_pydict()
+            for p, b, o, e, v in zip(*rows.values(), strict=True):
+                if b != 1 or e != 0 or v != b"o" * VALUE_BYTES or o != at.get(p, common):
+                    return False
+                at[p] = o + 1
+    return all(at.get(p) == common + tail for p in range(PARTITIONS))
+
+
+def tail_of(n: int, args: argparse.Namespace) -> int:
+    """Records of each partition's divergent tail: `--tail`, or `--tail-fraction` of the partition."""
+    return args.tail if args.tail_fraction is None else round(n // PARTITIONS * args.tail_fraction)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", default="3000000,12000000", help="total records per cluster, comma-separated")
     parser.add_argument("--tail", type=int, default=10_000, help="records of the divergent tail per partition")
+    parser.add_argument("--tail-fraction", type=float, default=None,
+                        help="the divergent tail as this fraction of each partition's records instead of --tail "
+                        "(1/6 of 12 M: 2 M lost, issue 36's large loss)")
     parser.add_argument(
         "--methods",
         default="batches,batches:verify,batches:eager,records",
@@ -263,11 +290,12 @@ def main() -> None:
     conf = dict(kv.split("=", 1) for kv in args.spark_conf)
     data: dict[int, tuple[list[str], int]] = {}
     for n in (int(x) for x in args.records.split(",")):
-        root = Path(args.data) / f"n{n}-t{args.tail}"
+        tail = tail_of(n, args)
+        root = Path(args.data) / f"n{n}-t{tail}"
         began = time.perf_counter()
-        dirs = generate(root, n, args.tail)
+        dirs = generate(root, n, tail)
         size = sum(f.stat().st_size for d in dirs for f in Path(d).rglob("*.log"))
-        batches = sum(len(batch_sizes(n // PARTITIONS - args.tail, seed=p)) for p in range(PARTITIONS)) * 3
+        batches = sum(len(batch_sizes(n // PARTITIONS - tail, seed=p)) for p in range(PARTITIONS)) * 3
         data[n] = (dirs, size)
         print(f"{n:,} records ({size / 2**30:.2f} GiB on disk, {batches:,} batches of the common prefix): "
               f"data ready in {time.perf_counter() - began:.0f} s", flush=True)
@@ -277,7 +305,8 @@ def main() -> None:
                 continue
             if method.endswith(":cold"):
                 evict(dirs)
-            root = Path(args.data) / f"n{n}-t{args.tail}"
+            tail = tail_of(n, args)
+            root = Path(args.data) / f"n{n}-t{tail}"
             got = run(method, dirs, root / f"out-{method.replace(':', '-')}", conf, args.timeout)
             # "records": the cluster's size; the audit's own count (three replicas) is "replica_records".
             row = {k: v for k, v in got.items() if k != "records"} | {"replica_records": got.get("records")}
@@ -285,7 +314,10 @@ def main() -> None:
             if "failed" in got:
                 print(f"  {n:,} {method:14s} FAILED (load {got['load']:.1f}): {got['failed']}", flush=True)
                 continue
-            assert got["lost"] == PARTITIONS * args.tail, got
+            assert got["lost"] == PARTITIONS * tail, got
+            got["exact"] = exact(root / f"out-{method.replace(':', '-')}", n, tail)
+            rows[-1]["exact"] = got["exact"]
+            assert got["exact"], "lost_records.parquet is not exactly broker 1's tails"
             assert got["records"] == 3 * n, got
             print(
                 f"  {n:,} {method:14s} end to end {got['end_to_end']:6.1f} s (imports {got['imports']:.1f} s, "

@@ -364,6 +364,27 @@ def _decode_one(
         max_decompressed_size=max_decompressed_size,
     )
     end, position = start + length, start
+    if with_errors and isinstance(source, str):
+        # A file shorter than the range it was listed with (a live log dir, changed since): what is
+        # there is decoded, the rest is an error row.
+        try:
+            size = os.stat(source).st_size
+        except OSError as exc:
+            yield _error_row(carried, path, start, f"{exc}; bytes {start}..{end} not decoded", schema)
+            return
+        if size < end:
+            reported = False  # a batch cut by the new end is reported as an incomplete tail already
+            if start < size:
+                for batch in _decode_one(source, start, size - start, carried, path, schema=schema,
+                                         columns=columns, with_errors=True, verify_crc=verify_crc,
+                                         max_decompressed_size=max_decompressed_size):
+                    reported = reported or batch.column("error_reason").null_count < batch.num_rows
+                    yield batch
+            if not reported:
+                first = max(start, size)
+                reason = f"the file ends at byte {size}, shorter than when listed; bytes {first}..{end} not decoded"
+                yield _error_row(carried, path, first, reason, schema)
+            return
     while position < end:
         emitted = 0
         try:

@@ -41,7 +41,7 @@ import functools
 import os
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -57,8 +57,9 @@ from epochguard.spark.headers import scan_listing
 from epochguard.spark.listing import Listing, PartitionReplica, is_local, list_log_dirs
 from epochguard.spark.local import (
     WINDOW_BYTES,
-    LostRecords,
+    Compared,
     Loss,
+    LostRecords,
     Window,
     compare,
     content_of,
@@ -458,49 +459,24 @@ def _audit_local(
         )
 
     records = frame.filter(pc.is_null(frame["error_reason"])).select(COMPARED_COLUMNS)
-    work: list[tuple[tuple[str, int, int, int], pa.Table, Window | None]] = []
-    if records.num_rows:  # the partitions compared on records, one at a time, then the windows
-        for key in records.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([]).to_pylist():
-            mask = pc.and_(pc.equal(records["topic"], key["topic"]), pc.equal(records["partition"], key["partition"]))
-            work.append(((key["topic"], key["partition"], -1, 0), records.filter(mask), None))
-    empty = records.schema.empty_table()
-    work += [((w.topic, w.partition, w.broker, i), empty, w) for i, w in enumerate(cut)]
-    work.sort(key=lambda item: item[0])
-    if not work:
-        work.append((("", 0, 0, 0), empty, None))
-    losses: dict[tuple[str, int, int], Loss] = {}
-    mismatch_counts: dict[tuple[str, int, int], int] = {}
-    retained = dict(runs.retained)
-    mismatched: list[pa.Table] = []
-    errors = [frame]
-    lost_sample: list[dict[str, Any]] = []
+    totals = _Totals(retained=dict(runs.retained), errors=[frame])
     lost_out = LostRecords(run.out)
     with step(f"decoding {runs.decoded_batches:,} batches that do not line up and writing the lost records"):
-        for _, held, window in work:
+        for held, window in _work(records, cut):
             all_records = txn_records = held
             if window is not None:
                 tails = decode_byte_ranges(window.rows, tail_schema, RECORD_COLUMNS, True, with_errors=True)
                 tails = in_window(tails, window.lo, window.hi)
-                errors.append(tails)
-                tail_records = tails.filter(pc.is_null(tails["error_reason"]))
-                if tail_records.num_rows:
-                    txn_records = pa.concat_tables([held, tail_records.select(COMPARED_COLUMNS)])
-                    compared = tail_records.filter(pc.invert(tail_records["txn_only"])).select(COMPARED_COLUMNS)
-                    all_records = pa.concat_tables([held, compared])
-                    if not pc.any(tail_records["txn_only"]).as_py():
-                        txn_records = all_records
+                totals.errors.append(tails.filter(pc.is_valid(tails["error_reason"])))
+                all_records, txn_records = _with_tails(held, tails.filter(pc.is_null(tails["error_reason"])))
             found = compare(all_records, txn_records, replicas, {}, marker_types)
-            for key, loss in found.losses.items():
-                losses[key] = merge_losses(losses.get(key), loss)
-            for key, n in found.mismatch_counts.items():
-                mismatch_counts[key] = mismatch_counts.get(key, 0) + n
-            for key, n in found.retained.items():
-                retained[key] = retained.get(key, 0) + n
-            mismatched.append(found.mismatched)
-            lost = sort(with_content(found.lost, content(found.lost), LOST_COLUMNS), ["topic", "partition", "broker", "offset"])
+            totals.add(found)
+            lost = with_content(found.lost, content(found.lost), LOST_COLUMNS)
+            lost = sort(lost, ["topic", "partition", "broker", "offset"])
             lost_out.write(lost)
-            if len(lost_sample) < sample:
-                lost_sample += sample_rows(lost, sample - len(lost_sample))
+            if len(totals.sample) < sample:
+                totals.sample += sample_rows(lost, sample - len(totals.sample))
+    losses, mismatch_counts, retained = totals.losses, totals.mismatch_counts, totals.retained
     lost_path = lost_out.close()
     with step("finding lost records"):
         for r in replicas:
@@ -508,7 +484,7 @@ def _audit_local(
             _confirm(r, losses.get(key), retained.get(key, 0), mismatch_counts.get(key, 0))
             if r.error_count:
                 r.reason += f"; {r.error_count} unreadable byte ranges (see errors.parquet)"
-    error_table = _local_errors(listing, errors)
+    error_table = _local_errors(listing, totals.errors)
     phantom_counts = None
     phantoms = None
     phantom_sample: list[dict[str, Any]] = []
@@ -519,8 +495,9 @@ def _audit_local(
                 ["topic", "partition", "offset", "leader_epoch"]
             )
             spark = resolve(run.spark)
-            lost_keys = spark.read.parquet(lost_path).select("topic", "partition", "offset", "leader_epoch", "broker",
-                                                             "kind")
+            lost_keys = spark.read.parquet(lost_path).select(
+                "topic", "partition", "offset", "leader_epoch", "broker", "kind"
+            )
             phantoms = _phantom_reads(
                 spark, consumed, replicas, arrow_frame(spark, reference_keys), lost_keys, runs.runs
             )
@@ -534,7 +511,7 @@ def _audit_local(
             [dict(zip(PARTITIONS_ARROW.names, partition_row(r), strict=True)) for r in replicas],
             schema=PARTITIONS_ARROW,
         ),
-        "mismatched_records": sort(pa.concat_tables(mismatched), ["topic", "partition", "broker", "offset"]),
+        "mismatched_records": sort(pa.concat_tables(totals.mismatched), ["topic", "partition", "broker", "offset"]),
         "errors": error_table,
     }
     result = AuditResult(
@@ -542,7 +519,7 @@ def _audit_local(
         frames={"phantom_reads": phantoms},  # the others are made from `tables` and `files` when asked for
         error_count=error_table.num_rows,
         phantom_counts=phantom_counts,
-        lost_sample=lost_sample,
+        lost_sample=totals.sample,
         phantom_sample=phantom_sample,
         provenance=run.provenance,
         tables=tables,
@@ -554,6 +531,52 @@ def _audit_local(
         with step("writing results"):
             save(result, run.out, html=run.html)
     return result
+
+
+@dataclass
+class _Totals:
+    """What the windows of `_audit_local` found, added up."""
+
+    retained: dict[tuple[str, int, int], int]
+    errors: list[pa.Table]  # error rows (and `frame`, whose error rows `_local_errors` picks)
+    losses: dict[tuple[str, int, int], Loss] = field(default_factory=dict)
+    mismatch_counts: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    mismatched: list[pa.Table] = field(default_factory=list)
+    sample: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, found: Compared) -> None:
+        for key, loss in found.losses.items():
+            self.losses[key] = merge_losses(self.losses.get(key), loss)
+        for key, n in found.mismatch_counts.items():
+            self.mismatch_counts[key] = self.mismatch_counts.get(key, 0) + n
+        for key, n in found.retained.items():
+            self.retained[key] = self.retained.get(key, 0) + n
+        self.mismatched.append(found.mismatched)
+
+
+def _work(records: pa.Table, cut: list[Window]) -> list[tuple[pa.Table, Window | None]]:
+    """The partitions compared on records (their decoded records, one partition at a time) and the
+    windows (records to decode), in (topic, partition, broker, offset) order: lost_records' order."""
+    work: list[tuple[tuple[str, int, int, int], pa.Table, Window | None]] = []
+    if records.num_rows:
+        for key in records.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([]).to_pylist():
+            mask = pc.and_(pc.equal(records["topic"], key["topic"]), pc.equal(records["partition"], key["partition"]))
+            work.append(((key["topic"], key["partition"], -1, 0), records.filter(mask), None))
+    empty = records.schema.empty_table()
+    work += [((w.topic, w.partition, w.broker, i), empty, w) for i, w in enumerate(cut)]
+    work.sort(key=lambda item: item[0])
+    return [(held, window) for _, held, window in work] or [(empty, None)]
+
+
+def _with_tails(held: pa.Table, tails: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """The records to compare and those whose transactions are read: `held` and the decoded tails
+    (those decoded for a transaction's status alone are not compared)."""
+    if not tails.num_rows:
+        return held, held
+    compared = pa.concat_tables([held, tails.filter(pc.invert(tails["txn_only"])).select(COMPARED_COLUMNS)])
+    if not pc.any(tails["txn_only"]).as_py():
+        return compared, compared
+    return compared, pa.concat_tables([held, tails.select(COMPARED_COLUMNS)])
 
 
 def _local_errors(listing: Listing, frames: list[pa.Table]) -> pa.Table:

@@ -206,7 +206,7 @@ def divergence(batch_plan: BatchPlan, replicas: Sequence[ReplicaSummary]) -> Div
             first = firsts.get((row["topic"], row["partition"], row["broker"]))
             if first is not None and row["base_offset"] >= first:
                 chosen.setdefault(batch_of(row), True)
-    batches = [Batch(Range(*k, chosen[k]), *extent[k]) for k in chosen]
+    batches = [Batch(Range._make((*k, chosen[k])), *extent[k]) for k in chosen]
     return Divergence(_merge(chosen), retained, runs, len(chosen), batches)
 
 

@@ -144,7 +144,7 @@ def _audit(
     verify_crc: bool = False,
     local_bytes: int | None = None,
 ) -> Any:
-    from epochguard.spark.auditing import audit
+    from epochguard.spark.auditing import LOCAL_BYTES, audit
     from epochguard.spark.report import AuditProgress
     from epochguard.spark.session import LazySession
 
@@ -160,7 +160,7 @@ def _audit(
             step=progress,
             method=method,
             verify_crc=verify_crc,
-            **({} if local_bytes is None else {"local_bytes": local_bytes}),
+            local_bytes=LOCAL_BYTES if local_bytes is None else local_bytes,
         )
 
 

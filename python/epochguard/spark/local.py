@@ -15,6 +15,7 @@ decoded here; above it the distributed path runs and Spark bounds the memory.
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import shutil
 import tempfile
@@ -162,7 +163,7 @@ def windows(found: Divergence, replicas: Sequence[ReplicaSummary], window_bytes:
                     size, cost = 0, b.range.batch_size + int(sizes[end] - sizes[first])
                 size, seen = size + cost, end
         bounds = [None, *(mine[i].base_offset for i in cuts[1:]), None]
-        for lo, hi in zip(bounds, bounds[1:], strict=False):
+        for lo, hi in itertools.pairwise(bounds):
             chosen = [
                 b
                 for b in (*mine, *theirs)

@@ -226,8 +226,11 @@ def content_of(records: pa.Table, listing: Listing, schema: pa.Schema, columns: 
     if records.num_rows == 0:
         return schema.empty_table()
     paths = {(r.broker, r.topic, r.partition, s.base_offset): s.path for r, s in listing.segments}
-    where = records.select(["broker", "topic", "partition", "segment", "batch_position", "batch_size"])
-    seen = sorted({tuple(row.values()) for row in where.to_pylist()}, key=lambda k: (k[1], k[2], k[0], k[3], k[4]))
+    where = ["broker", "topic", "partition", "segment", "batch_position", "batch_size"]
+    batches = records.select(where).group_by(where, use_threads=False).aggregate([])  # one row per batch
+    seen = sorted(
+        (tuple(row[c] for c in where) for row in batches.to_pylist()), key=lambda k: (k[1], k[2], k[0], *k[3:])
+    )
     rows = [
         {"broker": b, "topic": t, "partition": p, "path": paths[(b, t, p, s)], "batch_position": pos,
          "batch_size": size}

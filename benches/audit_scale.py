@@ -257,6 +257,26 @@ def tail_of(n: int, args: argparse.Namespace) -> int:
     return args.tail if args.tail_fraction is None else round(n // PARTITIONS * args.tail_fraction)
 
 
+def summarize(rows: list[dict]) -> None:
+    """The same-run ratios: records / batches, the Spark path forced / the driver's windows, and the
+    driver's peak RSS from the smallest to the largest size."""
+    by = {(r["records"], r["method"]): r for r in rows if "records" in r and "failed" not in r}
+    for n in sorted({r["records"] for r in rows if "records" in r}):
+        if (n, "batches") in by and (n, "records") in by:
+            a, b = by[(n, "records")], by[(n, "batches")]
+            print(f"{n:,}: records / batches audit time x{a['audit'] / b['audit']:.1f}, "
+                  f"end to end x{a['end_to_end'] / b['end_to_end']:.1f}")
+        if (n, "batches") in by and (n, "batches:spark") in by:
+            a, b = by[(n, "batches:spark")], by[(n, "batches")]
+            print(f"{n:,}: Spark path forced / driver windows: end to end x{a['end_to_end'] / b['end_to_end']:.1f}, "
+                  f"audit x{a['audit'] / b['audit']:.1f}")
+    sizes = sorted(n for n, m in by if m == "batches")
+    if len(sizes) > 1:
+        low, high = by[(sizes[0], "batches")], by[(sizes[-1], "batches")]
+        print(f"driver peak RSS, batches: {low['driver_peak_mib']:.0f} MiB at {sizes[0]:,}, "
+              f"{high['driver_peak_mib']:.0f} MiB at {sizes[-1]:,} (x{high['driver_peak_mib'] / low['driver_peak_mib']:.2f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", default="3000000,12000000", help="total records per cluster, comma-separated")
@@ -328,12 +348,7 @@ def main() -> None:
             )
             if args.json:  # as the run goes: a long run stopped midway keeps what it measured
                 Path(args.json).write_text(json.dumps(rows, indent=1))
-    by = {(r["records"], r["method"]): r for r in rows if "records" in r and "failed" not in r}
-    for n in sorted({r["records"] for r in rows if "records" in r}):
-        if (n, "batches") in by and (n, "records") in by:
-            a, b = by[(n, "records")], by[(n, "batches")]
-            print(f"{n:,}: records / batches audit time x{a['audit'] / b['audit']:.1f}, "
-                  f"end to end x{a['end_to_end'] / b['end_to_end']:.1f}")
+    summarize(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

@@ -15,11 +15,14 @@ took (0 when no session was made: as in `epochguard audit`, the session is a `La
 only if a step runs in Spark; ``batches:eager`` makes it first, as the CLI did before);
 ``audit`` is the audit's own work, after the imports and after the session is up when one is made
 (no warm-up job: a Spark job the audit runs pays for its own first-job costs, as it does for a
-user); ``batches:verify`` checks every batch's CRC (`verify_crc`); ``stages`` is the time of each step; ``driver_peak_mib`` is the Python driver's VmHWM;
+user); ``batches:verify`` checks every batch's CRC (`verify_crc`); ``batches:spark`` forces the Spark
+path (``local_bytes=0``: what a loss larger than the driver's old 64 MiB budget took before issue 36); ``stages`` is the time of each step; ``driver_peak_mib`` is the Python driver's VmHWM;
 ``load`` the 1-minute load average when the audit ended (the machine may be shared: quote ratios of
 the same run). Spark's bare start (``SparkSession.builder.getOrCreate()`` and a first
 ``spark.range(1).collect()``, nothing of epochguard) is measured in the same run, as the floor.
-Not a test: run it by hand and quote it.
+With ``--tail-fraction`` the tail is that share of each partition (1/6: 2 M of 12 M records lost, the
+large loss of issue 36); lost_records.parquet is then checked to be exactly broker 1's tails (``exact``).
+Not a test: run it by hand and quote it (``make bench-audit``).
 
     nice .venv/bin/python benches/audit_scale.py --records 3000000,12000000 [--methods batches,records,...]
 """
@@ -288,7 +291,7 @@ def main() -> None:
         "--methods",
         default="batches,batches:verify,batches:eager,records",
         help="audit methods, run in this order (each over every size); ':verify' checks every batch's CRC "
-        "(verify_crc), ':eager' makes the session before the audit (as epochguard audit did before it made it "
+        "(verify_crc), ':spark' forces the Spark path (local_bytes=0), ':eager' makes the session before the audit (as epochguard audit did before it made it "
         "only when needed), ':cold' drops the data's pages from the page cache first",
     )
     parser.add_argument("--baseline-up-to", type=int, default=None,

@@ -16,7 +16,8 @@ only if a step runs in Spark; ``batches:eager`` makes it first, as the CLI did b
 ``audit`` is the audit's own work, after the imports and after the session is up when one is made
 (no warm-up job: a Spark job the audit runs pays for its own first-job costs, as it does for a
 user); ``batches:verify`` checks every batch's CRC (`verify_crc`); ``batches:spark`` forces the Spark
-path (``local_bytes=0``: what a loss larger than the driver's old 64 MiB budget took before issue 36); ``stages`` is the time of each step; ``driver_peak_mib`` is the Python driver's VmHWM;
+path (``local_bytes=0``: what a loss larger than the driver's old 64 MiB budget took before issue 36); ``stages`` is the time of each step; ``driver_peak_mib`` is the Python driver's VmHWM; ``driver_cpu`` its CPU seconds (all its threads, not the JVM's:
+what the driver's path costs whatever the load);
 ``load`` the 1-minute load average when the audit ended (the machine may be shared: quote ratios of
 the same run). Spark's bare start (``SparkSession.builder.getOrCreate()`` and a first
 ``spark.range(1).collect()``, nothing of epochguard) is measured in the same run, as the floor.
@@ -78,11 +79,14 @@ if isinstance(spark, LazySession):  # the session's start, when one was made (0:
 else:
     spark_start, ready = up - imported, up
 peak = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:"))
+import resource
+usage = resource.getrusage(resource.RUSAGE_SELF)  # the Python driver's CPU, every thread (not the JVM's)
 print("RESULT " + json.dumps({
     "end_to_end": done - began, "imports": imported - began, "spark_start": spark_start,
     "audit": done - max(ready, up), "stages": stages,
     "lost": result.lost_count, "records": sum(r.record_count for r in result.replicas),
     "kinds": sorted(r.kind for r in result.replicas), "driver_peak_mib": peak / 1024,
+    "driver_cpu": usage.ru_utime + usage.ru_stime,
     "load": os.getloadavg()[0],
 }))
 """

@@ -349,7 +349,8 @@ def main() -> None:
             print(
                 f"  {n:,} {method:14s} end to end {got['end_to_end']:6.1f} s (imports {got['imports']:.1f} s, "
                 f"Spark start {got['spark_start']:.1f} s), "
-                f"audit {got['audit']:6.1f} s, driver peak {got['driver_peak_mib']:.0f} MiB, load {got['load']:.1f}; "
+                f"audit {got['audit']:6.1f} s, driver peak {got['driver_peak_mib']:.0f} MiB, driver CPU "
+                f"{got.get('driver_cpu', 0):.1f} s, load {got['load']:.1f}; "
                 f"stages {json.dumps(got['stages'])}",
                 flush=True,
             )

@@ -5,13 +5,16 @@ to Spark; a batch that cannot be read in a window is an error row, once, and the
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 
 from epochguard.spark import audit
 from epochguard.spark.batches import divergence, plan
+from epochguard.spark.cli import _size
 from epochguard.spark.headers import scan_listing
 from epochguard.spark.listing import list_log_dirs
 from epochguard.spark.local import windows
@@ -124,3 +127,10 @@ def test_a_batch_unreadable_in_a_window_is_one_error_row(spark, tmp_path) -> Non
     # Broker 1's records over the unreadable batch have nothing to match there: still lost.
     big0 = next(r for r in found.replicas if (r.topic, r.partition, r.broker) == ("big", 0, 1))
     assert big0.lost_count == 60
+
+
+def test_the_cli_budget_reads_sizes() -> None:
+    assert [_size(s) for s in ("0", "1024", "512m", "2G", "64k")] == [0, 1024, 512 << 20, 2 << 30, 64 << 10]
+    for bad in ("x", "-1", "1.5g", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _size(bad)

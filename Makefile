@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export VIRTUAL_ENV := $(abspath $(VENV))
 export PATH := $(VIRTUAL_ENV)/bin:$(PATH)
 
-.PHONY: setup kcat drivers jvm-reader wheel kafka spark-kafka demo test test-rust test-python bench compat lint docs mutants mutants-changed mutants-tools
+.PHONY: setup kcat drivers jvm-reader wheel kafka spark-kafka demo test test-rust test-python bench bench-audit compat lint docs mutants mutants-changed mutants-tools
 
 setup:
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -109,6 +109,13 @@ bench: setup
 	@mkdir -p target
 	$(PY) -m pytest benches/python --benchmark-only --benchmark-group-by=group --benchmark-json=target/bench.json
 	$(PY) benches/ratios.py target/bench.json --out target/ratios.json
+	$(MAKE) bench-audit
+
+# The audit with a large loss (issue 36): 3 and 12 M records, a sixth of each partition lost (2 M at 12 M),
+# the driver's windows against the Spark path forced (`local_bytes=0`) in the same run; data cached in target/.
+bench-audit: setup
+	$(PY) benches/audit_scale.py --records 3000000,12000000 --tail-fraction 0.1666667 \
+		--methods batches,batches:spark --json target/audit-scale.json
 
 lint: setup
 	$(PY) -m ruff check .

@@ -15,11 +15,15 @@ took (0 when no session was made: as in `epochguard audit`, the session is a `La
 only if a step runs in Spark; ``batches:eager`` makes it first, as the CLI did before);
 ``audit`` is the audit's own work, after the imports and after the session is up when one is made
 (no warm-up job: a Spark job the audit runs pays for its own first-job costs, as it does for a
-user); ``batches:verify`` checks every batch's CRC (`verify_crc`); ``stages`` is the time of each step; ``driver_peak_mib`` is the Python driver's VmHWM;
+user); ``batches:verify`` checks every batch's CRC (`verify_crc`); ``batches:spark`` forces the Spark
+path (``local_bytes=0``: what a loss larger than the driver's old 64 MiB budget took before issue 36); ``stages`` is the time of each step; ``driver_peak_mib`` is the Python driver's VmHWM; ``driver_cpu`` its CPU seconds (all its threads, not the JVM's:
+what the driver's path costs whatever the load);
 ``load`` the 1-minute load average when the audit ended (the machine may be shared: quote ratios of
 the same run). Spark's bare start (``SparkSession.builder.getOrCreate()`` and a first
 ``spark.range(1).collect()``, nothing of epochguard) is measured in the same run, as the floor.
-Not a test: run it by hand and quote it.
+With ``--tail-fraction`` the tail is that share of each partition (1/6: 2 M of 12 M records lost, the
+large loss of issue 36); lost_records.parquet is then checked to be exactly broker 1's tails (``exact``).
+Not a test: run it by hand and quote it (``make bench-audit``).
 
     nice .venv/bin/python benches/audit_scale.py --records 3000000,12000000 [--methods batches,records,...]
 """
@@ -66,18 +70,23 @@ def step(name):
         yield
     finally:
         stages[name] = round(time.perf_counter() - start, 3)
-result = audit(spark, sys.argv[3:], out=sys.argv[2], method=method, step=step, verify_crc=how == "verify")
+options = {"local_bytes": 0} if how == "spark" else {}  # "spark": the Spark path forced (the baseline)
+result = audit(spark, sys.argv[3:], out=sys.argv[2], method=method, step=step, verify_crc=how == "verify",
+               **options)
 done = time.perf_counter()
 if isinstance(spark, LazySession):  # the session's start, when one was made (0: never)
     spark_start, ready = spark.took or 0.0, imported + (spark.took or 0.0)
 else:
     spark_start, ready = up - imported, up
 peak = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:"))
+import resource
+usage = resource.getrusage(resource.RUSAGE_SELF)  # the Python driver's CPU, every thread (not the JVM's)
 print("RESULT " + json.dumps({
     "end_to_end": done - began, "imports": imported - began, "spark_start": spark_start,
     "audit": done - max(ready, up), "stages": stages,
     "lost": result.lost_count, "records": sum(r.record_count for r in result.replicas),
     "kinds": sorted(r.kind for r in result.replicas), "driver_peak_mib": peak / 1024,
+    "driver_cpu": usage.ru_utime + usage.ru_stime,
     "load": os.getloadavg()[0],
 }))
 """
@@ -233,15 +242,60 @@ def run(method: str, dirs: list[str], out: Path, conf: dict[str, str], timeout: 
     return json.loads(line[len("RESULT ") :])
 
 
+def exact(out: Path, n: int, tail: int) -> bool:
+    """Whether lost_records.parquet holds exactly broker 1's tails: per partition the offsets
+    [common, common + tail) once each, in order, epoch 0, the tail's value (read a row group at a time)."""
+    import pyarrow.parquet as pq
+
+    common = n // PARTITIONS - tail
+    at: dict[int, int] = {}
+    for f in sorted((out / "lost_records.parquet").glob("*.parquet")):  # Spark's part files in its order
+        for batch in pq.ParquetFile(f).iter_batches(columns=["partition", "broker", "offset", "leader_epoch", "value"]):
+            rows = batch.to_pydict()
+            for p, b, o, e, v in zip(*rows.values(), strict=True):
+                if b != 1 or e != 0 or v != b"o" * VALUE_BYTES or o != at.get(p, common):
+                    return False
+                at[p] = o + 1
+    return all(at.get(p) == common + tail for p in range(PARTITIONS))
+
+
+def tail_of(n: int, args: argparse.Namespace) -> int:
+    """Records of each partition's divergent tail: `--tail`, or `--tail-fraction` of the partition."""
+    return args.tail if args.tail_fraction is None else round(n // PARTITIONS * args.tail_fraction)
+
+
+def summarize(rows: list[dict]) -> None:
+    """The same-run ratios: records / batches, the Spark path forced / the driver's windows, and the
+    driver's peak RSS from the smallest to the largest size."""
+    by = {(r["records"], r["method"]): r for r in rows if "records" in r and "failed" not in r}
+    for n in sorted({r["records"] for r in rows if "records" in r}):
+        if (n, "batches") in by and (n, "records") in by:
+            a, b = by[(n, "records")], by[(n, "batches")]
+            print(f"{n:,}: records / batches audit time x{a['audit'] / b['audit']:.1f}, "
+                  f"end to end x{a['end_to_end'] / b['end_to_end']:.1f}")
+        if (n, "batches") in by and (n, "batches:spark") in by:
+            a, b = by[(n, "batches:spark")], by[(n, "batches")]
+            print(f"{n:,}: Spark path forced / driver windows: end to end x{a['end_to_end'] / b['end_to_end']:.1f}, "
+                  f"audit x{a['audit'] / b['audit']:.1f}")
+    sizes = sorted(n for n, m in by if m == "batches")
+    if len(sizes) > 1:
+        low, high = by[(sizes[0], "batches")], by[(sizes[-1], "batches")]
+        print(f"driver peak RSS, batches: {low['driver_peak_mib']:.0f} MiB at {sizes[0]:,}, "
+              f"{high['driver_peak_mib']:.0f} MiB at {sizes[-1]:,} (x{high['driver_peak_mib'] / low['driver_peak_mib']:.2f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", default="3000000,12000000", help="total records per cluster, comma-separated")
     parser.add_argument("--tail", type=int, default=10_000, help="records of the divergent tail per partition")
+    parser.add_argument("--tail-fraction", type=float, default=None,
+                        help="the divergent tail as this fraction of each partition's records instead of --tail "
+                        "(1/6 of 12 M: 2 M lost, issue 36's large loss)")
     parser.add_argument(
         "--methods",
         default="batches,batches:verify,batches:eager,records",
         help="audit methods, run in this order (each over every size); ':verify' checks every batch's CRC "
-        "(verify_crc), ':eager' makes the session before the audit (as epochguard audit did before it made it "
+        "(verify_crc), ':spark' forces the Spark path (local_bytes=0), ':eager' makes the session before the audit (as epochguard audit did before it made it "
         "only when needed), ':cold' drops the data's pages from the page cache first",
     )
     parser.add_argument("--baseline-up-to", type=int, default=None,
@@ -263,11 +317,12 @@ def main() -> None:
     conf = dict(kv.split("=", 1) for kv in args.spark_conf)
     data: dict[int, tuple[list[str], int]] = {}
     for n in (int(x) for x in args.records.split(",")):
-        root = Path(args.data) / f"n{n}-t{args.tail}"
+        tail = tail_of(n, args)
+        root = Path(args.data) / f"n{n}-t{tail}"
         began = time.perf_counter()
-        dirs = generate(root, n, args.tail)
+        dirs = generate(root, n, tail)
         size = sum(f.stat().st_size for d in dirs for f in Path(d).rglob("*.log"))
-        batches = sum(len(batch_sizes(n // PARTITIONS - args.tail, seed=p)) for p in range(PARTITIONS)) * 3
+        batches = sum(len(batch_sizes(n // PARTITIONS - tail, seed=p)) for p in range(PARTITIONS)) * 3
         data[n] = (dirs, size)
         print(f"{n:,} records ({size / 2**30:.2f} GiB on disk, {batches:,} batches of the common prefix): "
               f"data ready in {time.perf_counter() - began:.0f} s", flush=True)
@@ -277,7 +332,8 @@ def main() -> None:
                 continue
             if method.endswith(":cold"):
                 evict(dirs)
-            root = Path(args.data) / f"n{n}-t{args.tail}"
+            tail = tail_of(n, args)
+            root = Path(args.data) / f"n{n}-t{tail}"
             got = run(method, dirs, root / f"out-{method.replace(':', '-')}", conf, args.timeout)
             # "records": the cluster's size; the audit's own count (three replicas) is "replica_records".
             row = {k: v for k, v in got.items() if k != "records"} | {"replica_records": got.get("records")}
@@ -285,23 +341,22 @@ def main() -> None:
             if "failed" in got:
                 print(f"  {n:,} {method:14s} FAILED (load {got['load']:.1f}): {got['failed']}", flush=True)
                 continue
-            assert got["lost"] == PARTITIONS * args.tail, got
+            assert got["lost"] == PARTITIONS * tail, got
+            got["exact"] = exact(root / f"out-{method.replace(':', '-')}", n, tail)
+            rows[-1]["exact"] = got["exact"]
+            assert got["exact"], "lost_records.parquet is not exactly broker 1's tails"
             assert got["records"] == 3 * n, got
             print(
                 f"  {n:,} {method:14s} end to end {got['end_to_end']:6.1f} s (imports {got['imports']:.1f} s, "
                 f"Spark start {got['spark_start']:.1f} s), "
-                f"audit {got['audit']:6.1f} s, driver peak {got['driver_peak_mib']:.0f} MiB, load {got['load']:.1f}; "
+                f"audit {got['audit']:6.1f} s, driver peak {got['driver_peak_mib']:.0f} MiB, driver CPU "
+                f"{got.get('driver_cpu', 0):.1f} s, load {got['load']:.1f}; "
                 f"stages {json.dumps(got['stages'])}",
                 flush=True,
             )
             if args.json:  # as the run goes: a long run stopped midway keeps what it measured
                 Path(args.json).write_text(json.dumps(rows, indent=1))
-    by = {(r["records"], r["method"]): r for r in rows if "records" in r and "failed" not in r}
-    for n in sorted({r["records"] for r in rows if "records" in r}):
-        if (n, "batches") in by and (n, "records") in by:
-            a, b = by[(n, "records")], by[(n, "batches")]
-            print(f"{n:,}: records / batches audit time x{a['audit'] / b['audit']:.1f}, "
-                  f"end to end x{a['end_to_end'] / b['end_to_end']:.1f}")
+    summarize(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

@@ -41,9 +41,10 @@ What is not an election loss is named, not counted (DESIGN.md 4.4):
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -58,14 +59,21 @@ from epochguard.spark.batches import Divergence, Stat, divergence, plan, verify_
 from epochguard.spark.headers import scan_listing
 from epochguard.spark.listing import Listing, PartitionReplica, is_local, list_log_dirs
 from epochguard.spark.local import (
+    WINDOW_BYTES,
+    Compared,
+    Loss,
+    LostRecords,
+    Window,
     compare,
     content_of,
     decode_byte_ranges,
     decode_segments,
-    divergent_ranges,
+    in_window,
     marker_type,
+    merge_losses,
     replica_tables,
     sort,
+    windows,
     with_content,
 )
 from epochguard.spark.local import rows as sample_rows
@@ -125,9 +133,19 @@ CONTENT_COLUMNS = ["offset", "key", "value", "headers"]
 LENGTHS = ("key_length", "value_length", "headers_count")
 PARTITIONS_ARROW = partitions_arrow_schema()
 RECORD_COLUMNS = [c for c in COMPARED_COLUMNS if c not in LOCATION.fieldNames()]
-# Up to this many bytes of batches left to decode, the driver decodes and compares them (about 1 KiB
-# of Arrow per 1 KiB of 100-byte records: tens of MiB of driver memory at most).
-LOCAL_BYTES = 64 << 20
+
+
+def default_local_bytes() -> int:
+    """The driver's budget for what it decodes at once: 1/16 of the machine's memory, 64 MiB to
+    1 GiB (about 1 KiB of Arrow per 1 KiB of 100-byte records, a few times that while joined)."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = 1 << 30
+    return max(64 << 20, min(1 << 30, memory // 16))
+
+
+LOCAL_BYTES = default_local_bytes()
 
 
 def audit(
@@ -155,10 +173,15 @@ def audit(
     `method` ``"batches"`` (the default) compares the replicas' batch headers and decodes only the
     batches that do not line up (`epochguard.spark.batches`); ``"records"`` decodes and compares
     every record of every replica. Both find the same results. With ``"batches"``, when every
-    segment is a local file and what is left to decode (the divergent batches, and the partitions
-    compared on records) is at most `local_bytes`, the driver decodes and compares it without a
-    Spark job (`epochguard.spark.local`); 0 always uses Spark's jobs. `spark` may be a
-    `LazySession` (as `epochguard audit` passes): it is made only if a step runs in Spark.
+    segment is a local file, the driver decodes and compares what is left to decode without a Spark
+    job (`epochguard.spark.local`): the partitions compared on records whole, the divergent batches
+    a window of offsets at a time (about 16 MiB of batches), the lost records streamed to
+    lost_records.parquet as each window finds them, so its memory does not grow with the loss.
+    `local_bytes` is what it may hold at once (default `default_local_bytes()`: 1/16 of the machine's
+    memory, 64 MiB to 1 GiB): when the partitions compared on records and one window exceed it (a
+    replica whose divergent batches include a transaction is one window), Spark's jobs do the rest;
+    0 always uses Spark's jobs. `spark` may be a `LazySession` (as `epochguard audit` passes): it is
+    made only if a step runs in Spark.
 
     Every batch that is decoded has its CRC-32C checked against its bytes (a mismatch is a row of
     errors.parquet). With ``"batches"``, of the batches that line up the header pass reads (and
@@ -215,10 +238,14 @@ def audit(
         if not isinstance(frame, pa.Table):
             frame.unpersist()
     run = _Run(spark, listing, consumed, out, step, sample, html, provenance)
+    if isinstance(frame, pa.Table) and runs is not None:
+        # The divergent batches are compared a window at a time: they stay on the driver unless one
+        # window cannot be cut small enough (a replica's transactional tail is one window).
+        cut = windows(runs, replicas, min(budget, WINDOW_BYTES))
+        if all(w.size <= budget for w in cut):
+            return _audit_local(run, replicas, frame, runs, cut)
     if isinstance(frame, pa.Table):
-        if runs is not None and sum(r.batch_size for r in runs.ranges) <= budget:
-            return _audit_local(run, replicas, frame, runs)
-        # The tails are too large for the driver: the records decoded so far go to Spark.
+        # What is left is too large for the driver: the records decoded so far go to Spark.
         frame = arrow_frame(resolve(spark), frame)
     return _audit_distributed(run, replicas, frame, runs)
 
@@ -406,29 +433,21 @@ def _audit_distributed(
     return result
 
 
-def _audit_local(run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, runs: Divergence) -> AuditResult:
-    """The rest of `audit` on the driver: the same rules as the distributed path below, on Arrow."""
+def _audit_local(
+    run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, runs: Divergence, cut: list[Window]
+) -> AuditResult:
+    """The rest of `audit` on the driver: the same rules as the distributed path above, on Arrow
+    (`local.compare`), a window at a time: the partitions compared on records (`frame`, decoded
+    whole), then each compared replica's divergent batches in windows of offsets (`local.windows`).
+    Each window's lost records, with their keys, values and headers, are appended to
+    lost_records.parquet as they are found, so the driver holds one window, not the loss."""
     listing, consumed, step, sample = run.listing, run.consumed, run.step, run.sample
     from pyspark.sql import functions as F
 
-    carry = StructType([*LOCATION.fields, StructField("txn_only", BooleanType())])
-    with step(f"decoding {runs.decoded_batches:,} batches that do not line up"):
-        tails = decode_byte_ranges(
-            divergent_ranges(runs.ranges),
-            to_arrow_schema(output_schema(carry, True, RECORD_COLUMNS)),
-            RECORD_COLUMNS,
-            True,
-            with_errors=True,
-        )
-        records = frame.filter(pc.is_null(frame["error_reason"])).select(COMPARED_COLUMNS)
-        tail_records = tails.filter(pc.is_null(tails["error_reason"]))
-        txn_records = records
-        if tails.num_rows:
-            txn_records = pa.concat_tables([records, tail_records.select(COMPARED_COLUMNS)])
-            compared_tails = tail_records.filter(pc.invert(tail_records["txn_only"])).select(COMPARED_COLUMNS)
-            all_records = pa.concat_tables([records, compared_tails])
-        else:
-            all_records = records
+    carry = StructType(
+        [*LOCATION.fields, StructField("txn_only", BooleanType()), StructField("owned", BooleanType())]
+    )
+    tail_schema = to_arrow_schema(output_schema(carry, True, RECORD_COLUMNS))
     content_schema = to_arrow_schema(
         output_schema(StructType([LOCATION[c] for c in ("broker", "topic", "partition")]), False, CONTENT_COLUMNS)
     )
@@ -442,19 +461,33 @@ def _audit_local(run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, run
             "marker", marker_type(found["key"])
         )
 
+    records = frame.filter(pc.is_null(frame["error_reason"])).select(COMPARED_COLUMNS)
+    totals = _Totals(retained=dict(runs.retained), errors=[frame])
+    lost_out = LostRecords(run.out)
+    with step(f"decoding {runs.decoded_batches:,} batches that do not line up and writing the lost records"):
+        for held, window in _work(records, cut):
+            all_records = txn_records = held
+            if window is not None:
+                tails = decode_byte_ranges(window.rows, tail_schema, RECORD_COLUMNS, True, with_errors=True)
+                tails = in_window(tails, window.lo, window.hi)
+                totals.errors.append(tails.filter(pc.is_valid(tails["error_reason"])))
+                all_records, txn_records = _with_tails(held, tails.filter(pc.is_null(tails["error_reason"])))
+            found = compare(all_records, txn_records, replicas, {}, marker_types)
+            totals.add(found)
+            lost = with_content(found.lost, content(found.lost), LOST_COLUMNS)
+            lost = sort(lost, ["topic", "partition", "broker", "offset"])
+            lost_out.write(lost)
+            if len(totals.sample) < sample:
+                totals.sample += sample_rows(lost, sample - len(totals.sample))
+    losses, mismatch_counts, retained = totals.losses, totals.mismatch_counts, totals.retained
+    lost_path = lost_out.close()
     with step("finding lost records"):
-        found = compare(
-            all_records, txn_records if tails.num_rows else all_records, replicas, runs.retained, marker_types
-        )
         for r in replicas:
             key = (r.topic, r.partition, r.broker)
-            _confirm(r, found.losses.get(key), found.retained.get(key, 0), found.mismatch_counts.get(key, 0))
+            _confirm(r, losses.get(key), retained.get(key, 0), mismatch_counts.get(key, 0))
             if r.error_count:
                 r.reason += f"; {r.error_count} unreadable byte ranges (see errors.parquet)"
-    with step("reading the lost records"):
-        lost_records = with_content(found.lost, content(found.lost), LOST_COLUMNS)
-        lost_records = sort(lost_records, ["topic", "partition", "broker", "offset"])
-    errors = _local_errors(listing, [frame, tails])
+    error_table = _local_errors(listing, totals.errors)
     phantom_counts = None
     phantoms = None
     phantom_sample: list[dict[str, Any]] = []
@@ -464,10 +497,12 @@ def _audit_local(run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, run
             reference_keys = records.join(references, ["topic", "partition", "broker"], join_type="inner").select(
                 ["topic", "partition", "offset", "leader_epoch"]
             )
-            lost = found.lost.select(["topic", "partition", "offset", "leader_epoch", "broker", "kind"])
             spark = resolve(run.spark)
+            lost_keys = spark.read.parquet(lost_path).select(
+                "topic", "partition", "offset", "leader_epoch", "broker", "kind"
+            )
             phantoms = _phantom_reads(
-                spark, consumed, replicas, arrow_frame(spark, reference_keys), arrow_frame(spark, lost), runs.runs
+                spark, consumed, replicas, arrow_frame(spark, reference_keys), lost_keys, runs.runs
             )
             phantoms = phantoms.orderBy("topic", "partition", "offset").persist()
             phantom_counts = {
@@ -479,25 +514,72 @@ def _audit_local(run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, run
             [dict(zip(PARTITIONS_ARROW.names, partition_row(r), strict=True)) for r in replicas],
             schema=PARTITIONS_ARROW,
         ),
-        "lost_records": lost_records,
-        "mismatched_records": found.mismatched,
-        "errors": errors,
+        "mismatched_records": sort(pa.concat_tables(totals.mismatched), ["topic", "partition", "broker", "offset"]),
+        "errors": error_table,
     }
     result = AuditResult(
         replicas=replicas,
-        frames={"phantom_reads": phantoms},  # the others are made from `tables` when asked for
-        error_count=errors.num_rows,
+        frames={"phantom_reads": phantoms},  # the others are made from `tables` and `files` when asked for
+        error_count=error_table.num_rows,
         phantom_counts=phantom_counts,
-        lost_sample=sample_rows(lost_records, sample),
+        lost_sample=totals.sample,
         phantom_sample=phantom_sample,
         provenance=run.provenance,
         tables=tables,
+        files={"lost_records": lost_path},
         spark=run.spark,
     )
+    lost_out.own(result)
     if run.out is not None:
         with step("writing results"):
             save(result, run.out, html=run.html)
     return result
+
+
+@dataclass
+class _Totals:
+    """What the windows of `_audit_local` found, added up."""
+
+    retained: dict[tuple[str, int, int], int]
+    errors: list[pa.Table]  # error rows (and `frame`, whose error rows `_local_errors` picks)
+    losses: dict[tuple[str, int, int], Loss] = field(default_factory=dict)
+    mismatch_counts: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    mismatched: list[pa.Table] = field(default_factory=list)
+    sample: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, found: Compared) -> None:
+        for key, loss in found.losses.items():
+            self.losses[key] = merge_losses(self.losses.get(key), loss)
+        for key, n in found.mismatch_counts.items():
+            self.mismatch_counts[key] = self.mismatch_counts.get(key, 0) + n
+        for key, n in found.retained.items():
+            self.retained[key] = self.retained.get(key, 0) + n
+        self.mismatched.append(found.mismatched)
+
+
+def _work(records: pa.Table, cut: list[Window]) -> list[tuple[pa.Table, Window | None]]:
+    """The partitions compared on records (their decoded records, one partition at a time) and the
+    windows (records to decode), in (topic, partition, broker, offset) order: lost_records' order."""
+    work: list[tuple[tuple[str, int, int, int], pa.Table, Window | None]] = []
+    if records.num_rows:
+        for key in records.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([]).to_pylist():
+            mask = pc.and_(pc.equal(records["topic"], key["topic"]), pc.equal(records["partition"], key["partition"]))
+            work.append(((key["topic"], key["partition"], -1, 0), records.filter(mask), None))
+    empty = records.schema.empty_table()
+    work += [((w.topic, w.partition, w.broker, i), empty, w) for i, w in enumerate(cut)]
+    work.sort(key=lambda item: item[0])
+    return [(held, window) for _, held, window in work] or [(empty, None)]
+
+
+def _with_tails(held: pa.Table, tails: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """The records to compare and those whose transactions are read: `held` and the decoded tails
+    (those decoded for a transaction's status alone are not compared)."""
+    if not tails.num_rows:
+        return held, held
+    compared = pa.concat_tables([held, tails.filter(pc.invert(tails["txn_only"])).select(COMPARED_COLUMNS)])
+    if not pc.any(tails["txn_only"]).as_py():
+        return compared, compared
+    return compared, pa.concat_tables([held, tails.select(COMPARED_COLUMNS)])
 
 
 def _local_errors(listing: Listing, frames: list[pa.Table]) -> pa.Table:

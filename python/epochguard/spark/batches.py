@@ -131,6 +131,15 @@ def _same_replica_as_previous(table: pa.Table) -> np.ndarray:
     return same
 
 
+class Batch(NamedTuple):
+    """One batch to decode, with the offsets it spans (what the driver cuts into windows)."""
+
+    range: Range  # the batch alone
+    base_offset: int
+    last_offset: int
+    transactional: bool
+
+
 @dataclass
 class Divergence:
     """What the header comparison leaves to the records."""
@@ -140,6 +149,7 @@ class Divergence:
     # The reference's batches per partition compared on headers: sorted (base, last, epoch) arrays.
     runs: dict[Partition, tuple[np.ndarray, np.ndarray, np.ndarray]]
     decoded_batches: int = 0
+    batches: list[Batch] = field(default_factory=list)  # `ranges` batch by batch, before `_merge`
 
 
 def divergence(batch_plan: BatchPlan, replicas: Sequence[ReplicaSummary]) -> Divergence:
@@ -163,9 +173,17 @@ def divergence(batch_plan: BatchPlan, replicas: Sequence[ReplicaSummary]) -> Div
     unmatched = held.join(reference_keys, keys, join_type="left anti")
     retained = _retained(matched)
     chosen: dict[tuple[Any, ...], bool] = {}  # batch -> txn_only
+    extent: dict[tuple[Any, ...], tuple[int, int, bool]] = {}  # batch -> base, last offset, transactional
     where = ["broker", "topic", "partition", "segment", "path", "batch_position", "batch_size"]
-    for row in unmatched.select(where).to_pylist():
-        chosen[tuple(row.values())] = False
+    offsets = ["base_offset", "last_offset", "is_transactional"]
+
+    def batch_of(row: dict[str, Any]) -> tuple[Any, ...]:
+        batch = tuple(row[c] for c in where)
+        extent[batch] = (row["base_offset"], row["last_offset"], row["is_transactional"])
+        return batch
+
+    for row in unmatched.select([*where, *offsets]).to_pylist():
+        chosen[batch_of(row)] = False
     # The reference's batches over the unmatched offsets of each partition.
     by_partition: dict[Partition, list[tuple[int, int]]] = {}
     firsts: dict[tuple[str, int, int], int] = {}
@@ -180,15 +198,16 @@ def divergence(batch_plan: BatchPlan, replicas: Sequence[ReplicaSummary]) -> Div
         wanted = np.zeros(ref.num_rows, dtype=bool)
         for lo, hi in spans:  # batches do not overlap, so `last` is sorted too
             wanted[np.searchsorted(last, lo, "left") : np.searchsorted(base, hi, "right")] = True
-        for row in ref.filter(pa.array(wanted)).select(where).to_pylist():
-            chosen[tuple(row.values())] = False
+        for row in ref.filter(pa.array(wanted)).select([*where, *offsets]).to_pylist():
+            chosen[batch_of(row)] = False
     if firsts:
         txn = held.filter(held["is_transactional"])
-        for row in txn.select([*where, "base_offset"]).to_pylist():
+        for row in txn.select([*where, *offsets]).to_pylist():
             first = firsts.get((row["topic"], row["partition"], row["broker"]))
-            if first is not None and row.pop("base_offset") >= first:
-                chosen.setdefault(tuple(row.values()), True)
-    return Divergence(_merge(chosen), retained, runs, len(chosen))
+            if first is not None and row["base_offset"] >= first:
+                chosen.setdefault(batch_of(row), True)
+    batches = [Batch(Range._make((*k, chosen[k])), *extent[k]) for k in chosen]
+    return Divergence(_merge(chosen), retained, runs, len(chosen), batches)
 
 
 def _replica_table(replicas: Iterable[ReplicaSummary], with_reference: bool) -> pa.Table:

@@ -56,6 +56,15 @@ def add_parsers(sub: Any) -> None:
         "past each replica's recovery point (all of a replica without one) are checked: a batch corrupted on disk "
         "below the recovery point where the replicas agree goes unnoticed",
     )
+    audit.add_argument(
+        "--local-bytes",
+        type=_size,
+        default=None,
+        metavar="BYTES",
+        help="what the driver may decode at once before handing the divergent part to Spark's jobs (default: "
+        "1/16 of the machine's memory, 64 MiB to 1 GiB; suffixes k, m, g; 0: always Spark). The divergent batches "
+        "are compared a window of offsets at a time, so a large loss stays on the driver",
+    )
     audit.set_defaults(run=run_audit)
 
     demo = sub.add_parser(
@@ -81,7 +90,14 @@ def run_audit(args: argparse.Namespace) -> int:
     console = _console(stderr=args.json)  # with --json, stdout carries only the JSON
     try:
         result = _audit(
-            args.log_dirs, args.out, args.consumed, args.master, console, args.method, verify_crc=args.verify_crc
+            args.log_dirs,
+            args.out,
+            args.consumed,
+            args.master,
+            console,
+            args.method,
+            verify_crc=args.verify_crc,
+            local_bytes=args.local_bytes,
         )
     except Exception as exc:  # the CLI boundary: any failure to run is exit code 2, with its reason
         console.print(f"[bold red]audit could not run:[/] {type(exc).__name__}: {exc}")
@@ -126,8 +142,9 @@ def _audit(
     method: str = "batches",
     *,
     verify_crc: bool = False,
+    local_bytes: int | None = None,
 ) -> Any:
-    from epochguard.spark.auditing import audit
+    from epochguard.spark.auditing import LOCAL_BYTES, audit
     from epochguard.spark.report import AuditProgress
     from epochguard.spark.session import LazySession
 
@@ -136,8 +153,28 @@ def _audit(
         spark.start()  # the JVM starts while the headers are scanned
     with AuditProgress(spark, console) as progress:
         return audit(
-            spark, log_dirs, consumed=consumed, out=out, step=progress, method=method, verify_crc=verify_crc
+            spark,
+            log_dirs,
+            consumed=consumed,
+            out=out,
+            step=progress,
+            method=method,
+            verify_crc=verify_crc,
+            local_bytes=LOCAL_BYTES if local_bytes is None else local_bytes,
         )
+
+
+def _size(text: str) -> int:
+    """A byte count: digits, optionally followed by k, m or g (binary units)."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    number, unit = (text[:-1], units[text[-1].lower()]) if text[-1:].lower() in units else (text, 1)
+    try:
+        value = int(number) * unit
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r} (e.g. 512m)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a size cannot be negative: {text!r}")
+    return value
 
 
 def needs_spark(log_dirs: list[str], consumed: str | None, method: str) -> bool:

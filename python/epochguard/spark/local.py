@@ -14,7 +14,12 @@ decoded here; above it the distributed path runs and Spark bounds the memory.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
+import shutil
+import tempfile
+import weakref
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,8 +28,9 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from epochguard.spark.batches import Range
+from epochguard.spark.batches import Batch, Divergence, Range
 from epochguard.spark.listing import Listing
 from epochguard.spark.logs import DEFAULT_MAX_DECOMPRESSED, Chunk, decode_chunks, decode_ranges
 from epochguard.spark.result import ReplicaSummary
@@ -33,6 +39,9 @@ REPLICA = ["topic", "partition", "broker"]
 RECORD_KEYS = ["broker", "topic", "partition", "offset"]
 LENGTHS = ("key_length", "value_length", "headers_count")
 THREADS = max(1, min(4, os.cpu_count() or 1))
+# The divergent batches are compared a window of offsets at a time, each about this many bytes of
+# batches (of the replica and of its reference), so the driver's memory does not grow with the loss.
+WINDOW_BYTES = 16 << 20
 Replica = tuple[str, int, int]
 
 
@@ -103,6 +112,113 @@ def divergent_ranges(ranges: Iterable[Range]) -> list[dict]:
     ]
 
 
+class Window(NamedTuple):
+    """Records of one compared replica at offsets [lo, hi) (None: unbounded), compared against its
+    reference's: the batches of both that hold them, as `decode_byte_ranges` rows. A batch across a
+    bound is decoded in both windows and its records kept in the one their offsets fall in; its error
+    row is ``owned`` by the first window that decodes it."""
+
+    topic: str
+    partition: int
+    broker: int
+    lo: int | None
+    hi: int | None
+    rows: list[dict]
+    size: int  # bytes of batches decoded
+
+
+def windows(found: Divergence, replicas: Sequence[ReplicaSummary], window_bytes: int) -> list[Window]:
+    """The divergent batches of `found` cut into windows of at most `window_bytes` of batches (the
+    compared replica's and its reference's over the same offsets; one batch of the replica and
+    those are the least a window holds), in (topic, partition, broker, offset) order: the order of
+    lost_records. A replica with a transactional batch among them is one window (whether a lost
+    record was aborted is decided by a marker anywhere after it in its log)."""
+    reference = {(r.topic, r.partition): r.broker for r in replicas if r.kind == "reference"}
+    by_replica: dict[Replica, list[Batch]] = {}
+    for b in found.batches:
+        by_replica.setdefault((b.range.topic, b.range.partition, b.range.broker), []).append(b)
+    for batches in by_replica.values():
+        batches.sort(key=lambda b: (b.base_offset, b.range.batch_position))
+    owned: set[tuple[str, int]] = set()
+    out: list[Window] = []
+    for topic, partition, broker in sorted(by_replica, key=lambda k: (k[0], k[1], k[2])):
+        ref = reference.get((topic, partition))
+        if ref is None or ref == broker:
+            continue
+        mine, theirs = by_replica[(topic, partition, broker)], by_replica.get((topic, partition, ref), [])
+        cuts = [0]
+        if not any(b.transactional for b in mine):
+            # The reference's batches do not overlap: sorted by base offset, their last offsets are too.
+            bases = [b.base_offset for b in theirs]
+            lasts = [b.last_offset for b in theirs]
+            sizes = np.cumsum([0, *(b.range.batch_size for b in theirs)])
+            size, seen = 0, 0  # bytes of this window; the reference's batches counted up to `seen`
+            for i, b in enumerate(mine):
+                first = max(bisect.bisect_left(lasts, b.base_offset), seen)
+                end = max(bisect.bisect_right(bases, b.last_offset), first)
+                cost = b.range.batch_size + int(sizes[end] - sizes[first])
+                if size and size + cost > window_bytes:
+                    cuts.append(i)
+                    first = bisect.bisect_left(lasts, b.base_offset)  # a batch across the cut counts again
+                    size, cost = 0, b.range.batch_size + int(sizes[end] - sizes[first])
+                size, seen = size + cost, end
+        bounds = [None, *(mine[i].base_offset for i in cuts[1:]), None]
+        for lo, hi in itertools.pairwise(bounds):
+            chosen = [
+                b
+                for b in (*mine, *theirs)
+                if (lo is None or b.last_offset >= lo) and (hi is None or b.base_offset < hi)
+            ]
+            rows = []
+            for b in chosen:
+                where = (b.range.path, b.range.batch_position)
+                rows.append((b.range, where not in owned))
+                owned.add(where)
+            out.append(
+                Window(topic, partition, broker, lo, hi, _ranges(rows), sum(b.range.batch_size for b in chosen))
+            )
+    return out
+
+
+def _ranges(batches: list[tuple[Range, bool]]) -> list[dict]:
+    """Batches as `decode_byte_ranges` rows, adjacent ones of a segment (same role) merged."""
+    out: list[dict] = []
+    for r, owned in sorted(batches, key=lambda x: (x[0].path, x[0].batch_position)):
+        prev = out[-1] if out else None
+        if (
+            prev is not None
+            and prev["path"] == r.path
+            and prev["txn_only"] == r.txn_only
+            and prev["owned"] == owned
+            and prev["batch_position"] + prev["batch_size"] == r.batch_position
+        ):
+            prev["batch_size"] += r.batch_size
+        else:
+            row = divergent_ranges([r])[0]
+            row["owned"] = owned
+            out.append(row)
+    return out
+
+
+def in_window(table: pa.Table, lo: int | None, hi: int | None) -> pa.Table:
+    """The records of `table` at offsets [lo, hi), and the error rows ``owned`` by this window."""
+    keep = pc.is_valid(table["offset"])
+    if lo is not None:
+        keep = pc.and_(keep, pc.greater_equal(table["offset"], lo))
+    if hi is not None:
+        keep = pc.and_(keep, pc.less(table["offset"], hi))
+    errors = pc.and_(pc.is_valid(table["error_reason"]), table["owned"])
+    return table.filter(pc.or_(pc.fill_null(keep, False), errors)).drop_columns(["owned"])
+
+
+def merge_losses(a: Loss | None, b: Loss) -> Loss:
+    """One replica's `Loss` over two windows."""
+    if a is None:
+        return b
+    visible = None if a.visible is None and b.visible is None else (a.visible or 0) + (b.visible or 0)
+    return Loss(a.n + b.n, min(a.lo, b.lo), max(a.hi, b.hi), visible)
+
+
 def content_of(records: pa.Table, listing: Listing, schema: pa.Schema, columns: Sequence[str],
                verify_crc: bool) -> pa.Table:
     """Keys, values and headers of `records`: each batch holding one decoded again from its byte
@@ -110,8 +226,11 @@ def content_of(records: pa.Table, listing: Listing, schema: pa.Schema, columns: 
     if records.num_rows == 0:
         return schema.empty_table()
     paths = {(r.broker, r.topic, r.partition, s.base_offset): s.path for r, s in listing.segments}
-    where = records.select(["broker", "topic", "partition", "segment", "batch_position", "batch_size"])
-    seen = sorted({tuple(row.values()) for row in where.to_pylist()}, key=lambda k: (k[1], k[2], k[0], k[3], k[4]))
+    where = ["broker", "topic", "partition", "segment", "batch_position", "batch_size"]
+    batches = records.select(where).group_by(where, use_threads=False).aggregate([])  # one row per batch
+    seen = sorted(
+        (tuple(row[c] for c in where) for row in batches.to_pylist()), key=lambda k: (k[1], k[2], k[0], *k[3:])
+    )
     rows = [
         {"broker": b, "topic": t, "partition": p, "path": paths[(b, t, p, s)], "batch_position": pos,
          "batch_size": size}
@@ -287,6 +406,48 @@ def sort(table: pa.Table, keys: Sequence[str]) -> pa.Table:
 
 
 # --- outputs -------------------------------------------------------------------------------------
+
+LOST_FILE = "part-00000-epochguard.snappy.parquet"
+
+
+class LostRecords:
+    """lost_records.parquet written as the windows find them: one row group per window, in Spark's
+    layout (a directory with one part file and ``_SUCCESS``). It is written under `out` (a local
+    path) beside where `AuditResult.save` renames it to, else in a temporary directory that lives as
+    long as the result that reads it."""
+
+    def __init__(self, out: str | None) -> None:
+        from epochguard.spark.listing import is_local
+
+        if out is not None and is_local(out):
+            os.makedirs(out, exist_ok=True)
+            self.spool = tempfile.mkdtemp(prefix=".lost_records.", dir=out)
+            self.temporary = False
+        else:
+            self.spool = tempfile.mkdtemp(prefix="epochguard-audit-")
+            self.temporary = True
+        self.path = os.path.join(self.spool, "lost_records.parquet")
+        os.makedirs(self.path)
+        self.writer: pq.ParquetWriter | None = None
+
+    def write(self, table: pa.Table) -> None:
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(os.path.join(self.path, LOST_FILE), table.schema, compression="snappy")
+        elif table.num_rows == 0:
+            return
+        self.writer.write_table(table.cast(self.writer.schema))
+
+    def close(self) -> str:
+        """The finished table's directory."""
+        if self.writer is not None:
+            self.writer.close()
+        open(os.path.join(self.path, "_SUCCESS"), "wb").close()
+        return self.path
+
+    def own(self, result: object) -> None:
+        """Remove the spool when `result` is gone (a saved table has been renamed out of it)."""
+        weakref.finalize(result, shutil.rmtree, self.spool, True)
+
 
 
 def rows(table: pa.Table, limit: int) -> list[dict]:

@@ -347,6 +347,39 @@ def _decode_one(
     length: int,
     carried: dict[str, object],
     path: str | None,
+    **options: Any,
+) -> Iterator[pa.RecordBatch]:
+    """`_decode_range`, for a file shorter than the range it was listed with too (a live log dir,
+    changed since): with `with_errors` what is there is decoded and the rest is an error row."""
+    end = start + length
+    if not (options["with_errors"] and isinstance(source, str)):
+        yield from _decode_range(source, start, length, carried, path, **options)
+        return
+    try:
+        size = os.stat(source).st_size
+    except OSError as exc:
+        yield _error_row(carried, path, start, f"{exc}; bytes {start}..{end} not decoded", options["schema"])
+        return
+    if size >= end:
+        yield from _decode_range(source, start, length, carried, path, **options)
+        return
+    reported = False  # a batch cut by the new end is reported as an incomplete tail already
+    if start < size:
+        for batch in _decode_range(source, start, size - start, carried, path, **options):
+            reported = reported or batch.column("error_reason").null_count < batch.num_rows
+            yield batch
+    if not reported:
+        first = max(start, size)
+        reason = f"the file ends at byte {size}, shorter than when listed; bytes {first}..{end} not decoded"
+        yield _error_row(carried, path, first, reason, options["schema"])
+
+
+def _decode_range(
+    source: str | memoryview,
+    start: int,
+    length: int,
+    carried: dict[str, object],
+    path: str | None,
     *,
     schema: pa.Schema,
     columns: Sequence[str] | None,

@@ -94,6 +94,9 @@ class AuditResult:
     # that makes their DataFrames.
     tables: dict[str, pa.Table] = field(default_factory=dict)
     spark: SparkSession | LazySession | None = None
+    # Tables the driver has written as Parquet (Spark's layout: a directory) rather than held: a
+    # large lost_records, streamed as found.
+    files: dict[str, str] = field(default_factory=dict)
 
     def frame(self, name: str) -> DataFrame | None:
         """The table `name` as a DataFrame (made from the driver's Arrow table on first use; a
@@ -101,9 +104,11 @@ class AuditResult:
         if name not in self.frames:
             from epochguard.spark.session import resolve
 
-            table = self.tables[name]
             assert self.spark is not None, "a driver-held table needs the session to become a DataFrame"
-            self.frames[name] = arrow_frame(resolve(self.spark), table)
+            if name in self.files:
+                self.frames[name] = resolve(self.spark).read.parquet(self.files[name])
+            else:
+                self.frames[name] = arrow_frame(resolve(self.spark), self.tables[name])
         return self.frames[name]
 
     @property
@@ -188,6 +193,10 @@ class AuditResult:
             if local and table is not None:  # held by the driver: no Spark job to write it
                 write_parquet(table, path)
                 continue
+            if local and name in self.files:  # written by the driver already: renamed or copied into place
+                self.files[name] = place_parquet(self.files[name], path)
+                self.frames.pop(name, None)
+                continue
             frame = _present(self.frame(name))
             if name in ("partitions", "errors"):
                 frame = frame.coalesce(1)
@@ -232,6 +241,25 @@ def write_parquet(table: pa.Table, path: str) -> None:
     if os.path.isdir(path):
         shutil.rmtree(path)
     os.replace(tmp, path)
+
+
+def place_parquet(source: str, path: str) -> str:
+    """A Parquet directory written by the driver at `path`, replacing an earlier one whole, as
+    `write_parquet` does: renamed from a spool under the same output directory (`local.LostRecords`),
+    else copied beside `path` first. Returns `path`."""
+    source, path = os.path.abspath(source), os.path.abspath(path)
+    if source == path:
+        return path
+    if os.path.dirname(os.path.dirname(source)) == os.path.dirname(path):
+        tmp = source
+    else:
+        tmp = f"{path}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(source, tmp)
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    os.replace(tmp, path)
+    return path
 
 
 def _join(out: str, name: str) -> str:

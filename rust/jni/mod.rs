@@ -28,12 +28,20 @@ use jni::JNIEnv;
 
 use crate::file::InputFile;
 use crate::records::arrow::{ArrowBuilder, Column};
-use crate::records::batch::{BatchHeader, Frame};
+use crate::records::batch::{i32_at, BatchHeader, Frame, LOG_OVERHEAD};
 use crate::records::headers::scan_headers;
 use crate::records::{
     batch_index, reader, BatchCursor, BatchLocation, DecodeOptions, Decoder, OwnedRecord,
 };
 use crate::{Error, Result};
+
+/// The library's allocator, as for the Python extension (rust/py/mod.rs): a decode's columns are
+/// short-lived buffers of a few MiB, which glibc maps afresh (page-faulting them in again) for every
+/// window above its mmap threshold, and mimalloc reuses. Arrow frees them through our release
+/// callbacks, so one allocator owns them. Not when the library is also the Python extension.
+#[cfg(not(feature = "python"))]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const EXCEPTION: &str = "io/epochguard/spark/KafkaLogException";
 
@@ -111,10 +119,107 @@ enum Piece {
     Problem(u64, String),
 }
 
-/// A decoded byte range, handed out one piece at a time by `next`.
+/// A decoded byte range, handed out one piece at a time by `next`: decoded up front (`withErrors`,
+/// bytes the JVM read), or a window at a time from a local file as `next` asks (`stream`).
 struct Decoded {
     pieces: VecDeque<Piece>,
+    stream: Option<Stream>,
     stats: Stats,
+}
+
+/// Bytes of a local file read, CRC-checked and decoded per `next`: small enough that the window is
+/// still in the core's cache when its values are copied out and when Spark reads them, where a
+/// whole range decoded before the first batch is handed out is read back from memory (issue 37's
+/// profile: the full read's time went to memory traffic, not to decoding).
+const WINDOW: usize = 1 << 20;
+
+/// A range of a local file decoded a window at a time, the read buffer reused from one window to
+/// the next. With bounds, `runs` holds only the batches their headers let through: the others are
+/// never read.
+struct Stream {
+    file: InputFile,
+    runs: VecDeque<(u64, u64)>,
+    opts: DecodeOptions,
+    columns: Vec<Column>,
+    buf: Vec<u8>,
+}
+
+impl Stream {
+    fn new(
+        file: InputFile,
+        (start, end): (u64, u64),
+        columns: &str,
+        (opts, bounds): (DecodeOptions, Bounds),
+        stats: &mut Stats,
+    ) -> Result<Stream> {
+        let runs = if bounds.is_all() {
+            VecDeque::from([(start, end)])
+        } else {
+            kept_runs(Src::File(&file), start, end, bounds, stats)?.into()
+        };
+        Ok(Stream {
+            file,
+            runs,
+            opts,
+            columns: parse_columns(columns)?,
+            buf: Vec::new(),
+        })
+    }
+
+    /// The record batches of the next window of whole batches (empty once every run is read). A
+    /// batch larger than the window is read whole; a file found shorter than when it was opened is
+    /// an error, as for `reader::for_each_frame`.
+    fn next_window(&mut self, stats: &mut Stats) -> Result<Vec<RecordBatch>> {
+        let mut builder = ArrowBuilder::new(self.opts, &self.columns);
+        let mut read = 0u64;
+        while read < WINDOW as u64 {
+            let Some(&(pos, end)) = self.runs.front() else {
+                break;
+            };
+            let mut want = usize::try_from(end - pos).map_or(WINDOW, |left| left.min(WINDOW));
+            let next = loop {
+                if self.buf.len() < want {
+                    self.buf.resize(want, 0);
+                }
+                let data = self.buf.get_mut(..want).unwrap_or_default();
+                let got = self.file.read_at(pos, data)?;
+                if got < want {
+                    return Err(reader::shrunk(pos + got as u64, end));
+                }
+                let data = self.buf.get(..want).unwrap_or_default();
+                let last = pos + want as u64 == end;
+                let mut cursor = BatchCursor::new(data, pos, !last);
+                while let Some(frame) = cursor.next()? {
+                    stats.batches_decoded += 1;
+                    builder.push(&frame, (pos + want as u64 - cursor.position()) as usize)?;
+                }
+                match cursor.partial_tail() {
+                    // The first batch does not fit: read it whole (its length is in its first 12 bytes).
+                    Some(tail) if tail == pos => {
+                        let size = i32_at(data, 8).map_or(0, |l| LOG_OVERHEAD + l.max(0) as usize);
+                        let left = usize::try_from(end - pos).unwrap_or(usize::MAX);
+                        want = left.min(size.max(want.saturating_mul(2)));
+                    }
+                    Some(tail) => break tail,
+                    None => break end.min(pos + want as u64),
+                }
+            };
+            read += next - pos;
+            match self.runs.front_mut() {
+                Some(run) if next < run.1 => run.0 = next,
+                _ => {
+                    self.runs.pop_front();
+                }
+            }
+        }
+        let decoded = builder.finish(None)?;
+        Ok(decoded.batches.into_iter().filter(|b| b.num_rows() > 0).collect())
+    }
+}
+
+fn parse_columns(columns: &str) -> Result<Vec<Column>> {
+    let names: Vec<&str> = columns.split(',').filter(|c| !c.is_empty()).collect();
+    Column::parse_list(&names)
 }
 
 fn options(verify: jboolean, max_decompressed: jlong) -> Result<DecodeOptions> {
@@ -211,8 +316,7 @@ fn decode(
     columns: &str,
     (opts, bounds, with_errors): (DecodeOptions, Bounds, bool),
 ) -> Result<Decoded> {
-    let names: Vec<&str> = columns.split(',').filter(|c| !c.is_empty()).collect();
-    let columns = Column::parse_list(&names)?;
+    let columns = parse_columns(columns)?;
     let mut stats = Stats::default();
     let pieces = if with_errors {
         let opts = DecodeOptions {
@@ -224,7 +328,38 @@ fn decode(
         let (batches, _) = decode_range(src, start, end, opts, &columns, bounds, &mut stats)?;
         batches.into_iter().map(Piece::Batch).collect()
     };
-    Ok(Decoded { pieces, stats })
+    Ok(Decoded {
+        pieces,
+        stream: None,
+        stats,
+    })
+}
+
+/// The runs of adjacent batches of `[start, end)` whose headers the bounds let through (one small
+/// positioned read a batch); the others are counted as skipped.
+fn kept_runs(
+    src: Src<'_>,
+    start: u64,
+    end: u64,
+    bounds: Bounds,
+    stats: &mut Stats,
+) -> Result<Vec<(u64, u64)>> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for h in &src.headers(start, end)? {
+        let (at, until) = (
+            h.file_position,
+            h.file_position + u64::from(h.size_in_bytes),
+        );
+        if !bounds.may_hold(h) {
+            stats.batches_skipped += 1;
+            continue;
+        }
+        match runs.last_mut() {
+            Some(run) if run.1 == at => run.1 = until,
+            _ => runs.push((at, until)),
+        }
+    }
+    Ok(runs)
 }
 
 /// The record batches of `[start, end)` and its partial tail (with `opts.allow_partial_tail`).
@@ -243,22 +378,7 @@ fn decode_range(
     let runs = if bounds.is_all() {
         vec![(start, end)]
     } else {
-        let mut runs: Vec<(u64, u64)> = Vec::new();
-        for h in &src.headers(start, end)? {
-            let (at, until) = (
-                h.file_position,
-                h.file_position + u64::from(h.size_in_bytes),
-            );
-            if !bounds.may_hold(h) {
-                stats.batches_skipped += 1;
-                continue;
-            }
-            match runs.last_mut() {
-                Some(run) if run.1 == at => run.1 = until,
-                _ => runs.push((at, until)),
-            }
-        }
-        runs
+        kept_runs(src, start, end, bounds, stats)?
     };
     let mut tail = None;
     for (from, to) in runs {
@@ -465,8 +585,16 @@ pub extern "system" fn Java_io_epochguard_spark_Native_decode<'l>(
         let file = InputFile::open(&PathBuf::from(&path))?;
         let (start, end) = range(&file, start, end)?;
         let opts = options(verify, max_decompressed)?;
-        let how = (opts, bounds, with_errors == JNI_TRUE);
-        handle(decode(Src::File(&file), start, end, &columns, how)?)
+        if with_errors == JNI_TRUE {
+            return handle(decode(Src::File(&file), start, end, &columns, (opts, bounds, true))?);
+        }
+        let mut stats = Stats::default();
+        let stream = Stream::new(file, (start, end), &columns, (opts, bounds), &mut stats)?;
+        handle(Decoded {
+            pieces: VecDeque::new(),
+            stream: Some(stream),
+            stats,
+        })
     })
 }
 
@@ -504,7 +632,8 @@ pub extern "system" fn Java_io_epochguard_spark_Native_decodeBytes<'l>(
 
 /// `int next(long handle, long arrowArray, long arrowSchema)`: moves the next batch, as a struct
 /// array, into the C Data Interface structs at those addresses; its row count, -1 when done, -2 when
-/// the next piece is a problem (take it with `problem`).
+/// the next piece is a problem (take it with `problem`). `arrowSchema` 0: the array alone (the JVM
+/// imports a reader's schema once and loads later batches into the same vectors).
 #[no_mangle]
 pub extern "system" fn Java_io_epochguard_spark_Native_next<'l>(
     mut env: JNIEnv<'l>,
@@ -514,11 +643,17 @@ pub extern "system" fn Java_io_epochguard_spark_Native_next<'l>(
     schema: jlong,
 ) -> jint {
     guarded(&mut env, -1, |_| {
-        if handle == 0 || array == 0 || schema == 0 {
+        if handle == 0 || array == 0 {
             return Err(Error::invalid("next: null handle or address"));
         }
         // SAFETY: `handle` came from `decode` and has not been closed (the Java reader owns it).
         let decoded = unsafe { &mut *(handle as *mut Decoded) };
+        if let Some(stream) = decoded.stream.as_mut() {
+            while decoded.pieces.is_empty() && !stream.runs.is_empty() {
+                let batches = stream.next_window(&mut decoded.stats)?;
+                decoded.pieces.extend(batches.into_iter().map(Piece::Batch));
+            }
+        }
         let batch = match decoded.pieces.front() {
             None => return Ok(-1),
             Some(Piece::Problem(..)) => return Ok(-2),
@@ -535,7 +670,9 @@ pub extern "system" fn Java_io_epochguard_spark_Native_next<'l>(
         // empty (released); writing moves ownership of the buffers to the importer, which releases them.
         unsafe {
             std::ptr::write(array as *mut FFI_ArrowArray, ffi_array);
-            std::ptr::write(schema as *mut FFI_ArrowSchema, ffi_schema);
+            if schema != 0 {
+                std::ptr::write(schema as *mut FFI_ArrowSchema, ffi_schema);
+            }
         }
         Ok(rows)
     })

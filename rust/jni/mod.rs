@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use arrow_array::ffi::{to_ffi, FFI_ArrowArray, FFI_ArrowSchema};
 use std::sync::Arc;
@@ -27,6 +27,7 @@ use jni::sys::{jboolean, jint, jlong, jlongArray, JNI_TRUE};
 use jni::JNIEnv;
 
 use crate::file::InputFile;
+use crate::offset_index;
 use crate::records::arrow::{ArrowBuilder, Column};
 use crate::records::batch::{i32_at, BatchHeader, Frame, LOG_OVERHEAD};
 use crate::records::headers::scan_headers;
@@ -147,7 +148,7 @@ struct Stream {
 
 impl Stream {
     fn new(
-        file: InputFile,
+        (path, file): (&Path, InputFile),
         (start, end): (u64, u64),
         columns: &str,
         (opts, bounds): (DecodeOptions, Bounds),
@@ -156,7 +157,7 @@ impl Stream {
         let runs = if bounds.is_all() {
             VecDeque::from([(start, end)])
         } else {
-            kept_runs(Src::File(&file), start, end, bounds, stats)?.into()
+            indexed_runs((path, &file), (start, end), bounds, stats)?.into()
         };
         Ok(Stream {
             file,
@@ -340,6 +341,50 @@ fn decode(
     })
 }
 
+/// `kept_runs` of the part of `[start, end)` that the segment's offset index (`crate::offset_index`)
+/// says holds the offset bounds, when there is an index and the headers found there agree (the
+/// first batch starts at or below the lower bound, the last ends at or above the upper one); else
+/// of the whole range. With an index, a 1% offset range of a 1 GiB segment reads a few headers, not
+/// every batch's.
+fn indexed_runs(
+    (path, file): (&Path, &InputFile),
+    (start, end): (u64, u64),
+    bounds: Bounds,
+    stats: &mut Stats,
+) -> Result<Vec<(u64, u64)>> {
+    let (lo, hi) = bounds.offset;
+    let base = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.parse::<i64>().ok());
+    if let (Some(base), false) = (base, bounds.offset == Bounds::ALL.offset) {
+        let entries = offset_index::read_beside(path);
+        let (from, until) =
+            offset_index::range_for(&entries, lo.saturating_sub(base), hi.saturating_sub(base));
+        let (from, to) = (
+            from.clamp(start, end),
+            until.map_or(end, |u| u.clamp(start, end)),
+        );
+        if (from, to) != (start, end) {
+            let mut narrowed = Stats::default();
+            if let Ok(headers) = Src::File(file).headers(from, to) {
+                let first_ok =
+                    from == start || headers.first().is_some_and(|h| h.base_offset <= lo);
+                let last_ok = to == end
+                    || headers.last().is_some_and(|h| {
+                        h.base_offset.saturating_add(i64::from(h.last_offset_delta)) >= hi
+                    });
+                if first_ok && last_ok {
+                    let runs = runs_of(&headers, bounds, &mut narrowed);
+                    stats.batches_skipped += narrowed.batches_skipped;
+                    return Ok(runs);
+                }
+            }
+        }
+    }
+    kept_runs(Src::File(file), start, end, bounds, stats)
+}
+
 /// The runs of adjacent batches of `[start, end)` whose headers the bounds let through (one small
 /// positioned read a batch); the others are counted as skipped.
 fn kept_runs(
@@ -349,8 +394,12 @@ fn kept_runs(
     bounds: Bounds,
     stats: &mut Stats,
 ) -> Result<Vec<(u64, u64)>> {
+    Ok(runs_of(&src.headers(start, end)?, bounds, stats))
+}
+
+fn runs_of(headers: &[BatchHeader], bounds: Bounds, stats: &mut Stats) -> Vec<(u64, u64)> {
     let mut runs: Vec<(u64, u64)> = Vec::new();
-    for h in &src.headers(start, end)? {
+    for h in headers {
         let (at, until) = (
             h.file_position,
             h.file_position + u64::from(h.size_in_bytes),
@@ -364,7 +413,7 @@ fn kept_runs(
             _ => runs.push((at, until)),
         }
     }
-    Ok(runs)
+    runs
 }
 
 /// The record batches of `[start, end)` and its partial tail (with `opts.allow_partial_tail`).
@@ -600,7 +649,14 @@ pub extern "system" fn Java_io_epochguard_spark_Native_decode<'l>(
             )?);
         }
         let mut stats = Stats::default();
-        let stream = Stream::new(file, (start, end), &columns, (opts, bounds), &mut stats)?;
+        let path = PathBuf::from(&path);
+        let stream = Stream::new(
+            (&path, file),
+            (start, end),
+            &columns,
+            (opts, bounds),
+            &mut stats,
+        )?;
         handle(Decoded {
             pieces: VecDeque::new(),
             stream: Some(stream),

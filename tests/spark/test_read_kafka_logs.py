@@ -17,7 +17,7 @@ from epochguard.spark import decode_batches, read_kafka_logs
 from epochguard.spark.listing import list_log_dirs
 from epochguard.spark.logs import pack_tasks, plan_chunks
 
-from .fronts import FRONTS, JVM, PYTHON, read, require_jvm
+from .fronts import FRONTS, JVM, read, require_jvm
 from .kafka_logs import Replica, records, write_log_dir
 
 SEGMENTS = Path("/work/shared/kafka-segments")

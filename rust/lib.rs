@@ -7,6 +7,7 @@ pub mod divergence;
 pub mod epoch_cache;
 pub mod error;
 pub mod file;
+pub mod offset_index;
 pub mod records;
 #[cfg(feature = "wire")]
 pub mod wire;

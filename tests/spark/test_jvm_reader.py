@@ -154,3 +154,32 @@ def test_hadoop_filesystem_paths_read_as_local_ones(spark, log_dir) -> None:
     assert sorted(r.offset for r in rows) == list(range(42, 47))
     assert (delta["batches_decoded"], delta["batches_skipped"]) == (1, BATCHES - 1)
     assert remote.count() == BATCHES * PER_BATCH  # not from headers for such paths yet: decoded
+
+
+def test_an_offset_range_reads_only_the_headers_the_offset_index_points_at(spark, log_dir, tmp_path: Path) -> None:
+    """With Kafka's `.index` beside a segment (an entry per batch here: its last offset relative to the
+    segment's base, its position; then the zeros of a preallocated index), a filter on an offset range
+    reads the headers of the batches the index points at, not the segment's every header. An index
+    that points where no batch starts is ignored: the same rows, from a scan of every header."""
+    import shutil
+
+    from epochguard import _core
+
+    copy = tmp_path / "indexed"
+    shutil.copytree(log_dir, copy)
+    segment = copy / "t-0" / f"{0:020d}.log"
+    positions = [p for p, *_ in _core.batch_index(str(segment))]
+    entries = [(b * PER_BATCH + PER_BATCH - 1, p) for b, p in enumerate(positions)] + [(0, 0)] * 4
+    index = segment.with_suffix(".index")
+    index.write_bytes(b"".join(struct.pack(">ii", r, p) for r, p in entries))
+    where = "offset >= 142 AND offset < 147"
+
+    def run() -> list[int]:
+        return sorted(r.offset for r in spark.read.format("kafka-log").load(str(copy)).where(where).select("offset").collect())
+
+    rows, delta = _delta(spark, run)
+    assert rows == list(range(142, 147))
+    assert (delta["batches_decoded"], delta["batches_skipped"]) == (1, 1)  # batches 13 and 14 of 20
+    index.write_bytes(b"".join(struct.pack(">ii", r, p + 5) for r, p in entries[:20]))  # mid-batch positions
+    rows, delta = _delta(spark, run)
+    assert rows == list(range(142, 147)) and (delta["batches_decoded"], delta["batches_skipped"]) == (1, 19)

@@ -1,5 +1,6 @@
-"""read_kafka_logs against real broker-written segments and against log dirs written by an
-independent encoder (kafka-python) and by the core's own."""
+"""Reading log directories against real broker-written segments and against log dirs written by an
+independent encoder (kafka-python) and by the core's own: each read test runs on every front (`front`:
+read_kafka_logs, the JVM ``kafka-log`` reader and the Python source ``kafka-log-python``, see fronts.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from epochguard.spark import decode_batches, read_kafka_logs
 from epochguard.spark.listing import list_log_dirs
 from epochguard.spark.logs import pack_tasks, plan_chunks
 
+from .fronts import FRONTS, JVM, read, require_jvm
 from .kafka_logs import Replica, records, write_log_dir
 
 SEGMENTS = Path("/work/shared/kafka-segments")
@@ -37,6 +39,11 @@ def ldi_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(params=FRONTS)
+def front(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 def _digest(b64: str | None) -> str | None:
     return None if b64 is None else hashlib.sha256(base64.b64decode(b64)).hexdigest()
 
@@ -45,8 +52,8 @@ def _sha(value: bytes | None) -> str | None:
     return None if value is None else hashlib.sha256(value).hexdigest()
 
 
-def test_real_segments_match_the_independent_decode(spark, ldi_dir) -> None:
-    df = read_kafka_logs(spark, [str(ldi_dir)])
+def test_real_segments_match_the_independent_decode(spark, ldi_dir, front) -> None:
+    df = read(spark, front, [str(ldi_dir)])
     assert df.columns[:4] == ["broker", "topic", "partition", "segment"]
     rows = df.orderBy("topic", "offset").collect()
     for topic, name in EXPECTED.items():
@@ -80,8 +87,8 @@ def test_real_segments_match_the_independent_decode(spark, ldi_dir) -> None:
     }
 
 
-def test_large_segments_split_into_batch_aligned_chunks_decode_the_same(spark, ldi_dir) -> None:
-    whole = read_kafka_logs(spark, [str(ldi_dir)]).orderBy(*KEYS).collect()
+def test_large_segments_split_into_batch_aligned_chunks_decode_the_same(spark, ldi_dir, front) -> None:
+    whole = read(spark, front, [str(ldi_dir)]).orderBy(*KEYS).collect()
     # __cluster_metadata's segment is ~360 KB: with 16 KB chunks it is cut at batch boundaries
     segment = ldi_dir / "__cluster_metadata-0" / f"{0:020d}.log"
     chunks = [c for c in plan_chunks(list(list_log_dirs([str(ldi_dir)]).segments), 16 << 10) if c.path == str(segment)]
@@ -92,7 +99,7 @@ def test_large_segments_split_into_batch_aligned_chunks_decode_the_same(spark, l
     # ... and its chunks spread over every core's task
     groups = pack_tasks(chunks, 1 << 30, 2)
     assert len(groups) == 2 and all(groups)
-    split = read_kafka_logs(spark, [str(ldi_dir)], chunk_bytes=16 << 10)
+    split = read(spark, front, [str(ldi_dir)], chunk_bytes=16 << 10)
     assert split.orderBy(*KEYS).collect() == whole
 
 
@@ -107,7 +114,7 @@ def test_hadoop_paths_read_through_binary_files(spark, ldi_dir) -> None:
     assert listed["TestTopicPatient"][1] == "B3_HiNPgSQ6oxG9ZZ6ED5A"
 
 
-def test_kafka_python_written_log_dirs_with_segments_and_compression(spark, tmp_path) -> None:
+def test_kafka_python_written_log_dirs_with_segments_and_compression(spark, tmp_path, front) -> None:
     replicas = [
         Replica(
             "plain",
@@ -118,7 +125,7 @@ def test_kafka_python_written_log_dirs_with_segments_and_compression(spark, tmp_
         Replica("plain", 1, [(5, records("q", 0, 50))], start_offset=1000),
     ]
     log_dir = write_log_dir(tmp_path, 7, replicas)
-    rows = read_kafka_logs(spark, [str(log_dir)]).orderBy("partition", "offset").collect()
+    rows = read(spark, front, [str(log_dir)]).orderBy("partition", "offset").collect()
     assert [(r.partition, r.offset, r.leader_epoch, r.key, r.value) for r in rows] == [
         (r.partition, o, e, k, v) for r in replicas for o, e, k, v in r.records
     ]
@@ -128,7 +135,7 @@ def test_kafka_python_written_log_dirs_with_segments_and_compression(spark, tmp_
 
 
 @pytest.mark.parametrize("compression", [1, 3, 4], ids=["gzip", "lz4", "zstd"])
-def test_compressed_batches_from_kafka_python(spark, tmp_path, compression) -> None:
+def test_compressed_batches_from_kafka_python(spark, tmp_path, compression, front) -> None:
     from .kafka_logs import kafka_python_batch
 
     part = tmp_path / "broker-2" / "z-0"
@@ -137,18 +144,18 @@ def test_compressed_batches_from_kafka_python(spark, tmp_path, compression) -> N
         records("y" * 20, 40, 5), 40, 4, compression
     )
     (part / f"{0:020d}.log").write_bytes(data)
-    rows = read_kafka_logs(spark, [str(tmp_path / "broker-2")]).orderBy("offset").collect()
+    rows = read(spark, front, [str(tmp_path / "broker-2")]).orderBy("offset").collect()
     assert [(r.offset, r.leader_epoch, r.value) for r in rows] == [
         (i, 3 if i < 40 else 4, f"{'z' * 20 if i < 40 else 'y' * 20}-{i}".encode()) for i in range(45)
     ]
 
 
-def test_core_encoded_log_dirs_round_trip(spark, tmp_path) -> None:
+def test_core_encoded_log_dirs_round_trip(spark, tmp_path, front) -> None:
     if not hasattr(_core, "encode_batch"):
         pytest.skip("core encoder not built")
     replicas = [Replica("enc", 0, [(0, records("e", 0, 10)), (2, records("e", 10, 5))], segment_records=10)]
     log_dir = write_log_dir(tmp_path, 4, replicas, writer="core")
-    rows = read_kafka_logs(spark, [str(log_dir)]).orderBy("offset").collect()
+    rows = read(spark, front, [str(log_dir)]).orderBy("offset").collect()
     assert [(r.offset, r.leader_epoch, r.key, r.value) for r in rows] == [
         (o, e, k, v) for o, e, k, v in replicas[0].records
     ]
@@ -180,7 +187,7 @@ def test_listing_skips_folders_kafka_is_deleting(tmp_path) -> None:
     assert [(r.topic, r.partition, [s.base_offset for s in r.segments]) for r in listing.replicas] == [("t", 0, [0])]
 
 
-def test_corrupt_batch_is_reported_and_decoding_resumes_after_it(spark, tmp_path) -> None:
+def test_corrupt_batch_is_reported_and_decoding_resumes_after_it(spark, tmp_path, front) -> None:
     replica = Replica("c", 0, [(0, records("a", 0, 3)), (0, records("a", 3, 3)), (0, records("a", 6, 3))])
     log_dir = write_log_dir(tmp_path, 1, [replica])
     segment = log_dir / "c-0" / f"{0:020d}.log"
@@ -188,7 +195,7 @@ def test_corrupt_batch_is_reported_and_decoding_resumes_after_it(spark, tmp_path
     second = 12 + int.from_bytes(data[8:12], "big")
     data[second + 65] ^= 0x55  # a record byte of the second batch: its CRC fails
     segment.write_bytes(bytes(data) + data[:20])  # and a cut-off batch at the end
-    df = read_kafka_logs(spark, [str(log_dir)], with_errors=True)
+    df = read(spark, front, [str(log_dir)], with_errors=True)
     rows = df.orderBy("offset").collect()
     good = [r.offset for r in rows if r.error_reason is None]
     errors = sorted((r.path, r.error_position, r.error_reason) for r in rows if r.error_reason is not None)
@@ -196,15 +203,15 @@ def test_corrupt_batch_is_reported_and_decoding_resumes_after_it(spark, tmp_path
     assert [(p, pos) for p, pos, _ in errors] == [(str(segment), second), (str(segment), len(data))]
     assert "skipped the batch at" in errors[0][2] and "incomplete" in errors[1][2]
     with pytest.raises(Exception, match=r"(?i)crc|corrupt"):
-        read_kafka_logs(spark, [str(log_dir)]).collect()
+        read(spark, front, [str(log_dir)]).collect()
 
 
-def test_partial_tail_is_reported_not_dropped(spark, tmp_path) -> None:
+def test_partial_tail_is_reported_not_dropped(spark, tmp_path, front) -> None:
     log_dir = write_log_dir(tmp_path, 1, [Replica("p", 0, [(0, records("a", 0, 2)), (0, records("a", 2, 2))])])
     segment = log_dir / "p-0" / f"{0:020d}.log"
     data = segment.read_bytes()
     segment.write_bytes(data[:-10])  # the last batch was cut mid-write
-    rows = read_kafka_logs(spark, [str(log_dir)], with_errors=True).collect()
+    rows = read(spark, front, [str(log_dir)], with_errors=True).collect()
     assert sorted(r.offset for r in rows if r.error_reason is None) == [0, 1]
     [error] = [r for r in rows if r.error_reason is not None]
     first_batch = 12 + int.from_bytes(data[8:12], "big")
@@ -228,12 +235,12 @@ def test_decode_batches_on_a_binary_column(spark) -> None:
     assert decode_batches(df, "bytes").columns[0] == "name"
 
 
-def test_projected_read_matches_the_full_read(spark, ldi_dir, tmp_path) -> None:
+def test_projected_read_matches_the_full_read(spark, ldi_dir, tmp_path, front) -> None:
     """A projection (location, record and computed columns, in any order) holds the same values as
     the full read, on real segments and on a corrupt one read with errors."""
     from pyspark.sql import functions as F
 
-    full = read_kafka_logs(spark, [str(ldi_dir)]).select(
+    full = read(spark, front, [str(ldi_dir)]).select(
         "offset",
         "topic",
         F.length("value").alias("value_length"),
@@ -242,21 +249,21 @@ def test_projected_read_matches_the_full_read(spark, ldi_dir, tmp_path) -> None:
         "leader_epoch",
     )
     columns = ["offset", "topic", "value_length", "key_length", "headers_count", "leader_epoch"]
-    projected = read_kafka_logs(spark, [str(ldi_dir)], columns=columns)
+    projected = read(spark, front, [str(ldi_dir)], columns=columns)
     assert projected.columns == columns
     assert projected.orderBy("topic", "offset").collect() == full.orderBy("topic", "offset").collect()
-    digests = read_kafka_logs(spark, [str(ldi_dir)], columns=["record_digest"]).collect()
+    digests = read(spark, front, [str(ldi_dir)], columns=["record_digest"]).collect()
     assert len(digests) == full.count() and len({r.record_digest for r in digests}) > 1
-    with pytest.raises(ValueError, match="unknown"):
-        read_kafka_logs(spark, [str(ldi_dir)], columns=["offset", "nope"])
+    with pytest.raises(Exception, match="unknown"):
+        read(spark, front, [str(ldi_dir)], columns=["offset", "nope"]).collect()
 
 
-def test_projected_read_with_errors_keeps_the_error_columns(spark, tmp_path) -> None:
+def test_projected_read_with_errors_keeps_the_error_columns(spark, tmp_path, front) -> None:
     replica = Replica("c", 0, [(0, records("a", 0, 3)), (0, records("a", 3, 3))])
     log_dir = write_log_dir(tmp_path, 1, [replica])
     segment = log_dir / "c-0" / f"{0:020d}.log"
     segment.write_bytes(segment.read_bytes()[:-4])  # the second batch is cut off
-    rows = read_kafka_logs(spark, [str(log_dir)], columns=["offset", "value_length"], with_errors=True).collect()
+    rows = read(spark, front, [str(log_dir)], columns=["offset", "value_length"], with_errors=True).collect()
     assert rows[0].__fields__ == ["offset", "value_length", "path", "error_position", "error_reason"]
     assert sorted(r.offset for r in rows if r.error_reason is None) == [0, 1, 2]
     assert [r.path for r in rows if r.error_reason is not None] == [str(segment)]
@@ -289,3 +296,28 @@ def test_meta_properties_version_decides_the_broker_id(tmp_path) -> None:
     (log_dir / "meta.properties").write_text("version=1\nnode.id=eight\ncluster.id=c\n")
     listing = list_log_dirs([str(log_dir)])  # malformed: an error row, the id from the folder name
     assert listing.replicas[0].broker == 5 and "line 2" in listing.errors[0].reason
+
+
+def test_the_jvm_reader_lists_log_dirs_as_the_python_listing(spark, tmp_path) -> None:
+    """The JVM reader lists log dirs in Java (tools/kafka-log-reader Listing.java): the same broker ids
+    as list_log_dirs (meta.properties by Kafka's version rules, else the folder name) and the same
+    folders and files skipped."""
+    require_jvm(spark)
+    metas = {
+        "v1": "version=1\ncluster.id=c\nnode.id=8\nbroker.id=9\n",  # node.id
+        "v0": "version=0\nnode.id=8\nbroker.id=9\n",  # broker.id
+        "bad": "version=1\nnode.id=eight\ncluster.id=c\n",  # malformed: the folder name's 5
+        "v1-no-cluster": "version=1\nnode.id=8\n",  # malformed too: 6
+    }
+    dirs = []
+    for (name, meta), folder_id in zip(metas.items(), (1, 2, 5, 6), strict=True):
+        log_dir = write_log_dir(tmp_path / name, folder_id, [Replica("t", 0, [(0, records("x", 0, 1))])])
+        (log_dir / "meta.properties").write_text(meta)
+        dirs.append(str(log_dir))
+    (Path(dirs[0]) / "t-1.0123abcd-delete").mkdir()
+    (Path(dirs[0]) / "t-0" / f"{5:020d}.log.deleted").write_bytes(b"junk")
+    (Path(dirs[0]) / "t-0" / "foo.log").write_bytes(b"not a segment")
+    python = [(r.broker, r.topic, r.partition, [s.base_offset for s in r.segments]) for r in list_log_dirs(dirs).replicas]
+    assert [b for b, *_ in python] == [8, 9, 5, 6]
+    jvm = read(spark, JVM, dirs).select("broker", "topic", "partition", "segment").distinct().collect()
+    assert sorted(tuple(r) for r in jvm) == sorted((b, t, p, s) for b, t, p, segments in python for s in segments)

@@ -22,8 +22,10 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /** Readers of one input partition: columnar batches of Arrow vectors the Rust decoder filled
- *  (moved over the C Data Interface, no copy), the location columns as constants; or, with
- *  aggregates pushed, one row of partial COUNT(*)/min/max(offset) from the batch headers. */
+ *  (moved over the C Data Interface, no copy; a window of a segment at a time, decoded as Spark asks
+ *  for it), the location columns as constants; or, with aggregates pushed, one row of partial
+ *  COUNT(*)/min/max(offset) from the batch headers. A reader imports its Arrow schema once and loads
+ *  every later batch into the same vectors, read by the same {@link ArrowColumnVector}s. */
 final class KafkaLogReaderFactory implements PartitionReaderFactory {
   private final Options options;
   private final String[] columns;
@@ -65,7 +67,8 @@ final class KafkaLogReaderFactory implements PartitionReaderFactory {
     private final String decodeColumns;
     private KafkaLogScan.Chunk chunk;
     private long handle;
-    private VectorSchemaRoot root;
+    private VectorSchemaRoot root; // the reader's vectors, imported with the first batch, reloaded by the next
+    private ArrowColumnVector[] arrow; // over root's vectors, by output column (null for a location column)
     private final List<ColumnVector> constants = new ArrayList<>();
     private ColumnarBatch batch;
     private long decoded;
@@ -98,15 +101,10 @@ final class KafkaLogReaderFactory implements PartitionReaderFactory {
                   Options.DEFAULT_MAX_DECOMPRESSED, kept, options.withErrors)
               : Native.decode(chunk.segment().path(), chunk.start(), chunk.end(), decodeColumns,
                   options.verifyCrc, Options.DEFAULT_MAX_DECOMPRESSED, kept, options.withErrors);
-          long[] stats = Native.stats(handle);
-          decoded += stats[0];
-          skipped += stats[1];
-          KafkaLogMetrics.BATCHES_DECODED.addAndGet(stats[0]);
-          KafkaLogMetrics.BATCHES_SKIPPED.addAndGet(stats[1]);
         }
         try (ArrowArray array = ArrowArray.allocateNew(allocator);
-             ArrowSchema schema = ArrowSchema.allocateNew(allocator)) {
-          int rows = Native.next(handle, array.memoryAddress(), schema.memoryAddress());
+             ArrowSchema schema = root == null ? ArrowSchema.allocateNew(allocator) : null) {
+          int rows = Native.next(handle, array.memoryAddress(), schema == null ? 0 : schema.memoryAddress());
           if (rows == -2) {
             String problem = Native.problem(handle);
             int space = problem.indexOf(' ');
@@ -115,11 +113,20 @@ final class KafkaLogReaderFactory implements PartitionReaderFactory {
             return true;
           }
           if (rows < 0) {
-            Native.close(handle);
-            handle = 0;
+            closeHandle();
             continue;
           }
-          root = Data.importVectorSchemaRoot(allocator, array, schema, null);
+          if (root == null) {
+            root = Data.importVectorSchemaRoot(allocator, array, schema, null);
+            arrow = new ArrowColumnVector[columns.length];
+            for (int i = 0; i < columns.length; i++) {
+              if (Schemas.isRecordColumn(columns[i])) {
+                arrow[i] = new ArrowColumnVector(root.getVector(columns[i]));
+              }
+            }
+          } else {
+            Data.importIntoVectorSchemaRoot(allocator, array, root, null);
+          }
           batch = new ColumnarBatch(vectors(rows), rows);
           return true;
         }
@@ -130,7 +137,7 @@ final class KafkaLogReaderFactory implements PartitionReaderFactory {
       ColumnVector[] out = new ColumnVector[columns.length];
       for (int i = 0; i < columns.length; i++) {
         String c = columns[i];
-        out[i] = Schemas.isRecordColumn(c) ? new ArrowColumnVector(root.getVector(c)) : constant(c, rows, null, null);
+        out[i] = arrow[i] != null ? arrow[i] : constant(c, rows, null, null);
       }
       return out;
     }
@@ -181,11 +188,18 @@ final class KafkaLogReaderFactory implements PartitionReaderFactory {
       return batch;
     }
 
+    /** Adds what the decode of the chunk did to the metrics, and frees it. */
+    private void closeHandle() {
+      long[] stats = Native.stats(handle);
+      decoded += stats[0];
+      skipped += stats[1];
+      KafkaLogMetrics.BATCHES_DECODED.addAndGet(stats[0]);
+      KafkaLogMetrics.BATCHES_SKIPPED.addAndGet(stats[1]);
+      Native.close(handle);
+      handle = 0;
+    }
+
     private void releaseBatch() {
-      if (root != null) {
-        root.close();
-        root = null;
-      }
       for (ColumnVector v : constants) {
         v.close();
       }
@@ -202,8 +216,11 @@ final class KafkaLogReaderFactory implements PartitionReaderFactory {
     public void close() {
       releaseBatch();
       if (handle != 0) {
-        Native.close(handle);
-        handle = 0;
+        closeHandle();
+      }
+      if (root != null) {
+        root.close(); // closes the vectors the ArrowColumnVectors read
+        root = null;
       }
       allocator.close();
     }

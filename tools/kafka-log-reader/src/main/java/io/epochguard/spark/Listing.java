@@ -166,17 +166,27 @@ final class Listing {
     return out;
   }
 
+  /** Kafka's rules, as epochguard.storage.logdir_format.parse_meta_properties reads them: version
+   *  (default 0) 0 takes the id from {@code broker.id}, version 1 from {@code node.id} (with
+   *  {@code cluster.id}); the other key is ignored. A file that breaks them (an unknown version, a
+   *  missing or non-numeric id) leaves the folder name's trailing number to tell, as in the Python
+   *  listing (which also reports it as a listing error). */
   static int brokerId(String dir, byte[] metaProperties) {
     if (metaProperties != null) {
       Properties props = new Properties();
       try (Reader r = new InputStreamReader(new ByteArrayInputStream(metaProperties), StandardCharsets.UTF_8)) {
         props.load(r);
-        String id = props.getProperty("node.id", props.getProperty("broker.id"));
+        int version = Integer.parseInt(props.getProperty("version", "0").trim());
+        String id = switch (version) {
+          case 0 -> props.getProperty("broker.id");
+          case 1 -> props.getProperty("cluster.id") == null ? null : props.getProperty("node.id");
+          default -> null;
+        };
         if (id != null) {
           return Integer.parseInt(id.trim());
         }
       } catch (IOException | NumberFormatException e) {
-        // as the Python listing: a malformed meta.properties leaves the folder name to tell
+        // malformed: the folder name tells
       }
     }
     String name = dir.substring(dir.lastIndexOf('/') + 1);

@@ -33,8 +33,10 @@ public final class Native {
   static native long decodeBytes(java.nio.ByteBuffer direct, long base, String columns, boolean verifyCrc,
                                  long maxDecompressedSize, long[] bounds, boolean withErrors);
 
-  /** Moves the next batch (a struct array) into the C Data Interface structs at those addresses;
-   *  its rows, -1 when there is none left, -2 when the next piece is a problem ({@link #problem}). */
+  /** Moves the next batch (a struct array) into the C Data Interface structs at those addresses
+   *  ({@code arrowSchema} 0: the array alone, for a reader that has the schema); its rows, -1 when
+   *  there is none left, -2 when the next piece is a problem ({@link #problem}). Decodes the next
+   *  window of the range when none is left decoded. */
   static native int next(long handle, long arrowArray, long arrowSchema);
 
   /** With {@code withErrors}: the problem {@link #next} announced, "byte-position reason". */

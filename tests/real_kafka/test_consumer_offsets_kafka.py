@@ -49,7 +49,7 @@ def offsets_topic(kafka_cluster: KafkaCluster) -> KafkaCluster:
         producer.flush(60)
     finally:
         producer.close()
-    c.admin().delete_records({kafka.TopicPartition(TOPIC, 0): 4}, timeout_ms=60_000)
+    c.delete_records(TOPIC, 0, 4)
     return c
 
 

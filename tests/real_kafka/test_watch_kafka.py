@@ -166,7 +166,9 @@ def audit_lost(c: KafkaCluster, topic: str, dest: Path, old_leader: int) -> list
     assert result.error_count == 0
     (hw,) = [r.high_watermark for r in result.replicas if r.topic == topic and r.broker == old_leader]
     assert hw is not None
-    return sorted(r["offset"] for r in result.tables["lost_records"].to_pylist()
+    lost = result.arrow("lost_records")  # the local path: no Spark
+    assert lost is not None
+    return sorted(r["offset"] for r in lost.to_pylist()
                   if r["topic"] == topic and r["broker"] == old_leader and r["kind"] == "lost" and r["offset"] < hw)
 
 

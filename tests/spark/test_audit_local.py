@@ -93,8 +93,13 @@ def test_a_budget_below_one_window_hands_the_audit_to_spark(spark, tmp_path) -> 
     least = max(w.size for w in windows(_divergent(dirs, first.replicas), first.replicas, 1))
     found, jobs = _in_spark(spark, "fallback", lambda: audit(spark, dirs, out=None, local_bytes=least - 1))
     assert jobs != [] and found.lost_count == 105
+    assert found.arrow("lost_records") is None  # only Spark holds it
     found, jobs = _in_spark(spark, "fits", lambda: audit(spark, dirs, out=None, local_bytes=least))
     assert jobs == [] and found.lost_count == 105
+    # The driver streamed it to Parquet: read back without Spark, the records the count names.
+    lost = found.arrow("lost_records")
+    assert lost is not None and lost.num_rows == 105
+    assert sorted(lost["offset"].to_pylist()) == sorted([*range(30, 90), *range(30, 75)])
 
 
 def test_a_batch_unreadable_in_a_window_is_one_error_row(spark, tmp_path) -> None:

@@ -462,6 +462,15 @@ class KafkaCluster:
         self.wait_partition(topic, partition, lambda s: s.replicas == order,
                             f"{topic}-{partition} replicas {list(order)}")
 
+    def delete_records(self, topic: str, partition: int, before: int) -> None:
+        """DeleteRecords: the log start offset raised to `before` (safe to repeat). Through a new admin if
+        the last one's broker registry is stale (a test before stopped and started brokers:
+        "UnknownBrokerIdError: 1" for the partition's leader)."""
+        from kafka import TopicPartition as KafkaTopicPartition
+
+        self._admin_retry(lambda admin: admin.delete_records({KafkaTopicPartition(topic, partition): before},
+                                                             timeout_ms=60000), "DeleteRecords")
+
     def _admin_retry(self, call: Callable[[Any], Any], what: str) -> Any:
         """A request to the controller: kafka-python's admin keeps the controller id (in KRaft a broker that
         forwards) it first learnt, and fails while that broker is down; a new admin asks again."""

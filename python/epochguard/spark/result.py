@@ -111,6 +111,17 @@ class AuditResult:
                 self.frames[name] = arrow_frame(resolve(self.spark), self.tables[name])
         return self.frames[name]
 
+    def arrow(self, name: str) -> pa.Table | None:
+        """The table `name` as Arrow when the driver holds or wrote it (the local path), read without
+        Spark; None when only Spark has it (`frame` then)."""
+        if name in self.tables:
+            return self.tables[name]
+        if name in self.files:
+            import pyarrow.parquet as pq
+
+            return pq.read_table(self.files[name])
+        return None
+
     @property
     def partitions(self) -> DataFrame:
         return _present(self.frame("partitions"))

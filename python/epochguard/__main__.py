@@ -1,4 +1,4 @@
-"""Command line: `epochguard simulate | audit | demo | serve | judge | compat | watch`. Each subcommand's
+"""Command line: `epochguard simulate | audit | demo | serve | judge | compat | watch | recover`. Each subcommand's
 arguments live with its subsystem (`epochguard.sim.cli`, `epochguard.spark.cli`, `epochguard.wire.cli`,
 `epochguard.ops.cli`), registered here by `build_parser`."""
 
@@ -8,9 +8,10 @@ import argparse
 import sys
 
 DESCRIPTION = """\
-Kafka's leader-epoch protocol (KIP-101, KIP-320), simulated and audited: run fault scenarios on a
-simulated cluster and check its invariants, or audit real broker log directories for the records an
-unclean leader election lost."""
+Kafka's leader-epoch protocol (KIP-101, KIP-320), simulated, audited and watched: run fault scenarios on
+a simulated cluster or serve it to real clients; on a live cluster, watch for unclean elections that lose
+committed records (from the wire alone, read-only), audit copies of the brokers' log directories for every
+lost record, and recover them into the topic, exactly once."""
 
 EPILOG = """\
 exit codes: 0 clean, 1 an invariant violation / divergence / lost record was found, 2 could not run.

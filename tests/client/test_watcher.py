@@ -508,6 +508,42 @@ def test_rewind_commits_the_divergence_point_for_an_empty_group_and_names_the_co
     assert not any(isinstance(r, OffsetCommitRequest) for _, r in c2.requests)
 
 
+def test_a_later_rewind_run_rewinds_from_the_state_only_groups_that_have_not_moved() -> None:
+    """The command an affected group's event names, run later with the state file. Wrong rules: forgetting
+    the affected groups between runs (the later run finds nothing to rewind); rewinding a group that resumed
+    since (re-delivering what it read after); rewinding groups the run was not asked for; rewinding an
+    active group; committing D without the epoch of the record before it."""
+    c = Cluster()
+    c.behind(10, 10)
+    c.committed = {"busy": {TP: (19, 0)}, "moved": {TP: (18, 0)}, "idle": {TP: (17, 0)}}
+    c.active = {"busy"}
+    w = watching(c, groups=["busy", "moved", "idle"])  # not asked to rewind
+    c.unclean_to_2()
+    assert sorted(e.group for e in run_round(w, c) if isinstance(e, GroupAffected)) == ["busy", "idle", "moved"]
+    assert sorted(u[:4] for u in w.positions()["unrepaired"]) == [
+        ["busy", "events", 0, 19], ["idle", "events", 0, 17], ["moved", "events", 0, 18]]
+    c.committed["moved"][TP] = (25, 1)  # resumed: it skipped [10, 18) and read on
+
+    w2 = Watcher(interval_ms=1000, bootstrap_nodes=(1, 2, 3), groups=["busy", "mov*"], rewind_groups=True)
+    w2.restore(w.positions())
+    events = run_round(w2, c)
+    assert [(e.group, e.rewound) for e in events if isinstance(e, GroupAffected)] == [("busy", False)]
+    warnings = [e.message for e in events if isinstance(e, WatchWarning)]
+    assert len(warnings) == 1 and "group moved" in warnings[0] and "committed 25 now" in warnings[0]
+    assert c.committed == {"busy": {TP: (19, 0)}, "moved": {TP: (25, 1)}, "idle": {TP: (17, 0)}}
+    assert sorted(u[0] for u in w2.positions()["unrepaired"]) == ["busy", "idle"]
+
+    c.active = set()  # the busy group's members stopped
+    w3 = Watcher(interval_ms=1000, bootstrap_nodes=(1, 2, 3), groups=None, rewind_groups=True)
+    w3.restore(w2.positions())
+    events = run_round(w3, c)
+    assert sorted((e.group, e.rewound) for e in events if isinstance(e, GroupAffected)) == [
+        ("busy", True), ("idle", True)]
+    assert c.committed == {"busy": {TP: (10, 0)}, "moved": {TP: (25, 1)}, "idle": {TP: (10, 0)}}
+    assert w3.positions().get("unrepaired") is None
+    assert run_round(w3, c) == []  # nothing left to do
+
+
 def test_the_watch_follows_only_the_topics_asked() -> None:
     c = Cluster({"events": 2, "orders-eu": 1, "orders-us": 1})
     w = watching(c, topics=["orders-*"])

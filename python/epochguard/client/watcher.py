@@ -237,6 +237,7 @@ class GroupAffected:
     detected_at: int
     rewound: bool = False
     note: str = ""  # why it was not rewound when asked (an active group: the command to run once stopped)
+    rewind_epoch: int = NO_EPOCH  # the epoch a rewind commits with D: the last epoch both logs share
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -309,7 +310,7 @@ class _Sent:
     group: str = ""
     broker: int = -1  # groups: the broker whose groups are listed
     truncations: tuple[Truncation, ...] = ()
-    rewinds: tuple[GroupAffected, ...] = ()
+    rewinds: tuple[GroupAffected, ...] = ()  # rewind: the commits sent; committed: an earlier run's, asked again
 
 
 @dataclass(slots=True)
@@ -328,6 +329,9 @@ class _GroupLookup:
     coordinator: int | None = None
     retry_round: int = -1
     to_rewind: list[GroupAffected] = field(default_factory=list)  # affected, not yet committed back to D
+    # Affected groups of an earlier run not yet rewound (`unrepaired` in the state), asked again under
+    # rewind_groups: rewound only if the committed offset is still the one found affected.
+    recheck: list[GroupAffected] = field(default_factory=list)
 
 
 class Watcher:
@@ -372,6 +376,9 @@ class Watcher:
         self._next_round_ms: int | None = None
         self.round_started_ms = 0
         self._lookups: dict[str, _GroupLookup] = {}
+        # Affected groups not rewound (not asked to, or refused: active members), by (group, topic, partition):
+        # kept in the state so that a later `--rewind-groups` run can still rewind them.
+        self.unrepaired: dict[tuple[str, str, int], GroupAffected] = {}
         self._due: list[PartitionWatch] = []  # partitions that may have a step this round
 
     # --- the driver's side -------------------------------------------------------------------------
@@ -502,6 +509,9 @@ class Watcher:
                for p in self.partitions.values() if p.lso_watch]
         if lso:
             state["lso"] = lso
+        if self.unrepaired:  # [group, topic, partition, committed, committed epoch, D, rewind epoch, detected at]
+            state["unrepaired"] = [[a.group, a.topic, a.partition, a.committed, a.committed_epoch, a.phantoms[0],
+                                    a.rewind_epoch, a.detected_at] for a in self.unrepaired.values()]
         return state
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -519,6 +529,14 @@ class Watcher:
             tp = TopicPartition(str(topic), int(partition))
             p = self.partitions.setdefault(tp, PartitionWatch(tp))
             p.lso_watch, p.lso, p.lso_since, p.lso_reported = True, int(lso), int(since), bool(reported)
+        for group, topic, partition, committed, committed_epoch, lost_from, epoch, detected in state.get(
+                "unrepaired", ()):
+            span = (int(lost_from), int(committed))
+            a = GroupAffected(str(group), str(topic), int(partition), int(committed), int(committed_epoch), span,
+                              span, int(detected), rewind_epoch=int(epoch))
+            self.unrepaired[(a.group, a.topic, a.partition)] = a
+            if self.rewind_groups and self._group_ok(a.group):
+                self._lookups.setdefault(a.group, _GroupLookup([])).recheck.append(a)
 
     # --- rounds --------------------------------------------------------------------------------------
     def _candidates(self) -> list[int]:
@@ -857,10 +875,12 @@ class Watcher:
                 out.append(self._send(lookup.coordinator, self._rewind_request(group, lookup.to_rewind),
                                       _Sent("rewind", group=group, rewinds=tuple(lookup.to_rewind))))
                 continue
-            tps = tuple(sorted({TopicPartition(t.topic, t.partition) for t in lookup.truncations}))
+            tps = tuple(sorted({TopicPartition(t.topic, t.partition) for t in lookup.truncations}
+                               | {TopicPartition(a.topic, a.partition) for a in lookup.recheck}))
             request = OffsetFetchRequest(group, tps)
             out.append(self._send(lookup.coordinator, request,
-                                  _Sent("committed", group=group, truncations=tuple(lookup.truncations))))
+                                  _Sent("committed", group=group, truncations=tuple(lookup.truncations),
+                                        rewinds=tuple(lookup.recheck))))
         return out
 
     def _rewind_request(self, group: str, affected: list[GroupAffected]) -> OffsetCommitRequest:
@@ -870,13 +890,9 @@ class Watcher:
         empty group (`ClassicGroup.validateOffsetCommit` / `ConsumerGroup.validateOffsetCommit`: a member epoch
         below 0 is accepted only while the group has no member), so an active group is refused there, never
         rewound under its members' feet."""
-        by_tp = {(t.topic, t.partition): t for lookup in self._lookups.values() for t in lookup.truncations}
-        parts = []
-        for a in affected:
-            t = by_tp.get((a.topic, a.partition))
-            epoch = t.divergent_epoch if t is not None else NO_EPOCH
-            parts.append(OffsetCommitPartition(a.topic, a.partition, a.phantoms[0], epoch,
-                                               "epochguard watch --rewind-groups: back to the divergence point"))
+        parts = [OffsetCommitPartition(a.topic, a.partition, a.phantoms[0], a.rewind_epoch,
+                                       "epochguard watch --rewind-groups: back to the divergence point")
+                 for a in affected]
         return OffsetCommitRequest(group, tuple(parts), generation_id_or_member_epoch=-1, member_id="")
 
     def _on_coordinator(self, sent: _Sent, response: FindCoordinatorResponse) -> None:
@@ -908,11 +924,25 @@ class Watcher:
             affected = GroupAffected(
                 sent.group, t.topic, t.partition, c.committed_offset, c.committed_leader_epoch,
                 (t.lost_from, c.committed_offset), (t.lost_from, c.committed_offset), now_ms,
+                rewind_epoch=t.divergent_epoch,
             )
             if self.rewind_groups:
                 lookup.to_rewind.append(affected)  # reported once the commit is answered
             else:
                 self._events.append(affected)
+                self.unrepaired[(affected.group, affected.topic, affected.partition)] = affected
+        for a in sent.rewinds:  # found affected by an earlier run, not rewound then
+            c = committed.get(TopicPartition(a.topic, a.partition))
+            if c is not None and c.committed_offset == a.committed:
+                lookup.to_rewind.append(a)
+                continue
+            del self.unrepaired[(a.group, a.topic, a.partition)]
+            now = "no committed offset any more" if c is None else f"committed {c.committed_offset} now"
+            self._warn(f"group {a.group} was found affected at {a.committed} and has {now}: it resumed (and "
+                       f"skipped [{a.phantoms[0]}, {a.committed})) or was reset since; not rewound to "
+                       f"{a.phantoms[0]}, which would re-deliver what it read after", now_ms,
+                       TopicPartition(a.topic, a.partition))
+        lookup.recheck = [a for a in lookup.recheck if a not in sent.rewinds]
         rewinding = {(a.topic, a.partition) for a in lookup.to_rewind}
         lookup.truncations = [t for t in lookup.truncations
                               if t not in sent.truncations or (t.topic, t.partition) in rewinding]
@@ -920,7 +950,7 @@ class Watcher:
 
     def _maybe_done(self, group: str) -> None:
         lookup = self._lookups.get(group)
-        if lookup is not None and not lookup.truncations and not lookup.to_rewind:
+        if lookup is not None and not lookup.truncations and not lookup.to_rewind and not lookup.recheck:
             del self._lookups[group]
 
     def _on_rewound(self, sent: _Sent, response: OffsetCommitResponse, now_ms: int) -> None:
@@ -935,9 +965,15 @@ class Watcher:
             error = errors.get((a.topic, a.partition), Errors.UNKNOWN_SERVER_ERROR)
             note = "" if error == Errors.NONE else (
                 "the group has active members: stop them, then run `epochguard watch --rewind-groups --once "
-                f"--group {a.group}`" if error in _ACTIVE_GROUP else f"the commit was refused: {error.name}")
-            self._events.append(GroupAffected(a.group, a.topic, a.partition, a.committed, a.committed_epoch,
-                                              a.phantoms, a.skips, now_ms, error == Errors.NONE, note))
+                f"--group {a.group}` with this watcher's --state (it keeps the group until then)"
+                if error in _ACTIVE_GROUP else f"the commit was refused: {error.name}")
+            result = GroupAffected(a.group, a.topic, a.partition, a.committed, a.committed_epoch, a.phantoms,
+                                   a.skips, now_ms, error == Errors.NONE, note, a.rewind_epoch)
+            self._events.append(result)
+            if result.rewound:
+                self.unrepaired.pop((a.group, a.topic, a.partition), None)
+            else:
+                self.unrepaired[(a.group, a.topic, a.partition)] = result
         done = {(a.topic, a.partition) for a in sent.rewinds}
         lookup.to_rewind = [a for a in lookup.to_rewind if (a.topic, a.partition) not in done]
         lookup.truncations = [t for t in lookup.truncations if (t.topic, t.partition) not in done]

@@ -196,7 +196,9 @@ def describe(event: WatchEvent) -> str:
                 f"{event.old_epoch} -> {event.new_epoch}, {replaced}; records above offset {event.lost_until} "
                 "(never seen committed by the watcher) are outside its sight: audit the brokers' disks for them")
     if isinstance(event, GroupAffected):
-        action = "rewound to the divergence point" if event.rewound else (event.note or "not rewound")
+        action = "rewound to the divergence point" if event.rewound else (event.note or (
+            f"not rewound; with --state, `--rewind-groups --once --group {event.group}` rewinds it later, once "
+            "its consumers are stopped"))
         return (f"[bold yellow]group-affected[/] {event.group} on {event.topic}-{event.partition}: committed "
                 f"{event.committed}, read the phantoms [{event.phantoms[0]}, {event.phantoms[1]}) and skips the "
                 f"replacements [{event.skips[0]}, {event.skips[1]}) unless its client validates ({action})")

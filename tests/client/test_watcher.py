@@ -497,6 +497,7 @@ def test_rewind_commits_the_divergence_point_for_an_empty_group_and_names_the_co
     assert affected["busy"].rewound is False and c.committed["busy"][TP] == (19, 0)
     assert "epochguard watch --rewind-groups --once --group busy" in affected["busy"].note
     assert affected["busy"].phantoms == (10, 19)
+    assert [u[:4] for u in w.positions()["unrepaired"]] == [["busy", "events", 0, 19]]  # for a later run
     # Without --rewind-groups the watcher writes nothing.
     c2 = Cluster()
     c2.behind(10, 10)

@@ -33,7 +33,7 @@ pa = pytest.importorskip("pyarrow", reason="pyarrow is not installed")
 pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is not installed")
 
 RECORDS = int(os.environ.get("EPOCHGUARD_BENCH_RECOVER_RECORDS", 1_000_000))
-ROUNDS = 3
+ROUNDS = int(os.environ.get("EPOCHGUARD_BENCH_RECOVER_ROUNDS", 3))
 VALUE = bytes(range(100))
 STAMP = 1_700_000_000_000
 

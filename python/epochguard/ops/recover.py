@@ -138,7 +138,7 @@ class Plan:
 
     def table(self, outcome: str) -> Any:
         """The lost records with this outcome (a table, in offset order)."""
-        return self.lost.filter(self.outcome == OUTCOMES.index(outcome))
+        return _keep(self.lost, self.outcome == OUTCOMES.index(outcome))
 
     def count(self, outcome: str) -> int:
         return int((self.outcome == OUTCOMES.index(outcome)).sum())
@@ -231,28 +231,56 @@ def lost_tables(table: Any) -> dict[TopicPartition, Any]:
                         ("key", None)):
         if name not in table.column_names:
             table = table.append_column(name, pa.nulls(n) if value is None else pa.array([value] * n))
-    table = table.filter(pc.and_(pc.equal(pc.fill_null(table["kind"], "lost"), "lost"),
+    for name in (*_ORIGIN, "broker"):
+        if table[name].null_count:
+            raise ValueError(f"lost_records: {table[name].null_count} rows without a {name}")
+    table = _keep(table, pc.and_(pc.equal(pc.fill_null(table["kind"], "lost"), "lost"),
                                  pc.invert(pc.fill_null(table["is_control"], False))))
-    table = table.select(_lost_schema().names).cast(_lost_schema())
-    table = table.set_column(9, "uncommitted", pc.fill_null(table["uncommitted"], False))
-    # in origin order, the lowest broker first: each origin's first row is the one kept
-    table = table.sort_by([(c, "ascending") for c in (*_ORIGIN, "broker")]).combine_chunks()
+    table = table.select(_lost_schema().names).cast(_lost_schema()).combine_chunks()
     if table.num_rows == 0:
         return {}
-    topics = pc.dictionary_encode(table["topic"]).combine_chunks()
+    table = table.set_column(9, "uncommitted", pc.fill_null(table["uncommitted"], False))
+    topics = table["topic"].combine_chunks().dictionary_encode()
     codes = topics.indices.to_numpy(zero_copy_only=False)
-    keys = [codes, *(table[c].to_numpy() for c in _ORIGIN[1:])]
+    keys = [codes, *(table[c].to_numpy() for c in (*_ORIGIN[1:], "broker"))]
+    # in origin order, the lowest broker first (topics in any order): each origin's first row is kept. An
+    # audit lists them in order already: then nothing is sorted or copied.
+    if not _ordered(keys):
+        order = np.lexsort(keys[::-1])
+        table, keys = table.take(pa.array(order)), [k[order] for k in keys]
+        codes = keys[0]
     new_origin = np.zeros(table.num_rows, bool)
     new_origin[0] = True
-    for column in keys:
+    for column in keys[:4]:
         new_origin[1:] |= column[1:] != column[:-1]
-    table = table.filter(pa.array(new_origin))
+    table = _keep(table, new_origin)
     codes, partitions = codes[new_origin], keys[1][new_origin]
     starts = np.flatnonzero(np.r_[True, (codes[1:] != codes[:-1]) | (partitions[1:] != partitions[:-1])])
     bounds = [*starts.tolist(), table.num_rows]
     names = topics.dictionary.to_pylist()
     return {TopicPartition(names[codes[a]], int(partitions[a])): table.slice(a, b - a)
             for a, b in itertools.pairwise(bounds)}
+
+
+def _keep(table: Any, mask: Any) -> Any:
+    """table.filter(mask), without a copy when the mask keeps every row."""
+    import numpy as np
+    import pyarrow as pa
+
+    mask = np.asarray(mask, bool)
+    return table if mask.all() else table.filter(pa.array(mask))
+
+
+def _ordered(keys: list[Any]) -> bool:
+    """Whether rows are in ascending order of `keys` (the first the most significant)."""
+    import numpy as np
+
+    tied = np.ones(len(keys[0]) - 1, bool)
+    for key in keys:
+        if (tied & (key[1:] < key[:-1])).any():
+            return False
+        tied &= key[1:] == key[:-1]
+    return True
 
 
 def lost_by_partition(rows: Iterable[Mapping[str, Any]] | Any) -> dict[TopicPartition, list[LostRecord]]:
@@ -481,18 +509,16 @@ class _Report:
     def add(self, outcome: Plan, new_topic: str, published: str, new_offsets: Any = None) -> None:
         """One partition's plan; `published`: the outcome name of the records to publish ("published",
         "would publish"), `new_offsets` their offsets now (in order)."""
-        import numpy as np
         import pyarrow as pa
 
         where = outcome.at.copy()
         if new_offsets is not None:
             where[outcome.outcome == _PUBLISH] = new_offsets
-        names = np.array([*OUTCOMES[:_PUBLISH], published], dtype=object)
+        names = pa.array([*OUTCOMES[:_PUBLISH], published], pa.string())
         n = outcome.lost.num_rows
         self.parts.append(pa.table({
-            **{c: outcome.lost[c] for c in self.NAMES[:5]},
-            "outcome": pa.array(names[outcome.outcome], pa.string()),
-            "new_topic": pa.array([new_topic] * n, pa.string()), "new_offset": pa.array(where, pa.int64())}))
+            **{c: outcome.lost[c] for c in self.NAMES[:5]}, "outcome": names.take(pa.array(outcome.outcome)),
+            "new_topic": pa.repeat(pa.scalar(new_topic), n), "new_offset": pa.array(where, pa.int64())}))
 
     def write(self, path: str) -> None:
         """Atomically: a temporary file renamed over it."""
@@ -588,19 +614,26 @@ def _publish(producer: Any, tp: TopicPartition, target: TopicPartition, records:
     if transactional:
         producer.begin_transaction()  # one transaction per partition: all of it or none is read
     cut = halt_after if 0 < halt_after < n else n
-    parts = [records.slice(0, cut), records.slice(cut)] if cut < n else [records]
-    offsets = []
-    for i, part in enumerate(parts):
-        sent = producer.send_arrow(target.topic, _arrow(part, target.partition))
-        offsets.append(sent.offsets(timeout_s).column("offset").to_numpy())  # once every batch is acknowledged
-        if i == 0 and len(parts) == 2:
+    # a chunk at a time: the producer sends one chunk's batches while the next is built and encoded (in
+    # order: one thread's send_arrow calls to a partition are written in call order)
+    bounds = sorted({*range(0, n, _CHUNK), cut, n})
+    sent = []
+    for start, stop in itertools.pairwise(bounds):
+        sent.append(producer.send_arrow(target.topic, _arrow(records.slice(start, stop - start), target.partition)))
+        if stop == cut < n:
+            for delivery in sent:
+                delivery.offsets(timeout_s)  # every record before the cut acknowledged
             _halt(tp, cut)
+    offsets = [delivery.offsets(timeout_s).column("offset").to_numpy() for delivery in sent]
     if transactional:
         producer.commit_transaction()
     else:
         producer.flush(timeout_s)
     log.info("%s -> %s: published %d records", tp, target, n)
     return np.concatenate(offsets)
+
+
+_CHUNK = 131_072  # rows a send_arrow call: about 16 MB of 100-byte records
 
 
 def _arrow(records: Any, partition: int) -> Any:
@@ -613,7 +646,7 @@ def _arrow(records: Any, partition: int) -> Any:
     records = records.combine_chunks()
     n = records.num_rows
     header = _header_type()
-    added = pa.StructArray.from_arrays([pa.array([PROVENANCE_HEADER] * n, pa.string()),
+    added = pa.StructArray.from_arrays([pa.repeat(pa.scalar(PROVENANCE_HEADER), n),
                                         pa.chunked_array(provenance_column(records)).combine_chunks()],
                                        fields=list(header))
     held = records["headers"].combine_chunks()
@@ -623,15 +656,18 @@ def _arrow(records: Any, partition: int) -> Any:
     flat = held.values.slice(offsets[0], offsets[-1] - offsets[0]).cast(header)
     offsets -= offsets[0]
     new_offsets = offsets + np.arange(n + 1)  # one more header a record: the provenance, last
-    is_added = np.zeros(int(new_offsets[-1]), bool)
-    is_added[new_offsets[1:] - 1] = True
-    order = np.empty(len(is_added), np.int64)
-    order[~is_added] = np.arange(len(flat))
-    order[is_added] = len(flat) + np.arange(n)
-    values = pa.concat_arrays([flat, added]).take(pa.array(order))
+    if len(flat) == 0:  # no record has headers of its own (the common case): the provenance alone
+        values = added
+    else:
+        is_added = np.zeros(int(new_offsets[-1]), bool)
+        is_added[new_offsets[1:] - 1] = True
+        order = np.empty(len(is_added), np.int64)
+        order[~is_added] = np.arange(len(flat))
+        order[is_added] = len(flat) + np.arange(n)
+        values = pa.concat_arrays([flat, added]).take(pa.array(order))
     headers = pa.ListArray.from_arrays(pa.array(new_offsets, pa.int32()), values)
     return pa.table({"key": records["key"], "value": records["value"], "headers": headers,
-                     "timestamp": records["timestamp"], "partition": pa.array([partition] * n, pa.int32())})
+                     "timestamp": records["timestamp"], "partition": pa.repeat(pa.scalar(partition, pa.int32()), n)})
 
 
 def _halt(tp: TopicPartition, count: int) -> None:

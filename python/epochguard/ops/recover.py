@@ -63,8 +63,7 @@ log = logging.getLogger(__name__)
 PROVENANCE_HEADER = "epochguard.recovered-from"
 # its value: topic/partition/offset/leader_epoch/broker, the numbers in decimal as Arrow casts them; a topic
 # may hold '/' (the numbers are the last four fields)
-_PROVENANCE = (rb"^(?P<topic>.+)/(?P<partition>-?[0-9]+)/(?P<offset>-?[0-9]+)/(?P<leader_epoch>-?[0-9]+)"
-               rb"/(?P<broker>-?[0-9]+)$")
+_PROVENANCE = rb"^.+/-?[0-9]+/-?[0-9]+/-?[0-9]+/-?[0-9]+$"
 _ORIGIN = ("topic", "partition", "offset", "leader_epoch")  # what identifies a record across replicas and runs
 
 Headers = tuple[tuple[str, bytes | None], ...]
@@ -306,9 +305,9 @@ def provenance_origins(values: Any) -> Any:
     import pyarrow.compute as pc
 
     values = pc.cast(values, pa.binary())
-    parts = pc.extract_regex(values, _PROVENANCE)  # null where it does not match
-    joined = pc.binary_join_element_wise(*(pc.struct_field(parts, c) for c in _ORIGIN), b"/")
-    return pc.if_else(pc.is_valid(parts), joined, pa.scalar(None, pa.binary()))
+    ours = pc.fill_null(pc.match_substring_regex(values, _PROVENANCE), False)
+    origins = pc.replace_substring_regex(values, rb"/-?[0-9]+$", b"", max_replacements=1)  # the broker off
+    return pc.if_else(ours, origins, pa.scalar(None, pa.binary()))
 
 
 def _origin_column(table: Any) -> Any:

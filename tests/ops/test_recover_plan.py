@@ -110,6 +110,18 @@ def test_null_keys_and_values_match_their_retried_copies_and_equal_values_with_o
     assert [r.offset for r in outcome.publish] == [3]
 
 
+def test_equal_records_take_their_copies_in_offset_order_and_a_null_header_value_is_not_an_empty_one() -> None:
+    h, ab = {"key": "h", "value": None}, {"key": "ab", "value": b"c"}
+    lost = lost_by_partition([row(o, b"same", headers=[h]) for o in (1, 2, 3)] + [row(4, b"e", headers=[h]),
+                                                                                 row(5, b"v", headers=[ab])])[TP]
+    present = [Present(20, b"k", b"same", (("h", None),)), Present(21, b"k", b"same"),  # no header: another
+               Present(22, b"k", b"same", (("h", None),)), Present(23, b"k", b"e", (("h", b""),)),
+               Present(24, b"k", b"v", (("a", b"bc"),))]  # the same bytes, another header
+    outcome = plan(lost, present)
+    assert [(r.offset, at) for r, at in outcome.already_present] == [(1, 20), (2, 22)]
+    assert [r.offset for r in outcome.publish] == [3, 4, 5]
+
+
 def test_the_plan_of_many_records_holds_no_python_object_per_lost_record() -> None:
     """The plan works by column: only rows some present record may equal are compared as objects. Planning
     50,000 lost records against 5,000 present ones (2,000 retried copies, 1,000 an earlier run's) takes a

@@ -20,9 +20,10 @@ is a backup); the producing side is `client.KafkaProducer`'s idempotent (or tran
 - The operator's limits (`until_offset`, `from_epoch`) skip the rest, reported as such.
 
 The plan works on Arrow tables (a million lost records are a million rows, not a million Python objects):
-the provenance matches are an `index_in` of the lost records' origins in the present ones', the content
-matches an `is_in` prefilter on key and value, and only the rows it keeps (records some present record
-may equal) are compared one by one. `LostRecord` lists are made only when asked for (`Plan.publish`, ...).
+the provenance matches are an `index_in` of the lost records' origins in the present ones'; the content
+matches an `is_in` prefilter on key and value, then, for the rows it keeps, one integer per distinct (key,
+value, headers) (`_contents`) paired with its occurrence number (`_nth`): the k-th lost record of a content
+takes its k-th present copy. `LostRecord` lists are made only when asked for (`Plan.publish`, ...).
 
 `recover(audit_dir, bootstrap_servers, ...)` applies them to a live cluster: it reads the audit's
 `lost_records.parquet` (pyarrow), each partition from its divergence point (the lowest the audit's
@@ -47,7 +48,6 @@ import itertools
 import logging
 import os
 import time
-from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -394,7 +394,7 @@ def plan(lost: Any, present: Any, *, until_offset: int | None = None, from_epoch
         outcome[hit] = _RECOVERED
         at[hit] = offsets[rows[found.filter(pa.array(hit)).to_numpy()]]
     # retried by its producer: the same key, value and headers, one present copy for one lost record; only
-    # the rows whose key and value some present record has are compared (by object)
+    # the rows whose key and value some present record has are compared
     plain = np.ones(present.num_rows, bool)
     plain[rows] = False
     others = present.filter(pa.array(plain))
@@ -402,16 +402,17 @@ def plan(lost: Any, present: Any, *, until_offset: int | None = None, from_epoch
     if maybe.any():
         candidates = lost.filter(pa.array(maybe))
         others = others.filter(pa.array(_in(others["value"], candidates["value"])))
-        copies: dict[tuple[bytes | None, bytes | None, Headers], deque[int]] = defaultdict(deque)
-        for offset, key, value, headers in zip(*(others[c].to_pylist() for c in _present_schema().names),
-                                               strict=True):
-            copies[(key, value, _headers(headers))].append(offset)
-        for row, key, value, headers in zip(np.flatnonzero(maybe).tolist(),
-                                            *(candidates[c].to_pylist() for c in ("key", "value", "headers")),
-                                            strict=True):
-            held = copies.get((key, value, _headers(headers)))
-            if held:
-                outcome[row], at[row] = _PRESENT, held.popleft()
+        mine, theirs = _contents(candidates, others)
+        # the k-th lost record of a content takes its k-th present copy (in offset order), if there is one
+        base = len(mine) + len(theirs)
+        mine, theirs = _nth(mine, base), _nth(theirs, base)
+        order = np.argsort(theirs, kind="stable")
+        ranked = theirs[order]
+        where = np.minimum(np.searchsorted(ranked, mine), len(ranked) - 1)
+        hit = ranked[where] == mine
+        rows = np.flatnonzero(maybe)[hit]
+        outcome[rows] = _PRESENT
+        at[rows] = others["offset"].to_numpy()[order[where[hit]]]
     left = outcome == _PUBLISH
     if not include_uncommitted:
         held_back = left & lost["uncommitted"].to_numpy(zero_copy_only=False)
@@ -424,6 +425,56 @@ def plan(lost: Any, present: Any, *, until_offset: int | None = None, from_epoch
         beyond |= lost["leader_epoch"].to_numpy() < from_epoch
     outcome[left & beyond] = _LIMITS
     return Plan(lost, outcome, at)
+
+
+def _contents(lost: Any, present: Any) -> tuple[Any, Any]:
+    """One integer per row of each table, equal where key, value and headers are (nulls equal)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    columns = ("key", "value", "headers")
+    both = pa.concat_tables([lost.select(columns).cast(_present_schema().remove(0)),
+                             present.select(columns).cast(_present_schema().remove(0))])
+    codes = np.zeros(both.num_rows, np.int64)
+    for column in (both["key"], both["value"], _headers_bytes(both["headers"])):
+        column = column if isinstance(column, pa.Array) else column.combine_chunks()
+        code = pc.dictionary_encode(column, null_encoding="encode").indices.to_numpy().astype(np.int64)
+        codes = np.unique(codes * (int(code.max()) + 1) + code, return_inverse=True)[1].reshape(-1)
+    return codes[:lost.num_rows], codes[lost.num_rows:]
+
+
+def _headers_bytes(headers: Any) -> Any:
+    """Each row's headers as one binary value, equal where the headers are (in order; none = null =
+    empty): each header as "len(key):key len(value):value", a null value's length "-"."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    held = headers.combine_chunks()
+    if held.null_count:
+        held = pc.fill_null(held, pa.scalar([], held.type))
+    offsets = held.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    flat = held.values.slice(offsets[0], offsets[-1] - offsets[0])
+    key = pc.cast(pc.fill_null(pc.struct_field(flat, "key"), ""), pa.binary())
+    value = pc.struct_field(flat, "value")
+    length = pc.if_else(pc.is_null(value), "-", pc.cast(pc.binary_length(value), pa.string()))
+    one = pc.binary_join_element_wise(pc.cast(pc.cast(pc.binary_length(key), pa.string()), pa.binary()), b":", key,
+                                      pc.cast(length, pa.binary()), b":", pc.fill_null(value, b""), b"")
+    return pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets - offsets[0], pa.int32()), one), b"")
+
+
+def _nth(codes: Any, base: int) -> Any:
+    """Each code paired with how many equal codes come before it, as one integer (`base` > that count)."""
+    import numpy as np
+
+    order = np.argsort(codes, kind="stable")
+    ranked = codes[order]
+    starts = np.r_[True, ranked[1:] != ranked[:-1]]
+    first = np.maximum.accumulate(np.where(starts, np.arange(len(ranked)), 0))
+    nth = np.empty(len(codes), np.int64)
+    nth[order] = np.arange(len(ranked)) - first
+    return codes * base + nth
 
 
 def _in(values: Any, among: Any) -> Any:

@@ -447,6 +447,21 @@ def _contents(lost: Any, present: Any) -> tuple[Any, Any]:
 def _headers_bytes(headers: Any) -> Any:
     """Each row's headers as one binary value, equal where the headers are (in order; none = null =
     empty): each header as "len(key):key len(value):value", a null value's length "-"."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    offsets, flat = _flat_headers(headers)
+    key = pc.cast(pc.fill_null(pc.struct_field(flat, "key"), ""), pa.binary())
+    value = pc.struct_field(flat, "value")
+    length = pc.if_else(pc.is_null(value), "-", pc.cast(pc.binary_length(value), pa.string()))
+    one = pc.binary_join_element_wise(pc.cast(pc.cast(pc.binary_length(key), pa.string()), pa.binary()), b":", key,
+                                      pc.cast(length, pa.binary()), b":", pc.fill_null(value, b""), b"")
+    return pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), one), b"")
+
+
+def _flat_headers(headers: Any) -> tuple[Any, Any]:
+    """A headers column as list offsets from 0 (numpy, one more than rows; a null list is empty) and the
+    headers they index."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -455,13 +470,7 @@ def _headers_bytes(headers: Any) -> Any:
     if held.null_count:
         held = pc.fill_null(held, pa.scalar([], held.type))
     offsets = held.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
-    flat = held.values.slice(offsets[0], offsets[-1] - offsets[0])
-    key = pc.cast(pc.fill_null(pc.struct_field(flat, "key"), ""), pa.binary())
-    value = pc.struct_field(flat, "value")
-    length = pc.if_else(pc.is_null(value), "-", pc.cast(pc.binary_length(value), pa.string()))
-    one = pc.binary_join_element_wise(pc.cast(pc.cast(pc.binary_length(key), pa.string()), pa.binary()), b":", key,
-                                      pc.cast(length, pa.binary()), b":", pc.fill_null(value, b""), b"")
-    return pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets - offsets[0], pa.int32()), one), b"")
+    return offsets - offsets[0], held.values.slice(offsets[0], offsets[-1] - offsets[0])
 
 
 def _nth(codes: Any, base: int) -> Any:
@@ -691,7 +700,6 @@ def _arrow(records: Any, partition: int) -> Any:
     appended (`provenance_column`), the original timestamp, the partition."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     records = records.combine_chunks()
     n = records.num_rows
@@ -699,12 +707,8 @@ def _arrow(records: Any, partition: int) -> Any:
     added = pa.StructArray.from_arrays([pa.repeat(pa.scalar(PROVENANCE_HEADER), n),
                                         pa.chunked_array(provenance_column(records)).combine_chunks()],
                                        fields=list(header))
-    held = records["headers"].combine_chunks()
-    if held.null_count:
-        held = pc.fill_null(held, pa.scalar([], held.type))
-    offsets = held.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
-    flat = held.values.slice(offsets[0], offsets[-1] - offsets[0]).cast(header)
-    offsets -= offsets[0]
+    offsets, flat = _flat_headers(records["headers"])
+    flat = flat.cast(header)
     new_offsets = offsets + np.arange(n + 1)  # one more header a record: the provenance, last
     if len(flat) == 0:  # no record has headers of its own (the common case): the provenance alone
         values = added

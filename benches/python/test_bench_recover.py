@@ -11,7 +11,8 @@ the same records with the same headers (the provenance header included), produce
 each to partition 0 (acks=all, idempotent) and flushed. Both with linger 5 ms and batches of up to
 1,000,000 bytes, as the client's producer benchmark.
 
-RECORDS is 1,000,000 (`EPOCHGUARD_BENCH_RECOVER_RECORDS` sets another count).
+RECORDS is 1,000,000 (`EPOCHGUARD_BENCH_RECOVER_RECORDS` sets another count), ROUNDS 3
+(`EPOCHGUARD_BENCH_RECOVER_ROUNDS`: docs/performance.md's figures are medians of 5).
 
 Run: `pytest benches/python/test_bench_recover.py --benchmark-only --benchmark-group-by=group`.
 """

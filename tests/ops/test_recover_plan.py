@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from epochguard.ops.recover import (
     PROVENANCE_HEADER,
@@ -202,3 +203,11 @@ def test_the_table_to_publish_carries_each_records_columns_and_its_provenance_la
     assert [[(h["key"], h["value"]) for h in t["headers"]] for t in table] == [
         [*r.headers, (PROVENANCE_HEADER, provenance(r))] for r in records]
     assert records[1].broker == 2  # of the two replicas' copies, the lower broker's
+
+
+def test_a_lost_records_row_without_an_offset_is_a_clear_error() -> None:
+    from epochguard.ops.recover import lost_tables
+
+    table = pa.Table.from_pylist([row(1, b"a"), {**row(2, b"b"), "offset": None}])
+    with pytest.raises(ValueError, match="1 row\\(s\\) with no offset"):
+        lost_tables(table)

@@ -232,7 +232,7 @@ def lost_tables(table: Any) -> dict[TopicPartition, Any]:
             table = table.append_column(name, pa.nulls(n) if value is None else pa.array([value] * n))
     for name in (*_ORIGIN, "broker"):
         if table[name].null_count:
-            raise ValueError(f"lost_records: {table[name].null_count} rows without a {name}")
+            raise ValueError(f"lost_records: {table[name].null_count} row(s) with no {name} (not an audit's table?)")
     table = _keep(table, pc.and_(pc.equal(pc.fill_null(table["kind"], "lost"), "lost"),
                                  pc.invert(pc.fill_null(table["is_control"], False))))
     table = table.select(_lost_schema().names).cast(_lost_schema()).combine_chunks()

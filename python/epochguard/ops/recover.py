@@ -598,6 +598,7 @@ def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | N
             transactional_id: str | None = None, include_uncommitted: bool = False,
             timeout_s: float = 120.0) -> dict[TopicPartition, Plan]:
     """Put the audit's lost records back (see the module docstring); the plan of every partition."""
+    import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
     from epochguard.client import KafkaProducer
@@ -607,7 +608,9 @@ def recover(audit_dir: str, bootstrap_servers: str, *, topics: Iterable[str] | N
         # read_committed: a killed earlier run's open transaction (aborted by init_transactions) is not there
         client["isolation_level"] = "read_committed"
     wanted = None if topics is None else set(topics)
-    table = pq.read_table(os.path.join(audit_dir, "lost_records.parquet"))
+    path = os.path.join(audit_dir, "lost_records.parquet")  # a file, or the driver's directory of parts
+    held = set(ds.dataset(path, format="parquet").schema.names)
+    table = pq.read_table(path, columns=[c for c in ("kind", "is_control", *_lost_schema().names) if c in held])
     if "uncommitted" not in table.column_names:
         log.warning("lost_records.parquet has no `uncommitted` column (an older audit): records of a transaction "
                     "whose outcome is not on the old replica's disk cannot be told apart; all are published")

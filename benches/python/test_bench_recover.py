@@ -11,7 +11,8 @@ the same records with the same headers (the provenance header included), produce
 each to partition 0 (acks=all, idempotent) and flushed. Both with linger 5 ms and batches of up to
 1,000,000 bytes, as the client's producer benchmark.
 
-RECORDS is 1,000,000 (`EPOCHGUARD_BENCH_RECOVER_RECORDS` sets another count).
+RECORDS is 1,000,000 (`EPOCHGUARD_BENCH_RECOVER_RECORDS` sets another count), ROUNDS 3
+(`EPOCHGUARD_BENCH_RECOVER_ROUNDS`: docs/performance.md's figures are medians of 5).
 
 Run: `pytest benches/python/test_bench_recover.py --benchmark-only --benchmark-group-by=group`.
 """
@@ -33,7 +34,7 @@ pa = pytest.importorskip("pyarrow", reason="pyarrow is not installed")
 pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow is not installed")
 
 RECORDS = int(os.environ.get("EPOCHGUARD_BENCH_RECOVER_RECORDS", 1_000_000))
-ROUNDS = 3
+ROUNDS = int(os.environ.get("EPOCHGUARD_BENCH_RECOVER_ROUNDS", 3))
 VALUE = bytes(range(100))
 STAMP = 1_700_000_000_000
 
@@ -97,7 +98,7 @@ def test_recover_vs_confluent_kafka_produce_loop(benchmark: Any, cluster: Any, t
 
     def ours() -> None:
         plans = recover(state["audit"], cluster.bootstrap)
-        assert sum(len(p.publish) for p in plans.values()) == RECORDS
+        assert sum(p.count("publish") for p in plans.values()) == RECORDS
 
     cluster.create_topic("baseline", {0: [1]})
     keys = template.column("key").to_pylist()

@@ -193,7 +193,7 @@ def _print_table(plans: Any, *, dry_run: bool) -> None:
                  "would publish" if dry_run else "re-published"):
         table.add_column(name, justify="left" if name == "partition" else "right")
     for tp, p in sorted(plans.items()):
-        counts = [len(p.already_present), len(p.recovered_before), len(p.uncommitted), len(p.skipped_by_limits),
-                  len(p.publish)]
+        counts = [p.count(name) for name in ("already present", "recovered before", "uncommitted, left",
+                                             "skipped by limits", "publish")]
         table.add_row(f"{tp.topic}-{tp.partition}", str(sum(counts)), *map(str, counts))
     Console().print(table)

@@ -189,11 +189,16 @@ def _print_table(plans: Any, *, dry_run: bool) -> None:
     from rich.table import Table
 
     table = Table(title="epochguard recover" + (" (dry run: nothing produced)" if dry_run else ""))
-    for name in ("partition", "lost", "already present", "recovered before", "uncommitted, left", "skipped by limits",
-                 "would publish" if dry_run else "re-published"):
-        table.add_column(name, justify="left" if name == "partition" else "right")
+    # Headers on two lines; nothing cut in a narrow terminal (folded instead), and piped to a log the table
+    # is as wide as it needs (rich would otherwise assume 80 columns and cut names with an ellipsis).
+    for name in ("partition", "lost", "already\npresent", "recovered\nbefore", "left\nuncommitted",
+                 "skipped\nby limits", "would\npublish" if dry_run else "published"):
+        table.add_column(name, justify="left" if name == "partition" else "right", overflow="fold")
     for tp, p in sorted(plans.items()):
         counts = [p.count(name) for name in ("already present", "recovered before", "uncommitted, left",
                                              "skipped by limits", "publish")]
         table.add_row(f"{tp.topic}-{tp.partition}", str(sum(counts)), *map(str, counts))
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
+    console.print(table)

@@ -40,7 +40,6 @@ What is not an election loss is named, not counted (DESIGN.md 4.4):
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -59,29 +58,34 @@ from epochguard.spark.batches import Divergence, Stat, divergence, plan, verify_
 from epochguard.spark.headers import scan_listing
 from epochguard.spark.listing import Listing, PartitionReplica, is_local, list_log_dirs
 from epochguard.spark.local import (
+    COMPARED_COLUMNS,
+    CONTENT_COLUMNS,
+    CONTENT_SCHEMA,
+    LOST_COLUMNS,
+    MISMATCHED_COLUMNS,
+    RECORD_COLUMNS,
+    TAIL_SCHEMA,
     WINDOW_BYTES,
     Compared,
     Loss,
     LostRecords,
+    Sources,
     Window,
-    compare,
+    compare_window,
     content_of,
     decode_byte_ranges,
     decode_segments,
-    in_window,
-    marker_type,
     merge_losses,
     replica_tables,
+    segment_sources,
     sort,
     windows,
-    with_content,
 )
 from epochguard.spark.local import rows as sample_rows
 from epochguard.spark.logs import (
     DEFAULT_CHUNK_BYTES,
     LOCATION,
     decode_listing,
-    decode_ranges,
     output_schema,
     plan_chunks,
     projection_schema,
@@ -108,31 +112,8 @@ __all__ = ["LOSS_KINDS", "PHANTOM_KINDS", "REPLICA_KINDS", "AuditResult", "Repli
 Step = Callable[[str], Any]  # progress reporter: step("decoding segments") -> context manager
 Runs = dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]  # reference batches: base, last, epoch
 
-# What the comparison reads of every record: positions, epochs, lengths and the content digest. Keys,
-# values and headers are decoded again, from just their batches' bytes, for the lost records alone.
-COMPARED_COLUMNS = [
-    "broker",
-    "topic",
-    "partition",
-    "segment",
-    "offset",
-    "leader_epoch",
-    "timestamp",
-    "timestamp_type",
-    "is_control",
-    "is_transactional",
-    "producer_id",
-    "key_length",
-    "value_length",
-    "headers_count",
-    "record_digest",
-    "batch_position",
-    "batch_size",
-]
-CONTENT_COLUMNS = ["offset", "key", "value", "headers"]
 LENGTHS = ("key_length", "value_length", "headers_count")
 PARTITIONS_ARROW = partitions_arrow_schema()
-RECORD_COLUMNS = [c for c in COMPARED_COLUMNS if c not in LOCATION.fieldNames()]
 
 
 def default_local_bytes() -> int:
@@ -247,7 +228,7 @@ def audit(
     if isinstance(frame, pa.Table):
         # What is left is too large for the driver: the records decoded so far go to Spark.
         frame = arrow_frame(resolve(spark), frame)
-    return _audit_distributed(run, replicas, frame, runs)
+    return _audit_distributed(run, replicas, frame, decoded, runs)
 
 
 @dataclass
@@ -293,125 +274,75 @@ def _decode_compared(
 
 
 def _audit_distributed(
-    run: _Run, replicas: list[ReplicaSummary], frame: DataFrame, runs: Divergence | None
+    run: _Run, replicas: list[ReplicaSummary], frame: DataFrame, decoded: Listing, runs: Divergence | None
 ) -> AuditResult:
-    """The rest of `audit` in Spark's jobs: the record-level comparison of what was decoded."""
+    """The rest of `audit` in Spark's jobs: the driver's own record-level comparison
+    (`local.compare_window`), run in a task per unit of work (`_units`): each partition compared on
+    records (its segments decoded again in the task) and each window of divergent batches, cut as the
+    driver cuts them (`local.windows`), so a task holds one window, not the loss. A task reads its
+    segments' bytes itself, or from Spark's binaryFile source where they are not local files."""
     spark, listing, consumed, step, sample = resolve(run.spark), run.listing, run.consumed, run.step, run.sample
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     records = frame.where(F.col("error_reason").isNull()).drop("path", "error_position", "error_reason")
-    reference_records = records  # every reference record of the partitions compared on records
-    txn_records = records
+    units = _units(decoded, replicas, runs)
+    name = "finding lost records"
     if runs is not None and runs.ranges:
-        with step(f"decoding {runs.decoded_batches:,} batches that do not line up"):
-            tails = _decode_divergent(spark, listing, runs).persist(StorageLevel.MEMORY_AND_DISK)
-            tails.count()
-        frame = frame.unionByName(tails.drop("txn_only"))
-        tails = tails.where(F.col("error_reason").isNull()).drop("path", "error_position", "error_reason")
-        txn_records = records.unionByName(tails.drop("txn_only"))
-        records = records.unionByName(tails.where(~F.col("txn_only")).drop("txn_only"))
-    with step("finding lost records"):
-        pairs = spark.createDataFrame(
-            [
-                (r.topic, r.partition, r.broker, r.reference_broker, r.reference_log_start_offset, r.high_watermark)
-                for r in replicas
-                if r.kind not in ("reference", "recreated")
-            ],
-            "topic string, partition int, broker int, reference_broker int, reference_log_start_offset long, "
-            "high_watermark long",
-        )
-        references = spark.createDataFrame(
-            [(r.topic, r.partition, r.broker) for r in replicas if r.kind == "reference"],
-            "topic string, partition int, broker int",
-        )
-        reference = records.join(F.broadcast(references), ["topic", "partition", "broker"]).select(
-            "topic",
-            "partition",
-            "offset",
-            "leader_epoch",
-            F.col("record_digest").alias("reference_digest"),
-            *(F.col(c).alias(f"reference_{c}") for c in LENGTHS),
-        )
-        reference_keys = reference_records.join(F.broadcast(references), ["topic", "partition", "broker"]).select(
-            "topic", "partition", "offset", "leader_epoch"
-        )
-        held = records.join(F.broadcast(pairs), ["topic", "partition", "broker"])
-        retained = dict(runs.retained) if runs is not None else {}
-        for row in (
-            held.where(F.col("offset") < F.col("reference_log_start_offset"))
-            .groupBy("topic", "partition", "broker")
-            .agg(F.count("*").alias("n"))
-            .collect()
-        ):
-            key = (row.topic, row.partition, row.broker)
-            retained[key] = retained.get(key, 0) + row.n
-        # One join answers both questions: no reference record at (offset, epoch) is a loss; one with
-        # another digest or other lengths is a mismatched copy (an epoch has one leader, so equal
-        # (offset, epoch) must mean equal content).
-        compared = held.where(F.col("offset") >= F.col("reference_log_start_offset")).join(
-            reference, ["topic", "partition", "offset", "leader_epoch"], "left"
-        )
-        held_txn = held
-        if txn_records is not records:  # with the transactional batches decoded for their status alone
-            held_txn = txn_records.join(F.broadcast(pairs), ["topic", "partition", "broker"])
-        lost = _with_transaction_kind(
-            spark, listing, held_txn, compared.where(F.col("reference_digest").isNull())
-        ).persist(StorageLevel.MEMORY_AND_DISK)
-        differs = F.col("record_digest") != F.col("reference_digest")
-        for c in LENGTHS:
-            differs = differs | ~F.col(c).eqNullSafe(F.col(f"reference_{c}"))
-        mismatched = (
-            compared.where(F.col("reference_digest").isNotNull() & differs)
-            .select(
-                "topic", "partition", "broker", "offset", "leader_epoch", "reference_broker", "record_digest",
-                "reference_digest", *(x for c in LENGTHS for x in (c, f"reference_{c}")),
-            )
+        name = f"decoding {runs.decoded_batches:,} batches that do not line up and finding lost records"
+
+    def compare_unit(table: pa.Table) -> pa.Table:  # annotated: how Spark tells the Arrow-table form
+        return _compare_unit(table, replicas=replicas)
+
+    with step(name):
+        found = (
+            _units_frame(spark, units)
+            .groupBy("unit")
+            .applyInArrow(compare_unit, FOUND_SCHEMA)
             .persist(StorageLevel.MEMORY_AND_DISK)
         )
-        losses = {
-            (row.topic, row.partition, row.broker): row
-            for row in lost.where(F.col("kind") == "lost")
-            .groupBy("topic", "partition", "broker")
-            .agg(
-                F.count("*").alias("n"),
-                F.min("offset").alias("lo"),
-                F.max("offset").alias("hi"),
-                F.sum((F.col("offset") < F.col("high_watermark")).cast("long")).alias("visible"),
-            )
-            .collect()
-        }
-        mismatch_counts = {
-            (row.topic, row.partition, row.broker): row.n
-            for row in mismatched.groupBy("topic", "partition", "broker").agg(F.count("*").alias("n")).collect()
-        }
+        retained = dict(runs.retained) if runs is not None else {}
+        losses: dict[tuple[str, int, int], Loss] = {}
+        mismatch_counts: dict[tuple[str, int, int], int] = {}
+        for row in found.where(F.col("row") == "count").select(*REPLICA_COLUMNS, *COUNT_COLUMNS).collect():
+            key = (row.topic, row.partition, row.broker)
+            if row.lost_count:
+                losses[key] = merge_losses(
+                    losses.get(key), Loss(row.lost_count, row.lost_first, row.lost_last, row.lost_visible)
+                )
+            mismatch_counts[key] = mismatch_counts.get(key, 0) + row.mismatch_count
+            retained[key] = retained.get(key, 0) + row.retained_count
         for r in replicas:
             key = (r.topic, r.partition, r.broker)
             _confirm(r, losses.get(key), retained.get(key, 0), mismatch_counts.get(key, 0))
             if r.error_count:
                 r.reason += f"; {r.error_count} unreadable byte ranges (see errors.parquet)"
-    with step("reading the lost records"):
-        content = _lost_content(spark, listing, lost)
-        lost_records = (
-            lost.join(content, ["broker", "topic", "partition", "offset"], "left")
-            .select(*LOST_COLUMNS)
-            .orderBy("topic", "partition", "broker", "offset")
-        )
+        lost = found.where(F.col("row") == "lost")
+        lost_records = lost.select(*LOST_COLUMNS).orderBy("topic", "partition", "broker", "offset")
         lost_sample = [row.asDict() for row in lost_records.limit(sample).collect()]
+        mismatched = found.where(F.col("row") == "mismatched").select(*MISMATCHED_COLUMNS)
     phantom_counts = None
     phantoms = None
     phantom_sample: list[dict[str, Any]] = []
     if consumed is not None:
         with step("checking consumed records"):
+            references = spark.createDataFrame(
+                [(r.topic, r.partition, r.broker) for r in replicas if r.kind == "reference"],
+                "topic string, partition int, broker int",
+            )
+            reference_keys = records.join(F.broadcast(references), ["topic", "partition", "broker"]).select(
+                "topic", "partition", "offset", "leader_epoch"
+            )
+            lost_keys = lost.select("topic", "partition", "offset", "leader_epoch", "broker", "kind")
             phantoms = _phantom_reads(
-                spark, consumed, replicas, reference_keys, lost, runs.runs if runs is not None else None
+                spark, consumed, replicas, reference_keys, lost_keys, runs.runs if runs is not None else None
             )
             phantoms = phantoms.orderBy("topic", "partition", "offset").persist()
             phantom_counts = {
                 row.kind: row.n for row in phantoms.groupBy("kind").agg(F.count("*").alias("n")).collect()
             }
             phantom_sample = [row.asDict() for row in phantoms.limit(sample).collect()]
-    errors = _errors(spark, listing, frame).persist()
+    errors = _errors(spark, listing, frame, found.where(F.col("row") == "error")).persist()
     result = AuditResult(
         replicas=replicas,
         frames={
@@ -433,6 +364,123 @@ def _audit_distributed(
     return result
 
 
+# --- the comparison in Spark's tasks -------------------------------------------------------------
+
+REPLICA_COLUMNS = ["topic", "partition", "broker"]
+COUNT_COLUMNS = ["lost_count", "lost_first", "lost_last", "lost_visible", "mismatch_count", "retained_count"]
+Unit = tuple[int | None, int | None, list[dict]]  # records at offsets [lo, hi) of these byte ranges
+
+
+def _found_schema() -> StructType:
+    """What a task of `_audit_distributed` returns: rows tagged by ``row`` ("lost", "mismatched",
+    "error", or "count": a replica's `Compared` counts in this unit), each with its own columns."""
+    from pyspark.sql.types import IntegerType, LongType, StringType
+
+    known = {
+        f.name: f.dataType
+        for f in output_schema(LOCATION, True, [*RECORD_COLUMNS, "key", "value", "headers"]).fields
+    }
+    known |= {"kind": StringType(), "uncommitted": BooleanType(), "reference_broker": IntegerType()}
+    known |= {c: LongType() for c in COUNT_COLUMNS}
+    known["reference_digest"] = known["record_digest"]
+    names = dict.fromkeys(
+        [*LOST_COLUMNS, *MISMATCHED_COLUMNS, "path", "error_position", "error_reason", *COUNT_COLUMNS]
+    )
+    fields = [StructField("row", StringType())]
+    for n in names:
+        fields.append(StructField(n, known.get(n) or known[n.removeprefix("reference_")]))
+    return StructType(fields)
+
+
+FOUND_SCHEMA = _found_schema()
+FOUND_ARROW = to_arrow_schema(FOUND_SCHEMA)
+
+
+def _units(decoded: Listing, replicas: Sequence[ReplicaSummary], runs: Divergence | None) -> list[Unit]:
+    """The tasks' work: every partition of `decoded` (compared on records: all its replicas' segments
+    whole; their error rows are `decoded`'s already, not ``owned``), then the windows of `runs`."""
+    partitions: dict[tuple[str, int], list[dict]] = {}
+    for r, s in decoded.segments:
+        partitions.setdefault((r.topic, r.partition), []).append(
+            {"broker": r.broker, "topic": r.topic, "partition": r.partition, "segment": s.base_offset,
+             "txn_only": False, "path": s.path, "batch_position": 0, "batch_size": s.size, "owned": False}
+        )
+    units: list[Unit] = [(None, None, rows) for _, rows in sorted(partitions.items())]
+    if runs is not None:
+        units += [(w.lo, w.hi, w.rows) for w in windows(runs, replicas, WINDOW_BYTES)]
+    return units
+
+
+def _units_frame(spark: SparkSession, units: list[Unit]) -> DataFrame:
+    """`units` as one row per byte range, with its file's ``content`` where it is not a local file
+    (Spark's binaryFile source, only the files named)."""
+    from pyspark.sql import functions as F
+
+    rows = [
+        (i, lo, hi, r["broker"], r["topic"], r["partition"], r["segment"], r["txn_only"], r["owned"], r["path"],
+         r["batch_position"], r["batch_size"])
+        for i, (lo, hi, ranges) in enumerate(units)
+        for r in ranges
+    ]
+    frame = spark.createDataFrame(
+        rows,
+        "unit int, lo long, hi long, broker int, topic string, partition int, segment long, txn_only boolean, "
+        "owned boolean, path string, batch_position long, batch_size long",
+    )
+    remote = sorted({row[9] for row in rows if not is_local(row[9])})
+    if remote:
+        files = spark.read.format("binaryFile").load(remote).select("path", "content")
+        return frame.join(files, "path", "left")
+    return frame.withColumn("content", F.lit(None).cast("binary"))
+
+
+def _compare_unit(table: pa.Table, *, replicas: Sequence[ReplicaSummary]) -> pa.Table:
+    """The ``applyInArrow`` body: one unit's byte ranges decoded (one thread: Spark runs a task per
+    core) and compared by `local.compare_window`; its lost records, mismatches, error rows and counts."""
+    if table.num_rows == 0:
+        return FOUND_ARROW.empty_table()
+    lo, hi = table["lo"][0].as_py(), table["hi"][0].as_py()
+    rows = table.drop_columns(["unit", "lo", "hi"]).to_pylist()
+    sources: Sources = {
+        (r["broker"], r["topic"], r["partition"], r["segment"]): (r["path"], r["content"]) for r in rows
+    }
+
+    def content(found: pa.Table) -> pa.Table:
+        return content_of(found, sources, CONTENT_SCHEMA, CONTENT_COLUMNS, True, threads=1)
+
+    tails = decode_byte_ranges(rows, TAIL_SCHEMA, RECORD_COLUMNS, True, with_errors=True, threads=1)
+    held = pa.schema([TAIL_SCHEMA.field(c) for c in COMPARED_COLUMNS]).empty_table()
+    found = compare_window(held, tails, lo, hi, replicas, content)
+    compared = found.compared
+    keys = sorted({*compared.losses, *compared.mismatch_counts, *compared.retained})
+    counts = pa.Table.from_pylist(
+        [
+            {"topic": t, "partition": p, "broker": b, "lost_count": loss.n if loss else 0,
+             "lost_first": loss.lo if loss else None, "lost_last": loss.hi if loss else None,
+             "lost_visible": loss.visible if loss else None,
+             "mismatch_count": compared.mismatch_counts.get((t, p, b), 0),
+             "retained_count": compared.retained.get((t, p, b), 0)}
+            for t, p, b in keys
+            for loss in [compared.losses.get((t, p, b))]
+        ],
+        schema=pa.schema([FOUND_ARROW.field(c) for c in (*REPLICA_COLUMNS, *COUNT_COLUMNS)]),
+    )
+    parts = [("lost", found.lost), ("mismatched", compared.mismatched), ("count", counts)]
+    if found.errors is not None:
+        parts.append(("error", found.errors))
+    return pa.concat_tables([_tagged(tag, t) for tag, t in parts])
+
+
+def _tagged(tag: str, table: pa.Table) -> pa.Table:
+    """`table`'s rows as FOUND_ARROW rows tagged `tag` (the columns it lacks null)."""
+    n = table.num_rows
+    columns = [pa.chunked_array([pa.array([tag] * n, pa.string())])]
+    for f in list(FOUND_ARROW)[1:]:
+        have = f.name in table.column_names
+        columns.append(table[f.name].cast(f.type) if have else pa.chunked_array([pa.nulls(n, f.type)]))
+    return pa.Table.from_arrays(columns, schema=FOUND_ARROW)
+
+
 def _audit_local(
     run: _Run, replicas: list[ReplicaSummary], frame: pa.Table, runs: Divergence, cut: list[Window]
 ) -> AuditResult:
@@ -444,41 +492,27 @@ def _audit_local(
     listing, consumed, step, sample = run.listing, run.consumed, run.step, run.sample
     from pyspark.sql import functions as F
 
-    carry = StructType(
-        [*LOCATION.fields, StructField("txn_only", BooleanType()), StructField("owned", BooleanType())]
-    )
-    tail_schema = to_arrow_schema(output_schema(carry, True, RECORD_COLUMNS))
-    content_schema = to_arrow_schema(
-        output_schema(StructType([LOCATION[c] for c in ("broker", "topic", "partition")]), False, CONTENT_COLUMNS)
-    )
+    sources = segment_sources(listing)
 
     def content(rows: pa.Table) -> pa.Table:
-        return content_of(rows, listing, content_schema, CONTENT_COLUMNS, True)
-
-    def marker_types(markers: pa.Table) -> pa.Table:
-        found = content(markers)
-        return found.select(["broker", "topic", "partition", "offset"]).append_column(
-            "marker", marker_type(found["key"])
-        )
+        return content_of(rows, sources, CONTENT_SCHEMA, CONTENT_COLUMNS, True)
 
     records = frame.filter(pc.is_null(frame["error_reason"])).select(COMPARED_COLUMNS)
     totals = _Totals(retained=dict(runs.retained), errors=[frame])
     lost_out = LostRecords(run.out)
     with step(f"decoding {runs.decoded_batches:,} batches that do not line up and writing the lost records"):
         for held, window in _work(records, cut):
-            all_records = txn_records = held
+            tails, lo, hi = None, None, None
             if window is not None:
-                tails = decode_byte_ranges(window.rows, tail_schema, RECORD_COLUMNS, True, with_errors=True)
-                tails = in_window(tails, window.lo, window.hi)
-                totals.errors.append(tails.filter(pc.is_valid(tails["error_reason"])))
-                all_records, txn_records = _with_tails(held, tails.filter(pc.is_null(tails["error_reason"])))
-            found = compare(all_records, txn_records, replicas, {}, marker_types)
-            totals.add(found)
-            lost = with_content(found.lost, content(found.lost), LOST_COLUMNS)
-            lost = sort(lost, ["topic", "partition", "broker", "offset"])
-            lost_out.write(lost)
+                tails = decode_byte_ranges(window.rows, TAIL_SCHEMA, RECORD_COLUMNS, True, with_errors=True)
+                lo, hi = window.lo, window.hi
+            found = compare_window(held, tails, lo, hi, replicas, content)
+            if found.errors is not None:
+                totals.errors.append(found.errors)
+            totals.add(found.compared)
+            lost_out.write(found.lost)
             if len(totals.sample) < sample:
-                totals.sample += sample_rows(lost, sample - len(totals.sample))
+                totals.sample += sample_rows(found.lost, sample - len(totals.sample))
     losses, mismatch_counts, retained = totals.losses, totals.mismatch_counts, totals.retained
     lost_path = lost_out.close()
     with step("finding lost records"):
@@ -571,17 +605,6 @@ def _work(records: pa.Table, cut: list[Window]) -> list[tuple[pa.Table, Window |
     return [(held, window) for _, held, window in work] or [(empty, None)]
 
 
-def _with_tails(held: pa.Table, tails: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """The records to compare and those whose transactions are read: `held` and the decoded tails
-    (those decoded for a transaction's status alone are not compared)."""
-    if not tails.num_rows:
-        return held, held
-    compared = pa.concat_tables([held, tails.filter(pc.invert(tails["txn_only"])).select(COMPARED_COLUMNS)])
-    if not pc.any(tails["txn_only"]).as_py():
-        return compared, compared
-    return compared, pa.concat_tables([held, tails.select(COMPARED_COLUMNS)])
-
-
 def _local_errors(listing: Listing, frames: list[pa.Table]) -> pa.Table:
     """`_errors` of records decoded on the driver."""
     schema = pa.schema(
@@ -635,97 +658,6 @@ def _local_stats(frame: pa.Table) -> list[Stat]:
              r["offset_max"], r["error_reason_count"])
         for r in grouped.to_pylist()
     ]
-
-
-def _with_transaction_kind(spark: SparkSession, listing: Listing, held: DataFrame, lost: DataFrame) -> DataFrame:
-    """`lost` with `kind`: "aborted" for a record whose transaction ends in an ABORT marker in the same
-    replica's log (and for that marker), else "lost" (an open transaction's records included); and
-    `uncommitted`: a record of a transaction no marker ends in that log (its COMMIT, if the coordinator
-    wrote one, never reached this replica: no read_committed consumer read it from here). Only the markers
-    (one record per control batch, rare) are decoded again, for their type."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    keys = ["broker", "topic", "partition", "offset"]
-    transactional = held.where(F.col("is_transactional") & (F.col("producer_id") >= 0))
-    markers = transactional.where(F.col("is_control"))
-    # A control record's key is (version int16, type int16): type 0 = ABORT, 1 = COMMIT.
-    types = _lost_content(spark, listing, markers).select(
-        *keys, F.conv(F.hex(F.substring("key", 3, 2)), 16, 10).cast("int").alias("marker")
-    )
-    following = Window.partitionBy("broker", "topic", "partition", "producer_id").orderBy("offset").rowsBetween(
-        Window.currentRow, Window.unboundedFollowing
-    )
-    status = (
-        transactional.select(*keys, "producer_id")
-        .join(types, keys, "left")
-        .withColumn("ends_with", F.first("marker", ignorenulls=True).over(following))
-        .select(*keys, (F.col("ends_with") == 0).alias("aborted"), F.col("ends_with").isNull().alias("open"))
-    )
-    kind = F.when(F.coalesce(F.col("aborted"), F.lit(False)), "aborted").otherwise("lost")
-    return (
-        lost.join(status, keys, "left")
-        .withColumn("kind", kind)
-        .withColumn("uncommitted", F.coalesce(F.col("open"), F.lit(False)))
-        .drop("aborted", "open")
-    )
-
-
-def _lost_content(spark: SparkSession, listing: Listing, lost: DataFrame) -> DataFrame:
-    """Keys, values and headers of the lost records: each batch that holds one is decoded again from
-    its byte range (segment, position, size) alone. Local segments are read by the core directly;
-    others through Spark's binaryFile source, only those holding a lost record."""
-
-    ranges = lost.select("broker", "topic", "partition", "segment", "batch_position", "batch_size").distinct()
-    location = ["broker", "topic", "partition"]
-    schema = output_schema(StructType([LOCATION[c] for c in location]), False, CONTENT_COLUMNS)
-    decode = functools.partial(
-        decode_ranges, schema=to_arrow_schema(schema), columns=CONTENT_COLUMNS, verify_crc=True
-    )
-    return _with_content(spark, listing, ranges).mapInArrow(decode, schema)
-
-
-def _with_content(spark: SparkSession, listing: Listing, ranges: DataFrame) -> DataFrame:
-    """`ranges` (broker, topic, partition, segment, batch_position, batch_size) with each segment's
-    ``path`` and, for a file not readable locally, its ``content`` (through Spark's binaryFile
-    source, only the files named)."""
-    from pyspark.sql import functions as F
-
-    segments = spark.createDataFrame(
-        [(r.broker, r.topic, r.partition, s.base_offset, s.path) for r, s in listing.segments],
-        "broker int, topic string, partition int, segment long, path string",
-    )
-    ranges = ranges.join(F.broadcast(segments), ["broker", "topic", "partition", "segment"])
-    if any(not is_local(s.path) for _, s in listing.segments):
-        remote = [row.path for row in ranges.select("path").distinct().collect() if not is_local(row.path)]
-        files = spark.read.format("binaryFile").load(remote).select("path", "content")
-        return ranges.join(files, "path", "left")
-    return ranges.withColumn("content", F.lit(None).cast("binary"))
-
-
-def _decode_divergent(spark: SparkSession, listing: Listing, found: Divergence) -> DataFrame:
-    """The records of the batches the header comparison could not settle, with the compared columns
-    (and ``txn_only``: decoded for a transaction's status alone); a batch that does not decode is an
-    error row, as in the record-level pass."""
-    from pyspark.sql.types import BooleanType, StructField
-
-    rows = [
-        (r.broker, r.topic, r.partition, r.segment, r.batch_position, r.batch_size, r.txn_only) for r in found.ranges
-    ]
-    ranges = spark.createDataFrame(
-        rows,
-        "broker int, topic string, partition int, segment long, batch_position long, batch_size long, txn_only boolean",
-    )
-    carry = StructType([*LOCATION.fields, StructField("txn_only", BooleanType())])
-    record_columns = [c for c in COMPARED_COLUMNS if c not in LOCATION.fieldNames()]
-    schema = output_schema(carry, True, record_columns)
-    decode = functools.partial(
-        decode_ranges, schema=to_arrow_schema(schema), columns=record_columns, verify_crc=True, with_errors=True
-    )
-    return _with_content(spark, listing, ranges).mapInArrow(decode, schema)
-
-
-# --- per replica, on the driver (epoch histories and counts are small) ---------------------------
 
 
 # --- per replica, on the driver (epoch histories and counts are small) ---------------------------
@@ -1026,27 +958,22 @@ def read_consumed(spark: SparkSession, path: str) -> DataFrame:
 
 # --- outputs -------------------------------------------------------------------------------------
 
-LOST_COLUMNS = [
-    "topic",
-    "partition",
-    "broker",
-    "offset",
-    "leader_epoch",
-    "timestamp",
-    "timestamp_type",
-    "key",
-    "value",
-    "headers",
-    "is_control",  # a lost transaction marker is reported too, but is not for re-publishing
-    "kind",  # "lost", or "aborted" (a record of an aborted transaction: listed, not counted)
-    "uncommitted",  # of a transaction no marker ends in the replica's log (`epochguard recover` leaves it)
-]
 
 
-def _errors(spark: SparkSession, listing: Listing, frame: DataFrame) -> DataFrame:
+def _errors(spark: SparkSession, listing: Listing, frame: DataFrame, found: DataFrame) -> DataFrame:
+    """The error rows of the records decoded (`frame`), of the windows' batches (`found`'s) and of
+    the listing."""
     from pyspark.sql import functions as F
 
     decoded = frame.where(F.col("error_reason").isNotNull()).select(
+        "broker",
+        "topic",
+        "partition",
+        "path",
+        F.col("error_position").alias("byte_position"),
+        F.col("error_reason").alias("reason"),
+    )
+    windows_found = found.select(
         "broker",
         "topic",
         "partition",
@@ -1058,4 +985,4 @@ def _errors(spark: SparkSession, listing: Listing, frame: DataFrame) -> DataFram
         [(e.broker, e.topic, e.partition, e.path, None, e.reason) for e in listing.errors],
         "broker int, topic string, partition int, path string, byte_position long, reason string",
     )
-    return decoded.unionByName(listed)
+    return decoded.unionByName(windows_found).unionByName(listed)

@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -29,15 +29,79 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import BooleanType, StructField, StructType
 
 from epochguard.spark.batches import Batch, Divergence, Range
 from epochguard.spark.listing import Listing
-from epochguard.spark.logs import DEFAULT_MAX_DECOMPRESSED, Chunk, decode_chunks, decode_ranges
-from epochguard.spark.result import ReplicaSummary
+from epochguard.spark.logs import (
+    DEFAULT_MAX_DECOMPRESSED,
+    LOCATION,
+    Chunk,
+    decode_chunks,
+    decode_ranges,
+    output_schema,
+)
+from epochguard.spark.result import SPOOL_PREFIX, TEMP_PREFIX, ReplicaSummary, remove_stale
 
 REPLICA = ["topic", "partition", "broker"]
 RECORD_KEYS = ["broker", "topic", "partition", "offset"]
 LENGTHS = ("key_length", "value_length", "headers_count")
+# What the comparison reads of every record: positions, epochs, lengths and the content digest. Keys,
+# values and headers are decoded again, from just their batches' bytes, for the lost records alone.
+COMPARED_COLUMNS = [
+    "broker",
+    "topic",
+    "partition",
+    "segment",
+    "offset",
+    "leader_epoch",
+    "timestamp",
+    "timestamp_type",
+    "is_control",
+    "is_transactional",
+    "producer_id",
+    "key_length",
+    "value_length",
+    "headers_count",
+    "record_digest",
+    "batch_position",
+    "batch_size",
+]
+CONTENT_COLUMNS = ["offset", "key", "value", "headers"]
+LOST_COLUMNS = [
+    "topic",
+    "partition",
+    "broker",
+    "offset",
+    "leader_epoch",
+    "timestamp",
+    "timestamp_type",
+    "key",
+    "value",
+    "headers",
+    "is_control",  # a lost transaction marker is reported too, but is not for re-publishing
+    "kind",  # "lost", or "aborted" (a record of an aborted transaction: listed, not counted)
+    "uncommitted",  # of a transaction no marker ends in the replica's log (`epochguard recover` leaves it)
+]
+MISMATCHED_COLUMNS = [
+    "topic", "partition", "broker", "offset", "leader_epoch", "reference_broker", "record_digest",
+    "reference_digest", *(x for c in LENGTHS for x in (c, f"reference_{c}")),
+]
+RECORD_COLUMNS = [c for c in COMPARED_COLUMNS if c not in LOCATION.fieldNames()]
+# A window's decoded batches: the location, ``txn_only`` (decoded for a transaction's status alone, not
+# compared), ``owned`` (this window reports the batch's error row), the compared columns, error columns.
+TAIL_SCHEMA = to_arrow_schema(
+    output_schema(
+        StructType([*LOCATION.fields, StructField("txn_only", BooleanType()), StructField("owned", BooleanType())]),
+        True,
+        RECORD_COLUMNS,
+    )
+)
+# `content_of`'s output: the replica, the offset and the record's key, value and headers.
+CONTENT_SCHEMA = to_arrow_schema(
+    output_schema(StructType([LOCATION[c] for c in ("broker", "topic", "partition")]), False, CONTENT_COLUMNS)
+)
 THREADS = max(1, min(4, os.cpu_count() or 1))
 # The divergent batches are compared a window of offsets at a time, each about this many bytes of
 # batches (of the replica and of its reference), so the driver's memory does not grow with the loss.
@@ -68,22 +132,29 @@ def decode_segments(chunks: Sequence[Chunk], schema: pa.Schema, columns: Sequenc
 
 
 def decode_byte_ranges(
-    rows: Sequence[dict], schema: pa.Schema, columns: Sequence[str], verify_crc: bool, with_errors: bool
+    rows: Sequence[dict],
+    schema: pa.Schema,
+    columns: Sequence[str],
+    verify_crc: bool,
+    with_errors: bool,
+    threads: int = THREADS,
 ) -> pa.Table:
-    """Byte ranges (dicts with ``path, batch_position, batch_size`` and the columns to carry) decoded
-    by the core: `logs.decode_ranges`, the body of the distributed path's ``mapInArrow``."""
+    """Byte ranges (dicts with ``path, batch_position, batch_size``, the columns to carry and, for a
+    file not readable here, its ``content``) decoded by the core: `logs.decode_ranges`, the body of
+    Spark's ``mapInArrow`` too, on `threads` threads (1 in a Spark task: Spark runs a task per core)."""
     if not rows:
         return schema.empty_table()
     names = [n for n in rows[0] if n != "content"]
     ranges_schema = pa.schema([*(_range_field(n, schema) for n in names), pa.field("content", pa.binary())])
 
     def decode(group: list[dict]) -> list[pa.RecordBatch]:
-        batch = pa.RecordBatch.from_pylist([dict(r, content=None) for r in group], schema=ranges_schema)
+        batch = pa.RecordBatch.from_pylist([dict(r, content=r.get("content")) for r in group], schema=ranges_schema)
         return list(
             decode_ranges(iter([batch]), schema=schema, columns=columns, verify_crc=verify_crc, with_errors=with_errors)
         )
 
-    groups = [list(rows[i :: THREADS]) for i in range(min(THREADS, len(rows)))]
+    threads = max(1, threads)
+    groups = [list(rows[i :: threads]) for i in range(min(threads, len(rows)))]
     return _threaded(schema, groups, decode)
 
 
@@ -219,25 +290,32 @@ def merge_losses(a: Loss | None, b: Loss) -> Loss:
     return Loss(a.n + b.n, min(a.lo, b.lo), max(a.hi, b.hi), visible)
 
 
-def content_of(records: pa.Table, listing: Listing, schema: pa.Schema, columns: Sequence[str],
-               verify_crc: bool) -> pa.Table:
+Sources = dict[tuple[int, str, int, int], tuple[str, bytes | None]]  # segment -> (path, content if remote)
+
+
+def segment_sources(listing: Listing) -> Sources:
+    """Every listed segment by (broker, topic, partition, base offset), read from its path."""
+    return {(r.broker, r.topic, r.partition, s.base_offset): (s.path, None) for r, s in listing.segments}
+
+
+def content_of(records: pa.Table, sources: Sources, schema: pa.Schema, columns: Sequence[str],
+               verify_crc: bool, threads: int = THREADS) -> pa.Table:
     """Keys, values and headers of `records`: each batch holding one decoded again from its byte
-    range alone (`audit._lost_content`'s rule)."""
+    range alone, in its segment's `sources` entry (a path, or the file's bytes)."""
     if records.num_rows == 0:
         return schema.empty_table()
-    paths = {(r.broker, r.topic, r.partition, s.base_offset): s.path for r, s in listing.segments}
     where = ["broker", "topic", "partition", "segment", "batch_position", "batch_size"]
     batches = records.select(where).group_by(where, use_threads=False).aggregate([])  # one row per batch
     seen = sorted(
         (tuple(row[c] for c in where) for row in batches.to_pylist()), key=lambda k: (k[1], k[2], k[0], *k[3:])
     )
     rows = [
-        {"broker": b, "topic": t, "partition": p, "path": paths[(b, t, p, s)], "batch_position": pos,
-         "batch_size": size}
+        {"broker": b, "topic": t, "partition": p, "path": sources[(b, t, p, s)][0], "batch_position": pos,
+         "batch_size": size, "content": sources[(b, t, p, s)][1]}
         for b, t, p, s, pos, size in seen
-        if (b, t, p, s) in paths
+        if (b, t, p, s) in sources
     ]
-    return decode_byte_ranges(rows, schema, columns, verify_crc, with_errors=False)
+    return decode_byte_ranges(rows, schema, columns, verify_crc, with_errors=False, threads=threads)
 
 
 # --- the comparison ------------------------------------------------------------------------------
@@ -316,8 +394,7 @@ def compare(
     for c in LENGTHS:
         differs = pc.or_(differs, pc.invert(_equal_null_safe(compared[c], compared[f"reference_{c}"])))
     mismatched = compared.filter(pc.and_(pc.is_valid(compared["reference_digest"]), differs)).select(
-        ["topic", "partition", "broker", "offset", "leader_epoch", "reference_broker", "record_digest",
-         "reference_digest", *(x for c in LENGTHS for x in (c, f"reference_{c}"))]
+        MISMATCHED_COLUMNS
     )
     lost_only = lost.filter(pc.equal(lost["kind"], "lost"))
     visible = pc.cast(pc.less(lost_only["offset"], lost_only["high_watermark"]), pa.int64())
@@ -336,6 +413,55 @@ def compare(
     mismatch_counts = {(r["topic"], r["partition"], r["broker"]): r["offset_count"] for r in counts}
     return Compared(lost, sort(mismatched, ["topic", "partition", "broker", "offset"]), losses, mismatch_counts,
                     retained)
+
+
+def with_tails(held: pa.Table, tails: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """The records to compare and those whose transactions are read: `held` and the decoded tails
+    (those decoded for a transaction's status alone are not compared)."""
+    if not tails.num_rows:
+        return held, held
+    compared = pa.concat_tables([held, tails.filter(pc.invert(tails["txn_only"])).select(COMPARED_COLUMNS)])
+    if not pc.any(tails["txn_only"]).as_py():
+        return compared, compared
+    return compared, pa.concat_tables([held, tails.select(COMPARED_COLUMNS)])
+
+
+class Found(NamedTuple):
+    """What one unit of the comparison found (`compare_window`)."""
+
+    compared: Compared
+    lost: pa.Table  # LOST_COLUMNS, keys, values and headers decoded, in lost_records' order
+    errors: pa.Table | None  # the error rows of the batches the window decoded and owns
+
+
+def compare_window(
+    held: pa.Table,
+    tails: pa.Table | None,
+    lo: int | None,
+    hi: int | None,
+    replicas: Sequence[ReplicaSummary],
+    content: Callable[[pa.Table], pa.Table],
+) -> Found:
+    """One unit of the record-level comparison, the one implementation both drivers of the audit run:
+    the driver on its own (`auditing._audit_local`, a window after another) and Spark's tasks
+    (`auditing._audit_distributed`, a task per window). `held`: records decoded already (a partition
+    compared on records, COMPARED_COLUMNS); `tails`: a window's decoded batches (TAIL_SCHEMA), of
+    which the records at offsets [lo, hi) are compared; `content(rows)` decodes the keys, values and
+    headers of `rows` (CONTENT_SCHEMA) from their batches' bytes."""
+    errors = None
+    records = txn_records = held
+    if tails is not None:
+        tails = in_window(tails, lo, hi)
+        errors = tails.filter(pc.is_valid(tails["error_reason"]))
+        records, txn_records = with_tails(held, tails.filter(pc.is_null(tails["error_reason"])))
+
+    def marker_types(markers: pa.Table) -> pa.Table:
+        found = content(markers)
+        return found.select(RECORD_KEYS).append_column("marker", marker_type(found["key"]))
+
+    found = compare(records, txn_records, replicas, {}, marker_types)
+    lost = with_content(found.lost, content(found.lost), LOST_COLUMNS)
+    return Found(found, sort(lost, ["topic", "partition", "broker", "offset"]), errors)
 
 
 def _equal_null_safe(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -414,21 +540,26 @@ class LostRecords:
     """lost_records.parquet written as the windows find them: one row group per window, in Spark's
     layout (a directory with one part file and ``_SUCCESS``). It is written under `out` (a local
     path) beside where `AuditResult.save` renames it to, else in a temporary directory that lives as
-    long as the result that reads it."""
+    long as the result that reads it. Both are named by the process id: an audit killed before it
+    finished leaves its spool behind, and the next audit there removes it (`result.remove_stale`)."""
 
     def __init__(self, out: str | None) -> None:
         from epochguard.spark.listing import is_local
 
         if out is not None and is_local(out):
             os.makedirs(out, exist_ok=True)
-            self.spool = tempfile.mkdtemp(prefix=".lost_records.", dir=out)
+            remove_stale(out)  # the spool of an audit killed before it renamed its table into place
+            self.spool = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}.", dir=out)
             self.temporary = False
         else:
-            self.spool = tempfile.mkdtemp(prefix="epochguard-audit-")
+            remove_stale(tempfile.gettempdir())
+            self.spool = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}.")
             self.temporary = True
         self.path = os.path.join(self.spool, "lost_records.parquet")
         os.makedirs(self.path)
         self.writer: pq.ParquetWriter | None = None
+        self.windows = 0
+        self.halt_after = int(os.environ.get("EPOCHGUARD_AUDIT_HALT_AFTER") or 0)  # tests only
 
     def write(self, table: pa.Table) -> None:
         if self.writer is None:
@@ -436,6 +567,9 @@ class LostRecords:
         elif table.num_rows == 0:
             return
         self.writer.write_table(table.cast(self.writer.schema))
+        self.windows += 1
+        if self.windows == self.halt_after:
+            _halt(self.windows)
 
     def close(self) -> str:
         """The finished table's directory."""
@@ -448,6 +582,18 @@ class LostRecords:
         """Remove the spool when `result` is gone (a saved table has been renamed out of it)."""
         weakref.finalize(result, shutil.rmtree, self.spool, True)
 
+
+
+def _halt(windows: int) -> None:
+    """EPOCHGUARD_AUDIT_HALT_AFTER=N (tests only: tests/spark/test_audit_spool.py): after the N-th
+    window's lost records are written, say so and stand still until killed, as an audit killed
+    mid-write would be."""
+    import sys
+    import time
+
+    print(f"halted by EPOCHGUARD_AUDIT_HALT_AFTER after {windows} windows", file=sys.stderr, flush=True)
+    while True:
+        time.sleep(60)
 
 
 def rows(table: pa.Table, limit: int) -> list[dict]:

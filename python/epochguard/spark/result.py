@@ -6,12 +6,16 @@ summary, report.html) and `report.save` writes both the tables and the page."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from epochguard.spark.listing import is_local
+
+log = logging.getLogger("epochguard.spark.result")
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -192,6 +196,7 @@ class AuditResult:
         local = is_local(out)
         if local:
             os.makedirs(out, exist_ok=True)
+            remove_stale(out)
             stale = os.path.join(out, "phantom_reads.parquet")
             if os.path.isdir(stale):  # from an earlier run with a consumed table: it would no longer match
                 shutil.rmtree(stale)
@@ -205,8 +210,11 @@ class AuditResult:
                 write_parquet(table, path)
                 continue
             if local and name in self.files:  # written by the driver already: renamed or copied into place
+                spool = os.path.dirname(os.path.abspath(self.files[name]))
                 self.files[name] = place_parquet(self.files[name], path)
                 self.frames.pop(name, None)
+                if os.path.basename(spool).startswith(SPOOL_PREFIX):  # renamed out of it: nothing left there
+                    shutil.rmtree(spool, ignore_errors=True)
                 continue
             frame = _present(self.frame(name))
             if name in ("partitions", "errors"):
@@ -244,7 +252,7 @@ def write_parquet(table: pa.Table, path: str) -> None:
     new one appears at once: written beside it, then renamed."""
     import pyarrow.parquet as pq
 
-    tmp = f"{path}.tmp-{os.getpid()}"
+    tmp = f"{path}{TMP_MARK}{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     pq.write_table(table, os.path.join(tmp, "part-00000-epochguard.snappy.parquet"), compression="snappy")
@@ -264,13 +272,58 @@ def place_parquet(source: str, path: str) -> str:
     if os.path.dirname(os.path.dirname(source)) == os.path.dirname(path):
         tmp = source
     else:
-        tmp = f"{path}.tmp-{os.getpid()}"
+        tmp = f"{path}{TMP_MARK}{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(source, tmp)
     if os.path.isdir(path):
         shutil.rmtree(path)
     os.replace(tmp, path)
     return path
+
+
+# What an audit writes into its output directory before renaming it into place, named by its process
+# id: a table being written (``lost_records.parquet.tmp-PID``) and the lost records' spool
+# (``.lost_records.PID.XXXX``, `local.LostRecords`). An audit killed mid-write leaves them behind.
+TMP_MARK = ".tmp-"
+SPOOL_PREFIX = ".lost_records."
+TEMP_PREFIX = "epochguard-audit-"  # the spool of an audit not saved to a local directory, in the temp dir
+_OWNED = re.compile(
+    rf"^(?:(?:{re.escape(SPOOL_PREFIX)}|{TEMP_PREFIX})(\d+)\..*|.*\.parquet{re.escape(TMP_MARK)}(\d+))$"
+)
+
+
+def remove_stale(out: str) -> list[str]:
+    """Remove what audits killed mid-write left in the directory `out` (their spools and half-written
+    tables, `_OWNED`; `out` may be the temp dir): those of a process no longer running (a live one
+    may be another audit writing into the same directory). Each removal is logged; returns the paths
+    removed."""
+    removed = []
+    try:
+        names = os.listdir(out)
+    except OSError:
+        return removed
+    for name in sorted(names):
+        found = _OWNED.match(name)
+        if found is None:
+            continue
+        pid = int(found.group(1) or found.group(2))
+        if _running(pid):  # this process, or another audit writing here now
+            continue
+        path = os.path.join(out, name)
+        shutil.rmtree(path, ignore_errors=True)
+        log.warning("removed %s, left by an audit (process %d) that did not finish", path, pid)
+        removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _join(out: str, name: str) -> str:

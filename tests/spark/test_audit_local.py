@@ -86,6 +86,30 @@ def test_windows_find_exactly_what_spark_jobs_find(spark, tmp_path) -> None:
     assert [r["offset"] for r in driver.lost_sample[:3]] == [30, 31, 32]
 
 
+def test_spark_tasks_run_the_drivers_windows_on_remote_files(spark, tmp_path, monkeypatch) -> None:
+    """The Spark path runs the driver's rule (`local.compare_window`) in a task per window, the windows
+    cut as the driver cuts them; with file:// URIs (storage the driver does not read: Spark's
+    binaryFile source hands each task the bytes) it finds what the driver finds, record for record."""
+    from epochguard.spark import auditing
+
+    dirs = _cluster(tmp_path / "logs")
+    out = tmp_path / "out"
+    first = audit(spark, dirs, out=str(out / "driver"), html=False)
+    found = _divergent(dirs, first.replicas)
+    window_bytes = 4 * max(b.range.batch_size for b in found.batches)
+    assert len(windows(found, first.replicas, window_bytes)) >= 8
+    monkeypatch.setattr(auditing, "WINDOW_BYTES", window_bytes)
+    units = auditing._units(list_log_dirs([]), first.replicas, found)
+    assert [(lo, hi) for lo, hi, _ in units] == [(w.lo, w.hi) for w in windows(found, first.replicas, window_bytes)]
+    uris = [Path(d).as_uri() for d in dirs]
+    remote, jobs = _in_spark(spark, "remote", lambda: audit(spark, uris, out=str(out / "spark"), html=False))
+    assert jobs != []
+    for name in TABLES:
+        assert repr(_table(out / "spark", name)) == repr(_table(out / "driver", name)), name
+    assert remote.lost_count == first.lost_count == 105
+    assert [r["offset"] for r in remote.lost_sample[:3]] == [30, 31, 32]
+
+
 def test_a_budget_below_one_window_hands_the_audit_to_spark(spark, tmp_path) -> None:
     dirs = _cluster(tmp_path / "logs")
     first = audit(spark, dirs, out=None)

@@ -86,6 +86,7 @@ from epochguard.spark.logs import (
     DEFAULT_CHUNK_BYTES,
     LOCATION,
     decode_listing,
+    decode_ranges,
     output_schema,
     plan_chunks,
     projection_schema,
@@ -440,15 +441,21 @@ def _compare_unit(table: pa.Table, *, replicas: Sequence[ReplicaSummary]) -> pa.
     if table.num_rows == 0:
         return FOUND_ARROW.empty_table()
     lo, hi = table["lo"][0].as_py(), table["hi"][0].as_py()
-    rows = table.drop_columns(["unit", "lo", "hi"]).to_pylist()
-    sources: Sources = {
-        (r["broker"], r["topic"], r["partition"], r["segment"]): (r["path"], r["content"]) for r in rows
-    }
+    ranges = table.drop_columns(["unit", "lo", "hi"]).combine_chunks()
+    contents = ranges["content"].chunk(0) if ranges["content"].num_chunks else pa.array([], pa.binary())
+    sources: Sources = {}
+    for i, r in enumerate(ranges.drop_columns(["content"]).to_pylist()):  # a remote file's bytes, not copied
+        data = contents[i].as_buffer() if contents[i].is_valid else None
+        sources.setdefault((r["broker"], r["topic"], r["partition"], r["segment"]), (r["path"], data))
 
     def content(found: pa.Table) -> pa.Table:
         return content_of(found, sources, CONTENT_SCHEMA, CONTENT_COLUMNS, True, threads=1)
 
-    tails = decode_byte_ranges(rows, TAIL_SCHEMA, RECORD_COLUMNS, True, with_errors=True, threads=1)
+    # `logs.decode_ranges` (as `decode_byte_ranges`, on this one thread) reads the ranges' bytes in place.
+    decoded = decode_ranges(
+        iter(ranges.to_batches()), schema=TAIL_SCHEMA, columns=RECORD_COLUMNS, verify_crc=True, with_errors=True
+    )
+    tails = pa.Table.from_batches(list(decoded), schema=TAIL_SCHEMA)
     held = pa.schema([TAIL_SCHEMA.field(c) for c in COMPARED_COLUMNS]).empty_table()
     found = compare_window(held, tails, lo, hi, replicas, content)
     compared = found.compared

@@ -290,7 +290,7 @@ def merge_losses(a: Loss | None, b: Loss) -> Loss:
     return Loss(a.n + b.n, min(a.lo, b.lo), max(a.hi, b.hi), visible)
 
 
-Sources = dict[tuple[int, str, int, int], tuple[str, bytes | None]]  # segment -> (path, content if remote)
+Sources = dict[tuple[int, str, int, int], tuple[str, pa.Buffer | None]]  # segment -> (path, its bytes if remote)
 
 
 def segment_sources(listing: Listing) -> Sources:
@@ -309,12 +309,15 @@ def content_of(records: pa.Table, sources: Sources, schema: pa.Schema, columns: 
     seen = sorted(
         (tuple(row[c] for c in where) for row in batches.to_pylist()), key=lambda k: (k[1], k[2], k[0], *k[3:])
     )
-    rows = [
-        {"broker": b, "topic": t, "partition": p, "path": sources[(b, t, p, s)][0], "batch_position": pos,
-         "batch_size": size, "content": sources[(b, t, p, s)][1]}
-        for b, t, p, s, pos, size in seen
-        if (b, t, p, s) in sources
-    ]
+    rows = []
+    for b, t, p, s, pos, size in seen:
+        if (b, t, p, s) not in sources:
+            continue
+        path, content = sources[(b, t, p, s)]
+        row = {"broker": b, "topic": t, "partition": p, "path": path, "batch_position": pos, "batch_size": size}
+        if content is not None:  # a remote file's bytes: only the batch's are copied
+            row |= {"batch_position": 0, "content": content.slice(pos, size).to_pybytes()}
+        rows.append(row)
     return decode_byte_ranges(rows, schema, columns, verify_crc, with_errors=False, threads=threads)
 
 

@@ -297,7 +297,7 @@ def remove_stale(out: str) -> list[str]:
     tables, `_OWNED`; `out` may be the temp dir): those of a process no longer running (a live one
     may be another audit writing into the same directory). Each removal is logged; returns the paths
     removed."""
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(out)
     except OSError:

@@ -972,24 +972,17 @@ def _errors(spark: SparkSession, listing: Listing, frame: DataFrame, found: Data
     the listing."""
     from pyspark.sql import functions as F
 
-    decoded = frame.where(F.col("error_reason").isNotNull()).select(
+    columns = [
         "broker",
         "topic",
         "partition",
         "path",
         F.col("error_position").alias("byte_position"),
         F.col("error_reason").alias("reason"),
-    )
-    windows_found = found.select(
-        "broker",
-        "topic",
-        "partition",
-        "path",
-        F.col("error_position").alias("byte_position"),
-        F.col("error_reason").alias("reason"),
-    )
+    ]
+    decoded = frame.where(F.col("error_reason").isNotNull()).select(*columns).unionByName(found.select(*columns))
     listed = spark.createDataFrame(
         [(e.broker, e.topic, e.partition, e.path, None, e.reason) for e in listing.errors],
         "broker int, topic string, partition int, path string, byte_position long, reason string",
     )
-    return decoded.unionByName(windows_found).unionByName(listed)
+    return decoded.unionByName(listed)

@@ -1,15 +1,15 @@
-"""The audit's record-level rules on the driver, for a divergent part small enough to hold (issue 22).
+"""The audit's record-level rules, on Arrow tables: the one implementation both drivers run (issues 22, 36).
 
 Once the header comparison (`epochguard.spark.batches`) has settled every batch that lines up, what
-is left to decode is the divergent tails: a few batches per partition. Spark's jobs over them cost
-more than the work (each job over a few hundred thousand rows pays for Python workers, shuffles and
-an output commit: seconds on 2 cores, while the core decodes those batches in milliseconds). Here the
-same rules as the distributed path of `epochguard.spark.auditing` run on Arrow tables in the driver: the
-core decodes the byte ranges (`logs.decode_ranges` and `logs.decode_chunks`, the very bodies of the
-distributed path's ``mapInArrow``, GIL released), pyarrow's hash joins line each replica's records up
-with its reference's, and the result tables are written as Parquet by pyarrow in the layout Spark
-writes (a directory with one part file and ``_SUCCESS``). `audit(local_bytes=...)` bounds what is
-decoded here; above it the distributed path runs and Spark bounds the memory.
+is left to decode is the divergent tails: a few batches per partition, compared a window of offsets
+at a time (`windows`). `compare_window` decides which records of a window are lost, aborted,
+uncommitted, mismatched or retention: the core decodes the byte ranges (`logs.decode_ranges` and
+`logs.decode_chunks`, GIL released) and pyarrow's hash joins line each replica's records up with its
+reference's. The driver runs it a window after another and writes the lost records as Parquet with
+pyarrow, in the layout Spark writes (a directory with one part file and ``_SUCCESS``: `LostRecords`);
+`audit(local_bytes=...)` bounds what the driver decodes at once. Above that, or for remote storage,
+`epochguard.spark.auditing`'s distributed path runs the same function in a Spark task per window
+(``applyInArrow``), so no rule is written twice.
 """
 
 from __future__ import annotations

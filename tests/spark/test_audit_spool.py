@@ -76,6 +76,11 @@ def test_only_the_leftovers_of_finished_processes_are_removed(tmp_path) -> None:
             [f".lost_records.{dead.pid}.b2", f"errors.parquet.tmp-{dead.pid}"]
         )
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(n for n in names if str(dead.pid) not in n)
+        temp = tmp_path / "temp"  # the temp dir: only the audits' own spools there
+        for name in (f"epochguard-audit-{dead.pid}.c3", f"epochguard-audit-{live.pid}.d4", f"x.parquet.tmp-{dead.pid}"):
+            (temp / name).mkdir(parents=True)
+        assert [Path(p).name for p in remove_stale(str(temp), temp=True)] == [f"epochguard-audit-{dead.pid}.c3"]
+        assert len(list(temp.iterdir())) == 2
     finally:
         live.kill()
         live.wait()

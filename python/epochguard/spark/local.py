@@ -555,7 +555,7 @@ class LostRecords:
             self.spool = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}.", dir=out)
             self.temporary = False
         else:
-            remove_stale(tempfile.gettempdir())
+            remove_stale(tempfile.gettempdir(), temp=True)
             self.spool = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}.")
             self.temporary = True
         self.path = os.path.join(self.spool, "lost_records.parquet")

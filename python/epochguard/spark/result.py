@@ -287,26 +287,25 @@ def place_parquet(source: str, path: str) -> str:
 TMP_MARK = ".tmp-"
 SPOOL_PREFIX = ".lost_records."
 TEMP_PREFIX = "epochguard-audit-"  # the spool of an audit not saved to a local directory, in the temp dir
-_OWNED = re.compile(
-    rf"^(?:(?:{re.escape(SPOOL_PREFIX)}|{TEMP_PREFIX})(\d+)\..*|.*\.parquet{re.escape(TMP_MARK)}(\d+))$"
-)
+_OWNED = re.compile(rf"^(?:{re.escape(SPOOL_PREFIX)}(\d+)\..*|.*\.parquet{re.escape(TMP_MARK)}(\d+))$")
+_TEMP = re.compile(rf"^{TEMP_PREFIX}(\d+)\..*$")  # in the temp dir, only the audits' own spools
 
 
-def remove_stale(out: str) -> list[str]:
+def remove_stale(out: str, temp: bool = False) -> list[str]:
     """Remove what audits killed mid-write left in the directory `out` (their spools and half-written
-    tables, `_OWNED`; `out` may be the temp dir): those of a process no longer running (a live one
-    may be another audit writing into the same directory). Each removal is logged; returns the paths
-    removed."""
+    tables, `_OWNED`; with `temp`, `out` is the temp dir and only their spools there): those of a
+    process no longer running (a live one may be another audit writing into the same directory). Each
+    removal is logged; returns the paths removed."""
     removed: list[str] = []
     try:
         names = os.listdir(out)
     except OSError:
         return removed
     for name in sorted(names):
-        found = _OWNED.match(name)
+        found = (_TEMP if temp else _OWNED).match(name)
         if found is None:
             continue
-        pid = int(found.group(1) or found.group(2))
+        pid = int(next(g for g in found.groups() if g))
         if _running(pid):  # this process, or another audit writing here now
             continue
         path = os.path.join(out, name)

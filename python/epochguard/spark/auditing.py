@@ -972,7 +972,7 @@ def _errors(spark: SparkSession, listing: Listing, frame: DataFrame, found: Data
     the listing."""
     from pyspark.sql import functions as F
 
-    columns = [
+    columns: list[Any] = [
         "broker",
         "topic",
         "partition",

@@ -6,6 +6,7 @@ to Spark; a batch that cannot be read in a window is an error row, once, and the
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -163,3 +164,25 @@ def test_the_cli_budget_reads_sizes() -> None:
     for bad in ("x", "-1", "1.5g", ""):
         with pytest.raises(argparse.ArgumentTypeError):
             _size(bad)
+
+
+def test_topics_and_krafts_metadata_log_left_out_and_said(spark, tmp_path) -> None:
+    """KRaft's metadata log (a partition dir in a combined or broker log dir) is left out by default, and
+    said; `topics` takes names and patterns; consumed records of a topic left out are not phantoms of an
+    unknown partition. Wrong rules: auditing __cluster_metadata as an ISR-replicated partition; a pattern
+    taken as a name; the consumed records of a skipped topic reported."""
+    dirs = _cluster(tmp_path / "logs")
+    for d in dirs:  # the partition dir alone (the broker's checkpoints stay as they are)
+        meta = write_log_dir(tmp_path / "meta", int(d.rsplit("-", 1)[1]), [Replica("__cluster_metadata", 0, PREFIX)])
+        shutil.move(meta / "__cluster_metadata-0", d)
+    default = audit(spark, dirs, out=None, html=False)
+    assert {r.topic for r in default.replicas} == {"big", "same"}
+    assert default.provenance["not_audited"] == ["__cluster_metadata-0"]
+    assert default.lost_count == 105
+    named = audit(spark, dirs, out=None, html=False, topics=["__cluster_metadata", "sa*"])
+    assert {r.topic for r in named.replicas} == {"__cluster_metadata", "same"} and named.lost_count == 0
+    assert named.provenance["not_audited"] == ["big-0", "big-1"]
+    consumed = spark.createDataFrame([("same", 0, 3, 0), ("big", 0, 31, 0)], "topic string, partition int, "
+                                     "offset long, leader_epoch int")
+    only_big = audit(spark, dirs, out=None, html=False, topics=["big"], consumed=consumed)
+    assert only_big.phantom_counts == {"rewritten": 1}  # "same" is in the dirs, left out: not unknown

@@ -16,6 +16,8 @@ stopped would otherwise ask only it, forever, after it stopped too and the other
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -289,3 +291,17 @@ class ClientMetadata:
         if count is None:
             count = self._counts[topic] = sum(1 for tp in self._partitions if tp.topic == topic)
         return count
+
+
+def is_pattern(name: str) -> bool:
+    """Whether a `--topic` / `--group` argument is a shell pattern rather than a name."""
+    return any(c in name for c in "*?[")
+
+
+def name_matcher(patterns: Iterable[str] | None) -> Callable[[str], bool]:
+    """Names or shell-style patterns (`orders-*`) -> a predicate; None or empty: everything."""
+    pats = list(patterns or ())
+    if not pats:
+        return lambda _name: True
+    regex = re.compile("|".join(fnmatch.translate(p) for p in pats))
+    return lambda name: regex.match(name) is not None

@@ -56,13 +56,12 @@ that cannot answer after `LIST_GROUPS_TRIES` rounds is named in a warning: its g
 from __future__ import annotations
 
 import enum
-import fnmatch
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from epochguard.client.consumer.validator import Resume, Truncated, validate_position
+from epochguard.client.metadata import is_pattern, name_matcher
 from epochguard.errors import Errors
 from epochguard.protocol.messages import (
     DescribeProducersRequest,
@@ -286,20 +285,6 @@ class LsoStuck:
 
 
 WatchEvent = Truncation | GroupAffected | LsoStuck | WatchWarning
-
-
-def is_pattern(name: str) -> bool:
-    """Whether a `--topic` / `--group` argument is a shell pattern rather than a name."""
-    return any(c in name for c in "*?[")
-
-
-def name_matcher(patterns: Iterable[str] | None) -> Callable[[str], bool]:
-    """Names or shell-style patterns (`orders-*`) -> a predicate; None or empty: everything."""
-    pats = list(patterns or ())
-    if not pats:
-        return lambda _name: True
-    regex = re.compile("|".join(fnmatch.translate(p) for p in pats))
-    return lambda name: regex.match(name) is not None
 
 
 # What each request in flight was for.

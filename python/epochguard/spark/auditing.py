@@ -41,7 +41,7 @@ What is not an election loss is named, not counted (DESIGN.md 4.4):
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -54,9 +54,10 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BooleanType, StructField, StructType
 
 from epochguard import _core
+from epochguard.client.metadata import name_matcher
 from epochguard.spark.batches import Divergence, Stat, divergence, plan, verify_ranges
 from epochguard.spark.headers import scan_listing
-from epochguard.spark.listing import Listing, PartitionReplica, is_local, list_log_dirs
+from epochguard.spark.listing import KRAFT_METADATA_TOPIC, Listing, PartitionReplica, is_local, list_log_dirs
 from epochguard.spark.local import (
     COMPARED_COLUMNS,
     CONTENT_COLUMNS,
@@ -143,6 +144,7 @@ def audit(
     html: bool = True,
     method: str = "batches",
     local_bytes: int = LOCAL_BYTES,
+    topics: Iterable[str] | None = None,
 ) -> AuditResult:
     """Audit broker log dirs (one per broker); returns an `AuditResult` and, unless `out` is None,
     saves it there (`report.save`: Parquet tables and report.html).
@@ -174,6 +176,11 @@ def audit(
     it). `verify_crc` reads every byte to check every CRC (the one cost that grows with the bytes:
     docs/performance.md), so a batch corrupted on disk later, where the replicas agree, is an error
     row too. ``"records"`` decodes, so checks, everything.
+
+    `topics`: names or shell patterns of the topics to audit (as `epochguard watch --topic`); None: every
+    topic but KRaft's metadata log (`__cluster_metadata`, replicated by Raft, KIP-595: a majority commits
+    and only a replica holding every committed entry can be elected, so no unclean election loses from it;
+    name it to audit it anyway). What was left out is in the provenance (`not_audited`).
     """
     if method not in ("batches", "records"):
         raise ValueError(f"method must be 'batches' or 'records', got {method!r}")
@@ -190,6 +197,12 @@ def audit(
     hadoop = None if all(is_local(str(d)) for d in log_dirs) else resolve(spark)
     with step("listing log directories"):
         listing = list_log_dirs(list(log_dirs), hadoop)
+        keep = name_matcher(topics) if topics is not None else (lambda t: t != KRAFT_METADATA_TOPIC)
+        left_out = sorted({f"{r.topic}-{r.partition}" for r in listing.replicas if not keep(r.topic)})
+        skipped = frozenset(r.topic for r in listing.replicas if not keep(r.topic))
+        listing = listing.only(keep)
+        if left_out:
+            provenance["not_audited"] = left_out
     scan = None
     if method == "batches":
         with step("scanning batch headers"):
@@ -219,7 +232,7 @@ def audit(
         scan.troubles.extend(troubles)
         if not isinstance(frame, pa.Table):
             frame.unpersist()
-    run = _Run(spark, listing, consumed, out, step, sample, html, provenance)
+    run = _Run(spark, listing, consumed, out, step, sample, html, provenance, skipped)
     if isinstance(frame, pa.Table) and runs is not None:
         # The divergent batches are compared a window at a time: they stay on the driver unless one
         # window cannot be cut small enough (a replica's transactional tail is one window).
@@ -244,6 +257,7 @@ class _Run:
     sample: int
     html: bool
     provenance: dict[str, Any]
+    skipped: frozenset[str] = frozenset()  # topics in the log dirs left out: their consumed records too
 
 
 def _decode_compared(
@@ -336,7 +350,8 @@ def _audit_distributed(
             )
             lost_keys = lost.select("topic", "partition", "offset", "leader_epoch", "broker", "kind")
             phantoms = _phantom_reads(
-                spark, consumed, replicas, reference_keys, lost_keys, runs.runs if runs is not None else None
+                spark, consumed, replicas, reference_keys, lost_keys, runs.runs if runs is not None else None,
+                run.skipped,
             )
             phantoms = phantoms.orderBy("topic", "partition", "offset").persist()
             phantom_counts = {
@@ -543,7 +558,7 @@ def _audit_local(
                 "topic", "partition", "offset", "leader_epoch", "broker", "kind"
             )
             phantoms = _phantom_reads(
-                spark, consumed, replicas, arrow_frame(spark, reference_keys), lost_keys, runs.runs
+                spark, consumed, replicas, arrow_frame(spark, reference_keys), lost_keys, runs.runs, run.skipped
             )
             phantoms = phantoms.orderBy("topic", "partition", "offset").persist()
             phantom_counts = {
@@ -850,10 +865,12 @@ def _phantom_reads(
     reference_keys: DataFrame,
     lost: DataFrame,
     runs: Runs | None = None,
+    skipped: frozenset[str] = frozenset(),
 ) -> DataFrame:
     """`reference_keys`: the (offset, epoch) of every reference record of the partitions compared on
     records; `runs`: the reference's batches (base, last, epoch) of those compared on headers, where
-    each batch holds one record per offset of its span."""
+    each batch holds one record per offset of its span. Consumed records of the `skipped` topics (in the
+    log dirs, not audited) are left out, not called phantoms of an unknown partition."""
     from pyspark.sql import functions as F
 
     from epochguard.spark.udfs import EpochHistories, batch_epochs
@@ -867,6 +884,8 @@ def _phantom_reads(
         .withColumn("offset", F.col("offset").cast("long"))
         .withColumn("leader_epoch", F.col("leader_epoch").cast("int"))
     )
+    if skipped:
+        table = table.filter(~F.col("topic").isin(sorted(skipped)))
     refs = [r for r in replicas if r.kind == "reference"]
     info = spark.createDataFrame(
         [(r.topic, r.partition, r.reference_log_start_offset, r.log_end_offset, r.latest_epoch) for r in refs],

@@ -65,6 +65,13 @@ def add_parsers(sub: Any) -> None:
         "1/16 of the machine's memory, 64 MiB to 1 GiB; suffixes k, m, g; 0: always Spark). The divergent batches "
         "are compared a window of offsets at a time, so a large loss stays on the driver",
     )
+    audit.add_argument(
+        "--topic",
+        action="append",
+        metavar="T",
+        help="only these topics: names or shell patterns ('orders-*'), repeatable (default: every topic but KRaft's "
+        "metadata log, __cluster_metadata, which Raft replicates: no unclean election loses from it)",
+    )
     audit.set_defaults(run=run_audit)
 
     demo = sub.add_parser(
@@ -98,6 +105,7 @@ def run_audit(args: argparse.Namespace) -> int:
             args.method,
             verify_crc=args.verify_crc,
             local_bytes=args.local_bytes,
+            topics=args.topic,
         )
     except Exception as exc:  # the CLI boundary: any failure to run is exit code 2, with its reason
         console.print(f"[bold red]audit could not run:[/] {type(exc).__name__}: {exc}")
@@ -143,6 +151,7 @@ def _audit(
     *,
     verify_crc: bool = False,
     local_bytes: int | None = None,
+    topics: list[str] | None = None,
 ) -> Any:
     from epochguard.spark.auditing import LOCAL_BYTES, audit
     from epochguard.spark.report import AuditProgress
@@ -161,6 +170,7 @@ def _audit(
             method=method,
             verify_crc=verify_crc,
             local_bytes=LOCAL_BYTES if local_bytes is None else local_bytes,
+            topics=topics,
         )
 
 

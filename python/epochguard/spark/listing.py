@@ -42,6 +42,7 @@ SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 # Small metadata files are read whole on the driver, up to the core's cap on a leader-epoch
 # checkpoint (one byte more, so the parser sees that a bigger file is too big).
 MAX_METADATA_BYTES = 64 << 20
+KRAFT_METADATA_TOPIC = "__cluster_metadata"  # KRaft's metadata log: a partition dir, replicated by Raft
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 RECOVERY_POINT_OFFSET_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -93,6 +94,11 @@ class Listing:
         for replica in self.replicas:
             for segment in replica.segments:
                 yield replica, segment
+
+    def only(self, keep: Callable[[str], bool]) -> Listing:
+        """The replicas (and their errors) of the topics `keep` accepts; errors of no topic stay."""
+        return Listing([r for r in self.replicas if keep(r.topic)],
+                       [e for e in self.errors if e.topic is None or keep(e.topic)])
 
 
 class FileSystem(Protocol):

@@ -173,6 +173,9 @@ def print_summary(result: AuditResult, console: Console | None = None, *, rows: 
                     ),
                 )
             )
+    left_out = result.provenance.get("not_audited")
+    if left_out:
+        console.print(f"not audited: {', '.join(left_out)} (left out by --topic, or KRaft's metadata log by default)")
     verdict = {0: "[bold green]clean[/]", 1: "[bold red]data loss or unreadable input found[/]"}[result.exit_code]
     console.print(
         f"{verdict}: {len(result.diverged)} diverged replicas, {result.lost_count} lost records, "

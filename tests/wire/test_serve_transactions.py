@@ -1,5 +1,5 @@
 """Transactional producers against `epochguard serve` (a subprocess, the real wire): epochguard's own
-`KafkaProducer` and kafka-python's. A committed transaction is read by a read_committed consumer, an
+`KafkaProducer`, kafka-python's and confluent-kafka's. A committed transaction is read by a read_committed consumer, an
 aborted one is not (a read_uncommitted one sees both), offsets sent with a transaction are the group's
 once it commits, and a second producer with the same transactional id fences the first and aborts its
 open transaction. The same checks as tests/real_kafka/test_real_transactions.py against Kafka 4.4."""
@@ -110,3 +110,21 @@ def test_kafka_python_transactional_producer_commit_and_abort(served: Served) ->
     assert sorted(seen) == [b"kp-committed-%d" % i for i in range(5)]
     assert len(_read(bootstrap, "read_uncommitted", 10)) == 10
 
+
+
+def test_confluent_kafka_transactional_producer_commit_and_abort(served: Served) -> None:
+    """librdkafka's transaction manager (FindCoordinator key type 1, InitProducerId, AddPartitionsToTxn,
+    EndTxn): its committed records are read by a read_committed consumer, its aborted ones are not."""
+    ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka (the dev extra) is missing")
+    producer = ck.Producer({"bootstrap.servers": served.bootstrap, "transactional.id": "ck-txn",
+                            "client.id": "ck-txn", "log_level": 3})
+    producer.init_transactions(20)
+    for end, tag in ((producer.commit_transaction, b"ck-committed"), (producer.abort_transaction, b"ck-aborted")):
+        producer.begin_transaction()
+        for i in range(5):
+            producer.produce(TOPIC, key=b"k", value=b"%s-%d" % (tag, i))
+        assert producer.flush(10) == 0
+        end(20)
+    seen = _read(served.bootstrap, "read_committed", 5)
+    assert sorted(seen) == [b"ck-committed-%d" % i for i in range(5)]
+    assert len(_read(served.bootstrap, "read_uncommitted", 10)) == 10

@@ -328,15 +328,16 @@ fn request_object<'py>(
         RequestKind::OffsetCommit(r) => {
             let parts = r.topics.iter().flat_map(|t| {
                 t.partitions.iter().map(move |p| {
-                    Ok(obj!(
+                    offset_commit_partition(
                         py,
-                        "OffsetCommitPartition",
-                        topic = t.name.as_str(),
-                        partition_index = p.partition_index,
-                        committed_offset = p.committed_offset,
-                        committed_leader_epoch = p.committed_leader_epoch,
-                        committed_metadata = opt_str(&p.committed_metadata).unwrap_or_default()
-                    ))
+                        t.name.as_str(),
+                        (
+                            p.partition_index,
+                            p.committed_offset,
+                            p.committed_leader_epoch,
+                        ),
+                        &p.committed_metadata,
+                    )
                 })
             });
             obj!(
@@ -496,15 +497,16 @@ fn request_object<'py>(
         RequestKind::TxnOffsetCommit(r) => {
             let parts = r.topics.iter().flat_map(|t| {
                 t.partitions.iter().map(move |p| {
-                    Ok(obj!(
+                    offset_commit_partition(
                         py,
-                        "OffsetCommitPartition",
-                        topic = t.name.as_str(),
-                        partition_index = p.partition_index,
-                        committed_offset = p.committed_offset,
-                        committed_leader_epoch = p.committed_leader_epoch,
-                        committed_metadata = opt_str(&p.committed_metadata).unwrap_or_default()
-                    ))
+                        t.name.as_str(),
+                        (
+                            p.partition_index,
+                            p.committed_offset,
+                            p.committed_leader_epoch,
+                        ),
+                        &p.committed_metadata,
+                    )
                 })
             });
             obj!(
@@ -536,6 +538,25 @@ fn request_object<'py>(
             ))
         }
     })
+}
+
+/// `messages.OffsetCommitPartition` from (partition, offset, leader epoch) and metadata: OffsetCommit's
+/// and TxnOffsetCommit's partitions carry the same fields in two crate types.
+fn offset_commit_partition<'py>(
+    py: Python<'py>,
+    topic: &str,
+    (partition_index, committed_offset, committed_leader_epoch): (i32, i64, i32),
+    metadata: &Option<StrBytes>,
+) -> PyResult<Bound<'py, PyAny>> {
+    Ok(obj!(
+        py,
+        "OffsetCommitPartition",
+        topic = topic,
+        partition_index = partition_index,
+        committed_offset = committed_offset,
+        committed_leader_epoch = committed_leader_epoch,
+        committed_metadata = opt_str(metadata).unwrap_or_default()
+    ))
 }
 
 fn offset_fetch_request<'py>(

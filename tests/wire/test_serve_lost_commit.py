@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from epochguard.client import KafkaConsumer, KafkaProducer
+from epochguard.client import KafkaProducer
 from epochguard.sim.controller import topic_id
 from epochguard.sim.faults import Crash, Heal, Isolate
 from epochguard.sim.network import broker_node
@@ -29,6 +29,7 @@ from epochguard.storage.logdir import write_log_dir
 from epochguard.types import TopicPartition
 from epochguard.wire.scenarios import BASE, INPUT, WireScenario, isr_is
 from epochguard.wire.server import WireServer
+from tests.wire.serving import read_values
 
 pytest.importorskip("pyarrow", reason="pyarrow (a dependency of the audit) is missing")
 
@@ -98,21 +99,8 @@ def serve() -> Iterator[InProcessServe]:
         s.close()
 
 
-def _values(bootstrap: str, want: int, timeout_s: float = 20.0) -> list[bytes]:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                             auto_offset_reset="earliest", enable_auto_commit=False)
-    try:
-        consumer.assign([TP])
-        got: list[bytes] = []
-        end = time.monotonic() + timeout_s
-        quiet = 0
-        while time.monotonic() < end and (len(got) < want or quiet < 3):
-            records = [r.value for recs in consumer.poll(timeout_ms=200).values() for r in recs]
-            got += [v for v in records if v is not None]
-            quiet = quiet + 1 if not records and len(got) >= want else 0
-        return got
-    finally:
-        consumer.close()
+def _values(bootstrap: str, want: int) -> list[bytes]:
+    return read_values(bootstrap, TP, "read_committed", want)
 
 
 def test_a_commit_marker_lost_with_its_leader_is_audited_uncommitted_and_recovered_only_when_asked(

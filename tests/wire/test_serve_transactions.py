@@ -6,45 +6,38 @@ open transaction. The same checks as tests/real_kafka/test_real_transactions.py 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from epochguard.client import KafkaConsumer, KafkaProducer
 from epochguard.errors import ProducerFencedError
 from epochguard.types import OffsetAndMetadata, TopicPartition
-from tests.wire.serving import Served
+from tests.wire.serving import Served, read_values
 
 TOPIC = "input"  # the clean scenario's topic for real clients (one partition, three replicas)
 TP = TopicPartition(TOPIC, 0)
 
 
 @pytest.fixture
-def served() -> Iterator[Served]:
-    s = Served("clean", "--timeout-s", "120")
+def served(tmp_path: Path) -> Iterator[Served]:
+    """Serve with a trace: afterwards the trace replays against a fresh cluster with byte-identical answers
+    (the coordinator reads no clock but the cluster's steps) and is judged the same."""
+    from epochguard.wire.replay import replay
+
+    trace = tmp_path / "run.jsonl"
+    s = Served("clean", trace=trace)
     try:
         yield s
     finally:
         result = s.stop()
-        assert result["violations"] == []
+    assert result["violations"] == []
+    assert replay(trace).report() == result["clients"]
 
 
-def _read(bootstrap: str, isolation: str, want: int, timeout_s: float = 20.0) -> list[bytes]:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation, auto_offset_reset="earliest",
-                             enable_auto_commit=False)
-    try:
-        consumer.assign([TP])
-        got: list[bytes] = []
-        end = time.monotonic() + timeout_s
-        quiet = 0
-        while time.monotonic() < end and (len(got) < want or quiet < 3):  # then a few empty polls: nothing more
-            records = [r.value for recs in consumer.poll(timeout_ms=200).values() for r in recs]
-            got += [v for v in records if v is not None]
-            quiet = quiet + 1 if not records and len(got) >= want else 0
-        return got
-    finally:
-        consumer.close()
+def _read(bootstrap: str, isolation: str, want: int) -> list[bytes]:
+    return read_values(bootstrap, TP, isolation, want)
 
 
 def test_epochguard_producer_commit_abort_offsets_and_fencing(served: Served) -> None:

@@ -161,6 +161,7 @@ def test_offsets_sent_with_a_transaction_are_the_groups_only_once_it_commits(wir
 def test_bad_init_requests(wire: WireCluster) -> None:
     assert call(wire, InitProducerIdRequest("", 60_000)).error_code == Errors.INVALID_REQUEST
     assert call(wire, InitProducerIdRequest("t1", 900_001)).error_code == Errors.INVALID_TRANSACTION_TIMEOUT
+    assert call(wire, InitProducerIdRequest("t1", 60_000, 1001, -1)).error_code == Errors.INVALID_REQUEST
     # Idempotent producers still get a fresh id each, no coordinator state.
     a, b = call(wire, InitProducerIdRequest()), call(wire, InitProducerIdRequest())
     assert a.producer_id != b.producer_id and (a.producer_epoch, b.producer_epoch) == (0, 0)
@@ -178,3 +179,17 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(wire:
     assert markers(wire) == [(pid, 1, False)]
     assert call(wire, EndTxnRequest("t1", pid, epoch, True)).error_code == Errors.PRODUCER_FENCED
 
+
+
+def test_a_producer_bumping_its_own_epoch_kip_360(wire: WireCluster) -> None:
+    """`prepareIncrementProducerEpoch` with an expected epoch: the current one is bumped, the previous one
+    (a retry of a bump that succeeded) is answered unbumped, any other is fenced."""
+    pid, _ = init(wire)
+    r = call(wire, InitProducerIdRequest("t1", 60_000, pid, 0))
+    assert (r.error_code, r.producer_id, r.producer_epoch) == (Errors.NONE, pid, 1)
+    r = call(wire, InitProducerIdRequest("t1", 60_000, pid, 0))  # the retry
+    assert (r.error_code, r.producer_epoch) == (Errors.NONE, 1)
+    assert init(wire) == (pid, 2)  # a new producer: the old epochs may not retry any more
+    assert call(wire, InitProducerIdRequest("t1", 60_000, pid, 1)).error_code == Errors.PRODUCER_FENCED
+    assert call(wire, InitProducerIdRequest("t1", 60_000, pid, 1, version=3)).error_code == Errors.INVALID_PRODUCER_EPOCH
+    assert call(wire, InitProducerIdRequest("t1", 60_000, pid + 7, 2)).error_code == Errors.PRODUCER_FENCED

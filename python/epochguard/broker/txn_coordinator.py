@@ -74,6 +74,7 @@ class TransactionMetadata:
     partitions: set[TopicPartition] = field(default_factory=set)
     groups: set[str] = field(default_factory=set)
     started_ms: int = -1
+    last_epoch: int = -1  # the epoch before the last bump a producer asked for itself (KIP-360), for its retry
     unwritten: set[TopicPartition] = field(default_factory=set)  # markers not acknowledged yet
     sent_ms: dict[TopicPartition, int] = field(default_factory=dict)  # markers in flight, since when
     waiters: list[Any] = field(default_factory=list)  # EndTxn requests answered on completion
@@ -114,6 +115,8 @@ class TransactionCoordinator:
         tid = request.transactional_id
         if not tid:
             return InitProducerIdResponse(Errors.INVALID_REQUEST)
+        if (request.producer_id < 0) != (request.producer_epoch < 0):  # KafkaApis: both or neither
+            return InitProducerIdResponse(Errors.INVALID_REQUEST)
         if not 0 < request.transaction_timeout_ms <= MAX_TRANSACTION_TIMEOUT_MS:
             return InitProducerIdResponse(Errors.INVALID_TRANSACTION_TIMEOUT)
         txn = self.transactions.get(tid)
@@ -121,7 +124,7 @@ class TransactionCoordinator:
             txn = self.transactions[tid] = TransactionMetadata(tid, self.allocate_producer_id(), -1,
                                                                request.transaction_timeout_ms)
         elif request.producer_id >= 0 and request.producer_id != txn.producer_id:
-            # KIP-360: a producer re-initializing names its id; another id was fenced long ago.
+            # KIP-360: a producer re-initializing names its id and epoch; another id was fenced long ago.
             return self._fenced(request, InitProducerIdResponse)
         if txn.preparing:
             return InitProducerIdResponse(Errors.CONCURRENT_TRANSACTIONS)
@@ -129,9 +132,13 @@ class TransactionCoordinator:
             self._fence_and_abort(txn, now_ms, "a new producer initialized")
             return InitProducerIdResponse(Errors.CONCURRENT_TRANSACTIONS)
         if txn.producer_epoch + 1 >= _MAX_EPOCH:
-            txn.producer_id, txn.producer_epoch = self.allocate_producer_id(), 0
-        else:
-            txn.producer_epoch += 1
+            txn.producer_id, txn.producer_epoch, txn.last_epoch = self.allocate_producer_id(), 0, -1
+        elif request.producer_id < 0:  # a new producer: bump, and no earlier epoch may retry
+            txn.producer_epoch, txn.last_epoch = txn.producer_epoch + 1, -1
+        elif txn.producer_epoch in (-1, request.producer_epoch):  # KIP-360: the producer bumps its own epoch
+            txn.producer_epoch, txn.last_epoch = txn.producer_epoch + 1, txn.producer_epoch
+        elif request.producer_epoch != txn.last_epoch:  # (the previous epoch: a retry, answered unbumped)
+            return self._fenced(request, InitProducerIdResponse)
         txn.timeout_ms = request.transaction_timeout_ms
         txn.state, txn.partitions, txn.groups = TxnState.EMPTY, set(), set()
         self.log.append(f"{tid}: producer {txn.producer_id} epoch {txn.producer_epoch}")

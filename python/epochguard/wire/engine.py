@@ -173,7 +173,8 @@ class WireCluster:
         self.transactions = TransactionCoordinator(self._allocate_producer_id)
         self.transactions.on_delayed_response = self._on_delayed_response
         self.transactions.on_complete = self.groups.complete_txn
-        self._marker_writes: set[int] = set()  # id() of WriteTxnMarkers requests a leader has not answered
+        # WriteTxnMarkers requests a leader has not answered, by id() (kept alive here: ids are not reused)
+        self._marker_writes: dict[int, WriteTxnMarkersRequest] = {}
 
     # --- time ------------------------------------------------------------------------------------
     @property
@@ -487,9 +488,6 @@ class WireCluster:
         if response is not None:
             self._answer(waiting, response)
 
-    def _on_txn_offset_commit(self, conn: Connection, waiting: _Waiting) -> None:
-        self._answer(waiting, self.groups.handle(_BROKER_REPLICA_CONSUMER, waiting.request, self.now_ms))
-
     def _write_markers(self) -> None:
         """The coordinator's markers as WriteTxnMarkers to each partition's acting leader (none: retried on
         a later step); the leader answers once the ISR has them, and its followers fetch them at once."""
@@ -505,7 +503,7 @@ class WireCluster:
         for leader, markers in sorted(by_leader.items()):
             request = WriteTxnMarkersRequest(tuple(markers))
             manager = self.cluster.brokers[leader].manager
-            self._marker_writes.add(id(request))
+            self._marker_writes[id(request)] = request
             response = manager.handle(_BROKER_REPLICA_CONSUMER, request, self.now_ms)
             self.cluster.replicate_at_once(leader, [m.tp for m in markers])
             if response is not None:
@@ -513,7 +511,7 @@ class WireCluster:
         self._poll_fetches()
 
     def _on_markers_written(self, request: Any, response: WriteTxnMarkersResponse) -> None:
-        self._marker_writes.discard(id(request))
+        del self._marker_writes[id(request)]
         self.transactions.on_markers_written(response.partitions)
 
     # Request type(s) -> handler, tried in order (isinstance, as the request layer's match on the API key).
@@ -523,12 +521,11 @@ class WireCluster:
         (FetchRequest, _on_fetch),
         (ProduceRequest, _on_produce),
         ((ListOffsetsRequest, OffsetsForLeaderEpochRequest), _on_offsets),
-        ((OffsetCommitRequest, OffsetFetchRequest), _on_offset_commit_or_fetch),
+        ((OffsetCommitRequest, OffsetFetchRequest, TxnOffsetCommitRequest), _on_offset_commit_or_fetch),
         ((JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest), _on_group_membership),
         (FindCoordinatorRequest, _on_find_coordinator),
         (InitProducerIdRequest, _on_init_producer_id),
         ((AddPartitionsToTxnRequest, AddOffsetsToTxnRequest, EndTxnRequest), _on_transaction),
-        (TxnOffsetCommitRequest, _on_txn_offset_commit),
     )
 
     def _answer(self, waiting: _Waiting, response: Any) -> None:
@@ -574,7 +571,7 @@ class WireCluster:
                 self._fetches.append(w)
 
     def _on_delayed_response(self, request: Any, response: Any) -> None:
-        if isinstance(response, WriteTxnMarkersResponse) and id(request) in self._marker_writes:
+        if self._marker_writes.get(id(request)) is request:
             self._on_markers_written(request, response)
             return
         waiting = self._delayed.pop(id(request), None)

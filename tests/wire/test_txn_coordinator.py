@@ -6,6 +6,7 @@ classes of the Rust core), offsets through OffsetFetch; the fencing errors are K
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -23,29 +24,35 @@ from epochguard.protocol.messages import (
     ProduceRequest,
     TxnOffsetCommitRequest,
 )
+from epochguard.sim.faults import Crash, Heal, Isolate, Restart
+from epochguard.sim.network import broker_node
 from epochguard.types import TopicPartition
 from epochguard.wire import codec
 from epochguard.wire.engine import WireCluster, api_key_of
-from epochguard.wire.scenarios import build
+from epochguard.wire.scenarios import WireScenario, build
 
 ADDRESSES = {1: ("127.0.0.1", 9001), 2: ("127.0.0.1", 9002), 3: ("127.0.0.1", 9003)}
 INPUT = TopicPartition("input", 0)
 _correlation = itertools.count(1)
 
 
-@pytest.fixture
-def wire() -> WireCluster:
-    w = WireCluster(build("clean"), 0, ADDRESSES)
+def ready(scenario: WireScenario) -> WireCluster:
+    w = WireCluster(scenario, 0, ADDRESSES)
     for _ in range(500):
         w.step()
         if w.ready() and all(b.metadata is not None for b in w.cluster.brokers.values()):
             return w
-    pytest.fail("the clean scenario never elected every leader")
+    pytest.fail(f"{scenario.name} never elected every leader")
 
 
-def call(w: WireCluster, request: Any, version: int | None = None, steps: int = 200) -> Any:
-    """Send `request` on a fresh connection to broker 1 and step until it is answered."""
-    conn = w.connect(1)
+@pytest.fixture
+def wire() -> WireCluster:
+    return ready(build("clean"))
+
+
+def call(w: WireCluster, request: Any, version: int | None = None, steps: int = 200, broker: int = 1) -> Any:
+    """Send `request` on a fresh connection to `broker` and step until it is answered."""
+    conn = w.connect(broker)
     assert conn is not None
     v = request.version if version is None else version
     w.submit(conn, codec.RequestHeader(api_key_of(request), v, next(_correlation), "txn-test"), request)
@@ -193,3 +200,32 @@ def test_a_producer_bumping_its_own_epoch_kip_360(wire: WireCluster) -> None:
     assert call(wire, InitProducerIdRequest("t1", 60_000, pid, 1)).error_code == Errors.PRODUCER_FENCED
     assert call(wire, InitProducerIdRequest("t1", 60_000, pid, 1, version=3)).error_code == Errors.INVALID_PRODUCER_EPOCH
     assert call(wire, InitProducerIdRequest("t1", 60_000, pid + 7, 2)).error_code == Errors.PRODUCER_FENCED
+
+
+def test_a_marker_for_a_partition_without_a_leader_waits_until_it_has_one() -> None:
+    """Kafka's marker channel retries until the partition has a leader; EndTxn is answered only then."""
+    w = ready(WireScenario("no-leader", replace(build("clean").config, min_insync_replicas=1), (), ""))
+    pid, epoch = init(w)
+    call(w, AddPartitionsToTxnRequest("t1", pid, epoch, (INPUT,)))
+    w.fire(Isolate(1))  # broker 1 alone in the ISR once the record below lags on its followers
+    assert produce(w, pid, epoch, 0, b"only-on-1") == Errors.NONE
+    w.fire(Crash(1))  # no other replica is in sync, and unclean election is off: input-0 has no leader
+    for _ in range(50):
+        w.step()
+    assert w.cluster.acting_leader(INPUT) is None
+    conn = w.connect(2)
+    assert conn is not None
+    w.submit(conn, codec.RequestHeader(api_key_of(EndTxnRequest("t1", pid, epoch, True)), 4, 1, "t"),
+             EndTxnRequest("t1", pid, epoch, True))
+    for _ in range(300):  # 3 s of retries: no answer while the marker has nowhere to go
+        w.step()
+    assert [r for c, _, r in w.drain() if c is conn] == []
+    w.fire(Heal(broker_node(1)))
+    w.fire(Restart(1))
+    for _ in range(500):
+        w.step()
+        answers = [r for c, _, r in w.drain() if c is conn]
+        if answers:
+            break
+    assert [a.error_code for a in answers] == [Errors.NONE]
+    assert markers(w) == [(pid, 0, True)]

@@ -328,15 +328,16 @@ fn request_object<'py>(
         RequestKind::OffsetCommit(r) => {
             let parts = r.topics.iter().flat_map(|t| {
                 t.partitions.iter().map(move |p| {
-                    Ok(obj!(
+                    offset_commit_partition(
                         py,
-                        "OffsetCommitPartition",
-                        topic = t.name.as_str(),
-                        partition_index = p.partition_index,
-                        committed_offset = p.committed_offset,
-                        committed_leader_epoch = p.committed_leader_epoch,
-                        committed_metadata = opt_str(&p.committed_metadata).unwrap_or_default()
-                    ))
+                        t.name.as_str(),
+                        (
+                            p.partition_index,
+                            p.committed_offset,
+                            p.committed_leader_epoch,
+                        ),
+                        &p.committed_metadata,
+                    )
                 })
             });
             obj!(
@@ -467,12 +468,95 @@ fn request_object<'py>(
                 version = version
             )
         }
+        RequestKind::AddPartitionsToTxn(r) => {
+            // v0-3 (the client's form): one transaction per request.
+            let parts = r.v3_and_below_topics.iter().flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(move |p| tp(py, t.name.as_str(), *p))
+            });
+            obj!(
+                py,
+                "AddPartitionsToTxnRequest",
+                transactional_id = r.v3_and_below_transactional_id.as_str(),
+                producer_id = r.v3_and_below_producer_id.0,
+                producer_epoch = r.v3_and_below_producer_epoch,
+                partitions = tuple(py, parts)?,
+                version = version
+            )
+        }
+        RequestKind::AddOffsetsToTxn(r) => obj!(
+            py,
+            "AddOffsetsToTxnRequest",
+            transactional_id = r.transactional_id.as_str(),
+            producer_id = r.producer_id.0,
+            producer_epoch = r.producer_epoch,
+            group_id = r.group_id.as_str(),
+            version = version
+        ),
+        RequestKind::TxnOffsetCommit(r) => {
+            let parts = r.topics.iter().flat_map(|t| {
+                t.partitions.iter().map(move |p| {
+                    offset_commit_partition(
+                        py,
+                        t.name.as_str(),
+                        (
+                            p.partition_index,
+                            p.committed_offset,
+                            p.committed_leader_epoch,
+                        ),
+                        &p.committed_metadata,
+                    )
+                })
+            });
+            obj!(
+                py,
+                "TxnOffsetCommitRequest",
+                transactional_id = r.transactional_id.as_str(),
+                group_id = r.group_id.as_str(),
+                producer_id = r.producer_id.0,
+                producer_epoch = r.producer_epoch,
+                partitions = tuple(py, parts)?,
+                generation_id = r.generation_id,
+                member_id = r.member_id.as_str(),
+                group_instance_id = opt_str(&r.group_instance_id),
+                version = version
+            )
+        }
+        RequestKind::EndTxn(r) => obj!(
+            py,
+            "EndTxnRequest",
+            transactional_id = r.transactional_id.as_str(),
+            producer_id = r.producer_id.0,
+            producer_epoch = r.producer_epoch,
+            committed = r.committed,
+            version = version
+        ),
         _ => {
             return Err(PyValueError::new_err(
                 "request kind outside the codec's table (a bug: decode_request checks it)",
             ))
         }
     })
+}
+
+/// `messages.OffsetCommitPartition` from (partition, offset, leader epoch) and metadata: OffsetCommit's
+/// and TxnOffsetCommit's partitions carry the same fields in two crate types.
+fn offset_commit_partition<'py>(
+    py: Python<'py>,
+    topic: &str,
+    (partition_index, committed_offset, committed_leader_epoch): (i32, i64, i32),
+    metadata: &Option<StrBytes>,
+) -> PyResult<Bound<'py, PyAny>> {
+    Ok(obj!(
+        py,
+        "OffsetCommitPartition",
+        topic = topic,
+        partition_index = partition_index,
+        committed_offset = committed_offset,
+        committed_leader_epoch = committed_leader_epoch,
+        committed_metadata = opt_str(metadata).unwrap_or_default()
+    ))
 }
 
 fn offset_fetch_request<'py>(
@@ -825,6 +909,55 @@ fn response_kind(r: &Bound<'_, PyAny>, api_key: i16, version: i16) -> PyResult<R
                 }
             }
             ResponseKind::LeaveGroup(m)
+        }
+        km::ApiKey::AddPartitionsToTxn => {
+            // v0-3: results by topic (v4+ nests them under each transaction).
+            let mut m = km::AddPartitionsToTxnResponse::default();
+            m.throttle_time_ms = throttle;
+            for (name, parts) in by_topic(items(r, "partitions")?, |p| {
+                let mut out =
+                    km::add_partitions_to_txn_response::AddPartitionsToTxnPartitionResult::default(
+                    );
+                out.partition_index = get(p, "partition_index")?;
+                out.partition_error_code = get(p, "error_code")?;
+                Ok(out)
+            })? {
+                let mut t =
+                    km::add_partitions_to_txn_response::AddPartitionsToTxnTopicResult::default();
+                t.name = name.into();
+                t.results_by_partition = parts;
+                m.results_by_topic_v3_and_below.push(t);
+            }
+            ResponseKind::AddPartitionsToTxn(m)
+        }
+        km::ApiKey::AddOffsetsToTxn => {
+            let mut m = km::AddOffsetsToTxnResponse::default();
+            m.throttle_time_ms = throttle;
+            m.error_code = get(r, "error_code")?;
+            ResponseKind::AddOffsetsToTxn(m)
+        }
+        km::ApiKey::TxnOffsetCommit => {
+            let mut m = km::TxnOffsetCommitResponse::default();
+            m.throttle_time_ms = throttle;
+            for (name, parts) in by_topic(items(r, "partitions")?, |p| {
+                let mut out =
+                    km::txn_offset_commit_response::TxnOffsetCommitResponsePartition::default();
+                out.partition_index = get(p, "partition_index")?;
+                out.error_code = get(p, "error_code")?;
+                Ok(out)
+            })? {
+                let mut t = km::txn_offset_commit_response::TxnOffsetCommitResponseTopic::default();
+                t.name = name.into();
+                t.partitions = parts;
+                m.topics.push(t);
+            }
+            ResponseKind::TxnOffsetCommit(m)
+        }
+        km::ApiKey::EndTxn => {
+            let mut m = km::EndTxnResponse::default();
+            m.throttle_time_ms = throttle;
+            m.error_code = get(r, "error_code")?;
+            ResponseKind::EndTxn(m)
         }
         other => {
             return Err(PyValueError::new_err(format!(

@@ -37,6 +37,12 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    // The transaction coordinator (`epochguard.wire.txn_coordinator`), transaction version 1: v4+ of
+    // AddPartitionsToTxn is the brokers' batched form (KIP-890); EndTxn v5 and TxnOffsetCommit v5 too.
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 4),
 ];
 
 /// APIs only the client side of the codec encodes and decodes (`epochguard.client` authenticating
@@ -44,12 +50,6 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
 pub const CLIENT_ONLY: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
-    // The transactional producer (`epochguard.client.transactions`), transaction version 1: v4+ of
-    // AddPartitionsToTxn is the brokers' batched form; EndTxn v5 and TxnOffsetCommit v5 are KIP-890's.
-    (ApiKey::AddPartitionsToTxn, 0, 3),
-    (ApiKey::AddOffsetsToTxn, 0, 4),
-    (ApiKey::TxnOffsetCommit, 0, 4),
-    (ApiKey::EndTxn, 0, 4),
     // `epochguard watch` (issue 34): every group by name, whether it has members, and the producers a
     // partition's leader holds state for (an open transaction holding the last stable offset back).
     (ApiKey::ListGroups, 0, 5),
@@ -310,6 +310,10 @@ fn encode_body<B: ByteBufMut>(r: &ResponseKind, buf: &mut B, version: i16) -> an
         ResponseKind::ApiVersions(m) => m.encode(buf, version),
         ResponseKind::InitProducerId(m) => m.encode(buf, version),
         ResponseKind::OffsetForLeaderEpoch(m) => m.encode(buf, version),
+        ResponseKind::AddPartitionsToTxn(m) => m.encode(buf, version),
+        ResponseKind::AddOffsetsToTxn(m) => m.encode(buf, version),
+        ResponseKind::EndTxn(m) => m.encode(buf, version),
+        ResponseKind::TxnOffsetCommit(m) => m.encode(buf, version),
         _ => anyhow::bail!("not a response this codec serves"),
     }
 }
@@ -331,6 +335,10 @@ fn response_size(r: &ResponseKind, version: i16) -> anyhow::Result<usize> {
         ResponseKind::ApiVersions(m) => m.compute_size(version),
         ResponseKind::InitProducerId(m) => m.compute_size(version),
         ResponseKind::OffsetForLeaderEpoch(m) => m.compute_size(version),
+        ResponseKind::AddPartitionsToTxn(m) => m.compute_size(version),
+        ResponseKind::AddOffsetsToTxn(m) => m.compute_size(version),
+        ResponseKind::EndTxn(m) => m.compute_size(version),
+        ResponseKind::TxnOffsetCommit(m) => m.compute_size(version),
         _ => anyhow::bail!("not a response this codec serves"),
     }
 }

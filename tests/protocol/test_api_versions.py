@@ -86,9 +86,11 @@ def test_broker_answers_an_unknown_version_at_v0_with_its_own_range() -> None:
 def test_the_served_table_covers_what_the_real_clients_send() -> None:
     """The wire issue's list: Metadata up to 12 (epochs trusted from 9), Fetch 4-16 and Produce 3-10 (KIP-951's
     leader hints; Fetch v13+ by topic id), ListOffsets 1-7 (OFFSET_NOT_AVAILABLE from 5), OffsetForLeaderEpoch
-    2-4 (librdkafka sends only v2)."""
+    2-4 (librdkafka sends only v2); the transaction coordinator's APIs at transaction version 1."""
     expected = {ApiKey.API_VERSIONS: (0, 3), ApiKey.METADATA: (0, 12), ApiKey.PRODUCE: (3, 10), ApiKey.FETCH: (4, 16),
                 ApiKey.LIST_OFFSETS: (1, 7), ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4), ApiKey.INIT_PRODUCER_ID: (0, 4),
                 ApiKey.FIND_COORDINATOR: (0, 4), ApiKey.OFFSET_COMMIT: (2, 8), ApiKey.OFFSET_FETCH: (1, 8),
-                ApiKey.JOIN_GROUP: (0, 7), ApiKey.SYNC_GROUP: (0, 5), ApiKey.HEARTBEAT: (0, 4), ApiKey.LEAVE_GROUP: (0, 4)}
+                ApiKey.JOIN_GROUP: (0, 7), ApiKey.SYNC_GROUP: (0, 5), ApiKey.HEARTBEAT: (0, 4), ApiKey.LEAVE_GROUP: (0, 4),
+                ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3), ApiKey.ADD_OFFSETS_TO_TXN: (0, 4), ApiKey.END_TXN: (0, 4),
+                ApiKey.TXN_OFFSET_COMMIT: (0, 4)}
     assert {ApiKey(r.api_key): (r.min_version, r.max_version) for r in BROKER_API_VERSIONS} == expected

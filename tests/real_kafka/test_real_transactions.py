@@ -1,7 +1,7 @@
 """The transactional producer against Apache Kafka 4.4 (the session cluster): a committed transaction is
 read by a read_committed consumer, an aborted one is not (a read_uncommitted one sees both), offsets sent
 with a transaction are the group's once it commits, and a second producer with the same transactional id
-fences the first (its commit raises ProducerFencedError). `serve` has no transaction coordinator."""
+fences the first (its commit raises ProducerFencedError). The same against `serve`: tests/wire/test_serve_transactions.py."""
 
 from __future__ import annotations
 

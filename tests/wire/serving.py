@@ -78,6 +78,27 @@ class Served:
             self.proc.stderr.close()
 
 
+def read_values(bootstrap: str, tp: Any, isolation: str, want: int, timeout_s: float = 20.0) -> list[bytes]:
+    """The values epochguard's consumer reads from `tp` at this isolation level, from the beginning: until it
+    has `want` and three polls in a row bring nothing more, or `timeout_s`."""
+    from epochguard.client import KafkaConsumer
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation, auto_offset_reset="earliest",
+                             enable_auto_commit=False)
+    try:
+        consumer.assign([tp])
+        got: list[bytes] = []
+        end = time.monotonic() + timeout_s
+        quiet = 0
+        while time.monotonic() < end and (len(got) < want or quiet < 3):
+            records = [r.value for recs in consumer.poll(timeout_ms=200).values() for r in recs]
+            got += [v for v in records if v is not None]
+            quiet = quiet + 1 if not records and len(got) >= want else 0
+        return got
+    finally:
+        consumer.close()
+
+
 def wait_for(predicate: Any, timeout: float, interval: float = 0.05) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:

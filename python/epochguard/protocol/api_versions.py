@@ -182,6 +182,10 @@ BROKER_API_VERSIONS = NodeApiVersions([
     ApiVersionRange(ApiKey.API_VERSIONS, 0, 3),
     ApiVersionRange(ApiKey.INIT_PRODUCER_ID, 0, 4),
     ApiVersionRange(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4),
+    ApiVersionRange(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3),
+    ApiVersionRange(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4),
+    ApiVersionRange(ApiKey.END_TXN, 0, 4),
+    ApiVersionRange(ApiKey.TXN_OFFSET_COMMIT, 0, 4),
 ])
 
 

@@ -7,7 +7,7 @@ Mirrors the generated message classes of `clients/src/main/resources/common/mess
 `LeaderAndIsrRequest` partition state and KRaft `BrokerRegistration`; the client's
 `SaslHandshakeRequest/Response` and `SaslAuthenticateRequest/Response` (encoded only by the client's half
 of the codec: `serve` has no SASL), and the transactional producer's `AddPartitionsToTxn`, `AddOffsetsToTxn`,
-`TxnOffsetCommit` and `EndTxn` (client's half only too: `serve` has no transaction coordinator); and for the
+`TxnOffsetCommit` and `EndTxn` (both halves: `serve` is a transaction coordinator); and for the
 wire server,
 `InitProducerIdRequest/Response`, `FindCoordinatorRequest/Response` and the classic group protocol
 (`JoinGroup`, `SyncGroup`, `Heartbeat`, `LeaveGroup`). `epochguard._core.decode_request` /
@@ -797,7 +797,7 @@ class WriteTxnMarkersResponse:
     partitions: tuple[WriteTxnMarkerResult, ...]
 
 
-# --- The transactional producer (client's half of the codec only) ---------------------------------
+# --- The transactional producer and serve's transaction coordinator --------------------------------------
 @dataclass(frozen=True, slots=True)
 class AddPartitionsToTxnRequest:
     """`AddPartitionsToTxnRequest` v0-3 (the client's form): partitions the transaction writes to."""

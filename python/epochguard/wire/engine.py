@@ -4,7 +4,11 @@
 scenario's simulated producer) and answers the requests real clients send to each broker with the
 same state machines the simulator drives: Produce, Fetch, ListOffsets and OffsetsForLeaderEpoch go to
 that broker's `ReplicaManager`; OffsetCommit/OffsetFetch and the classic group protocol (JoinGroup,
-SyncGroup, Heartbeat, LeaveGroup) to the `GroupCoordinator`. What it adds is what Kafka's request
+SyncGroup, Heartbeat, LeaveGroup) and TxnOffsetCommit to the `GroupCoordinator`; InitProducerId with a
+transactional id, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn to the one `TransactionCoordinator`,
+whose COMMIT/ABORT markers go to each partition's acting leader as WriteTxnMarkers (Kafka's
+`TransactionMarkerChannelManager`: real control batches in the logs), an EndTxn answered once they are
+all written. What it adds is what Kafka's request
 layer (`KafkaApis`, `DelayedFetch`, `DelayedProduce`, the per-connection mute in `SocketServer`)
 does around them:
 
@@ -37,10 +41,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol
 
+from epochguard.broker.txn_coordinator import TransactionCoordinator
 from epochguard.errors import Errors
 from epochguard.protocol.api_versions import ApiKey, ApiVersionsRequest
 from epochguard.protocol.messages import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
     Coordinator,
+    EndTxnRequest,
     FetchPartitionData,
     FetchRequest,
     FetchResponse,
@@ -63,6 +71,10 @@ from epochguard.protocol.messages import (
     ProduceRequest,
     ProduceResponse,
     SyncGroupRequest,
+    TxnOffsetCommitRequest,
+    WriteTxnMarkerResult,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 from epochguard.sim.cluster import Cluster
 from epochguard.sim.controller import topic_id
@@ -158,6 +170,11 @@ class WireCluster:
             broker.on_delayed_response = self._on_delayed_response
         self.groups = self.cluster.coordinator.coordinator
         self.groups.groups.on_delayed_response = self._on_delayed_response
+        self.transactions = TransactionCoordinator(self._allocate_producer_id)
+        self.transactions.on_delayed_response = self._on_delayed_response
+        self.transactions.on_complete = self.groups.complete_txn
+        # WriteTxnMarkers requests a leader has not answered, by id() (kept alive here: ids are not reused)
+        self._marker_writes: dict[int, WriteTxnMarkersRequest] = {}
 
     # --- time ------------------------------------------------------------------------------------
     @property
@@ -171,6 +188,8 @@ class WireCluster:
     def step(self) -> None:
         self.cluster.step()
         self.groups.poll(self.now_ms)
+        self.transactions.poll(self.now_ms)
+        self._write_markers()
         for conn in list(self.connections.values()):
             if not self.cluster.brokers[conn.broker_id].alive:
                 self.close(conn)
@@ -450,9 +469,50 @@ class WireCluster:
             coordinators.append(Coordinator(key, node, host, port))
         self._answer(waiting, FindCoordinatorResponse(tuple(coordinators)))
 
-    def _on_init_producer_id(self, conn: Connection, waiting: _Waiting) -> None:
+    def _allocate_producer_id(self) -> int:
         self._next_producer_id += 1
-        self._answer(waiting, InitProducerIdResponse(producer_id=self._next_producer_id, producer_epoch=0))
+        return self._next_producer_id
+
+    def _on_init_producer_id(self, conn: Connection, waiting: _Waiting) -> None:
+        request: InitProducerIdRequest = waiting.request
+        if request.transactional_id is None:  # idempotent: a fresh id, no coordinator state
+            self._answer(waiting, InitProducerIdResponse(producer_id=self._allocate_producer_id(), producer_epoch=0))
+        else:
+            self._on_transaction(conn, waiting)
+
+    def _on_transaction(self, conn: Connection, waiting: _Waiting) -> None:
+        response = self.transactions.handle(waiting.request, self.now_ms)
+        if response is None:  # an EndTxn waiting for its markers
+            self._delayed[id(waiting.request)] = waiting
+        self._write_markers()
+        if response is not None:
+            self._answer(waiting, response)
+
+    def _write_markers(self) -> None:
+        """The coordinator's markers as WriteTxnMarkers to each partition's acting leader (none: retried on
+        a later step); the leader answers once the ISR has them, and its followers fetch them at once."""
+        by_leader: dict[int, list[Any]] = {}
+        for marker in self.transactions.markers_to_write(self.now_ms):
+            leader = self.cluster.acting_leader(marker.tp)
+            if leader is None or not self.cluster.brokers[leader].alive:
+                self.transactions.on_markers_written(
+                    (WriteTxnMarkerResult(marker.producer_id, marker.topic, marker.partition_index,
+                                          Errors.NOT_LEADER_OR_FOLLOWER),))
+                continue
+            by_leader.setdefault(leader, []).append(marker)
+        for leader, markers in sorted(by_leader.items()):
+            request = WriteTxnMarkersRequest(tuple(markers))
+            manager = self.cluster.brokers[leader].manager
+            self._marker_writes[id(request)] = request
+            response = manager.handle(_BROKER_REPLICA_CONSUMER, request, self.now_ms)
+            self.cluster.replicate_at_once(leader, [m.tp for m in markers])
+            if response is not None:
+                self._on_delayed_response(request, response)
+        self._poll_fetches()
+
+    def _on_markers_written(self, request: Any, response: WriteTxnMarkersResponse) -> None:
+        del self._marker_writes[id(request)]
+        self.transactions.on_markers_written(response.partitions)
 
     # Request type(s) -> handler, tried in order (isinstance, as the request layer's match on the API key).
     _HANDLERS: ClassVar[tuple[tuple[type | tuple[type, ...], _Handler], ...]] = (
@@ -461,10 +521,11 @@ class WireCluster:
         (FetchRequest, _on_fetch),
         (ProduceRequest, _on_produce),
         ((ListOffsetsRequest, OffsetsForLeaderEpochRequest), _on_offsets),
-        ((OffsetCommitRequest, OffsetFetchRequest), _on_offset_commit_or_fetch),
+        ((OffsetCommitRequest, OffsetFetchRequest, TxnOffsetCommitRequest), _on_offset_commit_or_fetch),
         ((JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, LeaveGroupRequest), _on_group_membership),
         (FindCoordinatorRequest, _on_find_coordinator),
         (InitProducerIdRequest, _on_init_producer_id),
+        ((AddPartitionsToTxnRequest, AddOffsetsToTxnRequest, EndTxnRequest), _on_transaction),
     )
 
     def _answer(self, waiting: _Waiting, response: Any) -> None:
@@ -510,6 +571,9 @@ class WireCluster:
                 self._fetches.append(w)
 
     def _on_delayed_response(self, request: Any, response: Any) -> None:
+        if self._marker_writes.get(id(request)) is request:
+            self._on_markers_written(request, response)
+            return
         waiting = self._delayed.pop(id(request), None)
         if waiting is not None:
             self._answer(waiting, response)
@@ -542,5 +606,9 @@ _API_KEYS: dict[type, int] = {
     SyncGroupRequest: ApiKey.SYNC_GROUP,
     HeartbeatRequest: ApiKey.HEARTBEAT,
     LeaveGroupRequest: ApiKey.LEAVE_GROUP,
+    AddPartitionsToTxnRequest: ApiKey.ADD_PARTITIONS_TO_TXN,
+    AddOffsetsToTxnRequest: ApiKey.ADD_OFFSETS_TO_TXN,
+    EndTxnRequest: ApiKey.END_TXN,
+    TxnOffsetCommitRequest: ApiKey.TXN_OFFSET_COMMIT,
 }
 

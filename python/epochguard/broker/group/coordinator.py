@@ -7,6 +7,11 @@ the classic group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) is `epo
 a commit into a group with members must come from a member of its current generation, as in Kafka; a
 simple commit (generation -1, no member id) into an empty group is always taken. A negative offset,
 which `OffsetAndMetadata` cannot hold, is refused with OFFSET_OUT_OF_RANGE.
+
+TxnOffsetCommit stages offsets per producer (`pendingTransactionalOffsetCommits` of Kafka's
+`GroupMetadata`), checked as `doTxnCommitOffsets` does (a member id the group does not know, or a
+generation that is not the group's, is refused); `complete_txn` applies them when the transaction's
+COMMIT marker is written and drops them on ABORT (`handleTxnCompletion`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ from epochguard.protocol.messages import (
     OffsetFetchResponse,
     Request,
     SyncGroupRequest,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+    TxnPartitionResult,
 )
 from epochguard.types import NO_EPOCH, OffsetAndMetadata, TopicPartition, epoch_or_sentinel
 
@@ -46,12 +54,16 @@ class GroupCoordinator:
     def __init__(self, initial_rebalance_delay_ms: int = 0) -> None:
         self.offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         self.groups = ClassicGroups(initial_rebalance_delay_ms)
+        # (group, producer id) -> offsets committed inside that producer's open transaction
+        self.pending_txn_offsets: dict[tuple[str, int], dict[TopicPartition, OffsetAndMetadata]] = {}
 
     def handle(self, node_id: int, request: Request, now_ms: int, client_id: str = "") -> Any:
         if isinstance(request, OffsetCommitRequest):
             return self.commit(request)
         if isinstance(request, OffsetFetchRequest):
             return self.fetch(request)
+        if isinstance(request, TxnOffsetCommitRequest):
+            return self.txn_commit(request)
         if isinstance(request, _MEMBERSHIP):
             return self.groups.handle(request, now_ms, client_id)
         raise TypeError(f"a group coordinator does not answer {type(request).__name__}")
@@ -75,6 +87,33 @@ class GroupCoordinator:
             group[p.tp] = OffsetAndMetadata(p.committed_offset, p.committed_metadata, epoch)
             out.append(OffsetCommitPartitionResponse(p.topic, p.partition_index))
         return OffsetCommitResponse(tuple(out))
+
+    def txn_commit(self, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+        """Offsets staged until the producer's transaction ends (`complete_txn`)."""
+        group = self.groups.groups.get(request.group_id)
+        refused = Errors.NONE
+        if group is not None and request.member_id and request.member_id not in group.members:
+            refused = Errors.UNKNOWN_MEMBER_ID
+        elif group is not None and request.generation_id >= 0 and request.generation_id != group.generation_id:
+            refused = Errors.ILLEGAL_GENERATION
+        pending = self.pending_txn_offsets.setdefault((request.group_id, request.producer_id), {})
+        out = []
+        for p in request.partitions:
+            error = refused
+            if error == Errors.NONE and p.committed_offset < 0:
+                error = Errors.OFFSET_OUT_OF_RANGE
+            if error == Errors.NONE:
+                epoch = p.committed_leader_epoch if request.version >= 2 else NO_EPOCH  # v2: committed epoch
+                pending[p.tp] = OffsetAndMetadata(p.committed_offset, p.committed_metadata, epoch)
+            out.append(TxnPartitionResult(p.topic, p.partition_index, error))
+        return TxnOffsetCommitResponse(tuple(out))
+
+    def complete_txn(self, producer_id: int, group_ids: frozenset[str], committed: bool) -> None:
+        """The transaction's marker is written: its staged offsets become the groups' (COMMIT) or go."""
+        for group_id in group_ids:
+            pending = self.pending_txn_offsets.pop((group_id, producer_id), {})
+            if committed:
+                self.offsets.setdefault(group_id, {}).update(pending)
 
     def fetch(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
         group = self.offsets.get(request.group_id, {})

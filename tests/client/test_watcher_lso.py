@@ -163,3 +163,28 @@ def test_the_episode_survives_a_restart_from_the_state_file() -> None:
     third.restore(reported)
     third._next_round_ms = again._next_round_ms
     assert stuck(rounds(third, c, 3)) == []
+
+
+def test_an_lso_read_above_the_high_watermark_read_raises_the_position() -> None:
+    """Wrong rule: the position only from the read_uncommitted answer. The high watermark moved between the
+    round's two reads (its producer writes all the time): the LSO, at most the high watermark when given out,
+    shows committed records a read_committed consumer could read, which a loss must count (found on serve's
+    consecutive-unclean under load: a loss reported one record short of the last offset given out)."""
+    c, w = truncated()
+    c.lso.clear()  # no open transaction: LSO = high watermark
+    reads: list[tuple[IsolationLevel, int]] = []
+    served = c._ListOffsetsRequest
+
+    def moving(node: int, request: ListOffsetsRequest) -> ListOffsetsResponse:
+        if request.isolation_level == IsolationLevel.READ_COMMITTED:
+            c.produce(1, replicate=(2,))  # between the round's two reads
+        answer = served(node, request)
+        reads.append((request.isolation_level, answer.partitions[0].offset))
+        return answer
+
+    c._ListOffsetsRequest = moving  # type: ignore[method-assign]
+    assert run_round(w, c) == []
+    (_, hw_read), (level, lso_read) = reads[-2:]
+    assert level == IsolationLevel.READ_COMMITTED and lso_read == hw_read + 1
+    p = w.partitions[TP]
+    assert (p.hw, p.hw_epoch) == (lso_read, 1)  # the record below it is in the new leader's epoch

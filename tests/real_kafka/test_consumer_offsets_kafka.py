@@ -38,7 +38,9 @@ BASE_TS = 1_700_000_000_000  # record i of partition 0 has timestamp BASE_TS + 1
 @pytest.fixture(scope="module")
 def offsets_topic(kafka_cluster: KafkaCluster) -> KafkaCluster:
     c = kafka_cluster
-    c.create_topic(TOPIC, {0: [1, 2], 1: [2, 3], 2: [3, 1]})  # 2: the transaction's
+    # retention.ms -1: the records' timestamps (2023) are older than the default 7 days, so the brokers'
+    # retention check (every 5 minutes) would delete them in the middle of a long run (seen in `make test`).
+    c.create_topic(TOPIC, {0: [1, 2], 1: [2, 3], 2: [3, 1]}, {"retention.ms": "-1"})  # 2: the transaction's
     producer = KafkaProducer(bootstrap_servers=c.bootstrap, acks="all")
     try:
         for i in range(10):

@@ -679,6 +679,10 @@ class Watcher:
             if p is None or answer.offset < 0:
                 continue
             p.lso_round = self.round
+            if answer.offset > p.hw and p.stage is Stage.READY and p.learned_epoch == p.leader_epoch:
+                # The high watermark moved since this round read it: the LSO is at most the high watermark
+                # when given out, so the records below it were committed and readable: the position follows.
+                p.hw, p.hw_epoch = answer.offset, p.epoch_at(answer.offset)
             if answer.offset >= p.hw:
                 p.lso_since, p.lso_reported = -1, False
             elif answer.offset != p.lso or p.lso_since < 0:

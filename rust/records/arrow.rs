@@ -19,7 +19,7 @@ use arrow_schema::{ArrowError, DataType, Field, Fields, Schema, SchemaRef};
 use super::batch::{BatchCursor, BatchHeader, Frame};
 use super::compression::{Appended, Compression};
 use super::digest::record_digest;
-use super::record::{RecordSink, RecordView};
+use super::record::{RecordSink, RecordView, Records, Slot};
 use super::{DecodeOptions, Decoder};
 use crate::{Error, Result};
 
@@ -260,17 +260,32 @@ impl BinaryColumn {
     fn reserve(&mut self, rows: usize) {
         self.offsets.reserve(rows);
     }
+    /// Append `values` (one per record, null or bytes): the bytes copied back to back, an offset
+    /// each, the null mask in one step when none is null (the common case).
     #[inline]
-    fn push(&mut self, value: Option<&[u8]>) -> Result<()> {
-        match value {
-            Some(v) => {
+    fn extend<'v>(&mut self, values: impl Iterator<Item = Option<&'v [u8]>> + Clone) -> Result<()> {
+        let before = self.offsets.len();
+        if values.clone().all(|v| v.is_some()) {
+            for v in values.flatten() {
                 self.data.extend_from_slice(v);
-                self.nulls.append_non_null();
+                // Wraps only past 2 GiB, which the check below then rejects (the chunk is dropped).
+                self.offsets.push(self.data.len() as i32);
             }
-            None => self.nulls.append_null(),
+            self.nulls.append_n_non_nulls(self.offsets.len() - before);
+        } else {
+            for value in values {
+                match value {
+                    Some(v) => {
+                        self.data.extend_from_slice(v);
+                        self.nulls.append_non_null();
+                    }
+                    None => self.nulls.append_null(),
+                }
+                self.offsets.push(self.data.len() as i32);
+            }
         }
-        self.offsets.push(offset_i32(self.data.len())?);
-        Ok(())
+        // Offsets only grow: the last one fitting an i32 means every one does.
+        offset_i32(self.data.len()).map(drop)
     }
     fn take(&mut self) -> (OffsetBuffer<i32>, Buffer, Option<arrow_buffer::NullBuffer>) {
         let offsets = std::mem::replace(&mut self.offsets, vec![0]);
@@ -456,14 +471,21 @@ impl HeaderColumn {
             value: BinaryColumn::new(),
         }
     }
+    /// Append the headers of a run of records: `records.headers` holds them all in record order
+    /// and each slot's range ends where its record's headers end.
     #[inline]
-    fn push(&mut self, r: &RecordView<'_, '_>) -> Result<()> {
-        for header in r.headers {
-            self.key.push(Some(header.key.as_bytes()))?;
-            self.value.push(header.value)?;
-        }
-        self.offsets.push(offset_i32(self.key.offsets.len() - 1)?);
-        Ok(())
+    fn extend(&mut self, records: &Records<'_, '_>) -> Result<()> {
+        let base = self.key.offsets.len() - 1;
+        self.key
+            .extend(records.headers.iter().map(|h| Some(h.key.as_bytes())))?;
+        self.value.extend(records.headers.iter().map(|h| h.value))?;
+        self.offsets.extend(
+            records
+                .slots
+                .iter()
+                .map(|s| (base + s.headers.1 as usize) as i32),
+        );
+        offset_i32(base + records.headers.len()).map(drop)
     }
     fn finish(&mut self) -> Result<ListArray> {
         let entries = StructArray::try_new(
@@ -579,20 +601,37 @@ impl Builder {
         }
     }
 
-    fn begin_batch(&mut self, h: &BatchHeader, n: usize, payload_len: usize) {
+    /// Room for `n` more rows, and `bytes` more of values.
+    fn reserve(&mut self, n: usize, bytes: usize) {
         match self {
-            Builder::Offset(v) | Builder::Timestamp(v) => v.reserve(n),
-            Builder::Sequence(v) | Builder::HeadersCount(v) => v.reserve(n),
+            Builder::Offset(v)
+            | Builder::Timestamp(v)
+            | Builder::BatchOffset(v)
+            | Builder::ProducerId(v)
+            | Builder::BatchPosition(v)
+            | Builder::RecordDigest(v, _) => v.reserve(n),
+            Builder::Sequence(v)
+            | Builder::HeadersCount(v)
+            | Builder::LeaderEpoch(v)
+            | Builder::BatchSize(v) => v.reserve(n),
+            Builder::TimestampType(v) | Builder::Magic(v) => v.reserve(n),
+            Builder::ProducerEpoch(v) => v.reserve(n),
+            Builder::IsTransactional(b) | Builder::IsControl(b) => b.reserve(n),
             Builder::Key(c) => c.reserve(n),
             // Values are cut from the payload: it bounds their bytes (values dominate).
             Builder::Value(c) => {
                 c.reserve(n);
-                c.data.reserve(payload_len);
+                c.data.reserve(bytes);
             }
             Builder::KeyView(c) | Builder::ValueView(c) => c.views.reserve(n),
             Builder::Headers(c) => c.offsets.reserve(n),
             Builder::KeyLength(c) | Builder::ValueLength(c) => c.values.reserve(n),
-            Builder::RecordDigest(v, _) => v.reserve(n),
+        }
+    }
+
+    fn begin_batch(&mut self, h: &BatchHeader, n: usize, payload_len: usize) {
+        self.reserve(n, payload_len);
+        match self {
             Builder::TimestampType(v) => v.extend(std::iter::repeat_n(h.timestamp_type(), n)),
             Builder::LeaderEpoch(v) => v.extend(std::iter::repeat_n(h.partition_leader_epoch, n)),
             Builder::BatchOffset(v) => v.extend(std::iter::repeat_n(h.base_offset, n)),
@@ -603,24 +642,35 @@ impl Builder {
             Builder::Magic(v) => v.extend(std::iter::repeat_n(h.magic, n)),
             Builder::BatchPosition(v) => v.extend(std::iter::repeat_n(h.file_position as i64, n)),
             Builder::BatchSize(v) => v.extend(std::iter::repeat_n(h.size_in_bytes as i32, n)),
+            _ => {} // record-level: filled in `records`
         }
     }
 
-    #[inline]
-    fn record(&mut self, h: &BatchHeader, r: &RecordView<'_, '_>, regions: &Regions) -> Result<()> {
+    /// Fill a record-level column from a run of records: one loop specialised to the column (the
+    /// projection is decided once a run, not tested once a record).
+    fn records(&mut self, h: &BatchHeader, rs: &Records<'_, '_>, regions: &Regions) -> Result<()> {
+        let slots = rs.slots;
         match self {
-            Builder::Offset(v) => v.push(r.offset),
-            Builder::Timestamp(v) => v.push(r.timestamp),
-            Builder::Sequence(v) => v.push(h.sequence_at(r.offset_delta)),
-            Builder::Key(c) => c.push(r.key)?,
-            Builder::Value(c) => c.push(r.value)?,
-            Builder::KeyView(c) => c.push(r.key, regions)?,
-            Builder::ValueView(c) => c.push(r.value, regions)?,
-            Builder::Headers(c) => c.push(r)?,
-            Builder::KeyLength(c) => c.push(r.key)?,
-            Builder::ValueLength(c) => c.push(r.value)?,
-            Builder::HeadersCount(v) => v.push(offset_i32(r.headers.len())?),
-            Builder::RecordDigest(v, scratch) => v.push(record_digest(r, scratch) as i64),
+            Builder::Offset(v) => v.extend(slots.iter().map(|s| s.offset)),
+            Builder::Timestamp(v) => v.extend(slots.iter().map(|s| s.timestamp)),
+            Builder::Sequence(v) => v.extend(slots.iter().map(|s| h.sequence_at(s.offset_delta))),
+            Builder::Key(c) => c.extend(slots.iter().map(|s| s.key))?,
+            Builder::Value(c) => c.extend(slots.iter().map(|s| s.value))?,
+            Builder::KeyView(c) => slots.iter().try_for_each(|s| c.push(s.key, regions))?,
+            Builder::ValueView(c) => slots.iter().try_for_each(|s| c.push(s.value, regions))?,
+            Builder::Headers(c) => c.extend(rs)?,
+            Builder::KeyLength(c) => slots.iter().try_for_each(|s| c.push(s.key))?,
+            Builder::ValueLength(c) => slots.iter().try_for_each(|s| c.push(s.value))?,
+            Builder::HeadersCount(v) => {
+                for s in slots {
+                    v.push(offset_i32(rs.headers_of(s).len())?);
+                }
+            }
+            Builder::RecordDigest(v, scratch) => v.extend(
+                slots
+                    .iter()
+                    .map(|s| record_digest(&rs.view(s), scratch) as i64),
+            ),
             _ => {} // batch-level: filled in `begin_batch`
         }
         Ok(())
@@ -686,11 +736,11 @@ impl Projection {
         self.per_record.iter().map(|(_, b)| b.bytes()).sum()
     }
 
-    fn reserve_values(&mut self, bytes: usize) {
-        for (_, b) in &mut self.per_record {
-            if let Builder::Value(c) = b {
-                c.data.reserve(bytes);
-            }
+    /// Room for a chunk of `rows` rows and `bytes` of values, taken at its start: growing the
+    /// columns batch by batch instead reallocates (copies) each of them a dozen times a chunk.
+    fn reserve(&mut self, rows: usize, bytes: usize) {
+        for (_, b) in self.per_record.iter_mut().chain(self.per_batch.iter_mut()) {
+            b.reserve(rows, bytes);
         }
     }
 
@@ -722,12 +772,23 @@ impl RecordSink for Projection {
         Ok(())
     }
 
-    #[inline]
+    /// A legacy message: a run of one record.
     fn record(&mut self, h: &BatchHeader, r: &RecordView<'_, '_>) -> Result<()> {
+        let slot = [Slot::of(r)];
+        self.records(
+            h,
+            &Records {
+                slots: &slot,
+                headers: r.headers,
+            },
+        )
+    }
+
+    fn records(&mut self, h: &BatchHeader, records: &Records<'_, '_>) -> Result<()> {
         for (_, b) in &mut self.per_record {
-            b.record(h, r, &self.regions)?;
+            b.records(h, records, &self.regions)?;
         }
-        self.rows += 1;
+        self.rows += records.slots.len();
         Ok(())
     }
 
@@ -811,11 +872,20 @@ impl ArrowBuilder {
             let chunk = self.finish_chunk()?;
             self.batches.push(chunk);
         }
+        if self.columns.rows == 0 {
+            // The rows to come, if the batches left are like this one (within the chunk's bounds).
+            let batches = input_left / frame.bytes.len().max(1) + 1;
+            let rows = (frame.header.records_count.max(0) as usize)
+                .saturating_mul(batches)
+                .min(CHUNK_ROWS);
+            let values = match self.layout {
+                Layout::Binary => estimate,
+                Layout::BinaryView => 0,
+            };
+            self.columns.reserve(rows, values);
+        }
         match self.layout {
             Layout::Binary => {
-                if self.columns.rows == 0 {
-                    self.columns.reserve_values(estimate);
-                }
                 self.decoder.decode(frame, &mut self.columns)?;
             }
             Layout::BinaryView => {

@@ -867,7 +867,7 @@ impl ArrowBuilder {
         let out = &self.decompressed;
         if self.columns.rows >= CHUNK_ROWS
             || self.columns.bytes() >= CHUNK_BYTES
-            || (out.len > 0 && out.len.saturating_add(room) > out.buf.capacity())
+            || (!out.is_empty() && out.len().saturating_add(room) > out.buf.capacity())
         {
             let chunk = self.finish_chunk()?;
             self.batches.push(chunk);

@@ -651,16 +651,22 @@ impl Builder {
     fn records(&mut self, h: &BatchHeader, rs: &Records<'_, '_>, regions: &Regions) -> Result<()> {
         let slots = rs.slots;
         match self {
-            Builder::Offset(v) => v.extend(slots.iter().map(|s| s.offset)),
-            Builder::Timestamp(v) => v.extend(slots.iter().map(|s| s.timestamp)),
-            Builder::Sequence(v) => v.extend(slots.iter().map(|s| h.sequence_at(s.offset_delta))),
-            Builder::Key(c) => c.extend(slots.iter().map(|s| s.key))?,
-            Builder::Value(c) => c.extend(slots.iter().map(|s| s.value))?,
-            Builder::KeyView(c) => slots.iter().try_for_each(|s| c.push(s.key, regions))?,
-            Builder::ValueView(c) => slots.iter().try_for_each(|s| c.push(s.value, regions))?,
+            Builder::Offset(v) => v.extend(slots.iter().map(|s| s.record.offset)),
+            Builder::Timestamp(v) => v.extend(slots.iter().map(|s| s.record.timestamp)),
+            Builder::Sequence(v) => {
+                v.extend(slots.iter().map(|s| h.sequence_at(s.record.offset_delta)))
+            }
+            Builder::Key(c) => c.extend(slots.iter().map(|s| s.record.key))?,
+            Builder::Value(c) => c.extend(slots.iter().map(|s| s.record.value))?,
+            Builder::KeyView(c) => slots
+                .iter()
+                .try_for_each(|s| c.push(s.record.key, regions))?,
+            Builder::ValueView(c) => slots
+                .iter()
+                .try_for_each(|s| c.push(s.record.value, regions))?,
             Builder::Headers(c) => c.extend(rs)?,
-            Builder::KeyLength(c) => slots.iter().try_for_each(|s| c.push(s.key))?,
-            Builder::ValueLength(c) => slots.iter().try_for_each(|s| c.push(s.value))?,
+            Builder::KeyLength(c) => slots.iter().try_for_each(|s| c.push(s.record.key))?,
+            Builder::ValueLength(c) => slots.iter().try_for_each(|s| c.push(s.record.value))?,
             Builder::HeadersCount(v) => {
                 for s in slots {
                     v.push(offset_i32(rs.headers_of(s).len())?);

@@ -34,20 +34,14 @@ pub struct RecordView<'a, 'h> {
     pub key_value_headers: Option<&'a [u8]>,
 }
 
-/// One record of a parsed v2 batch: [`RecordView`] with its headers as a range of the batch's
-/// header list ([`Records::headers`]), so a whole batch is parsed before a sink sees it.
+/// One record of a parsed v2 batch: its [`RecordView`] (whose `headers` stay empty here) and its
+/// headers as a range of the batch's header list ([`Records::headers`]), so a run of records is
+/// parsed before a sink sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct Slot<'a> {
-    pub offset: i64,
-    pub timestamp: i64,
-    pub attributes: i8,
-    pub timestamp_delta: i64,
-    pub offset_delta: i32,
-    pub key: Option<&'a [u8]>,
-    pub value: Option<&'a [u8]>,
+    pub record: RecordView<'a, 'a>,
     /// `Records::headers[headers.0..headers.1]`.
     pub headers: (u32, u32),
-    pub key_value_headers: Option<&'a [u8]>,
 }
 
 /// A batch's records, all parsed and validated: what [`RecordSink::records`] fills columns from,
@@ -71,15 +65,8 @@ impl<'r, 'a> Records<'r, 'a> {
     #[inline]
     pub fn view(&self, slot: &Slot<'a>) -> RecordView<'a, 'r> {
         RecordView {
-            offset: slot.offset,
-            timestamp: slot.timestamp,
-            attributes: slot.attributes,
-            timestamp_delta: slot.timestamp_delta,
-            offset_delta: slot.offset_delta,
-            key: slot.key,
-            value: slot.value,
             headers: self.headers_of(slot),
-            key_value_headers: slot.key_value_headers,
+            ..slot.record
         }
     }
 }
@@ -88,15 +75,8 @@ impl<'a> Slot<'a> {
     /// The slot of a record whose headers are all of its [`Records::headers`] (one record).
     pub fn of(r: &RecordView<'a, '_>) -> Self {
         Slot {
-            offset: r.offset,
-            timestamp: r.timestamp,
-            attributes: r.attributes,
-            timestamp_delta: r.timestamp_delta,
-            offset_delta: r.offset_delta,
-            key: r.key,
-            value: r.value,
+            record: RecordView { headers: &[], ..*r },
             headers: (0, u32::try_from(r.headers.len()).unwrap_or(u32::MAX)),
-            key_value_headers: r.key_value_headers,
         }
     }
 }
@@ -228,33 +208,24 @@ fn parse_v2<'a, S: RecordSink>(
             flush(h, sink, slots, headers)?;
         }
         let at = payload.len() - cur.len();
+        // Record `index`'s error (at byte `at`), built out of line.
+        macro_rules! fail {
+            ($($reason:tt)*) => {
+                return Err(record_error(pos, at, index, format_args!($($reason)*)))
+            };
+        }
         let length =
             read_varint(&mut cur).map_err(|e| varint_error(pos, at, index, e, "length"))?;
         let Ok(body_len) = usize::try_from(length) else {
-            return Err(record_error(
-                pos,
-                at,
-                index,
-                format_args!("negative length {length}"),
-            ));
+            fail!("negative length {length}");
         };
         let (Some(mut body), Some(rest)) = (cur.get(..body_len), cur.get(body_len..)) else {
-            return Err(record_error(
-                pos,
-                at,
-                index,
-                format_args!("length {length} runs past the end of the batch"),
-            ));
+            fail!("length {length} runs past the end of the batch");
         };
         cur = rest;
 
         let Some((&attributes, tail)) = body.split_first() else {
-            return Err(record_error(
-                pos,
-                at,
-                index,
-                format_args!("empty record body"),
-            ));
+            fail!("empty record body");
         };
         body = tail;
         let timestamp_delta = read_varlong(&mut body)
@@ -269,46 +240,23 @@ fn parse_v2<'a, S: RecordSink>(
         let header_count =
             read_varint(&mut body).map_err(|e| varint_error(pos, at, index, e, "header count"))?;
         let Ok(header_count) = usize::try_from(header_count) else {
-            return Err(record_error(
-                pos,
-                at,
-                index,
-                format_args!("negative header count {header_count}"),
-            ));
+            fail!("negative header count {header_count}");
         };
         let first_header = headers.len();
         if header_count > 0 {
             // Each header takes at least two bytes (two one-byte lengths).
             if header_count > body.len() / 2 {
-                return Err(record_error(
-                    pos,
-                    at,
-                    index,
-                    format_args!("{header_count} headers cannot fit in the record"),
-                ));
+                fail!("{header_count} headers cannot fit in the record");
             }
             headers.reserve(header_count);
             for _ in 0..header_count {
                 let key = match read_bytes(&mut body) {
-                    Ok(Some(k)) => std::str::from_utf8(k).map_err(|_| {
-                        record_error(
-                            pos,
-                            at,
-                            index,
-                            format_args!("header key is not valid UTF-8"),
-                        )
-                    })?,
-                    Ok(None) => {
-                        return Err(record_error(
-                            pos,
-                            at,
-                            index,
-                            format_args!("null header key"),
-                        ))
-                    }
-                    Err(r) => {
-                        return Err(record_error(pos, at, index, format_args!("header key {r}")))
-                    }
+                    Ok(Some(k)) => match std::str::from_utf8(k) {
+                        Ok(k) => k,
+                        Err(_) => fail!("header key is not valid UTF-8"),
+                    },
+                    Ok(None) => fail!("null header key"),
+                    Err(r) => fail!("header key {r}"),
                 };
                 let value = read_bytes(&mut body)
                     .map_err(|r| record_error(pos, at, index, format_args!("header value {r}")))?;
@@ -316,15 +264,8 @@ fn parse_v2<'a, S: RecordSink>(
             }
         }
         if !body.is_empty() {
-            return Err(record_error(
-                pos,
-                at,
-                index,
-                format_args!(
-                    "{} bytes left in the record after its headers (length {length})",
-                    body.len()
-                ),
-            ));
+            let left = body.len();
+            fail!("{left} bytes left in the record after its headers (length {length})");
         }
         let timestamp = if log_append_time {
             h.max_timestamp
@@ -332,24 +273,22 @@ fn parse_v2<'a, S: RecordSink>(
             h.base_timestamp.wrapping_add(timestamp_delta)
         };
         let Some(offset) = h.base_offset.checked_add(i64::from(offset_delta)) else {
-            return Err(record_error(
-                pos,
-                at,
-                index,
-                format_args!("offset delta {offset_delta} overflows the base offset"),
-            ));
+            fail!("offset delta {offset_delta} overflows the base offset");
         };
         slots.push(Slot {
-            offset,
-            timestamp,
-            attributes: attributes as i8,
-            timestamp_delta,
-            offset_delta,
-            key,
-            value,
+            record: RecordView {
+                offset,
+                timestamp,
+                attributes: attributes as i8,
+                timestamp_delta,
+                offset_delta,
+                key,
+                value,
+                headers: &[],
+                key_value_headers: Some(key_value_headers),
+            },
             // Bounded by the payload's size (each header takes two bytes or more): fits in u32.
             headers: (first_header as u32, headers.len() as u32),
-            key_value_headers: Some(key_value_headers),
         });
     }
     if !cur.is_empty() {

@@ -264,29 +264,18 @@ impl BinaryColumn {
     /// each, the null mask in one step when none is null (the common case).
     #[inline]
     fn extend<'v>(&mut self, values: impl Iterator<Item = Option<&'v [u8]>> + Clone) -> Result<()> {
-        let before = self.offsets.len();
-        if values.clone().all(|v| v.is_some()) {
-            for v in values.flatten() {
+        append_validity(&mut self.nulls, values.clone());
+        for value in values {
+            if let Some(v) = value {
                 self.data.extend_from_slice(v);
-                // Wraps only past 2 GiB, which the check below then rejects (the chunk is dropped).
-                self.offsets.push(self.data.len() as i32);
             }
-            self.nulls.append_n_non_nulls(self.offsets.len() - before);
-        } else {
-            for value in values {
-                match value {
-                    Some(v) => {
-                        self.data.extend_from_slice(v);
-                        self.nulls.append_non_null();
-                    }
-                    None => self.nulls.append_null(),
-                }
-                self.offsets.push(self.data.len() as i32);
-            }
+            // Wraps only past 2 GiB, which the check below then rejects (the chunk is dropped).
+            self.offsets.push(self.data.len() as i32);
         }
         // Offsets only grow: the last one fitting an i32 means every one does.
         offset_i32(self.data.len()).map(drop)
     }
+
     fn take(&mut self) -> (OffsetBuffer<i32>, Buffer, Option<arrow_buffer::NullBuffer>) {
         let offsets = std::mem::replace(&mut self.offsets, vec![0]);
         let data = std::mem::take(&mut self.data);
@@ -345,6 +334,54 @@ struct Regions {
     decompressed: Region,
 }
 
+/// Record which of `values` are null: in one step when none is (the common case), a bit a value
+/// otherwise.
+#[inline]
+fn append_validity<'v>(
+    nulls: &mut NullBufferBuilder,
+    values: impl Iterator<Item = Option<&'v [u8]>> + Clone,
+) {
+    if values.clone().all(|v| v.is_some()) {
+        nulls.append_n_non_nulls(values.count());
+    } else {
+        for v in values {
+            nulls.append(v.is_some());
+        }
+    }
+}
+
+/// The view of `v`: inline up to 12 bytes, else pointing into the input or the decompression buffer
+/// when `v` lies inside one, else into `copied` (where `v` is then copied).
+#[inline(always)]
+fn view_of(v: &[u8], regions: &Regions, copied: &mut Vec<u8>) -> Result<u128> {
+    let len = offset_i32(v.len())? as u32;
+    Ok(match v.first_chunk::<4>() {
+        Some(prefix) if v.len() > 12 => {
+            let (buffer, offset) = if let Some(at) = regions.input.offset_of(v) {
+                (INPUT_BUFFER, at)
+            } else if let Some(at) = regions.decompressed.offset_of(v) {
+                (DECOMPRESSED_BUFFER, at)
+            } else {
+                let at = offset_i32(copied.len())? as u32;
+                offset_i32(copied.len() + v.len())?;
+                copied.extend_from_slice(v);
+                (COPIED_BUFFER, at)
+            };
+            u128::from(len)
+                | u128::from(u32::from_le_bytes(*prefix)) << 32
+                | u128::from(buffer) << 64
+                | u128::from(offset) << 96
+        }
+        _ => {
+            let mut inline = [0u8; 16];
+            if let Some(dst) = inline.get_mut(4..4 + v.len()) {
+                dst.copy_from_slice(v);
+            }
+            u128::from_le_bytes(inline) | u128::from(len)
+        }
+    })
+}
+
 /// A `BinaryView` column: views of at most 12 bytes hold the value inline; longer ones point into
 /// the input, the decompression buffer or, for bytes found in neither, a buffer of copies.
 #[derive(Debug)]
@@ -363,41 +400,21 @@ impl ViewColumn {
         }
     }
 
+    /// Append `values` (one per record).
     #[inline]
-    fn push(&mut self, value: Option<&[u8]>, regions: &Regions) -> Result<()> {
-        let Some(v) = value else {
-            self.nulls.append_null();
-            self.views.push(0);
-            return Ok(());
-        };
-        self.nulls.append_non_null();
-        let len = offset_i32(v.len())? as u32;
-        let view = match v.first_chunk::<4>() {
-            Some(prefix) if v.len() > 12 => {
-                let (buffer, offset) = if let Some(at) = regions.input.offset_of(v) {
-                    (INPUT_BUFFER, at)
-                } else if let Some(at) = regions.decompressed.offset_of(v) {
-                    (DECOMPRESSED_BUFFER, at)
-                } else {
-                    let at = offset_i32(self.copied.len())? as u32;
-                    offset_i32(self.copied.len() + v.len())?;
-                    self.copied.extend_from_slice(v);
-                    (COPIED_BUFFER, at)
-                };
-                u128::from(len)
-                    | u128::from(u32::from_le_bytes(*prefix)) << 32
-                    | u128::from(buffer) << 64
-                    | u128::from(offset) << 96
-            }
-            _ => {
-                let mut inline = [0u8; 16];
-                if let Some(dst) = inline.get_mut(4..4 + v.len()) {
-                    dst.copy_from_slice(v);
-                }
-                u128::from_le_bytes(inline) | u128::from(len)
-            }
-        };
-        self.views.push(view);
+    fn extend<'v>(
+        &mut self,
+        values: impl Iterator<Item = Option<&'v [u8]>> + Clone,
+        regions: &Regions,
+    ) -> Result<()> {
+        append_validity(&mut self.nulls, values.clone());
+        for value in values {
+            let view = match value {
+                Some(v) => view_of(v, regions, &mut self.copied)?,
+                None => 0,
+            };
+            self.views.push(view);
+        }
         Ok(())
     }
 
@@ -658,12 +675,8 @@ impl Builder {
             }
             Builder::Key(c) => c.extend(slots.iter().map(|s| s.record.key))?,
             Builder::Value(c) => c.extend(slots.iter().map(|s| s.record.value))?,
-            Builder::KeyView(c) => slots
-                .iter()
-                .try_for_each(|s| c.push(s.record.key, regions))?,
-            Builder::ValueView(c) => slots
-                .iter()
-                .try_for_each(|s| c.push(s.record.value, regions))?,
+            Builder::KeyView(c) => c.extend(slots.iter().map(|s| s.record.key), regions)?,
+            Builder::ValueView(c) => c.extend(slots.iter().map(|s| s.record.value), regions)?,
             Builder::Headers(c) => c.extend(rs)?,
             Builder::KeyLength(c) => slots.iter().try_for_each(|s| c.push(s.record.key))?,
             Builder::ValueLength(c) => slots.iter().try_for_each(|s| c.push(s.record.value))?,

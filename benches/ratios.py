@@ -45,6 +45,9 @@ RATIOS = (
             f"test_compressed_decode_views[{codec}]", TURNS)
       for codec, name in (("lz4", "lz4.frame"), ("zstd", "zstandard"), ("snappy", "cramjam snappy"),
                           ("gzip", "zlib"))),
+    *(Ratio(f"{codec} batches to Arrow as binary_view vs raw {name} decompression keeping every output",
+            f"test_compressed_decode_views_vs_kept[{codec}]", TURNS)
+      for codec, name in (("lz4", "lz4.frame"), ("zstd", "zstandard"))),
     Ratio("epochs_for_offsets 1e6 random vs numpy.searchsorted",
           "test_epochguard_epochs_for_offsets[random]", "test_numpy_searchsorted[random]"),
     Ratio("epochs_for_offsets 1e6 sorted vs numpy.searchsorted",

@@ -19,7 +19,7 @@ use arrow_schema::{ArrowError, DataType, Field, Fields, Schema, SchemaRef};
 use super::batch::{BatchCursor, BatchHeader, Frame};
 use super::compression::{Appended, Compression};
 use super::digest::record_digest;
-use super::record::{RecordSink, RecordView};
+use super::record::{RecordSink, RecordView, Records, Slot};
 use super::{DecodeOptions, Decoder};
 use crate::{Error, Result};
 
@@ -260,18 +260,22 @@ impl BinaryColumn {
     fn reserve(&mut self, rows: usize) {
         self.offsets.reserve(rows);
     }
+    /// Append `values` (one per record, null or bytes): the bytes copied back to back, an offset
+    /// each, the null mask in one step when none is null (the common case).
     #[inline]
-    fn push(&mut self, value: Option<&[u8]>) -> Result<()> {
-        match value {
-            Some(v) => {
+    fn extend<'v>(&mut self, values: impl Iterator<Item = Option<&'v [u8]>> + Clone) -> Result<()> {
+        append_validity(&mut self.nulls, values.clone());
+        for value in values {
+            if let Some(v) = value {
                 self.data.extend_from_slice(v);
-                self.nulls.append_non_null();
             }
-            None => self.nulls.append_null(),
+            // Wraps only past 2 GiB, which the check below then rejects (the chunk is dropped).
+            self.offsets.push(self.data.len() as i32);
         }
-        self.offsets.push(offset_i32(self.data.len())?);
-        Ok(())
+        // Offsets only grow: the last one fitting an i32 means every one does.
+        offset_i32(self.data.len()).map(drop)
     }
+
     fn take(&mut self) -> (OffsetBuffer<i32>, Buffer, Option<arrow_buffer::NullBuffer>) {
         let offsets = std::mem::replace(&mut self.offsets, vec![0]);
         let data = std::mem::take(&mut self.data);
@@ -330,6 +334,54 @@ struct Regions {
     decompressed: Region,
 }
 
+/// Record which of `values` are null: in one step when none is (the common case), a bit a value
+/// otherwise.
+#[inline]
+fn append_validity<'v>(
+    nulls: &mut NullBufferBuilder,
+    values: impl Iterator<Item = Option<&'v [u8]>> + Clone,
+) {
+    if values.clone().all(|v| v.is_some()) {
+        nulls.append_n_non_nulls(values.count());
+    } else {
+        for v in values {
+            nulls.append(v.is_some());
+        }
+    }
+}
+
+/// The view of `v`: inline up to 12 bytes, else pointing into the input or the decompression buffer
+/// when `v` lies inside one, else into `copied` (where `v` is then copied).
+#[inline(always)]
+fn view_of(v: &[u8], regions: &Regions, copied: &mut Vec<u8>) -> Result<u128> {
+    let len = offset_i32(v.len())? as u32;
+    Ok(match v.first_chunk::<4>() {
+        Some(prefix) if v.len() > 12 => {
+            let (buffer, offset) = if let Some(at) = regions.input.offset_of(v) {
+                (INPUT_BUFFER, at)
+            } else if let Some(at) = regions.decompressed.offset_of(v) {
+                (DECOMPRESSED_BUFFER, at)
+            } else {
+                let at = offset_i32(copied.len())? as u32;
+                offset_i32(copied.len() + v.len())?;
+                copied.extend_from_slice(v);
+                (COPIED_BUFFER, at)
+            };
+            u128::from(len)
+                | u128::from(u32::from_le_bytes(*prefix)) << 32
+                | u128::from(buffer) << 64
+                | u128::from(offset) << 96
+        }
+        _ => {
+            let mut inline = [0u8; 16];
+            if let Some(dst) = inline.get_mut(4..4 + v.len()) {
+                dst.copy_from_slice(v);
+            }
+            u128::from_le_bytes(inline) | u128::from(len)
+        }
+    })
+}
+
 /// A `BinaryView` column: views of at most 12 bytes hold the value inline; longer ones point into
 /// the input, the decompression buffer or, for bytes found in neither, a buffer of copies.
 #[derive(Debug)]
@@ -348,41 +400,21 @@ impl ViewColumn {
         }
     }
 
+    /// Append `values` (one per record).
     #[inline]
-    fn push(&mut self, value: Option<&[u8]>, regions: &Regions) -> Result<()> {
-        let Some(v) = value else {
-            self.nulls.append_null();
-            self.views.push(0);
-            return Ok(());
-        };
-        self.nulls.append_non_null();
-        let len = offset_i32(v.len())? as u32;
-        let view = match v.first_chunk::<4>() {
-            Some(prefix) if v.len() > 12 => {
-                let (buffer, offset) = if let Some(at) = regions.input.offset_of(v) {
-                    (INPUT_BUFFER, at)
-                } else if let Some(at) = regions.decompressed.offset_of(v) {
-                    (DECOMPRESSED_BUFFER, at)
-                } else {
-                    let at = offset_i32(self.copied.len())? as u32;
-                    offset_i32(self.copied.len() + v.len())?;
-                    self.copied.extend_from_slice(v);
-                    (COPIED_BUFFER, at)
-                };
-                u128::from(len)
-                    | u128::from(u32::from_le_bytes(*prefix)) << 32
-                    | u128::from(buffer) << 64
-                    | u128::from(offset) << 96
-            }
-            _ => {
-                let mut inline = [0u8; 16];
-                if let Some(dst) = inline.get_mut(4..4 + v.len()) {
-                    dst.copy_from_slice(v);
-                }
-                u128::from_le_bytes(inline) | u128::from(len)
-            }
-        };
-        self.views.push(view);
+    fn extend<'v>(
+        &mut self,
+        values: impl Iterator<Item = Option<&'v [u8]>> + Clone,
+        regions: &Regions,
+    ) -> Result<()> {
+        append_validity(&mut self.nulls, values.clone());
+        for value in values {
+            let view = match value {
+                Some(v) => view_of(v, regions, &mut self.copied)?,
+                None => 0,
+            };
+            self.views.push(view);
+        }
         Ok(())
     }
 
@@ -456,14 +488,21 @@ impl HeaderColumn {
             value: BinaryColumn::new(),
         }
     }
+    /// Append the headers of a run of records: `records.headers` holds them all in record order
+    /// and each slot's range ends where its record's headers end.
     #[inline]
-    fn push(&mut self, r: &RecordView<'_, '_>) -> Result<()> {
-        for header in r.headers {
-            self.key.push(Some(header.key.as_bytes()))?;
-            self.value.push(header.value)?;
-        }
-        self.offsets.push(offset_i32(self.key.offsets.len() - 1)?);
-        Ok(())
+    fn extend(&mut self, records: &Records<'_, '_>) -> Result<()> {
+        let base = self.key.offsets.len() - 1;
+        self.key
+            .extend(records.headers.iter().map(|h| Some(h.key.as_bytes())))?;
+        self.value.extend(records.headers.iter().map(|h| h.value))?;
+        self.offsets.extend(
+            records
+                .slots
+                .iter()
+                .map(|s| (base + s.headers.1 as usize) as i32),
+        );
+        offset_i32(base + records.headers.len()).map(drop)
     }
     fn finish(&mut self) -> Result<ListArray> {
         let entries = StructArray::try_new(
@@ -579,20 +618,37 @@ impl Builder {
         }
     }
 
-    fn begin_batch(&mut self, h: &BatchHeader, n: usize, payload_len: usize) {
+    /// Room for `n` more rows, and `bytes` more of values.
+    fn reserve(&mut self, n: usize, bytes: usize) {
         match self {
-            Builder::Offset(v) | Builder::Timestamp(v) => v.reserve(n),
-            Builder::Sequence(v) | Builder::HeadersCount(v) => v.reserve(n),
+            Builder::Offset(v)
+            | Builder::Timestamp(v)
+            | Builder::BatchOffset(v)
+            | Builder::ProducerId(v)
+            | Builder::BatchPosition(v)
+            | Builder::RecordDigest(v, _) => v.reserve(n),
+            Builder::Sequence(v)
+            | Builder::HeadersCount(v)
+            | Builder::LeaderEpoch(v)
+            | Builder::BatchSize(v) => v.reserve(n),
+            Builder::TimestampType(v) | Builder::Magic(v) => v.reserve(n),
+            Builder::ProducerEpoch(v) => v.reserve(n),
+            Builder::IsTransactional(b) | Builder::IsControl(b) => b.reserve(n),
             Builder::Key(c) => c.reserve(n),
             // Values are cut from the payload: it bounds their bytes (values dominate).
             Builder::Value(c) => {
                 c.reserve(n);
-                c.data.reserve(payload_len);
+                c.data.reserve(bytes);
             }
             Builder::KeyView(c) | Builder::ValueView(c) => c.views.reserve(n),
             Builder::Headers(c) => c.offsets.reserve(n),
             Builder::KeyLength(c) | Builder::ValueLength(c) => c.values.reserve(n),
-            Builder::RecordDigest(v, _) => v.reserve(n),
+        }
+    }
+
+    fn begin_batch(&mut self, h: &BatchHeader, n: usize, payload_len: usize) {
+        self.reserve(n, payload_len);
+        match self {
             Builder::TimestampType(v) => v.extend(std::iter::repeat_n(h.timestamp_type(), n)),
             Builder::LeaderEpoch(v) => v.extend(std::iter::repeat_n(h.partition_leader_epoch, n)),
             Builder::BatchOffset(v) => v.extend(std::iter::repeat_n(h.base_offset, n)),
@@ -603,24 +659,37 @@ impl Builder {
             Builder::Magic(v) => v.extend(std::iter::repeat_n(h.magic, n)),
             Builder::BatchPosition(v) => v.extend(std::iter::repeat_n(h.file_position as i64, n)),
             Builder::BatchSize(v) => v.extend(std::iter::repeat_n(h.size_in_bytes as i32, n)),
+            _ => {} // record-level: filled in `records`
         }
     }
 
-    #[inline]
-    fn record(&mut self, h: &BatchHeader, r: &RecordView<'_, '_>, regions: &Regions) -> Result<()> {
+    /// Fill a record-level column from a run of records: one loop specialised to the column (the
+    /// projection is decided once a run, not tested once a record).
+    fn records(&mut self, h: &BatchHeader, rs: &Records<'_, '_>, regions: &Regions) -> Result<()> {
+        let slots = rs.slots;
         match self {
-            Builder::Offset(v) => v.push(r.offset),
-            Builder::Timestamp(v) => v.push(r.timestamp),
-            Builder::Sequence(v) => v.push(h.sequence_at(r.offset_delta)),
-            Builder::Key(c) => c.push(r.key)?,
-            Builder::Value(c) => c.push(r.value)?,
-            Builder::KeyView(c) => c.push(r.key, regions)?,
-            Builder::ValueView(c) => c.push(r.value, regions)?,
-            Builder::Headers(c) => c.push(r)?,
-            Builder::KeyLength(c) => c.push(r.key)?,
-            Builder::ValueLength(c) => c.push(r.value)?,
-            Builder::HeadersCount(v) => v.push(offset_i32(r.headers.len())?),
-            Builder::RecordDigest(v, scratch) => v.push(record_digest(r, scratch) as i64),
+            Builder::Offset(v) => v.extend(slots.iter().map(|s| s.record.offset)),
+            Builder::Timestamp(v) => v.extend(slots.iter().map(|s| s.record.timestamp)),
+            Builder::Sequence(v) => {
+                v.extend(slots.iter().map(|s| h.sequence_at(s.record.offset_delta)))
+            }
+            Builder::Key(c) => c.extend(slots.iter().map(|s| s.record.key))?,
+            Builder::Value(c) => c.extend(slots.iter().map(|s| s.record.value))?,
+            Builder::KeyView(c) => c.extend(slots.iter().map(|s| s.record.key), regions)?,
+            Builder::ValueView(c) => c.extend(slots.iter().map(|s| s.record.value), regions)?,
+            Builder::Headers(c) => c.extend(rs)?,
+            Builder::KeyLength(c) => slots.iter().try_for_each(|s| c.push(s.record.key))?,
+            Builder::ValueLength(c) => slots.iter().try_for_each(|s| c.push(s.record.value))?,
+            Builder::HeadersCount(v) => {
+                for s in slots {
+                    v.push(offset_i32(rs.headers_of(s).len())?);
+                }
+            }
+            Builder::RecordDigest(v, scratch) => v.extend(
+                slots
+                    .iter()
+                    .map(|s| record_digest(&rs.view(s), scratch) as i64),
+            ),
             _ => {} // batch-level: filled in `begin_batch`
         }
         Ok(())
@@ -686,11 +755,11 @@ impl Projection {
         self.per_record.iter().map(|(_, b)| b.bytes()).sum()
     }
 
-    fn reserve_values(&mut self, bytes: usize) {
-        for (_, b) in &mut self.per_record {
-            if let Builder::Value(c) = b {
-                c.data.reserve(bytes);
-            }
+    /// Room for a chunk of `rows` rows and `bytes` of values, taken at its start: growing the
+    /// columns batch by batch instead reallocates (copies) each of them a dozen times a chunk.
+    fn reserve(&mut self, rows: usize, bytes: usize) {
+        for (_, b) in self.per_record.iter_mut().chain(self.per_batch.iter_mut()) {
+            b.reserve(rows, bytes);
         }
     }
 
@@ -722,12 +791,23 @@ impl RecordSink for Projection {
         Ok(())
     }
 
-    #[inline]
+    /// A legacy message: a run of one record.
     fn record(&mut self, h: &BatchHeader, r: &RecordView<'_, '_>) -> Result<()> {
+        let slot = [Slot::of(r)];
+        self.records(
+            h,
+            &Records {
+                slots: &slot,
+                headers: r.headers,
+            },
+        )
+    }
+
+    fn records(&mut self, h: &BatchHeader, records: &Records<'_, '_>) -> Result<()> {
         for (_, b) in &mut self.per_record {
-            b.record(h, r, &self.regions)?;
+            b.records(h, records, &self.regions)?;
         }
-        self.rows += 1;
+        self.rows += records.slots.len();
         Ok(())
     }
 
@@ -806,16 +886,25 @@ impl ArrowBuilder {
         let out = &self.decompressed;
         if self.columns.rows >= CHUNK_ROWS
             || self.columns.bytes() >= CHUNK_BYTES
-            || (out.len > 0 && out.len.saturating_add(room) > out.buf.capacity())
+            || (!out.is_empty() && out.len().saturating_add(room) > out.buf.capacity())
         {
             let chunk = self.finish_chunk()?;
             self.batches.push(chunk);
         }
+        if self.columns.rows == 0 {
+            // The rows to come, if the batches left are like this one (within the chunk's bounds).
+            let batches = input_left / frame.bytes.len().max(1) + 1;
+            let rows = (frame.header.records_count.max(0) as usize)
+                .saturating_mul(batches)
+                .min(CHUNK_ROWS);
+            let values = match self.layout {
+                Layout::Binary => estimate,
+                Layout::BinaryView => 0,
+            };
+            self.columns.reserve(rows, values);
+        }
         match self.layout {
             Layout::Binary => {
-                if self.columns.rows == 0 {
-                    self.columns.reserve_values(estimate);
-                }
                 self.decoder.decode(frame, &mut self.columns)?;
             }
             Layout::BinaryView => {

@@ -1,6 +1,9 @@
 //! The five codecs of the attributes' low 3 bits, decoding into a caller-owned buffer that never
 //! grows past a cap. Sizes claimed inside compressed data are never trusted for allocation: output
 //! is streamed into a buffer grown step by step up to the cap, and one byte past the cap is an error.
+//! lz4 and zstd write into the buffer's uninitialised spare capacity (their raw APIs take a pointer
+//! and a capacity and report the bytes written), so their output is written once, never zero-filled
+//! first; gzip and snappy write into zero-filled slices.
 
 use std::ffi::{c_char, c_int};
 use std::io::{self, Read, Write};
@@ -88,31 +91,32 @@ const LZ4_SKIPPABLE: std::ops::RangeInclusive<u32> = 0x184D_2A50..=0x184D_2A5F;
 
 /// Decompresses batch payloads into one buffer reused across batches (and a reused zstd context).
 ///
-/// The buffer only grows, never past the cap, and is zero-filled once when it grows; sizes claimed
+/// The buffer's capacity only grows, to the largest output seen, never past the cap; sizes claimed
 /// inside compressed data are never used to allocate.
 #[derive(Default)]
 pub struct Decompressor {
-    /// Initialised storage; the output is `buf[..len]`.
+    /// The last output (its capacity kept for the next).
     buf: Vec<u8>,
-    len: usize,
     zstd: Option<zstd::zstd_safe::DCtx<'static>>,
 }
 
 impl std::fmt::Debug for Decompressor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Decompressor")
-            .field("capacity", &self.buf.len())
-            .field("len", &self.len)
+            .field("capacity", &self.buf.capacity())
+            .field("len", &self.buf.len())
             .finish()
     }
 }
 
-/// How far ahead of the writes an appended output is zero-filled (about an L2 cache's worth).
+/// How far ahead of the writes gzip's and snappy's output is zero-filled (about an L2 cache's worth).
 const GROW_STEP: usize = 256 * 1024;
 
-/// Grow `buf` so that it holds at least `need` bytes (`need <= cap`), geometrically but within `cap`.
-/// Within the capacity already reserved (an appended output), in steps of [`GROW_STEP`]: no
-/// reallocation, and the zero-fill stays just ahead of the writes, in cache when they come.
+/// Grow `buf` so that it holds at least `need` initialised bytes (`need <= cap`), geometrically but
+/// within `cap`. Within the capacity already reserved (an appended output), in steps of
+/// [`GROW_STEP`]: no reallocation, and the zero-fill stays just ahead of the writes, in cache when
+/// they come. (For gzip and snappy, which write into initialised slices; the caller truncates
+/// `buf` back to the output's end.)
 fn grow(buf: &mut Vec<u8>, need: usize, cap: usize) {
     if buf.len() < need {
         let target = if need <= buf.capacity() {
@@ -135,7 +139,7 @@ impl Decompressor {
 
     /// The last output.
     pub fn output(&self) -> &[u8] {
-        self.buf.get(..self.len).unwrap_or_default()
+        &self.buf
     }
 
     /// Decompress `input`, writing at most `cap` bytes; returns the output.
@@ -149,21 +153,19 @@ impl Decompressor {
         cap: usize,
         lz4_legacy_checksum: bool,
     ) -> Result<&[u8], DecompressError> {
-        self.len = 0;
-        let mut out = Appended {
-            buf: std::mem::take(&mut self.buf),
-            len: 0,
-        };
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        let mut out = Appended { buf };
         let result = self.decompress_append(codec, input, cap, lz4_legacy_checksum, &mut out);
         self.buf = out.buf;
-        self.len = result?.end;
+        result?;
         Ok(self.output())
     }
 
-    /// Decompress `input` after the `out.len` bytes `out` already holds, writing at most `cap`
-    /// bytes; returns where the output lies in `out`. On error `out.len` is unchanged (the bytes
-    /// past it are scratch). The output is never copied: the caller may hand `out` over whole
-    /// (an Arrow data buffer whose views point into it).
+    /// Decompress `input` after the `out.len()` bytes `out` already holds, writing at most `cap`
+    /// bytes; returns where the output lies in `out`. On error `out` is as it was. The output is
+    /// never copied: the caller may hand `out` over whole (an Arrow data buffer whose views point
+    /// into it).
     pub fn decompress_append(
         &mut self,
         codec: Compression,
@@ -172,7 +174,7 @@ impl Decompressor {
         lz4_legacy_checksum: bool,
         out: &mut Appended,
     ) -> Result<std::ops::Range<usize>, DecompressError> {
-        let start = out.len;
+        let start = out.buf.len();
         let limit = Limit {
             start,
             end: start.saturating_add(cap),
@@ -184,45 +186,49 @@ impl Decompressor {
                 if input.len() > cap {
                     return Err(DecompressError::TooLarge { cap });
                 }
-                grow(buf, start + input.len(), limit.end);
-                if let Some(dst) = buf.get_mut(start..start + input.len()) {
-                    dst.copy_from_slice(input);
-                }
-                start + input.len()
+                buf.extend_from_slice(input);
+                Ok(buf.len())
             }
-            Compression::Gzip => read_capped(buf, flate2::read::MultiGzDecoder::new(input), limit)?,
-            Compression::Snappy => snappy(buf, input, limit)?,
-            Compression::Lz4 => lz4_frames(buf, input, limit, lz4_legacy_checksum)?,
+            Compression::Gzip => read_capped(buf, flate2::read::MultiGzDecoder::new(input), limit),
+            Compression::Snappy => snappy(buf, input, limit),
+            Compression::Lz4 => lz4_frames(buf, input, limit, lz4_legacy_checksum),
             Compression::Zstd => {
                 let dctx = self.zstd.get_or_insert_with(zstd::zstd_safe::DCtx::create);
-                zstd_stream(buf, dctx, input, limit)?
+                zstd_stream(buf, dctx, input, limit)
             }
         };
-        out.len = end;
+        // The output ends at `end`: scratch past it (zero-filled ahead for gzip and snappy) and
+        // a failed decompression's partial output are cut off.
+        buf.truncate(*end.as_ref().unwrap_or(&start));
+        let end = end?;
         Ok(start..end)
     }
 }
 
-/// Decompressed output appended batch after batch: `buf[..len]` holds it, the rest of `buf` is
-/// initialised scratch storage (grown geometrically, zero-filled once).
+/// Decompressed output appended batch after batch: `buf` holds it; its spare capacity is what the
+/// next batch is decompressed into (reserve it ahead to keep the output from being reallocated).
 #[derive(Debug, Default)]
 pub struct Appended {
     pub buf: Vec<u8>,
-    pub len: usize,
 }
 
 impl Appended {
     /// The output so far.
     pub fn output(&self) -> &[u8] {
-        self.buf.get(..self.len).unwrap_or_default()
+        &self.buf
+    }
+
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
     }
 
     /// Hand over the output (without a copy), leaving an empty buffer.
     pub fn take(&mut self) -> Vec<u8> {
-        let mut buf = std::mem::take(&mut self.buf);
-        buf.truncate(self.len);
-        self.len = 0;
-        buf
+        std::mem::take(&mut self.buf)
     }
 }
 
@@ -282,7 +288,9 @@ fn read_some<R: Read>(reader: &mut R, buf: &mut [u8]) -> Result<usize, Decompres
     }
 }
 
-/// zstd frames (one or more) streamed straight into `buf` from `limit.start`; returns the end.
+/// zstd frames (one or more) streamed straight into `buf`'s spare capacity after its `limit.start`
+/// bytes (zstd-safe's `OutBuffer` over a `Vec` sets its length to what zstd reports written);
+/// returns the end.
 fn zstd_stream(
     buf: &mut Vec<u8>,
     dctx: &mut zstd::zstd_safe::DCtx<'static>,
@@ -297,7 +305,7 @@ fn zstd_stream(
     let mut filled = limit.start;
     loop {
         let before = (src.pos(), filled);
-        let finished_frame = if filled >= cap {
+        let finished_frame = if filled >= cap && buf.capacity() <= filled {
             // At the cap: one more byte of output means the payload is too large.
             let mut probe = [0u8; 1];
             let mut dst = OutBuffer::around(&mut probe[..]);
@@ -307,18 +315,18 @@ fn zstd_stream(
             }
             hint == 0
         } else {
-            grow(
-                buf,
-                (filled + 1)
-                    .max(limit.start + input.len().saturating_mul(4))
-                    .min(cap),
-                cap,
-            );
-            let end = buf.len().min(cap);
-            let window = buf.get_mut(..end).unwrap_or_default();
-            let mut dst = OutBuffer::around_pos(window, filled);
+            if buf.capacity() <= filled {
+                // Full: room for about the payload's expansion, never past the cap.
+                let room = input.len().saturating_mul(4).max(64 << 10);
+                buf.reserve(room.min(cap - filled));
+            }
+            let mut dst = OutBuffer::around_pos(&mut *buf, filled);
             let hint = dctx.decompress_stream(&mut dst, &mut src).map_err(zerr)?;
             filled = dst.pos();
+            // Capacity reserved earlier (a reused buffer) may lie past the cap.
+            if filled > cap {
+                return Err(limit.too_large());
+            }
             hint == 0
         };
         if finished_frame && src.pos() == input.len() {
@@ -383,7 +391,7 @@ fn xxh32(data: &[u8]) -> u32 {
 }
 
 /// LZ4 frames (several may follow each other; skippable frames are skipped) parsed here, every block
-/// decoded by liblz4 straight into `buf`. Kafka writes independent blocks; linked ones (other
+/// decoded by liblz4 straight into `buf`'s spare capacity. Kafka writes independent blocks; linked ones (other
 /// writers' default) decode the same way, their matches reaching back into the frame's output.
 fn lz4_frames(
     buf: &mut Vec<u8>,
@@ -464,10 +472,7 @@ fn lz4_frames(
                 if size > cap - filled {
                     return Err(limit.too_large());
                 }
-                grow(buf, filled + size, cap);
-                buf.get_mut(filled..filled + size)
-                    .unwrap_or_default()
-                    .copy_from_slice(block);
+                buf.extend_from_slice(block);
                 filled += size;
             } else {
                 let history = if linked {
@@ -476,15 +481,10 @@ fn lz4_frames(
                     0
                 };
                 let room = max_block.min(cap - filled);
-                grow(buf, filled + room, cap);
-                let window = buf
-                    .get_mut(filled - history..filled + room)
-                    .unwrap_or_default();
-                match lz4_block(block, window, history) {
+                buf.reserve(room);
+                match lz4_block(block, buf, history, room) {
                     Some(n) => filled += n,
-                    None if room < max_block
-                        && lz4_block_fits(block, window, history, max_block) =>
-                    {
+                    None if room < max_block && lz4_block_fits(block, buf, history, max_block) => {
                         return Err(limit.too_large())
                     }
                     None => return Err(invalid("corrupt LZ4 block")),
@@ -518,39 +518,48 @@ extern "C" {
     ) -> c_int;
 }
 
-/// Decode one LZ4 block into `window[history..]`, its matches free to reach back into
-/// `window[..history]` (a linked block's preceding output; 0 for independent blocks).
-/// `None`: the block is corrupt or its output does not fit.
-fn lz4_block(block: &[u8], window: &mut [u8], history: usize) -> Option<usize> {
+/// Decode one LZ4 block into `buf`'s spare capacity, at most `room` bytes, its matches free to reach
+/// back into the last `history` bytes of `buf` (a linked block's preceding output; 0 for independent
+/// blocks); `buf`'s length then covers the bytes written. `None`: the block is corrupt or its
+/// output does not fit (`buf` unchanged).
+fn lz4_block(block: &[u8], buf: &mut Vec<u8>, history: usize, room: usize) -> Option<usize> {
+    let filled = buf.len();
+    if history > filled || buf.capacity() - filled < room {
+        return None;
+    }
     let src_size = c_int::try_from(block.len()).ok()?;
-    let dst_capacity = c_int::try_from(window.len().checked_sub(history)?).ok()?;
+    let dst_capacity = c_int::try_from(room).ok()?;
     let dict_size = c_int::try_from(history).ok()?;
-    let start = window.as_mut_ptr();
-    let dst = start.wrapping_add(history);
+    let start = buf.as_mut_ptr();
     // SAFETY: liblz4 reads `src_size` bytes at `block`, reads at most the `dict_size` bytes that
-    // precede `dst` (its documented prefix mode: the history ends where `dst` starts) and writes
-    // at most `dst_capacity` bytes from `dst`; all of those lie inside `block` or the exclusively
-    // borrowed `window` (`history <= window.len()` was checked above), and it keeps no pointer.
+    // precede `dst` (its documented prefix mode: the history ends where `dst` starts), which are
+    // `buf`'s last `history` initialised bytes (`history <= filled` checked above), and writes at
+    // most `dst_capacity` bytes from `dst` = `buf`'s end, inside its spare capacity (`room` bytes
+    // of it checked above); it keeps no pointer. It returns the bytes written, or a negative
+    // number for corrupt input or output that does not fit, having then written nothing we keep.
     let n = unsafe {
         LZ4_decompress_safe_usingDict(
             block.as_ptr().cast(),
-            dst.cast(),
+            start.add(filled).cast(),
             src_size,
             dst_capacity,
-            start.cast_const().cast(),
+            start.add(filled - history).cast_const().cast(),
             dict_size,
         )
     };
-    usize::try_from(n).ok()
+    let n = usize::try_from(n).ok().filter(|&n| n <= room)?;
+    // SAFETY: liblz4 initialised the `n <= room` bytes after `filled`, within the capacity.
+    unsafe { buf.set_len(filled + n) };
+    Some(n)
 }
 
 /// Whether a block that failed to decode into the room left under the cap decodes into a whole
 /// `max_block` (so the cap, not the data, was at fault). Only on that error path: a scratch copy of
 /// the history plus at most 4 MiB, the largest LZ4 block.
-fn lz4_block_fits(block: &[u8], window: &[u8], history: usize, max_block: usize) -> bool {
-    let mut scratch = window.get(..history).unwrap_or_default().to_vec();
-    scratch.resize(history + max_block, 0);
-    lz4_block(block, &mut scratch, history).is_some()
+fn lz4_block_fits(block: &[u8], buf: &[u8], history: usize, max_block: usize) -> bool {
+    let mut scratch = Vec::with_capacity(history + max_block);
+    scratch.extend_from_slice(buf.get(buf.len() - history..).unwrap_or_default());
+    lz4_block(block, &mut scratch, history, max_block).is_some()
 }
 
 /// Compress `input` with `codec` the way Kafka's Java producer does (gzip default level, xerial
@@ -685,6 +694,71 @@ mod tests {
                 out.decompress(Compression::Lz4, &packed, cap, false),
                 Err(DecompressError::Invalid(_))
             ));
+        }
+    }
+
+    /// Sizes a frame claims are not trusted: an LZ4 block that decodes to more than its frame's block
+    /// size, and zstd frames whose header claims fewer or (far) more bytes than they hold, give the
+    /// typed error (or the true output), with the buffer never sized from the claim. The lz4 and zstd
+    /// output is written into uninitialised capacity: run under valgrind's memcheck to see that
+    /// nothing reads it (`valgrind --error-exitcode=1 <test binary> records::compression`).
+    #[test]
+    fn lying_frame_sizes_give_typed_errors() {
+        let data: Vec<u8> = (0..256 * 1024u32).map(|i| (i * 31 % 253) as u8).collect();
+        // One 256 KiB block (block size id 5), then the frame relabelled as 64 KiB blocks (id 4).
+        let enc = lz4::EncoderBuilder::new()
+            .block_size(lz4::BlockSize::Max256KB)
+            .block_mode(lz4::BlockMode::Independent)
+            .build(Vec::new());
+        let Ok(mut enc) = enc else {
+            panic!("lz4 encoder")
+        };
+        assert!(enc.write_all(&data).is_ok());
+        let (mut packed, finished) = enc.finish();
+        assert!(finished.is_ok());
+        assert_eq!(packed[5] >> 4, 5, "a 256 KiB block size");
+        let block = u32::from_le_bytes([packed[7], packed[8], packed[9], packed[10]]) & 0x7fff_ffff;
+        assert!(
+            block <= 64 * 1024,
+            "the block itself is small enough to pass the size check"
+        );
+        packed[5] = 4 << 4;
+        packed[6] = (xxh32(&packed[4..6]) >> 8) as u8;
+        let mut out = Decompressor::new();
+        for cap in [1 << 30, data.len()] {
+            match out.decompress(Compression::Lz4, &packed, cap, false) {
+                Err(DecompressError::Invalid(msg)) => assert!(msg.contains("corrupt LZ4 block")),
+                other => panic!("{other:?}"),
+            }
+        }
+        // The same decompressor still decodes honest frames after the failures.
+        let honest = compress(Compression::Lz4, &data).unwrap_or_default();
+        assert_eq!(
+            out.decompress(Compression::Lz4, &honest, data.len(), false)
+                .ok(),
+            Some(data.as_slice())
+        );
+
+        let packed = zstd::bulk::compress(&data, 3).unwrap_or_default();
+        let fhd = packed[4];
+        let single_segment = fhd & 0x20 != 0;
+        let at = 5 + usize::from(!single_segment) + [0, 1, 2, 4][usize::from(fhd & 3)];
+        let fcs_bytes = [usize::from(single_segment), 2, 4, 8][usize::from(fhd >> 6)];
+        assert!(
+            fcs_bytes >= 4,
+            "the frame states its content size ({fcs_bytes} bytes)"
+        );
+        for claim in [1_000u32, 0xffff_fff0] {
+            let mut lying = packed.clone();
+            lying[at..at + 4].copy_from_slice(&claim.to_le_bytes());
+            let mut out = Decompressor::new();
+            let got = out.decompress(Compression::Zstd, &lying, data.len() + 10, false);
+            assert!(
+                matches!(got, Err(DecompressError::Invalid(_))),
+                "{claim}: {:?}",
+                got.map(<[u8]>::len)
+            );
+            assert!(out.buf.capacity() <= 2 * data.len(), "sized from the claim");
         }
     }
 

@@ -22,7 +22,7 @@ pub use arrow::Column;
 pub use batch::{BatchCursor, BatchHeader, Frame};
 pub use compression::Compression;
 pub use encode::{encode_batch, BatchSpec, NewRecord};
-pub use record::{Header, RecordSink, RecordView};
+pub use record::{Header, RecordSink, RecordView, Records, Slot};
 
 use record::PayloadPos;
 
@@ -56,6 +56,7 @@ impl Default for DecodeOptions {
 pub struct Decoder {
     opts: DecodeOptions,
     decompressor: compression::Decompressor,
+    scratch: record::Scratch,
 }
 
 impl Decoder {
@@ -63,6 +64,7 @@ impl Decoder {
         Decoder {
             opts,
             decompressor: compression::Decompressor::new(),
+            scratch: record::Scratch::default(),
         }
     }
 
@@ -128,13 +130,14 @@ impl Decoder {
                     start: Some(records_at),
                 },
                 sink,
+                &mut self.scratch,
             )?,
             (Some(codec), None) => {
                 let payload = self
                     .decompressor
                     .decompress(codec, records, cap, false)
                     .map_err(|e| crate::Error::corrupt(records_at, e.reason(codec)))?;
-                record::decode_v2(h, payload, pos, sink)?
+                record::decode_v2(h, payload, pos, sink, &mut self.scratch)?
             }
             (Some(codec), Some(out)) => {
                 let range = self
@@ -143,7 +146,8 @@ impl Decoder {
                     .map_err(|e| crate::Error::corrupt(records_at, e.reason(codec)))?;
                 let whole = out.output();
                 sink.payload_region(Some(whole));
-                record::decode_v2(h, whole.get(range).unwrap_or_default(), pos, sink)?
+                let records = whole.get(range).unwrap_or_default();
+                record::decode_v2(h, records, pos, sink, &mut self.scratch)?
             }
         }
         Ok(*h)

@@ -19,8 +19,10 @@ impl VarintError {
     }
 }
 
-#[inline]
-fn read_unsigned(buf: &mut &[u8], max_bytes: usize) -> Result<u64, VarintError> {
+/// The value and the bytes it took. Out of line, and taking the slice by value, so the callers'
+/// fast paths keep their cursor in registers.
+#[inline(never)]
+fn read_unsigned(buf: &[u8], max_bytes: usize) -> Result<(u64, usize), VarintError> {
     let mut value: u64 = 0;
     for (i, &byte) in buf.iter().enumerate() {
         if i == max_bytes {
@@ -28,8 +30,7 @@ fn read_unsigned(buf: &mut &[u8], max_bytes: usize) -> Result<u64, VarintError> 
         }
         value |= u64::from(byte & 0x7f) << (7 * i);
         if byte & 0x80 == 0 {
-            *buf = buf.get(i + 1..).unwrap_or_default();
-            return Ok(value);
+            return Ok((value, i + 1));
         }
     }
     if buf.len() >= max_bytes {
@@ -40,7 +41,7 @@ fn read_unsigned(buf: &mut &[u8], max_bytes: usize) -> Result<u64, VarintError> 
 }
 
 /// Read a zigzag varint (int32) and advance `buf` past it.
-#[inline]
+#[inline(always)]
 pub fn read_varint(buf: &mut &[u8]) -> Result<i32, VarintError> {
     // Fast path: one byte holds every value in -64..=63 (most lengths and deltas).
     if let Some(&b) = buf.first() {
@@ -58,12 +59,14 @@ pub fn read_varint(buf: &mut &[u8]) -> Result<i32, VarintError> {
         }
     }
     // Like Java, bits past 32 in the fifth byte are dropped rather than rejected.
-    let raw = read_unsigned(buf, 5)? as u32;
+    let (raw, n) = read_unsigned(buf, 5)?;
+    *buf = buf.get(n..).unwrap_or_default();
+    let raw = raw as u32;
     Ok(((raw >> 1) as i32) ^ -((raw & 1) as i32))
 }
 
 /// Read a zigzag varlong (int64) and advance `buf` past it.
-#[inline]
+#[inline(always)]
 pub fn read_varlong(buf: &mut &[u8]) -> Result<i64, VarintError> {
     // Fast paths: timestamp deltas inside a batch are mostly under 64 or 8192 ms.
     match buf.first_chunk::<2>() {
@@ -79,7 +82,8 @@ pub fn read_varlong(buf: &mut &[u8]) -> Result<i64, VarintError> {
         }
         _ => {}
     }
-    let raw = read_unsigned(buf, 10)?;
+    let (raw, n) = read_unsigned(buf, 10)?;
+    *buf = buf.get(n..).unwrap_or_default();
     Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64))
 }
 

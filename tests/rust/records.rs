@@ -440,3 +440,112 @@ fn real_segments_match_expected_counts() {
     }
     assert!(checked >= 10);
 }
+
+/// A batch of more records than the decoder parses before handing them on (1024): every row's key,
+/// value, headers, offset, timestamp and sequence land in its own row, in both layouts and through
+/// a codec, nulls and header counts varying record to record (a header range kept across a hand-over,
+/// or headers not cleared with the records, would shift them).
+#[test]
+fn a_batch_longer_than_a_parse_run_keeps_every_rows_fields() {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int32Type, Int64Type};
+    use arrow_array::Array;
+    let n = 2_600usize;
+    let keys: Vec<Vec<u8>> = (0..n).map(|i| format!("key-{i}").into_bytes()).collect();
+    let values: Vec<Vec<u8>> = (0..n).map(|i| vec![(i % 251) as u8; i % 40]).collect();
+    let header_keys: Vec<String> = (0..n).map(|i| format!("h{i}")).collect();
+    let new: Vec<NewRecord<'_>> = (0..n)
+        .map(|i| NewRecord {
+            key: (i % 7 != 3).then(|| keys[i].as_slice()),
+            value: (i % 11 != 5).then(|| values[i].as_slice()),
+            headers: (0..i % 4)
+                .map(|j| Header {
+                    key: &header_keys[i],
+                    value: (j != 1).then(|| &keys[i][..j]),
+                })
+                .collect(),
+            timestamp: Some(1_700_000_000_000 + (i as i64 * 37) % 5_000),
+        })
+        .collect();
+    for codec in [Compression::None, Compression::Zstd] {
+        let spec = BatchSpec {
+            base_offset: 1_000,
+            compression: codec,
+            base_sequence: 7,
+            producer_id: 3,
+            ..BatchSpec::default()
+        };
+        let bytes = encode_batch(&spec, &new).unwrap_or_default();
+        let input = arrow_buffer::Buffer::from_slice_ref(&bytes);
+        for layout in [Layout::Binary, Layout::BinaryView] {
+            let view = View {
+                layout,
+                input: Some(&input),
+            };
+            let decoded = decode_projected_in(&bytes, 0, opts(), &Column::RECORD, 1, view);
+            let Ok(decoded) = decoded else {
+                panic!("{codec:?} {layout:?}: {decoded:?}");
+            };
+            assert_eq!(decoded.batches.len(), 1, "one chunk");
+            let b = &decoded.batches[0];
+            assert_eq!(b.num_rows(), n);
+            let col = |name: &str| {
+                b.column_by_name(name)
+                    .cloned()
+                    .unwrap_or_else(|| panic!("{name}"))
+            };
+            let binary = |name: &str, i: usize| -> Option<Vec<u8>> {
+                let c = col(name);
+                if c.is_null(i) {
+                    return None;
+                }
+                Some(match layout {
+                    Layout::Binary => c.as_binary::<i32>().value(i).to_vec(),
+                    Layout::BinaryView => c.as_binary_view().value(i).to_vec(),
+                })
+            };
+            let offsets = col("offset");
+            let timestamps = col("timestamp");
+            let sequences = col("sequence");
+            let headers = col("headers");
+            let headers = headers.as_list::<i32>();
+            for (i, want) in new.iter().enumerate() {
+                let at = format!("{codec:?} {layout:?} row {i}");
+                assert_eq!(
+                    offsets.as_primitive::<Int64Type>().value(i),
+                    1_000 + i as i64,
+                    "{at}"
+                );
+                assert_eq!(
+                    timestamps.as_primitive::<Int64Type>().value(i),
+                    want.timestamp.unwrap_or(-1),
+                    "{at}"
+                );
+                assert_eq!(
+                    sequences.as_primitive::<Int32Type>().value(i),
+                    7 + i as i32,
+                    "{at}"
+                );
+                assert_eq!(binary("key", i).as_deref(), want.key, "{at}");
+                assert_eq!(binary("value", i).as_deref(), want.value, "{at}");
+                let row = headers.value(i);
+                let row = row.as_struct();
+                let got: Vec<(String, Option<Vec<u8>>)> = (0..row.len())
+                    .map(|j| {
+                        let value = row.column(1).as_binary::<i32>();
+                        (
+                            row.column(0).as_string::<i32>().value(j).to_owned(),
+                            (!value.is_null(j)).then(|| value.value(j).to_vec()),
+                        )
+                    })
+                    .collect();
+                let expected: Vec<(String, Option<Vec<u8>>)> = want
+                    .headers
+                    .iter()
+                    .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
+                    .collect();
+                assert_eq!(got, expected, "{at}");
+            }
+        }
+    }
+}

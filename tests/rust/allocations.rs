@@ -3,9 +3,9 @@
 //! the record count: builders are sized from each batch header's record count and values are copied
 //! into (or, as views, pointed at in) buffers of a chunk, never one allocation a record.
 //!
-//! Built without the `python` feature only (as `make test-rust` runs it): with it the crate sets
-//! mimalloc as the global allocator, and a binary has one.
-#![cfg(not(feature = "python"))]
+//! Built without the `python` and `jvm` features only (as `make test-rust` runs it): with either the
+//! crate sets mimalloc as the global allocator, and a binary has one.
+#![cfg(not(any(feature = "python", feature = "jvm")))]
 
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};

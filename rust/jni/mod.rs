@@ -14,6 +14,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 use arrow_array::ffi::{to_ffi, FFI_ArrowArray, FFI_ArrowSchema};
+use arrow_buffer::Buffer;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -28,7 +29,7 @@ use jni::JNIEnv;
 
 use crate::file::InputFile;
 use crate::offset_index;
-use crate::records::arrow::{ArrowBuilder, Column};
+use crate::records::arrow::{ArrowBuilder, Column, Layout};
 use crate::records::batch::{i32_at, BatchHeader, Frame, LOG_OVERHEAD};
 use crate::records::headers::scan_headers;
 use crate::records::{
@@ -135,15 +136,20 @@ struct Decoded {
 /// 1.07 s in 1 MiB windows, 0.89 s in 256 KiB ones (docs/performance.md).
 const WINDOW: usize = 1 << 18;
 
-/// A range of a local file decoded a window at a time, the read buffer reused from one window to
-/// the next. With bounds, `runs` holds only the batches their headers let through: the others are
-/// never read.
+/// Read buffers the JVM may still hold: a window's keys and values are views into the bytes read
+/// (`Layout::BinaryView`, no value copied on the Rust side), so a buffer is reused only once every
+/// array pointing into it is released, which the JVM does when it loads the next batch.
+const SPARE_BUFFERS: usize = 3;
+
+/// A range of a local file decoded a window at a time, keys and values handed out as views into the
+/// window's read buffer (the JVM's `BinaryViewColumnVector` reads them there). With bounds, `runs`
+/// holds only the batches their headers let through: the others are never read.
 struct Stream {
     file: InputFile,
     runs: VecDeque<(u64, u64)>,
     opts: DecodeOptions,
     columns: Vec<Column>,
-    buf: Vec<u8>,
+    spare: VecDeque<Buffer>,
 }
 
 impl Stream {
@@ -164,31 +170,56 @@ impl Stream {
             runs,
             opts,
             columns: parse_columns(columns)?,
-            buf: Vec::new(),
+            spare: VecDeque::new(),
         })
+    }
+
+    /// A read buffer of at least `want` bytes: a spare one no array points into any more, else a
+    /// new one (zeroing 256 KiB costs more than finding it free).
+    fn buffer(&mut self, want: usize) -> Vec<u8> {
+        for _ in 0..self.spare.len() {
+            let Some(spare) = self.spare.pop_front() else {
+                break;
+            };
+            match spare.into_vec::<u8>() {
+                Ok(mut buf) => {
+                    if buf.len() < want {
+                        buf.resize(want, 0);
+                    }
+                    return buf;
+                }
+                Err(shared) => self.spare.push_back(shared),
+            }
+        }
+        vec![0; want]
     }
 
     /// The record batches of the next window of whole batches (empty once every run is read). A
     /// batch larger than the window is read whole; a file found shorter than when it was opened is
     /// an error, as for `reader::for_each_frame`.
     fn next_window(&mut self, stats: &mut Stats) -> Result<Vec<RecordBatch>> {
-        let mut builder = ArrowBuilder::new(self.opts, &self.columns);
+        let mut out = Vec::new();
         let mut read = 0u64;
         while read < WINDOW as u64 {
             let Some(&(pos, end)) = self.runs.front() else {
                 break;
             };
             let mut want = usize::try_from(end - pos).map_or(WINDOW, |left| left.min(WINDOW));
-            let next = loop {
-                if self.buf.len() < want {
-                    self.buf.resize(want, 0);
-                }
-                let data = self.buf.get_mut(..want).unwrap_or_default();
+            let (input, builder, next) = loop {
+                let mut buf = self.buffer(want);
+                let data = buf.get_mut(..want).unwrap_or_default();
                 let got = self.file.read_at(pos, data)?;
                 if got < want {
                     return Err(reader::shrunk(pos + got as u64, end));
                 }
-                let data = self.buf.get(..want).unwrap_or_default();
+                let input = Buffer::from_vec(buf);
+                let mut builder = ArrowBuilder::with_layout(
+                    self.opts,
+                    &self.columns,
+                    Layout::BinaryView,
+                    Some(input.clone()),
+                );
+                let data = input.get(..want).unwrap_or_default();
                 let last = pos + want as u64 == end;
                 let mut cursor = BatchCursor::new(data, pos, !last);
                 while let Some(frame) = cursor.next()? {
@@ -201,11 +232,19 @@ impl Stream {
                         let size = i32_at(data, 8).map_or(0, |l| LOG_OVERHEAD + l.max(0) as usize);
                         let left = usize::try_from(end - pos).unwrap_or(usize::MAX);
                         want = left.min(size.max(want.saturating_mul(2)));
+                        drop(builder);
+                        self.spare.push_back(input);
                     }
-                    Some(tail) => break tail,
-                    None => break end.min(pos + want as u64),
+                    Some(tail) => break (input, builder, tail),
+                    None => break (input, builder, end.min(pos + want as u64)),
                 }
             };
+            let decoded = builder.finish(None)?;
+            out.extend(decoded.batches.into_iter().filter(|b| b.num_rows() > 0));
+            if self.spare.len() >= SPARE_BUFFERS {
+                self.spare.pop_front(); // still held by the JVM: freed when it lets go
+            }
+            self.spare.push_back(input);
             read += next - pos;
             match self.runs.front_mut() {
                 Some(run) if next < run.1 => run.0 = next,
@@ -214,12 +253,7 @@ impl Stream {
                 }
             }
         }
-        let decoded = builder.finish(None)?;
-        Ok(decoded
-            .batches
-            .into_iter()
-            .filter(|b| b.num_rows() > 0)
-            .collect())
+        Ok(out)
     }
 }
 
@@ -731,7 +765,7 @@ pub extern "system" fn Java_io_epochguard_spark_Native_next<'l>(
         };
         let rows = jint::try_from(batch.num_rows())
             .map_err(|_| Error::invalid("a batch of more than 2^31 rows"))?;
-        let (ffi_array, ffi_schema) = to_ffi(&without_views(&StructArray::from(batch))?.to_data())
+        let (ffi_array, ffi_schema) = to_ffi(&for_the_jvm(batch)?.to_data())
             .map_err(|e| Error::invalid(format!("arrow export: {e}")))?;
         // SAFETY: the JVM allocated both structs (`ArrowArray.allocateNew`, `ArrowSchema.allocateNew`),
         // empty (released); writing moves ownership of the buffers to the importer, which releases them.
@@ -834,6 +868,29 @@ pub extern "system" fn Java_io_epochguard_spark_Native_batchIndex<'l>(
             .collect();
         long_array(env, &flat)
     })
+}
+
+/// The batch as a struct array for the JVM reader: a key or value column of binary views as it is
+/// (the reader's `BinaryViewColumnVector` reads the views), views nested deeper (header values) as
+/// plain binary (Spark's `ArrowColumnVector` reads them).
+fn for_the_jvm(batch: RecordBatch) -> Result<ArrayRef> {
+    let batch = StructArray::from(batch);
+    let (fields, columns, nulls) = batch.into_parts();
+    let columns = columns
+        .iter()
+        .map(|c| match c.data_type() {
+            DataType::BinaryView => Ok(c.clone()),
+            _ => without_views(c.as_ref()),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let fields: Fields = fields
+        .iter()
+        .zip(&columns)
+        .map(|(f, c)| f.as_ref().clone().with_data_type(c.data_type().clone()))
+        .collect();
+    let array = StructArray::try_new(fields, columns, nulls)
+        .map_err(|e| Error::invalid(format!("arrow: {e}")))?;
+    Ok(Arc::new(array))
 }
 
 /// `array` with its binary and string views (at any depth) as plain binary and strings: Spark's

@@ -5,6 +5,7 @@ runs where its jar is on the session, and what its pushdown skips it skips by th
 from __future__ import annotations
 
 import os
+import random
 import struct
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from epochguard.spark import jvm
 from epochguard.spark.datasource import PYTHON_NAME
 
-from .kafka_logs import BASE_TIMESTAMP, Replica, records, write_log_dir
+from .kafka_logs import BASE_TIMESTAMP, Replica, kafka_python_batch, records, write_log_dir
 
 BATCHES, PER_BATCH = 20, 10  # one segment: epoch 1 for batches 0-9, epoch 3 for 10-19
 
@@ -183,3 +184,28 @@ def test_an_offset_range_reads_only_the_headers_the_offset_index_points_at(spark
     index.write_bytes(b"".join(struct.pack(">ii", r, p + 5) for r, p in entries[:20]))  # mid-batch positions
     rows, delta = _delta(spark, run)
     assert rows == list(range(142, 147)) and (delta["batches_decoded"], delta["batches_skipped"]) == (1, 19)
+
+
+def test_keys_and_values_are_read_in_place_across_windows(spark, tmp_path: Path, on_jvm) -> None:
+    """Keys and values reach Spark as views into the 256 KiB window the decoder read (or into a
+    compressed batch's decompressed records), read in place by the reader's column vector: every byte
+    as written, over several windows (read buffers reused once released), a batch larger than a
+    window, values inline in their view (at most 12 bytes), empty and null ones."""
+    rng = random.Random(37)
+    data, written, offset = bytearray(), {}, 0
+    for b in range(60):
+        recs = []
+        for i in range(1000 if b == 17 else 30):  # batch 17: ~300 KB, more than a window
+            n = offset + i
+            key = None if n % 7 == 3 else f"k{n}".encode()
+            value = None if n % 11 == 5 else rng.randbytes([0, 5, 12, 13, 1500][n % 5])
+            recs.append((key, value))
+            written[n] = (key, value)
+        data += kafka_python_batch(recs, offset, 0, compression=3 if b % 4 == 1 else 0)  # some lz4
+        offset += len(recs)
+    log = write_log_dir(tmp_path, 1, [Replica("v", 0, [])])
+    (log / "v-0" / f"{0:020d}.log").write_bytes(bytes(data))
+    df = spark.read.format("kafka-log").option("columns", "offset,key,value").load(str(log))
+    got = {r.offset: (r.key, r.value) for r in df.collect()}
+    assert len(got) == len(written) and len(data) > 3 * 256 * 1024
+    assert {n: tuple(None if b is None else bytes(b) for b in kv) for n, kv in got.items()} == written

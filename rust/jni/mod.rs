@@ -31,10 +31,8 @@ use crate::file::InputFile;
 use crate::offset_index;
 use crate::records::arrow::{ArrowBuilder, Column, Layout};
 use crate::records::batch::{i32_at, BatchHeader, Frame, LOG_OVERHEAD};
-use crate::records::headers::scan_headers;
-use crate::records::{
-    batch_index, reader, BatchCursor, BatchLocation, DecodeOptions, Decoder, OwnedRecord,
-};
+use crate::records::{reader, BatchCursor, DecodeOptions, Decoder, OwnedRecord};
+use crate::reporting::{self, Piece, Src};
 use crate::{Error, Result};
 
 /// The library's allocator, as for the Python extension (rust/py/mod.rs): a decode's columns are
@@ -112,13 +110,6 @@ struct Stats {
     batches_decoded: i64,
     batches_skipped: i64,
     partial_tail: i64,
-}
-
-/// What a decoded range hands out, in order: record batches, and with `withErrors` the problems
-/// between them (byte position, reason), as epochguard.spark.logs reports them as error rows.
-enum Piece {
-    Batch(RecordBatch),
-    Problem(u64, String),
 }
 
 /// A decoded byte range, handed out one piece at a time by `next`: decoded up front (`withErrors`,
@@ -283,65 +274,6 @@ fn range(file: &InputFile, start: jlong, end: jlong) -> Result<(u64, u64)> {
     }
 }
 
-/// Where a range's bytes are: a local file read in bounded positioned reads, or bytes the JVM read
-/// (a Hadoop FileSystem path) into a direct buffer, its first byte at absolute position `base`.
-#[derive(Clone, Copy)]
-enum Src<'a> {
-    File(&'a InputFile),
-    Bytes { data: &'a [u8], base: u64 },
-}
-
-impl Src<'_> {
-    fn slice(data: &[u8], base: u64, from: u64, to: u64) -> Result<&[u8]> {
-        let (a, b) = (from.checked_sub(base), to.checked_sub(base));
-        match (a, b) {
-            (Some(a), Some(b)) => data.get(a as usize..b as usize),
-            _ => None,
-        }
-        .ok_or_else(|| Error::invalid(format!("bytes {from}..{to} are not in the buffer")))
-    }
-
-    fn for_each_frame(
-        self,
-        from: u64,
-        to: u64,
-        allow_partial_tail: bool,
-        mut each: impl FnMut(&Frame<'_>, usize) -> Result<()>,
-    ) -> Result<Option<u64>> {
-        match self {
-            Src::File(f) => reader::for_each_frame(f, from, to, allow_partial_tail, each),
-            Src::Bytes { data, base } => {
-                let mut cursor =
-                    BatchCursor::new(Src::slice(data, base, from, to)?, from, allow_partial_tail);
-                while let Some(frame) = cursor.next()? {
-                    each(&frame, (to - cursor.position()) as usize)?;
-                }
-                Ok(cursor.partial_tail())
-            }
-        }
-    }
-
-    fn headers(self, from: u64, to: u64) -> Result<Vec<BatchHeader>> {
-        Ok(match self {
-            Src::File(f) => reader::scan_headers_file(f, from, to, false, false)?,
-            Src::Bytes { data, base } => {
-                scan_headers(Src::slice(data, base, from, to)?, from, false, false)?
-            }
-        }
-        .headers)
-    }
-
-    fn batch_index(self, from: u64, to: u64) -> Result<Vec<BatchLocation>> {
-        Ok(match self {
-            Src::File(f) => reader::batch_index_file(f, from, to, true)?,
-            Src::Bytes { data, base } => {
-                batch_index(Src::slice(data, base, from, to)?, from, true)?
-            }
-        }
-        .0)
-    }
-}
-
 /// The handle `next`, `problem`, `stats` and `close` take: the decoded range, owned by the JVM reader.
 fn handle(decoded: Decoded) -> Result<jlong> {
     Ok(Box::into_raw(Box::new(decoded)) as jlong)
@@ -359,11 +291,7 @@ fn decode(
     let columns = parse_columns(columns)?;
     let mut stats = Stats::default();
     let pieces = if with_errors {
-        let opts = DecodeOptions {
-            allow_partial_tail: true,
-            ..opts
-        };
-        decode_reporting(src, start, end, opts, &columns, &mut stats)?
+        reporting::decode_reporting(src, start, end, opts, &columns, &mut stats.batches_decoded)?
     } else {
         let (batches, _) = decode_range(src, start, end, opts, &columns, bounds, &mut stats)?;
         batches.into_iter().map(Piece::Batch).collect()
@@ -460,7 +388,6 @@ fn decode_range(
     bounds: Bounds,
     stats: &mut Stats,
 ) -> Result<(Vec<RecordBatch>, Option<u64>)> {
-    let mut builder = ArrowBuilder::new(opts, columns);
     // With bounds, the headers alone (one small positioned read a batch) say which batches to
     // read at all; runs of adjacent kept batches are then read and decoded as one range.
     let runs = if bounds.is_all() {
@@ -468,83 +395,10 @@ fn decode_range(
     } else {
         kept_runs(src, start, end, bounds, stats)?
     };
-    let mut tail = None;
-    for (from, to) in runs {
-        tail = src.for_each_frame(from, to, opts.allow_partial_tail, |frame, left| {
-            stats.batches_decoded += 1;
-            builder.push(frame, left)
-        })?;
-    }
+    let (batches, tail) =
+        reporting::decode_runs(src, &runs, opts, columns, &mut stats.batches_decoded)?;
     stats.partial_tail = tail.map_or(-1, |t| t as i64);
-    let decoded = builder.finish(tail)?;
-    let batches = decoded.batches.into_iter().filter(|b| b.num_rows() > 0);
-    Ok((batches.collect(), tail))
-}
-
-/// `withErrors`, as epochguard.spark.logs' `_decode_one`: a batch that does not decode becomes a
-/// problem between the records before it and those after it, when the headers still say where it
-/// ends (else the rest of the range is reported undecoded); an incomplete last batch is one too.
-fn decode_reporting(
-    src: Src<'_>,
-    start: u64,
-    end: u64,
-    opts: DecodeOptions,
-    columns: &[Column],
-    stats: &mut Stats,
-) -> Result<VecDeque<Piece>> {
-    let mut pieces = VecDeque::new();
-    let mut position = start;
-    while position < end {
-        let failure = match decode_range(src, position, end, opts, columns, Bounds::ALL, stats) {
-            Ok((batches, tail)) => {
-                pieces.extend(batches.into_iter().map(Piece::Batch));
-                if let Some(tail) = tail {
-                    let reason = format!("incomplete batch at the end: {} bytes", end - tail);
-                    pieces.push_back(Piece::Problem(tail, reason));
-                }
-                return Ok(pieces);
-            }
-            Err(Error::Corrupt { position, reason }) => (Some(position), reason),
-            Err(Error::Io(e)) => (None, e.to_string()),
-            Err(e) => return Err(e),
-        };
-        let (failed, reason) = match failure {
-            (Some(at), reason) if position <= at && at < end => (at, reason),
-            (_, reason) => {
-                let reason = format!("{reason}; bytes {position}..{end} not decoded");
-                pieces.push_back(Piece::Problem(position, reason));
-                return Ok(pieces);
-            }
-        };
-        // The whole batches before the failure (the one it falls in, if cut, is a partial tail).
-        if let Ok((batches, _)) =
-            decode_range(src, position, failed, opts, columns, Bounds::ALL, stats)
-        {
-            pieces.extend(batches.into_iter().map(Piece::Batch));
-        }
-        let around = src.batch_index(position, end).ok().and_then(|index| {
-            index.into_iter().find_map(|b| {
-                let until = b.file_position + u64::from(b.size_in_bytes);
-                (b.file_position <= failed && failed < until).then_some((b.file_position, until))
-            })
-        });
-        match around {
-            None => {
-                let reason = format!("{reason}; bytes {failed}..{end} not decoded");
-                pieces.push_back(Piece::Problem(failed, reason));
-                return Ok(pieces);
-            }
-            Some((from, until)) => {
-                let reason = format!(
-                    "{reason}; skipped the batch at {from} ({} bytes)",
-                    until - from
-                );
-                pieces.push_back(Piece::Problem(failed, reason));
-                position = until;
-            }
-        }
-    }
-    Ok(pieces)
+    Ok((batches, tail))
 }
 
 /// COUNT(*), min(offset), max(offset) of the records in `[start, end)` (min/max `i64::MAX`/`MIN`
@@ -670,18 +524,31 @@ pub extern "system" fn Java_io_epochguard_spark_Native_decode<'l>(
         let path = java_string(env, &path)?;
         let columns = java_string(env, &columns)?;
         let bounds = bounds_of(env, &bounds)?;
-        let file = InputFile::open(&PathBuf::from(&path))?;
-        let (start, end) = range(&file, start, end)?;
         let opts = options(verify, max_decompressed)?;
         if with_errors == JNI_TRUE {
-            return handle(decode(
-                Src::File(&file),
+            // The file's own problems (gone, shorter than listed) are error rows too.
+            let (from, to) = (u64::try_from(start), u64::try_from(end));
+            let (Ok(start), Ok(end)) = (from, to) else {
+                return Err(Error::invalid(format!("byte range {start}..{end}")));
+            };
+            let mut stats = Stats::default();
+            let (columns, decoded) = (parse_columns(&columns)?, &mut stats.batches_decoded);
+            let pieces = reporting::decode_file_reporting(
+                Path::new(&path),
                 start,
                 end,
+                opts,
                 &columns,
-                (opts, bounds, true),
-            )?);
+                decoded,
+            )?;
+            return handle(Decoded {
+                pieces,
+                stream: None,
+                stats,
+            });
         }
+        let file = InputFile::open(&PathBuf::from(&path))?;
+        let (start, end) = range(&file, start, end)?;
         let mut stats = Stats::default();
         let path = PathBuf::from(&path);
         let stream = Stream::new(

@@ -14,7 +14,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 use arrow_array::ffi::{to_ffi, FFI_ArrowArray, FFI_ArrowSchema};
-use arrow_buffer::Buffer;
+use arrow_buffer::{Buffer, NullBuffer};
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -750,6 +750,15 @@ fn for_the_jvm(batch: RecordBatch) -> Result<ArrayRef> {
             _ => without_views(c.as_ref()),
         })
         .collect::<Result<Vec<_>>>()?;
+    struct_of(&fields, columns, nulls)
+}
+
+/// A struct array of `columns` under `fields`' names, each field typed as its new column.
+fn struct_of(
+    fields: &Fields,
+    columns: Vec<ArrayRef>,
+    nulls: Option<NullBuffer>,
+) -> Result<ArrayRef> {
     let fields: Fields = fields
         .iter()
         .zip(&columns)
@@ -774,12 +783,7 @@ fn without_views(array: &dyn Array) -> Result<ArrayRef> {
                 .iter()
                 .map(|c| without_views(c.as_ref()))
                 .collect::<Result<Vec<_>>>()?;
-            let fields: Fields = fields
-                .iter()
-                .zip(&columns)
-                .map(|(f, c)| f.as_ref().clone().with_data_type(c.data_type().clone()))
-                .collect();
-            Arc::new(StructArray::try_new(fields, columns, a.nulls().cloned()).map_err(err)?)
+            struct_of(fields, columns, a.nulls().cloned())?
         }
         DataType::List(field) => {
             let a = array.as_list::<i32>();

@@ -357,28 +357,16 @@ def _decode_one(
     """Decode bytes ``[start, start + length)`` of a file or buffer. With `with_errors`, the problems
     (a corrupt batch, an incomplete last one, a file gone or shorter than listed) are error rows among
     the records, by the core's rules (rust/reporting.rs: the JVM reader's too)."""
-    names = None if columns is None else list(columns)
-    if not with_errors:
-        records = _core.decode_arrow(
-            source,
-            columns=names,
-            verify_crc=verify_crc,
-            max_decompressed_size=max_decompressed_size,
-            offset=start,
-            length=length,
-        )
-        for batch in pa.RecordBatchReader.from_stream(records):
-            yield _with_columns(batch, carried, schema)
-        return
-    pieces = _core.decode_arrow_reporting(
+    decode = _core.decode_arrow_reporting if with_errors else _core.decode_arrow
+    got = decode(
         source,
-        columns=names,
+        columns=None if columns is None else list(columns),
         verify_crc=verify_crc,
         max_decompressed_size=max_decompressed_size,
         offset=start,
         length=length,
     )
-    for piece in pieces:
+    for piece in got if isinstance(got, list) else [got]:
         if isinstance(piece, tuple):
             yield _error_row(carried, path, piece[0], piece[1], schema)
         else:

@@ -157,6 +157,24 @@ def test_hadoop_filesystem_paths_read_as_local_ones(spark, log_dir) -> None:
     assert remote.count() == BATCHES * PER_BATCH  # not from headers for such paths yet: decoded
 
 
+def test_a_scheme_configured_in_hadoop_reads_through_its_filesystem(spark, log_dir) -> None:
+    """A scheme Hadoop is configured for, not only `file://`: a `viewfs://` mount table whose link
+    points at the local log dir lists and reads through ViewFileSystem: the same rows, and the same
+    batches skipped by their headers."""
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    key = "fs.viewfs.mounttable.egtest.link./logs"
+    conf.set(key, "file://" + str(Path(log_dir).parent))
+    try:
+        mounted = f"viewfs://egtest/logs/{Path(log_dir).name}"
+        df = spark.read.format("kafka-log").load(mounted)
+        assert sorted(df.collect()) == sorted(spark.read.format("kafka-log").load(log_dir).collect())
+        rows, delta = _delta(spark, df.where("offset >= 42 AND offset < 47").select("offset").collect)
+        assert sorted(r.offset for r in rows) == list(range(42, 47))
+        assert (delta["batches_decoded"], delta["batches_skipped"]) == (1, BATCHES - 1)
+    finally:
+        conf.unset(key)
+
+
 def test_an_offset_range_reads_only_the_headers_the_offset_index_points_at(spark, log_dir, tmp_path: Path) -> None:
     """With Kafka's `.index` beside a segment (an entry per batch here: its last offset relative to the
     segment's base, its position; then the zeros of a preallocated index), a filter on an offset range

@@ -8,6 +8,7 @@ import os
 import random
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -15,7 +16,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from epochguard.spark import jvm
 from epochguard.spark.datasource import PYTHON_NAME
 
-from .kafka_logs import BASE_TIMESTAMP, Replica, kafka_python_batch, records, write_log_dir
+from .kafka_logs import BASE_TIMESTAMP, Batch, Replica, kafka_python_batch, records, write_log_dir
 
 BATCHES, PER_BATCH = 20, 10  # one segment: epoch 1 for batches 0-9, epoch 3 for 10-19
 
@@ -31,11 +32,11 @@ def on_jvm(spark) -> None:
 
 @pytest.fixture(scope="module")
 def log_dir(tmp_path_factory: pytest.TempPathFactory, on_jvm) -> str:
-    batches = [(1 if b < 10 else 3, records("r", b * PER_BATCH, PER_BATCH)) for b in range(BATCHES)]
+    batches: list[Batch] = [(1 if b < 10 else 3, records("r", b * PER_BATCH, PER_BATCH)) for b in range(BATCHES)]
     return str(write_log_dir(tmp_path_factory.mktemp("jvm"), 1, [Replica("t", 0, batches)]))
 
 
-def _delta(spark, run) -> tuple[object, dict[str, int]]:
+def _delta(spark, run) -> tuple[Any, dict[str, int]]:
     before = jvm.metrics(spark)
     result = run()
     after = jvm.metrics(spark)

@@ -18,7 +18,7 @@ from epochguard.spark.listing import list_log_dirs
 from epochguard.spark.logs import pack_tasks, plan_chunks
 
 from .fronts import FRONTS, JVM, read, require_jvm
-from .kafka_logs import Replica, records, write_log_dir
+from .kafka_logs import Batch, Replica, records, write_log_dir
 
 SEGMENTS = Path("/work/shared/kafka-segments")
 LDI = SEGMENTS / "ldi-poc"
@@ -222,7 +222,7 @@ def test_a_segment_that_shrinks_after_listing_is_reported(spark, tmp_path, front
     """A live log dir changes under a read (the leader truncates, retention deletes): a segment found
     shorter when read than when listed is read as far as it goes, then an error row; a batch its new
     end cuts is the incomplete one; a segment gone is one row naming the bytes not decoded."""
-    batches = [(0, records("a", 0, 2)), (0, records("a", 2, 2)), (0, records("a", 4, 2))]
+    batches: list[Batch] = [(0, records("a", 0, 2)), (0, records("a", 2, 2)), (0, records("a", 4, 2))]
     log_dir = write_log_dir(tmp_path, 1, [Replica("s", 0, batches), Replica("g", 0, batches)])
     segment, gone = (log_dir / f"{t}-0" / f"{0:020d}.log" for t in "sg")
     data = segment.read_bytes()

@@ -127,7 +127,7 @@ def test_every_column_matches_the_python_source(spark, log_dir) -> None:
 def test_with_errors_reports_what_the_python_source_reports(spark, tmp_path: Path) -> None:
     """A batch whose CRC fails between good ones is skipped and named; an incomplete last batch is a
     row too; a segment whose first header is garbage is one row naming the bytes not decoded."""
-    batches = [(0, records("a", 0, 3)), (0, records("b", 3, 3)), (1, records("c", 6, 3))]
+    batches: list[Batch] = [(0, records("a", 0, 3)), (0, records("b", 3, 3)), (1, records("c", 6, 3))]
     log = write_log_dir(tmp_path, 6, [Replica("e", 0, batches), Replica("g", 0, [(0, records("z", 0, 2))])])
     segment = log / "e-0" / f"{0:020d}.log"
     data = bytearray(segment.read_bytes())

@@ -9,6 +9,7 @@ pub mod error;
 pub mod file;
 pub mod offset_index;
 pub mod records;
+pub mod reporting;
 #[cfg(feature = "wire")]
 pub mod wire;
 

@@ -11,8 +11,15 @@
     kafka-python UDF (goal >= 30x), ``COUNT(*)`` and a filter on an offset range holding 1% of the records
     against its own full read (goal <= 0.1x); the Python source's same queries beside each.
 
+(e) the full read on two data sets, each against Spark's Parquet of the same rows written by Spark in
+    the same run, the readers taking turns (ABAB, medians, the load beside): ``repeated`` (the data of
+    (a)-(d): one 1 KiB value repeated, which Parquet's dictionary stores once: kind to Parquet) and
+    ``distinct`` (random 1 KiB values, distinct keys: what a topic holds; Parquet stores each value).
+
 The issue asks for 4 partitions x 240,000 records (about 1 GB); EG_BENCH_RECORDS sets the records per
-partition (default 240,000). The JVM and the Python workers are warmed by a full untimed pass first.
+partition (default 240,000). Both data sets are written once into ``target/bench-data/`` (by their
+parameters; EG_BENCH_DATA moves it) and reused by later runs. The JVM and the Python workers are warmed
+by a full untimed pass first.
 
     nice .venv/bin/python -m pytest benches/python/test_bench_spark_columns.py --benchmark-only -s
 """
@@ -20,8 +27,13 @@ partition (default 240,000). The JVM and the Python workers are warmed by a full
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import statistics
+import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,22 +57,46 @@ TIMES: dict[str, float] = {}
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture(scope="module")
-def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("bench1k")
-    value = b"v" * 1024
+DATA = Path(os.environ.get("EG_BENCH_DATA", Path(__file__).resolve().parents[2] / "target" / "bench-data"))
+DATA_SETS = ["repeated", "distinct"]
+
+
+def _replica(kind: str, partition: int) -> Replica:
     batches = PER_PARTITION // PER_BATCH
-    replicas = [
-        Replica(
-            "bench",
-            p,
-            [(b // 100, [(f"k{b}-{i}".encode(), value) for i in range(PER_BATCH)]) for b in range(batches)],
-            segment_records=20_000,  # ~21 MB segments: the binaryFile baseline holds whole files in JVM rows
-        )
-        for p in range(PARTITIONS)
-    ]
-    yield write_log_dir(root, 1, replicas, writer="core")
-    shutil.rmtree(root, ignore_errors=True)
+    if kind == "repeated":
+        value = b"v" * 1024
+        values = [[value] * PER_BATCH for _ in range(batches)]
+    else:  # random bytes: no two values alike, nothing for a dictionary or a codec to fold
+        blob = random.Random(partition).randbytes(PER_PARTITION * 1024)
+        values = [
+            [blob[(b * PER_BATCH + i) * 1024 : (b * PER_BATCH + i + 1) * 1024] for i in range(PER_BATCH)]
+            for b in range(batches)
+        ]
+    return Replica(
+        "bench",
+        partition,
+        [(b // 100, [(f"k{b}-{i}".encode(), values[b][i]) for i in range(PER_BATCH)]) for b in range(batches)],
+        segment_records=20_000,  # ~21 MB segments: the binaryFile baseline holds whole files in JVM rows
+    )
+
+
+def cached_log_dir(kind: str) -> Path:
+    """The log dir of data set `kind`, written once (into a temporary directory, then renamed)."""
+    dest = DATA / f"spark-1k-{kind}-{PARTITIONS}x{PER_PARTITION}"
+    if not (dest / "complete").exists():
+        DATA.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=DATA, prefix=".writing-"))
+        for p in range(PARTITIONS):  # one partition at a time: a quarter of the values in memory
+            write_log_dir(tmp, 1, [_replica(kind, p)], writer="core")
+        (tmp / "complete").write_text("")
+        shutil.rmtree(dest, ignore_errors=True)
+        tmp.rename(dest)
+    return dest / "broker-1"
+
+
+@pytest.fixture(scope="module")
+def log_dir() -> Path:
+    return cached_log_dir("repeated")
 
 
 @pytest.fixture(scope="module")
@@ -239,3 +275,41 @@ def test_b_bare_rust(benchmark, log_dir) -> None:
         return sum(decode_to_arrow(f, columns=NARROW).num_rows for f in files)
 
     assert _time(benchmark, "rust", run, rounds=5) == TOTAL
+
+
+ROUNDS = int(os.environ.get("EG_BENCH_ROUNDS", 7))
+
+
+@pytest.mark.benchmark(group="spark-1k-abab")
+@pytest.mark.parametrize("kind", DATA_SETS)
+def test_e_full_read_abab(benchmark, spark, kind, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """(e): the full read of each reader and of Spark's Parquet of the same rows, taking turns."""
+    data = str(cached_log_dir(kind))
+    parquet = str(tmp_path_factory.mktemp(f"parquet-{kind}") / "same-rows.parquet")
+    read_kafka_logs(spark, [data]).write.mode("overwrite").parquet(parquet)
+    full = ("count(*)", "sum(length(value))")
+    queries = {"parquet": lambda: spark.read.parquet(parquet).selectExpr(*full).first()}
+    if _has_jvm_reader(spark):
+        queries["jvm"] = lambda: spark.read.format("kafka-log").load(data).selectExpr(*full).first()
+    queries["python"] = lambda: spark.read.format(PYTHON_NAME).load(data).selectExpr(*full).first()
+    for run in queries.values():  # warm: this data's first queries compile and page in
+        for _ in range(2):
+            assert tuple(run()) == (TOTAL, TOTAL * 1024)
+    times: dict[str, list[float]] = {name: [] for name in queries}
+
+    def abab() -> None:
+        for _ in range(ROUNDS):
+            for name, run in queries.items():
+                start = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - start)
+
+    benchmark.pedantic(abab, rounds=1, iterations=1)
+    load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    benchmark.extra_info.update({f"{name}_median_s": round(m, 4) for name, m in medians.items()})
+    benchmark.extra_info["uptime"] = load
+    print(f"\n(e) {kind}, {ROUNDS} rounds taking turns, medians; {load}")
+    for name, m in medians.items():
+        print(f"(e) {kind} {name} full read: {m:.3f} s, {m / medians['parquet']:.2f}x Spark Parquet"
+              + (" (goal <= 1.0x)" if name == "jvm" else ""))

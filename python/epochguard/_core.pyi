@@ -45,6 +45,7 @@ __all__ = [
     "__version__",
     "batch_index",
     "decode_arrow",
+    "decode_arrow_reporting",
     "decode_request",
     "decode_response",
     "divergence_point",
@@ -228,6 +229,19 @@ def decode_arrow(
     threads: int = 1,
     binary_view: bool = False,
 ) -> ArrowRecords: ...
+
+# with_errors' decode (rust/reporting.rs, also the JVM reader's): the range's records and the problems
+# between them, in order: an ArrowRecords of one batch, or (byte position, reason). A path that is gone
+# or shorter than offset + length is a problem too.
+def decode_arrow_reporting(
+    source: _Source,
+    *,
+    columns: Sequence[str] | None = None,
+    verify_crc: bool = True,
+    max_decompressed_size: int = 64 * 1024 * 1024,
+    offset: int = 0,
+    length: int | None = None,
+) -> list[ArrowRecords | tuple[int, str]]: ...
 
 # Header-only scan (no CRC check, no decompression): (file_position, size_in_bytes, base_offset,
 # last_offset) per batch, for cutting a file into batch-aligned ranges. An incomplete last batch is

@@ -14,6 +14,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 use arrow_array::ffi::{to_ffi, FFI_ArrowArray, FFI_ArrowSchema};
+use arrow_buffer::{Buffer, NullBuffer};
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -28,12 +29,10 @@ use jni::JNIEnv;
 
 use crate::file::InputFile;
 use crate::offset_index;
-use crate::records::arrow::{ArrowBuilder, Column};
+use crate::records::arrow::{ArrowBuilder, Column, Layout};
 use crate::records::batch::{i32_at, BatchHeader, Frame, LOG_OVERHEAD};
-use crate::records::headers::scan_headers;
-use crate::records::{
-    batch_index, reader, BatchCursor, BatchLocation, DecodeOptions, Decoder, OwnedRecord,
-};
+use crate::records::{reader, BatchCursor, DecodeOptions, Decoder, OwnedRecord};
+use crate::reporting::{self, Piece, Src};
 use crate::{Error, Result};
 
 /// The library's allocator, as for the Python extension (rust/py/mod.rs): a decode's columns are
@@ -113,13 +112,6 @@ struct Stats {
     partial_tail: i64,
 }
 
-/// What a decoded range hands out, in order: record batches, and with `withErrors` the problems
-/// between them (byte position, reason), as epochguard.spark.logs reports them as error rows.
-enum Piece {
-    Batch(RecordBatch),
-    Problem(u64, String),
-}
-
 /// A decoded byte range, handed out one piece at a time by `next`: decoded up front (`withErrors`,
 /// bytes the JVM read), or a window at a time from a local file as `next` asks (`stream`).
 struct Decoded {
@@ -135,15 +127,20 @@ struct Decoded {
 /// 1.07 s in 1 MiB windows, 0.89 s in 256 KiB ones (docs/performance.md).
 const WINDOW: usize = 1 << 18;
 
-/// A range of a local file decoded a window at a time, the read buffer reused from one window to
-/// the next. With bounds, `runs` holds only the batches their headers let through: the others are
-/// never read.
+/// Read buffers the JVM may still hold: a window's keys and values are views into the bytes read
+/// (`Layout::BinaryView`, no value copied on the Rust side), so a buffer is reused only once every
+/// array pointing into it is released, which the JVM does when it loads the next batch.
+const SPARE_BUFFERS: usize = 3;
+
+/// A range of a local file decoded a window at a time, keys and values handed out as views into the
+/// window's read buffer (the JVM's `BinaryViewColumnVector` reads them there). With bounds, `runs`
+/// holds only the batches their headers let through: the others are never read.
 struct Stream {
     file: InputFile,
     runs: VecDeque<(u64, u64)>,
     opts: DecodeOptions,
     columns: Vec<Column>,
-    buf: Vec<u8>,
+    spare: VecDeque<Buffer>,
 }
 
 impl Stream {
@@ -164,31 +161,56 @@ impl Stream {
             runs,
             opts,
             columns: parse_columns(columns)?,
-            buf: Vec::new(),
+            spare: VecDeque::new(),
         })
+    }
+
+    /// A read buffer of at least `want` bytes: a spare one no array points into any more, else a
+    /// new one (zeroing 256 KiB costs more than finding it free).
+    fn buffer(&mut self, want: usize) -> Vec<u8> {
+        for _ in 0..self.spare.len() {
+            let Some(spare) = self.spare.pop_front() else {
+                break;
+            };
+            match spare.into_vec::<u8>() {
+                Ok(mut buf) => {
+                    if buf.len() < want {
+                        buf.resize(want, 0);
+                    }
+                    return buf;
+                }
+                Err(shared) => self.spare.push_back(shared),
+            }
+        }
+        vec![0; want]
     }
 
     /// The record batches of the next window of whole batches (empty once every run is read). A
     /// batch larger than the window is read whole; a file found shorter than when it was opened is
     /// an error, as for `reader::for_each_frame`.
     fn next_window(&mut self, stats: &mut Stats) -> Result<Vec<RecordBatch>> {
-        let mut builder = ArrowBuilder::new(self.opts, &self.columns);
+        let mut out = Vec::new();
         let mut read = 0u64;
         while read < WINDOW as u64 {
             let Some(&(pos, end)) = self.runs.front() else {
                 break;
             };
             let mut want = usize::try_from(end - pos).map_or(WINDOW, |left| left.min(WINDOW));
-            let next = loop {
-                if self.buf.len() < want {
-                    self.buf.resize(want, 0);
-                }
-                let data = self.buf.get_mut(..want).unwrap_or_default();
+            let (input, builder, next) = loop {
+                let mut buf = self.buffer(want);
+                let data = buf.get_mut(..want).unwrap_or_default();
                 let got = self.file.read_at(pos, data)?;
                 if got < want {
                     return Err(reader::shrunk(pos + got as u64, end));
                 }
-                let data = self.buf.get(..want).unwrap_or_default();
+                let input = Buffer::from_vec(buf);
+                let mut builder = ArrowBuilder::with_layout(
+                    self.opts,
+                    &self.columns,
+                    Layout::BinaryView,
+                    Some(input.clone()),
+                );
+                let data = input.get(..want).unwrap_or_default();
                 let last = pos + want as u64 == end;
                 let mut cursor = BatchCursor::new(data, pos, !last);
                 while let Some(frame) = cursor.next()? {
@@ -201,11 +223,19 @@ impl Stream {
                         let size = i32_at(data, 8).map_or(0, |l| LOG_OVERHEAD + l.max(0) as usize);
                         let left = usize::try_from(end - pos).unwrap_or(usize::MAX);
                         want = left.min(size.max(want.saturating_mul(2)));
+                        drop(builder);
+                        self.spare.push_back(input);
                     }
-                    Some(tail) => break tail,
-                    None => break end.min(pos + want as u64),
+                    Some(tail) => break (input, builder, tail),
+                    None => break (input, builder, end.min(pos + want as u64)),
                 }
             };
+            let decoded = builder.finish(None)?;
+            out.extend(decoded.batches.into_iter().filter(|b| b.num_rows() > 0));
+            if self.spare.len() >= SPARE_BUFFERS {
+                self.spare.pop_front(); // still held by the JVM: freed when it lets go
+            }
+            self.spare.push_back(input);
             read += next - pos;
             match self.runs.front_mut() {
                 Some(run) if next < run.1 => run.0 = next,
@@ -214,12 +244,7 @@ impl Stream {
                 }
             }
         }
-        let decoded = builder.finish(None)?;
-        Ok(decoded
-            .batches
-            .into_iter()
-            .filter(|b| b.num_rows() > 0)
-            .collect())
+        Ok(out)
     }
 }
 
@@ -249,65 +274,6 @@ fn range(file: &InputFile, start: jlong, end: jlong) -> Result<(u64, u64)> {
     }
 }
 
-/// Where a range's bytes are: a local file read in bounded positioned reads, or bytes the JVM read
-/// (a Hadoop FileSystem path) into a direct buffer, its first byte at absolute position `base`.
-#[derive(Clone, Copy)]
-enum Src<'a> {
-    File(&'a InputFile),
-    Bytes { data: &'a [u8], base: u64 },
-}
-
-impl Src<'_> {
-    fn slice(data: &[u8], base: u64, from: u64, to: u64) -> Result<&[u8]> {
-        let (a, b) = (from.checked_sub(base), to.checked_sub(base));
-        match (a, b) {
-            (Some(a), Some(b)) => data.get(a as usize..b as usize),
-            _ => None,
-        }
-        .ok_or_else(|| Error::invalid(format!("bytes {from}..{to} are not in the buffer")))
-    }
-
-    fn for_each_frame(
-        self,
-        from: u64,
-        to: u64,
-        allow_partial_tail: bool,
-        mut each: impl FnMut(&Frame<'_>, usize) -> Result<()>,
-    ) -> Result<Option<u64>> {
-        match self {
-            Src::File(f) => reader::for_each_frame(f, from, to, allow_partial_tail, each),
-            Src::Bytes { data, base } => {
-                let mut cursor =
-                    BatchCursor::new(Src::slice(data, base, from, to)?, from, allow_partial_tail);
-                while let Some(frame) = cursor.next()? {
-                    each(&frame, (to - cursor.position()) as usize)?;
-                }
-                Ok(cursor.partial_tail())
-            }
-        }
-    }
-
-    fn headers(self, from: u64, to: u64) -> Result<Vec<BatchHeader>> {
-        Ok(match self {
-            Src::File(f) => reader::scan_headers_file(f, from, to, false, false)?,
-            Src::Bytes { data, base } => {
-                scan_headers(Src::slice(data, base, from, to)?, from, false, false)?
-            }
-        }
-        .headers)
-    }
-
-    fn batch_index(self, from: u64, to: u64) -> Result<Vec<BatchLocation>> {
-        Ok(match self {
-            Src::File(f) => reader::batch_index_file(f, from, to, true)?,
-            Src::Bytes { data, base } => {
-                batch_index(Src::slice(data, base, from, to)?, from, true)?
-            }
-        }
-        .0)
-    }
-}
-
 /// The handle `next`, `problem`, `stats` and `close` take: the decoded range, owned by the JVM reader.
 fn handle(decoded: Decoded) -> Result<jlong> {
     Ok(Box::into_raw(Box::new(decoded)) as jlong)
@@ -325,11 +291,7 @@ fn decode(
     let columns = parse_columns(columns)?;
     let mut stats = Stats::default();
     let pieces = if with_errors {
-        let opts = DecodeOptions {
-            allow_partial_tail: true,
-            ..opts
-        };
-        decode_reporting(src, start, end, opts, &columns, &mut stats)?
+        reporting::decode_reporting(src, start, end, opts, &columns, &mut stats.batches_decoded)?
     } else {
         let (batches, _) = decode_range(src, start, end, opts, &columns, bounds, &mut stats)?;
         batches.into_iter().map(Piece::Batch).collect()
@@ -426,7 +388,6 @@ fn decode_range(
     bounds: Bounds,
     stats: &mut Stats,
 ) -> Result<(Vec<RecordBatch>, Option<u64>)> {
-    let mut builder = ArrowBuilder::new(opts, columns);
     // With bounds, the headers alone (one small positioned read a batch) say which batches to
     // read at all; runs of adjacent kept batches are then read and decoded as one range.
     let runs = if bounds.is_all() {
@@ -434,83 +395,10 @@ fn decode_range(
     } else {
         kept_runs(src, start, end, bounds, stats)?
     };
-    let mut tail = None;
-    for (from, to) in runs {
-        tail = src.for_each_frame(from, to, opts.allow_partial_tail, |frame, left| {
-            stats.batches_decoded += 1;
-            builder.push(frame, left)
-        })?;
-    }
+    let (batches, tail) =
+        reporting::decode_runs(src, &runs, opts, columns, &mut stats.batches_decoded)?;
     stats.partial_tail = tail.map_or(-1, |t| t as i64);
-    let decoded = builder.finish(tail)?;
-    let batches = decoded.batches.into_iter().filter(|b| b.num_rows() > 0);
-    Ok((batches.collect(), tail))
-}
-
-/// `withErrors`, as epochguard.spark.logs' `_decode_one`: a batch that does not decode becomes a
-/// problem between the records before it and those after it, when the headers still say where it
-/// ends (else the rest of the range is reported undecoded); an incomplete last batch is one too.
-fn decode_reporting(
-    src: Src<'_>,
-    start: u64,
-    end: u64,
-    opts: DecodeOptions,
-    columns: &[Column],
-    stats: &mut Stats,
-) -> Result<VecDeque<Piece>> {
-    let mut pieces = VecDeque::new();
-    let mut position = start;
-    while position < end {
-        let failure = match decode_range(src, position, end, opts, columns, Bounds::ALL, stats) {
-            Ok((batches, tail)) => {
-                pieces.extend(batches.into_iter().map(Piece::Batch));
-                if let Some(tail) = tail {
-                    let reason = format!("incomplete batch at the end: {} bytes", end - tail);
-                    pieces.push_back(Piece::Problem(tail, reason));
-                }
-                return Ok(pieces);
-            }
-            Err(Error::Corrupt { position, reason }) => (Some(position), reason),
-            Err(Error::Io(e)) => (None, e.to_string()),
-            Err(e) => return Err(e),
-        };
-        let (failed, reason) = match failure {
-            (Some(at), reason) if position <= at && at < end => (at, reason),
-            (_, reason) => {
-                let reason = format!("{reason}; bytes {position}..{end} not decoded");
-                pieces.push_back(Piece::Problem(position, reason));
-                return Ok(pieces);
-            }
-        };
-        // The whole batches before the failure (the one it falls in, if cut, is a partial tail).
-        if let Ok((batches, _)) =
-            decode_range(src, position, failed, opts, columns, Bounds::ALL, stats)
-        {
-            pieces.extend(batches.into_iter().map(Piece::Batch));
-        }
-        let around = src.batch_index(position, end).ok().and_then(|index| {
-            index.into_iter().find_map(|b| {
-                let until = b.file_position + u64::from(b.size_in_bytes);
-                (b.file_position <= failed && failed < until).then_some((b.file_position, until))
-            })
-        });
-        match around {
-            None => {
-                let reason = format!("{reason}; bytes {failed}..{end} not decoded");
-                pieces.push_back(Piece::Problem(failed, reason));
-                return Ok(pieces);
-            }
-            Some((from, until)) => {
-                let reason = format!(
-                    "{reason}; skipped the batch at {from} ({} bytes)",
-                    until - from
-                );
-                pieces.push_back(Piece::Problem(failed, reason));
-                position = until;
-            }
-        }
-    }
-    Ok(pieces)
+    Ok((batches, tail))
 }
 
 /// COUNT(*), min(offset), max(offset) of the records in `[start, end)` (min/max `i64::MAX`/`MIN`
@@ -636,18 +524,31 @@ pub extern "system" fn Java_io_epochguard_spark_Native_decode<'l>(
         let path = java_string(env, &path)?;
         let columns = java_string(env, &columns)?;
         let bounds = bounds_of(env, &bounds)?;
-        let file = InputFile::open(&PathBuf::from(&path))?;
-        let (start, end) = range(&file, start, end)?;
         let opts = options(verify, max_decompressed)?;
         if with_errors == JNI_TRUE {
-            return handle(decode(
-                Src::File(&file),
+            // The file's own problems (gone, shorter than listed) are error rows too.
+            let (from, to) = (u64::try_from(start), u64::try_from(end));
+            let (Ok(start), Ok(end)) = (from, to) else {
+                return Err(Error::invalid(format!("byte range {start}..{end}")));
+            };
+            let mut stats = Stats::default();
+            let (columns, decoded) = (parse_columns(&columns)?, &mut stats.batches_decoded);
+            let pieces = reporting::decode_file_reporting(
+                Path::new(&path),
                 start,
                 end,
+                opts,
                 &columns,
-                (opts, bounds, true),
-            )?);
+                decoded,
+            )?;
+            return handle(Decoded {
+                pieces,
+                stream: None,
+                stats,
+            });
         }
+        let file = InputFile::open(&PathBuf::from(&path))?;
+        let (start, end) = range(&file, start, end)?;
         let mut stats = Stats::default();
         let path = PathBuf::from(&path);
         let stream = Stream::new(
@@ -731,7 +632,7 @@ pub extern "system" fn Java_io_epochguard_spark_Native_next<'l>(
         };
         let rows = jint::try_from(batch.num_rows())
             .map_err(|_| Error::invalid("a batch of more than 2^31 rows"))?;
-        let (ffi_array, ffi_schema) = to_ffi(&without_views(&StructArray::from(batch))?.to_data())
+        let (ffi_array, ffi_schema) = to_ffi(&for_the_jvm(batch)?.to_data())
             .map_err(|e| Error::invalid(format!("arrow export: {e}")))?;
         // SAFETY: the JVM allocated both structs (`ArrowArray.allocateNew`, `ArrowSchema.allocateNew`),
         // empty (released); writing moves ownership of the buffers to the importer, which releases them.
@@ -836,6 +737,38 @@ pub extern "system" fn Java_io_epochguard_spark_Native_batchIndex<'l>(
     })
 }
 
+/// The batch as a struct array for the JVM reader: a key or value column of binary views as it is
+/// (the reader's `BinaryViewColumnVector` reads the views), views nested deeper (header values) as
+/// plain binary (Spark's `ArrowColumnVector` reads them).
+fn for_the_jvm(batch: RecordBatch) -> Result<ArrayRef> {
+    let batch = StructArray::from(batch);
+    let (fields, columns, nulls) = batch.into_parts();
+    let columns = columns
+        .iter()
+        .map(|c| match c.data_type() {
+            DataType::BinaryView => Ok(c.clone()),
+            _ => without_views(c.as_ref()),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    struct_of(&fields, columns, nulls)
+}
+
+/// A struct array of `columns` under `fields`' names, each field typed as its new column.
+fn struct_of(
+    fields: &Fields,
+    columns: Vec<ArrayRef>,
+    nulls: Option<NullBuffer>,
+) -> Result<ArrayRef> {
+    let fields: Fields = fields
+        .iter()
+        .zip(&columns)
+        .map(|(f, c)| f.as_ref().clone().with_data_type(c.data_type().clone()))
+        .collect();
+    let array = StructArray::try_new(fields, columns, nulls)
+        .map_err(|e| Error::invalid(format!("arrow: {e}")))?;
+    Ok(Arc::new(array))
+}
+
 /// `array` with its binary and string views (at any depth) as plain binary and strings: Spark's
 /// `ArrowColumnVector` reads a string view but no binary view, so the decoder may build either.
 fn without_views(array: &dyn Array) -> Result<ArrayRef> {
@@ -850,12 +783,7 @@ fn without_views(array: &dyn Array) -> Result<ArrayRef> {
                 .iter()
                 .map(|c| without_views(c.as_ref()))
                 .collect::<Result<Vec<_>>>()?;
-            let fields: Fields = fields
-                .iter()
-                .zip(&columns)
-                .map(|(f, c)| f.as_ref().clone().with_data_type(c.data_type().clone()))
-                .collect();
-            Arc::new(StructArray::try_new(fields, columns, a.nulls().cloned()).map_err(err)?)
+            struct_of(fields, columns, a.nulls().cloned())?
         }
         DataType::List(field) => {
             let a = array.as_list::<i32>();

@@ -25,6 +25,7 @@ use crate::records::{
     BatchSpec, Compression, DecodeOptions, DecodedBatch, Decoder, Header, NewRecord, OwnedRecord,
     DEFAULT_MAX_DECOMPRESSED_SIZE,
 };
+use crate::reporting::{self, Piece, Src};
 
 /// The bytes behind a `source` argument: a caller's buffer, or a file read with positioned reads
 /// (never mapped: a file that shrinks under the reader is an error or a partial tail, not SIGBUS).
@@ -624,6 +625,63 @@ fn decode_arrow(
     Ok(PyArrowRecords(decoded))
 }
 
+/// `withErrors`' decode (`crate::reporting`, the one implementation both `kafka-log` readers use):
+/// the range's records and the problems between them, in order, an `ArrowRecords` of one batch or a
+/// `(byte position, reason)` each. A path's own problems (gone, shorter than `offset + length`) are
+/// problems too; a buffer's range must lie within it.
+#[pyfunction]
+#[pyo3(signature = (source, *, columns=None, verify_crc=true, max_decompressed_size=DEFAULT_MAX_DECOMPRESSED_SIZE, offset=0, length=None))]
+fn decode_arrow_reporting<'py>(
+    py: Python<'py>,
+    source: &Bound<'py, PyAny>,
+    columns: Option<Vec<String>>,
+    verify_crc: bool,
+    max_decompressed_size: usize,
+    offset: u64,
+    length: Option<u64>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let columns = match columns {
+        None => Column::RECORD.to_vec(),
+        Some(names) => Column::parse_list(&names)?,
+    };
+    let opts = options(verify_crc, false, max_decompressed_size);
+    let schema = crate::records::arrow::projected_schema(&columns);
+    let pieces = if source.is_instance_of::<PyString>() || source.hasattr("__fspath__")? {
+        let path: PathBuf = source.extract()?;
+        let end = match length {
+            Some(len) => offset.checked_add(len).ok_or_else(|| {
+                PyValueError::new_err(format!("offset {offset} + length {len} overflows"))
+            })?,
+            None => std::fs::metadata(&path).map_or(offset, |m| m.len().max(offset)),
+        };
+        py.detach(|| reporting::decode_file_reporting(&path, offset, end, opts, &columns, &mut 0))?
+    } else {
+        let source = Source::open(source, offset, length)?;
+        let src = Src::Bytes {
+            data: source.all_bytes(),
+            base: 0,
+        };
+        let (start, end) = (source.start as u64, source.end as u64);
+        py.detach(|| reporting::decode_reporting(src, start, end, opts, &columns, &mut 0))?
+    };
+    pieces
+        .into_iter()
+        .map(|piece| match piece {
+            Piece::Batch(batch) => {
+                let records = PyArrowRecords(ArrowDecoded {
+                    schema: schema.clone(),
+                    batches: vec![batch],
+                    partial_tail: None,
+                });
+                Ok(Bound::new(py, records)?.into_any())
+            }
+            Piece::Problem(position, reason) => {
+                Ok((position, reason).into_pyobject(py)?.into_any())
+            }
+        })
+        .collect()
+}
+
 #[pyfunction]
 #[pyo3(signature = (source, *, allow_partial_tail=false, offset=0, length=None))]
 fn batch_index(
@@ -888,6 +946,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyArrowRecords>()?;
     m.add_function(wrap_pyfunction!(iter_batches, m)?)?;
     m.add_function(wrap_pyfunction!(decode_arrow, m)?)?;
+    m.add_function(wrap_pyfunction!(decode_arrow_reporting, m)?)?;
     m.add_function(wrap_pyfunction!(record_columns, m)?)?;
     m.add_function(wrap_pyfunction!(batch_index, m)?)?;
     m.add_function(wrap_pyfunction!(scan_headers, m)?)?;

@@ -13,6 +13,7 @@ import pytest
 
 from epochguard.spark import read_kafka_logs
 from epochguard.spark.jvm import missing, reader_of
+from epochguard.spark.logs import DEFAULT_CHUNK_BYTES
 
 MAPINARROW, JVM, PYTHON = "read_kafka_logs", "jvm", "python"
 FRONTS = [MAPINARROW, JVM, PYTHON]
@@ -39,8 +40,8 @@ def read(
 ) -> Any:
     """The DataFrame `front` reads from `paths`, with `read_kafka_logs`' arguments as the data sources' options."""
     if front == MAPINARROW:
-        extra = {} if chunk_bytes is None else {"chunk_bytes": chunk_bytes}
-        return read_kafka_logs(spark, list(paths), columns=columns, with_errors=with_errors, **extra)
+        chunks = DEFAULT_CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+        return read_kafka_logs(spark, list(paths), columns=columns, with_errors=with_errors, chunk_bytes=chunks)
     if front == JVM:
         require_jvm(spark)
     reader = spark.read.format("kafka-log" if front == JVM else "kafka-log-python")

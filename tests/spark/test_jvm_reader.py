@@ -5,8 +5,10 @@ runs where its jar is on the session, and what its pushdown skips it skips by th
 from __future__ import annotations
 
 import os
+import random
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -14,7 +16,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from epochguard.spark import jvm
 from epochguard.spark.datasource import PYTHON_NAME
 
-from .kafka_logs import BASE_TIMESTAMP, Replica, records, write_log_dir
+from .kafka_logs import BASE_TIMESTAMP, Batch, Replica, kafka_python_batch, records, write_log_dir
 
 BATCHES, PER_BATCH = 20, 10  # one segment: epoch 1 for batches 0-9, epoch 3 for 10-19
 
@@ -30,11 +32,11 @@ def on_jvm(spark) -> None:
 
 @pytest.fixture(scope="module")
 def log_dir(tmp_path_factory: pytest.TempPathFactory, on_jvm) -> str:
-    batches = [(1 if b < 10 else 3, records("r", b * PER_BATCH, PER_BATCH)) for b in range(BATCHES)]
+    batches: list[Batch] = [(1 if b < 10 else 3, records("r", b * PER_BATCH, PER_BATCH)) for b in range(BATCHES)]
     return str(write_log_dir(tmp_path_factory.mktemp("jvm"), 1, [Replica("t", 0, batches)]))
 
 
-def _delta(spark, run) -> tuple[object, dict[str, int]]:
+def _delta(spark, run) -> tuple[Any, dict[str, int]]:
     before = jvm.metrics(spark)
     result = run()
     after = jvm.metrics(spark)
@@ -125,7 +127,7 @@ def test_every_column_matches_the_python_source(spark, log_dir) -> None:
 def test_with_errors_reports_what_the_python_source_reports(spark, tmp_path: Path) -> None:
     """A batch whose CRC fails between good ones is skipped and named; an incomplete last batch is a
     row too; a segment whose first header is garbage is one row naming the bytes not decoded."""
-    batches = [(0, records("a", 0, 3)), (0, records("b", 3, 3)), (1, records("c", 6, 3))]
+    batches: list[Batch] = [(0, records("a", 0, 3)), (0, records("b", 3, 3)), (1, records("c", 6, 3))]
     log = write_log_dir(tmp_path, 6, [Replica("e", 0, batches), Replica("g", 0, [(0, records("z", 0, 2))])])
     segment = log / "e-0" / f"{0:020d}.log"
     data = bytearray(segment.read_bytes())
@@ -156,6 +158,24 @@ def test_hadoop_filesystem_paths_read_as_local_ones(spark, log_dir) -> None:
     assert remote.count() == BATCHES * PER_BATCH  # not from headers for such paths yet: decoded
 
 
+def test_a_scheme_configured_in_hadoop_reads_through_its_filesystem(spark, log_dir) -> None:
+    """A scheme Hadoop is configured for, not only `file://`: a `viewfs://` mount table whose link
+    points at the local log dir lists and reads through ViewFileSystem: the same rows, and the same
+    batches skipped by their headers."""
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    key = "fs.viewfs.mounttable.egtest.link./logs"
+    conf.set(key, "file://" + str(Path(log_dir).parent))
+    try:
+        mounted = f"viewfs://egtest/logs/{Path(log_dir).name}"
+        df = spark.read.format("kafka-log").load(mounted)
+        assert sorted(df.collect()) == sorted(spark.read.format("kafka-log").load(log_dir).collect())
+        rows, delta = _delta(spark, df.where("offset >= 42 AND offset < 47").select("offset").collect)
+        assert sorted(r.offset for r in rows) == list(range(42, 47))
+        assert (delta["batches_decoded"], delta["batches_skipped"]) == (1, BATCHES - 1)
+    finally:
+        conf.unset(key)
+
+
 def test_an_offset_range_reads_only_the_headers_the_offset_index_points_at(spark, log_dir, tmp_path: Path) -> None:
     """With Kafka's `.index` beside a segment (an entry per batch here: its last offset relative to the
     segment's base, its position; then the zeros of a preallocated index), a filter on an offset range
@@ -183,3 +203,28 @@ def test_an_offset_range_reads_only_the_headers_the_offset_index_points_at(spark
     index.write_bytes(b"".join(struct.pack(">ii", r, p + 5) for r, p in entries[:20]))  # mid-batch positions
     rows, delta = _delta(spark, run)
     assert rows == list(range(142, 147)) and (delta["batches_decoded"], delta["batches_skipped"]) == (1, 19)
+
+
+def test_keys_and_values_are_read_in_place_across_windows(spark, tmp_path: Path, on_jvm) -> None:
+    """Keys and values reach Spark as views into the 256 KiB window the decoder read (or into a
+    compressed batch's decompressed records), read in place by the reader's column vector: every byte
+    as written, over several windows (read buffers reused once released), a batch larger than a
+    window, values inline in their view (at most 12 bytes), empty and null ones."""
+    rng = random.Random(37)
+    data, written, offset = bytearray(), {}, 0
+    for b in range(60):
+        recs = []
+        for i in range(1000 if b == 17 else 30):  # batch 17: ~300 KB, more than a window
+            n = offset + i
+            key = None if n % 7 == 3 else f"k{n}".encode()
+            value = None if n % 11 == 5 else rng.randbytes([0, 5, 12, 13, 1500][n % 5])
+            recs.append((key, value))
+            written[n] = (key, value)
+        data += kafka_python_batch(recs, offset, 0, compression=3 if b % 4 == 1 else 0)  # some lz4
+        offset += len(recs)
+    log = write_log_dir(tmp_path, 1, [Replica("v", 0, [])])
+    (log / "v-0" / f"{0:020d}.log").write_bytes(bytes(data))
+    df = spark.read.format("kafka-log").option("columns", "offset,key,value").load(str(log))
+    got = {r.offset: (r.key, r.value) for r in df.collect()}
+    assert len(got) == len(written) and len(data) > 3 * 256 * 1024
+    assert {n: tuple(None if b is None else bytes(b) for b in kv) for n, kv in got.items()} == written

@@ -18,7 +18,7 @@ from epochguard.spark.listing import list_log_dirs
 from epochguard.spark.logs import pack_tasks, plan_chunks
 
 from .fronts import FRONTS, JVM, read, require_jvm
-from .kafka_logs import Replica, records, write_log_dir
+from .kafka_logs import Batch, Replica, records, write_log_dir
 
 SEGMENTS = Path("/work/shared/kafka-segments")
 LDI = SEGMENTS / "ldi-poc"
@@ -216,6 +216,34 @@ def test_partial_tail_is_reported_not_dropped(spark, tmp_path, front) -> None:
     [error] = [r for r in rows if r.error_reason is not None]
     first_batch = 12 + int.from_bytes(data[8:12], "big")
     assert error.error_position == first_batch and "incomplete" in error.error_reason
+
+
+def test_a_segment_that_shrinks_after_listing_is_reported(spark, tmp_path, front) -> None:
+    """A live log dir changes under a read (the leader truncates, retention deletes): a segment found
+    shorter when read than when listed is read as far as it goes, then an error row; a batch its new
+    end cuts is the incomplete one; a segment gone is one row naming the bytes not decoded."""
+    batches: list[Batch] = [(0, records("a", 0, 2)), (0, records("a", 2, 2)), (0, records("a", 4, 2))]
+    log_dir = write_log_dir(tmp_path, 1, [Replica("s", 0, batches), Replica("g", 0, batches)])
+    segment, gone = (log_dir / f"{t}-0" / f"{0:020d}.log" for t in "sg")
+    data = segment.read_bytes()
+    second = 12 + int.from_bytes(data[8:12], "big")
+    third = second + 12 + int.from_bytes(data[second + 8 : second + 12], "big")
+    for cut, want in [
+        (third, (third, f"the file ends at byte {third}, shorter than when listed; bytes {third}..{len(data)} not decoded")),
+        (second + 20, (second, "incomplete batch at the end: 20 bytes")),
+    ]:
+        segment.write_bytes(data)
+        gone.write_bytes(data)
+        df = read(spark, front, [str(log_dir)], with_errors=True).select("topic", "offset", "error_position", "error_reason")
+        df._jdf.queryExecution().executedPlan().execute()  # listed and its RDD made, not yet read
+        segment.write_bytes(data[:cut])
+        gone.unlink()
+        rows = df.collect()
+        kept = sorted(r.offset for r in rows if r.topic == "s" and r.error_reason is None)
+        assert kept == list(range(4 if cut == third else 2))
+        assert [(r.error_position, r.error_reason) for r in rows if r.topic == "s" and r.error_reason] == [want]
+        [missing] = [r for r in rows if r.topic == "g"]
+        assert missing.error_position == 0 and missing.error_reason.endswith(f"; bytes 0..{len(data)} not decoded")
 
 
 def test_decode_batches_on_a_binary_column(spark) -> None:

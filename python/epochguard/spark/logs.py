@@ -13,7 +13,7 @@ import functools
 import heapq
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -347,39 +347,6 @@ def _decode_one(
     length: int,
     carried: dict[str, object],
     path: str | None,
-    **options: Any,
-) -> Iterator[pa.RecordBatch]:
-    """`_decode_range`, for a file shorter than the range it was listed with too (a live log dir,
-    changed since): with `with_errors` what is there is decoded and the rest is an error row."""
-    end = start + length
-    if not (options["with_errors"] and isinstance(source, str)):
-        yield from _decode_range(source, start, length, carried, path, **options)
-        return
-    try:
-        size = os.stat(source).st_size
-    except OSError as exc:
-        yield _error_row(carried, path, start, f"{exc}; bytes {start}..{end} not decoded", options["schema"])
-        return
-    if size >= end:
-        yield from _decode_range(source, start, length, carried, path, **options)
-        return
-    reported = False  # a batch cut by the new end is reported as an incomplete tail already
-    if start < size:
-        for batch in _decode_range(source, start, size - start, carried, path, **options):
-            reported = reported or batch.column("error_reason").null_count < batch.num_rows
-            yield batch
-    if not reported:
-        first = max(start, size)
-        reason = f"the file ends at byte {size}, shorter than when listed; bytes {first}..{end} not decoded"
-        yield _error_row(carried, path, first, reason, options["schema"])
-
-
-def _decode_range(
-    source: str | memoryview,
-    start: int,
-    length: int,
-    carried: dict[str, object],
-    path: str | None,
     *,
     schema: pa.Schema,
     columns: Sequence[str] | None,
@@ -387,75 +354,24 @@ def _decode_range(
     verify_crc: bool,
     max_decompressed_size: int,
 ) -> Iterator[pa.RecordBatch]:
-    """Decode bytes ``[start, start + length)`` of a file or buffer. With `with_errors`, a corrupt
-    batch becomes an error row: the records before it are kept and decoding resumes after it when
-    the batch headers still say where it ends (else the rest of the range is reported undecoded)."""
-    decode = functools.partial(
-        _core.decode_arrow,
+    """Decode bytes ``[start, start + length)`` of a file or buffer. With `with_errors`, the problems
+    (a corrupt batch, an incomplete last one, a file gone or shorter than listed) are error rows among
+    the records, by the core's rules (rust/reporting.rs: the JVM reader's too)."""
+    decode = _core.decode_arrow_reporting if with_errors else _core.decode_arrow
+    got = decode(
+        source,
         columns=None if columns is None else list(columns),
         verify_crc=verify_crc,
         max_decompressed_size=max_decompressed_size,
+        offset=start,
+        length=length,
     )
-    end, position = start + length, start
-    while position < end:
-        emitted = 0
-        try:
-            records = decode(source, allow_partial_tail=with_errors, offset=position, length=end - position)
-            for batch in pa.RecordBatchReader.from_stream(records):
-                emitted += batch.num_rows
+    for piece in got if isinstance(got, list) else [got]:
+        if isinstance(piece, tuple):
+            yield _error_row(carried, path, piece[0], piece[1], schema)
+        else:
+            for batch in pa.RecordBatchReader.from_stream(piece):
                 yield _with_columns(batch, carried, schema)
-            if records.partial_tail is not None:
-                tail = records.partial_tail
-                yield _error_row(carried, path, tail, f"incomplete batch at the end: {end - tail} bytes", schema)
-            return
-        except (EpochGuardError, OSError) as exc:
-            if not with_errors:
-                raise
-            failed = getattr(exc, "position", None)
-            reason = getattr(exc, "reason", None) or str(exc)
-            if failed is None or not position <= failed < end:
-                yield _error_row(carried, path, position, f"{reason}; bytes {position}..{end} not decoded", schema)
-                return
-            yield from _records_before(decode, source, position, failed, emitted, carried, schema)
-            bad = _batch_around(source, position, end, failed)
-            if bad is None:
-                yield _error_row(carried, path, failed, f"{reason}; bytes {failed}..{end} not decoded", schema)
-                return
-            yield _error_row(
-                carried, path, failed, f"{reason}; skipped the batch at {bad[0]} ({bad[1] - bad[0]} bytes)", schema
-            )
-            position = bad[1]
-
-
-def _records_before(
-    decode: Callable[..., _core.ArrowRecords],
-    source: str | memoryview,
-    start: int,
-    failed: int,
-    emitted: int,
-    carried: dict[str, object],
-    schema: pa.Schema,
-) -> Iterator[pa.RecordBatch]:
-    """The records of ``[start, failed)`` not yet emitted (the batch `failed` falls in, if cut, is a
-    tolerated partial tail)."""
-    try:
-        head = decode(source, allow_partial_tail=True, offset=start, length=failed - start)
-        for batch in pa.RecordBatchReader.from_stream(head):
-            if emitted < batch.num_rows:
-                yield _with_columns(batch.slice(emitted), carried, schema)
-            emitted = max(0, emitted - batch.num_rows)
-    except EpochGuardError:
-        return  # nothing more is recoverable before the failure; the caller reports it
-
-
-def _batch_around(source: str | memoryview, start: int, end: int, failed: int) -> tuple[int, int] | None:
-    """(first byte, end) of the batch holding byte `failed`, from the headers alone; None when the
-    headers themselves are broken there."""
-    try:
-        index = _core.batch_index(source, allow_partial_tail=True, offset=start, length=end - start)
-    except EpochGuardError:
-        return None
-    return next(((p, p + size) for p, size, _, _ in index if p <= failed < p + size), None)
 
 
 def _with_columns(batch: pa.RecordBatch, carried: dict[str, object], schema: pa.Schema) -> pa.RecordBatch:

@@ -9,6 +9,7 @@ import org.apache.arrow.c.Data;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.ViewVarBinaryVector;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.connector.metric.CustomTaskMetric;
@@ -25,7 +26,9 @@ import org.apache.spark.unsafe.types.UTF8String;
  *  (moved over the C Data Interface, no copy; a window of a segment at a time, decoded as Spark asks
  *  for it), the location columns as constants; or, with aggregates pushed, one row of partial
  *  COUNT(*)/min/max(offset) from the batch headers. A reader imports its Arrow schema once and loads
- *  every later batch into the same vectors, read by the same {@link ArrowColumnVector}s. */
+ *  every later batch into the same vectors, read by the same column vectors: Spark's
+ *  {@link ArrowColumnVector}, or for keys and values left as views into the bytes read, a
+ *  {@link BinaryViewColumnVector}. */
 final class KafkaLogReaderFactory implements PartitionReaderFactory {
   private final Options options;
   private final String[] columns;
@@ -68,7 +71,8 @@ final class KafkaLogReaderFactory implements PartitionReaderFactory {
     private KafkaLogScan.Chunk chunk;
     private long handle;
     private VectorSchemaRoot root; // the reader's vectors, imported with the first batch, reloaded by the next
-    private ArrowColumnVector[] arrow; // over root's vectors, by output column (null for a location column)
+    private ColumnVector[] arrow; // over root's vectors, by output column (null for a location column)
+    private final List<BinaryViewColumnVector> views = new ArrayList<>(); // reloaded with each batch
     private final List<ColumnVector> constants = new ArrayList<>();
     private ColumnarBatch batch;
     private long decoded;
@@ -118,19 +122,32 @@ final class KafkaLogReaderFactory implements PartitionReaderFactory {
           }
           if (root == null) {
             root = Data.importVectorSchemaRoot(allocator, array, schema, null);
-            arrow = new ArrowColumnVector[columns.length];
+            arrow = new ColumnVector[columns.length];
             for (int i = 0; i < columns.length; i++) {
               if (Schemas.isRecordColumn(columns[i])) {
-                arrow[i] = new ArrowColumnVector(root.getVector(columns[i]));
+                arrow[i] = vectorOf(columns[i]);
               }
             }
           } else {
             Data.importIntoVectorSchemaRoot(allocator, array, root, null);
+            for (BinaryViewColumnVector v : views) {
+              v.reload();
+            }
           }
           batch = new ColumnarBatch(vectors(rows), rows);
           return true;
         }
       }
+    }
+
+    /** Keys and values the decoder left as views are read in place; the other columns by Spark's own. */
+    private ColumnVector vectorOf(String column) {
+      if (root.getVector(column) instanceof ViewVarBinaryVector v) {
+        BinaryViewColumnVector view = new BinaryViewColumnVector(v, Schemas.TYPES.get(column));
+        views.add(view);
+        return view;
+      }
+      return new ArrowColumnVector(root.getVector(column));
     }
 
     private ColumnVector[] vectors(int rows) {

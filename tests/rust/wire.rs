@@ -136,6 +136,16 @@ fn sample_request(key: ApiKey, version: i16) -> RequestKind {
         ApiKey::OffsetForLeaderEpoch => {
             RequestKind::OffsetForLeaderEpoch(km::OffsetForLeaderEpochRequest::default())
         }
+        ApiKey::AddPartitionsToTxn => {
+            RequestKind::AddPartitionsToTxn(km::AddPartitionsToTxnRequest::default())
+        }
+        ApiKey::AddOffsetsToTxn => {
+            RequestKind::AddOffsetsToTxn(km::AddOffsetsToTxnRequest::default())
+        }
+        ApiKey::TxnOffsetCommit => {
+            RequestKind::TxnOffsetCommit(km::TxnOffsetCommitRequest::default())
+        }
+        ApiKey::EndTxn => RequestKind::EndTxn(km::EndTxnRequest::default()),
         other => panic!("no sample for {other:?}"),
     }
 }

@@ -307,6 +307,9 @@ class AsyncProducer:
                 self._take_intake()
                 txn = self._machine.transactions
                 state = None if txn is None else txn.state
+                if txn is not None:  # KIP-890: whether the cluster offers transaction version 2
+                    txn.update_finalized_features(self._network.finalized_features,
+                                                  self._network.finalized_features_epoch)
                 sent = self._machine.poll_requests(self._now_ms())
                 for node, request in sent:
                     task = asyncio.get_running_loop().create_task(self._exchange(node, request))

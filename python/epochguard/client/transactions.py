@@ -50,6 +50,7 @@ from epochguard.errors import (
 )
 from epochguard.protocol.api_versions import TRANSACTION_VERSION
 from epochguard.protocol.messages import (
+    PRODUCE_VERSION,
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
@@ -60,7 +61,6 @@ from epochguard.protocol.messages import (
     FindCoordinatorResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
-    PRODUCE_VERSION,
     OffsetCommitPartition,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,

@@ -584,7 +584,9 @@ class AsyncProducer:
             "requests-in-flight": float(len(self._machine._in_flight)),
             "producer-id": float(self._machine.producer_id),
             "producer-epoch": float(self._machine.producer_epoch),
-            **({"transaction-state-ready": float(txn.state.value == "ready")} if txn is not None else {}),
+            **({"transaction-state-ready": float(txn.state.value == "ready"),
+                # KIP-890: the transaction version the current (or last) transaction uses, 1 or 2
+                "transaction-version": 2.0 if txn.transaction_v2 else 1.0} if txn is not None else {}),
         }}
 
     async def wait_for(self, done: Callable[[], bool], timeout_s: float | None) -> None:

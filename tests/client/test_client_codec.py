@@ -418,12 +418,19 @@ def test_an_end_txn_v5_answer_carries_the_bumped_producer_id_and_epoch() -> None
     assert _core.decode_response(ApiKey.END_TXN, 4, old)[1] == EndTxnResponse(Errors.NONE, 3)  # -1, -1
 
 
+def api_versions_v3(correlation: int, ranges: list[tuple[int, int, int]], features: dict[str, int],
+                    epoch: int) -> bytes:
+    """An ApiVersions v3 answer as Kafka 4 writes it (finalized features in tagged fields 1 and 2), unframed;
+    `_core.encode_response` (the server's half) writes no features."""
+    keys = _uvarint(len(ranges) + 1) + b"".join(struct.pack(">hhh", *r) + _uvarint(0) for r in ranges)
+    finalized = _uvarint(len(features) + 1) + b"".join(
+        _compact_str(name) + struct.pack(">hh", level, level) + _uvarint(0) for name, level in features.items())
+    tags = _uvarint(2) + _tagged(1, struct.pack(">q", epoch)) + _tagged(2, finalized)
+    return struct.pack(">ih", correlation, 0) + keys + struct.pack(">i", 0) + tags  # header v0 always
+
+
 def test_an_api_versions_answer_carries_the_finalized_features() -> None:
-    keys = _uvarint(2) + struct.pack(">hhh", 0, 3, 12) + _uvarint(0)
-    finalized = (_uvarint(3) + _compact_str("transaction.version") + struct.pack(">hh", 2, 2) + _uvarint(0)
-                 + _compact_str("metadata.version") + struct.pack(">hh", 27, 27) + _uvarint(0))
-    tags = _uvarint(2) + _tagged(1, struct.pack(">q", 88)) + _tagged(2, finalized)
-    frame = struct.pack(">ih", 9, 0) + keys + struct.pack(">i", 0) + tags  # ApiVersions: header v0 always
+    frame = api_versions_v3(9, [(0, 3, 12)], {"transaction.version": 2, "metadata.version": 27}, 88)
     correlation, got = _core.decode_response(ApiKey.API_VERSIONS, 3, frame)
     assert correlation == 9 and got.finalized_features_epoch == 88
     versions = got.node_api_versions

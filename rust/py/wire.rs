@@ -1169,7 +1169,7 @@ fn wire_api_versions() -> Vec<(i16, i16, i16)> {
 }
 
 /// `[(api_key, min_version, max_version)]`: what the client's half encodes (and decodes the answers
-/// of): the served APIs within `CLIENT_CAPS`, plus the client-only ones (SASL).
+/// of): the served APIs within `CLIENT_CAPS` and up to `CLIENT_BEYOND`, plus the client-only ones (SASL).
 fn client_api_versions() -> Vec<(i16, i16, i16)> {
     SUPPORTED
         .iter()

@@ -164,6 +164,23 @@ mod tests {
     }
 
     #[test]
+    fn transaction_version_2_versions_are_the_clients_only() {
+        use crate::wire::supported;
+        for (key, version) in [
+            (ApiKey::Produce, 12),
+            (ApiKey::EndTxn, 5),
+            (ApiKey::TxnOffsetCommit, 5),
+        ] {
+            assert_eq!(client_supported(key as i16, version), Some(key));
+            assert_eq!(supported(key as i16, version), None); // serve is version 1
+        }
+        // Produce v13 names topics by id; AddPartitionsToTxn v4+ is the brokers' batched form
+        assert_eq!(client_supported(ApiKey::Produce as i16, 13), None);
+        assert_eq!(client_supported(ApiKey::AddPartitionsToTxn as i16, 4), None);
+        assert_eq!(client_supported(ApiKey::Fetch as i16, 13), None); // CLIENT_CAPS still holds
+    }
+
+    #[test]
     fn sasl_is_encoded_for_the_client_only() {
         let mut handshake = km::SaslHandshakeRequest::default();
         handshake.mechanism = "PLAIN".into();

@@ -61,8 +61,22 @@ pub const CLIENT_ONLY: &[(ApiKey, i16, i16)] = &[
 /// ids, so its Fetch stays at v12 (v13+ would need the ids from Metadata in every request).
 pub const CLIENT_CAPS: &[(ApiKey, i16)] = &[(ApiKey::Fetch, 12)];
 
+/// Where the client's half goes above [`SUPPORTED`] (`serve` neither advertises nor answers these
+/// versions): KIP-890's transaction version 2, which a producer uses only where the broker finalized
+/// `transaction.version` >= 2. Produce v11 adds TRANSACTION_ABORTABLE and v12 adds the partition to the
+/// transaction on the leader (no AddPartitionsToTxn); EndTxn v5 answers with the bumped producer id and
+/// epoch; TxnOffsetCommit v5 adds the offsets partition itself (no AddOffsetsToTxn).
+pub const CLIENT_BEYOND: &[(ApiKey, i16)] = &[
+    (ApiKey::Produce, 12),
+    (ApiKey::EndTxn, 5),
+    (ApiKey::TxnOffsetCommit, 5),
+];
+
 /// The highest version of `key` the client's half speaks, given the shared table's `high`.
 pub fn client_cap(key: ApiKey, high: i16) -> i16 {
+    if let Some((_, beyond)) = CLIENT_BEYOND.iter().find(|(k, _)| *k == key) {
+        return high.max(*beyond);
+    }
     CLIENT_CAPS
         .iter()
         .find(|(k, _)| *k == key)
@@ -70,10 +84,14 @@ pub fn client_cap(key: ApiKey, high: i16) -> i16 {
 }
 
 /// The `ApiKey` the client's codec encodes (and whose answer it decodes) at this version: [`SUPPORTED`]
-/// (within [`CLIENT_CAPS`]) and [`CLIENT_ONLY`].
+/// (within [`CLIENT_CAPS`], up to [`CLIENT_BEYOND`]) and [`CLIENT_ONLY`].
 pub fn client_supported(api_key: i16, api_version: i16) -> Option<ApiKey> {
-    supported(api_key, api_version)
-        .filter(|key| api_version <= client_cap(*key, i16::MAX))
+    SUPPORTED
+        .iter()
+        .find(|(key, low, high)| {
+            *key as i16 == api_key && (*low..=client_cap(*key, *high)).contains(&api_version)
+        })
+        .map(|(key, _, _)| *key)
         .or_else(|| {
             CLIENT_ONLY
                 .iter()

@@ -16,6 +16,8 @@ from epochguard.protocol.api_versions import ApiKey, ApiVersionRange, ApiVersion
 from epochguard.protocol.messages import (
     Coordinator,
     DivergingEpoch,
+    EndTxnRequest,
+    EndTxnResponse,
     EpochEndOffset,
     FetchPartition,
     FetchPartitionData,
@@ -53,11 +55,14 @@ from epochguard.protocol.messages import (
 from epochguard.types import IsolationLevel, TopicPartition
 
 CODEC = {k: (lo, hi) for k, lo, hi in _core.CLIENT_API_VERSIONS}  # what the client half speaks
+SERVED = {k: (lo, hi) for k, lo, hi in _core.WIRE_API_VERSIONS}  # what the server half (`serve`) speaks
 
 
 def versions(key: ApiKey) -> list[int]:
+    """The versions both halves speak (round trips); the client's versions beyond `serve`'s (KIP-890's
+    transaction version 2) are checked on their own below."""
     lo, hi = CODEC[key]
-    return list(range(lo, hi + 1))
+    return list(range(lo, min(hi, SERVED.get(key, (lo, hi))[1]) + 1))
 
 
 def request_round_trip(key: ApiKey, version: int, request: object) -> object:
@@ -370,3 +375,65 @@ def test_leave_group_round_trips(version: int) -> None:
         with pytest.raises(ValueError, match="leaves one member"):
             _core.encode_request(_core.RequestHeader(ApiKey.LEAVE_GROUP, version, 1, None),
                                  LeaveGroupRequest("g", (LeaveGroupMember("a"), LeaveGroupMember("b")), version=version))
+
+
+# --- beyond serve: KIP-890's transaction version 2 (the client's half only) ----------------------------
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _compact_str(s: str) -> bytes:
+    return _uvarint(len(s) + 1) + s.encode()
+
+
+def _tagged(tag: int, data: bytes) -> bytes:
+    return _uvarint(tag) + _uvarint(len(data)) + data
+
+
+def test_the_client_speaks_the_transaction_version_2_requests_beyond_serve() -> None:
+    assert CODEC[ApiKey.PRODUCE][1] >= 12 and CODEC[ApiKey.END_TXN][1] >= 5 and CODEC[ApiKey.TXN_OFFSET_COMMIT][1] >= 5
+    assert (SERVED[ApiKey.PRODUCE][1], SERVED[ApiKey.END_TXN][1]) == (10, 4)  # serve's coordinator is version 1
+    # Produce v11/v12 and EndTxn v5 requests have v10's and v4's fields: only the header's version differs
+    for key, old, new, request in [
+        (ApiKey.PRODUCE, 10, 12, ProduceRequest((ProducePartition("t", 1, batch()),), transactional_id="tx")),
+        (ApiKey.END_TXN, 4, 5, EndTxnRequest("tx", 7, 3, True)),
+    ]:
+        before = _core.encode_request(_core.RequestHeader(key, old, 5, "c"), request)
+        after = _core.encode_request(_core.RequestHeader(key, new, 5, "c"), request)
+        assert struct.unpack(">hh", after[4:8]) == (key, new)
+        assert before[8:] == after[8:]
+
+
+def test_an_end_txn_v5_answer_carries_the_bumped_producer_id_and_epoch() -> None:
+    body = struct.pack(">ihqh", 3, 0, 7, 4) + _uvarint(0)  # throttle, error, producer id, epoch, no tags
+    frame = struct.pack(">i", 41) + _uvarint(0) + body  # response header v1 (EndTxn v5 is flexible)
+    correlation, got = _core.decode_response(ApiKey.END_TXN, 5, frame)
+    assert correlation == 41 and got == EndTxnResponse(Errors.NONE, 3, producer_id=7, producer_epoch=4)
+    old = struct.pack(">i", 41) + _uvarint(0) + struct.pack(">ih", 3, 0) + _uvarint(0)
+    assert _core.decode_response(ApiKey.END_TXN, 4, old)[1] == EndTxnResponse(Errors.NONE, 3)  # -1, -1
+
+
+def api_versions_v3(correlation: int, ranges: list[tuple[int, int, int]], features: dict[str, int],
+                    epoch: int) -> bytes:
+    """An ApiVersions v3 answer as Kafka 4 writes it (finalized features in tagged fields 1 and 2), unframed;
+    `_core.encode_response` (the server's half) writes no features."""
+    keys = _uvarint(len(ranges) + 1) + b"".join(struct.pack(">hhh", *r) + _uvarint(0) for r in ranges)
+    finalized = _uvarint(len(features) + 1) + b"".join(
+        _compact_str(name) + struct.pack(">hh", level, level) + _uvarint(0) for name, level in features.items())
+    tags = _uvarint(2) + _tagged(1, struct.pack(">q", epoch)) + _tagged(2, finalized)
+    return struct.pack(">ih", correlation, 0) + keys + struct.pack(">i", 0) + tags  # header v0 always
+
+
+def test_an_api_versions_answer_carries_the_finalized_features() -> None:
+    frame = api_versions_v3(9, [(0, 3, 12)], {"transaction.version": 2, "metadata.version": 27}, 88)
+    correlation, got = _core.decode_response(ApiKey.API_VERSIONS, 3, frame)
+    assert correlation == 9 and got.finalized_features_epoch == 88
+    versions = got.node_api_versions
+    assert versions.feature_level("transaction.version") == 2 and versions.feature_level("group.version") == 0
+    assert versions.finalized_features_epoch == 88
+    assert versions.with_range(ApiKey.PRODUCE, 3, 11).feature_level("transaction.version") == 2

@@ -23,6 +23,7 @@ from epochguard.protocol.api_versions import (
     answer_api_versions,
 )
 from epochguard.protocol.messages import MetadataRequest, MetadataResponse, MetadataResponseBroker
+from tests.client.test_client_codec import api_versions_v3
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -384,3 +385,32 @@ def test_requests_to_a_broker_go_on_the_wire_in_the_order_they_were_sent() -> No
         await client.close()
 
     run(with_server(broker, body))
+
+
+def test_the_finalized_features_of_the_newest_features_epoch_are_kept() -> None:
+    """KIP-584 (Java's `ApiVersions.update`): a broker that has not seen the newest feature levels yet
+    (a lower features epoch) does not set `transaction.version` back."""
+    ranges = [(r.api_key, r.min_version, r.max_version) for r in BROKER_API_VERSIONS]
+
+    def broker(level: int, epoch: int) -> Handler:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            header, _ = await read_request(reader)
+            body = api_versions_v3(header.correlation_id, ranges, {"transaction.version": level}, epoch)
+            writer.write(struct.pack(">i", len(body)) + body)
+            await writer.drain()
+            await reader.read()  # until the client closes
+        return serve
+
+    async def body(new: str, old: str) -> None:
+        client = NetworkClient([new, old], client_id="net-test")
+        assert (client.finalized_features, client.finalized_features_epoch) == ({}, -1)
+        await client.connection(-1)
+        assert (client.finalized_features, client.finalized_features_epoch) == ({"transaction.version": 2}, 7)
+        await client.connection(-2)
+        assert client.api_versions(-2).feature_level("transaction.version") == 1  # that broker's own answer
+        assert (client.finalized_features, client.finalized_features_epoch) == ({"transaction.version": 2}, 7)
+        again = await client.send(-2, ApiVersionsRequest())  # the state machine's, answered from the handshake
+        assert again.finalized_features == (("transaction.version", 1),) and again.finalized_features_epoch == 6
+        await client.close()
+
+    run(with_server(broker(2, 7), lambda new: with_server(broker(1, 6), lambda old: body(new, old))))

@@ -223,3 +223,130 @@ def test_a_lost_sequence_in_a_transaction_is_not_retried_and_the_abort_bumps_the
     _, produce = only(producer, 5, ProduceRequest)
     (batch,) = list(iter_batches(produce.partitions[0].records))
     assert (batch.producer_epoch, batch.base_sequence) == (4, 0)  # the partition's sequences restart
+
+
+# --- KIP-890 transaction version 2 ---------------------------------------------------------------------
+def tv2(producer: Producer, level: int = 2, epoch: int = 5) -> TransactionManager:
+    """The cluster's finalized `transaction.version`, as the driver hands it in from ApiVersions."""
+    txn = producer.transactions
+    assert txn is not None
+    txn.update_finalized_features({"transaction.version": level, "metadata.version": 27}, epoch)
+    return txn
+
+
+def test_version_2_produces_at_once_with_produce_v12_and_adopts_the_epoch_end_txn_v5_bumped() -> None:
+    producer = initialized()
+    txn = tv2(producer)
+    txn.begin_transaction()
+    d = producer.send("t", b"v", partition=0, now_ms=1)
+    node, produce = only(producer, 1, ProduceRequest)  # no AddPartitionsToTxn: the leader adds the partition
+    assert node == 1 and produce.version == 12 and produce.transactional_id == "tx"
+    (batch,) = list(iter_batches(produce.partitions[0].records))
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.is_transactional) == (7, 3, 0, True)
+    committed = txn.begin_commit()
+    producer.on_response(1, produce, ProduceResponse((ProducePartitionResponse("t", 0, base_offset=40),)), 2)
+    node, end = only(producer, 2, EndTxnRequest)
+    assert node == 2 and end.version == 5 and (end.committed, end.producer_id, end.producer_epoch) == (True, 7, 3)
+    producer.on_response(2, end, EndTxnResponse(producer_id=7, producer_epoch=4), 3)
+    assert committed.done and committed.error is None and d.metadata is not None and d.metadata.offset == 40
+    assert (txn.producer_id, txn.producer_epoch) == (7, 4)
+    # the next transaction writes under the bumped epoch, its sequences from 0 again
+    txn.begin_transaction()
+    producer.send("t", b"w", partition=0, now_ms=4)
+    _, produce = only(producer, 4, ProduceRequest)
+    (batch,) = list(iter_batches(produce.partitions[0].records))
+    assert (batch.producer_epoch, batch.base_sequence) == (4, 0)
+    aborted = txn.begin_abort()
+    producer.on_response(1, produce, ProduceResponse((ProducePartitionResponse("t", 0, base_offset=41),)), 5)
+    _, end = only(producer, 5, EndTxnRequest)
+    assert (end.committed, end.producer_epoch) == (False, 4)
+    producer.on_response(2, end, EndTxnResponse(producer_id=9, producer_epoch=0), 6)  # epoch exhausted: new id
+    assert aborted.done and (txn.producer_id, txn.producer_epoch) == (9, 0)
+
+
+def test_version_1_where_the_cluster_does_not_finalize_version_2() -> None:
+    for level in (0, 1):
+        producer = initialized()
+        txn = tv2(producer, level)
+        txn.begin_transaction()
+        producer.send("t", b"v", partition=0, now_ms=1)
+        _, add = only(producer, 1, AddPartitionsToTxnRequest)
+        producer.on_response(2, add, AddPartitionsToTxnResponse((TxnPartitionResult("t", 0),)), 2)
+        _, produce = only(producer, 2, ProduceRequest)
+        assert produce.version == 11  # v12 would ask a version 2 broker to add the partition itself
+        committed = txn.begin_commit()
+        producer.on_response(1, produce, ProduceResponse((ProducePartitionResponse("t", 0, base_offset=1),)), 3)
+        _, end = only(producer, 3, EndTxnRequest)
+        assert end.version == 4
+        producer.on_response(2, end, EndTxnResponse(), 4)
+        assert committed.done and (txn.producer_id, txn.producer_epoch) == (7, 3)  # no bump in version 1
+
+
+def test_the_version_is_decided_when_a_transaction_begins_and_an_older_features_epoch_is_ignored() -> None:
+    producer = initialized()
+    txn = tv2(producer, 2, epoch=5)
+    tv2(producer, 1, epoch=4)  # a broker that has not seen the upgrade yet
+    assert txn.offered_transaction_version == 2
+    txn.begin_transaction()
+    tv2(producer, 1, epoch=6)  # a downgrade mid-transaction: this transaction stays version 2
+    producer.send("t", b"v", partition=0, now_ms=1)
+    _, produce = only(producer, 1, ProduceRequest)
+    assert produce.version == 12
+    committed = txn.begin_commit()
+    producer.on_response(1, produce, ProduceResponse((ProducePartitionResponse("t", 0, base_offset=1),)), 2)
+    _, end = only(producer, 2, EndTxnRequest)
+    producer.on_response(2, end, EndTxnResponse(producer_id=7, producer_epoch=4), 3)
+    assert committed.done
+    txn.begin_transaction()  # the next one sees the downgrade
+    producer.send("t", b"w", partition=0, now_ms=4)
+    only(producer, 4, AddPartitionsToTxnRequest)
+
+
+def test_version_2_offsets_go_straight_to_the_group_coordinator_with_txn_offset_commit_v5() -> None:
+    producer = initialized()
+    txn = tv2(producer)
+    txn.begin_transaction()
+    offsets = txn.send_offsets({TopicPartition("in", 0): 11}, "g")
+    node, find = only(producer, 1, FindCoordinatorRequest)  # no AddOffsetsToTxn first
+    assert (find.key, find.key_type) == ("g", 0)
+    producer.on_response(node, find, FindCoordinatorResponse((Coordinator("g", 1, "h", 1),)), 1)
+    node, commit = only(producer, 1, TxnOffsetCommitRequest)
+    assert node == 1 and commit.version == 5 and (commit.producer_id, commit.producer_epoch) == (7, 3)
+    producer.on_response(1, commit, TxnOffsetCommitResponse((TxnPartitionResult("in", 0),)), 2)
+    assert offsets.done and offsets.error is None
+    committed = txn.begin_commit()
+    _, end = only(producer, 3, EndTxnRequest)  # the offsets started the transaction: it must be ended
+    assert end.version == 5
+    producer.on_response(2, end, EndTxnResponse(producer_id=7, producer_epoch=4), 4)
+    assert committed.done and txn.producer_epoch == 4
+
+
+def test_version_2_a_lost_sequence_aborts_without_a_client_bump_and_end_txn_abortable_is_abortable() -> None:
+    producer = initialized()
+    txn = tv2(producer)
+    txn.begin_transaction()
+    producer.send("t", b"v", partition=0, now_ms=1)
+    _, produce = only(producer, 1, ProduceRequest)
+    producer.on_response(1, produce, ProduceResponse((ProducePartitionResponse(
+        "t", 0, Errors.OUT_OF_ORDER_SEQUENCE_NUMBER),)), 2)
+    assert txn.state == TxnState.ABORTABLE_ERROR
+    aborted = txn.begin_abort()
+    _, end = only(producer, 3, EndTxnRequest)
+    producer.on_response(2, end, EndTxnResponse(producer_id=7, producer_epoch=4), 3)
+    # the coordinator bumped the epoch with the abort: no InitProducerId (version 1 sends one, KIP-360)
+    assert aborted.done and txn.state == TxnState.READY and txn.producer_epoch == 4
+    assert producer.poll_requests(4) == []
+    # a commit the coordinator refuses as abortable (a partition the leader could not add): abort works
+    txn.begin_transaction()
+    producer.send("t", b"w", partition=0, now_ms=5)
+    _, produce = only(producer, 5, ProduceRequest)
+    committed = txn.begin_commit()
+    producer.on_response(1, produce, ProduceResponse((ProducePartitionResponse("t", 0, base_offset=3),)), 6)
+    _, end = only(producer, 6, EndTxnRequest)
+    producer.on_response(2, end, EndTxnResponse(Errors.TRANSACTION_ABORTABLE), 7)
+    assert isinstance(committed.error, TransactionAbortableError) and txn.state == TxnState.ABORTABLE_ERROR
+    aborted = txn.begin_abort()
+    _, end = only(producer, 8, EndTxnRequest)
+    assert end.committed is False
+    producer.on_response(2, end, EndTxnResponse(producer_id=7, producer_epoch=5), 9)
+    assert aborted.done and aborted.error is None and txn.producer_epoch == 5

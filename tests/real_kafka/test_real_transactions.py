@@ -1,16 +1,24 @@
 """The transactional producer against Apache Kafka 4.4 (the session cluster): a committed transaction is
 read by a read_committed consumer, an aborted one is not (a read_uncommitted one sees both), offsets sent
 with a transaction are the group's once it commits, and a second producer with the same transactional id
-fences the first (its commit raises ProducerFencedError). The same against `serve`: tests/wire/test_serve_transactions.py."""
+fences the first (its commit raises ProducerFencedError). Kafka 4.4 formats a cluster with `transaction.version`
+2 finalized (its default; the harness names no level), so the producer runs KIP-890's transaction version 2:
+no AddPartitionsToTxn (the requests it sends are counted), and every EndTxn bumps the epoch, which it
+adopts. The same against `serve` (transaction version 1): tests/wire/test_serve_transactions.py."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from epochguard.client import AsyncProducer, KafkaConsumer, KafkaProducer
+from epochguard.client.network import NetworkClient, api_key_of
+from epochguard.client.transactions import TransactionManager
 from epochguard.errors import ProducerFencedError
 from epochguard.kafka import KafkaCluster
 from epochguard.types import OffsetAndMetadata, TopicPartition
@@ -37,8 +45,23 @@ def _read(cluster: KafkaCluster, isolation: str, want: int, timeout_s: float = 3
         consumer.close()
 
 
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[tuple[str, int]]]:
+    """(request type, version) of every request the clients send, counted (the wire itself, unchanged)."""
+    counts: collections.Counter[tuple[str, int]] = collections.Counter()
+    send = NetworkClient.send
+
+    async def counting(self: NetworkClient, node_id: int, request: Any, *args: Any, **kwargs: Any) -> Any:
+        conn = await self.connection(node_id)
+        counts[type(request).__name__, conn.version_for(api_key_of(request), request.version)] += 1
+        return await send(self, node_id, request, *args, **kwargs)
+
+    monkeypatch.setattr(NetworkClient, "send", counting)
+    yield counts
+
+
 def test_commit_is_read_committed_abort_is_not_and_a_second_producer_fences_the_first(
-        kafka_cluster: KafkaCluster) -> None:
+        kafka_cluster: KafkaCluster, sent: collections.Counter[tuple[str, int]]) -> None:
     kafka_cluster.create_topic(TOPIC, {0: [1, 2, 3], 1: [2, 3, 1]})
     producer = KafkaProducer(bootstrap_servers=kafka_cluster.bootstrap, transactional_id="eg-txn", linger_ms=5,
                              max_block_ms=20_000)  # a hang fails in 20 s
@@ -46,10 +69,19 @@ def test_commit_is_read_committed_abort_is_not_and_a_second_producer_fences_the_
         producer.init_transactions()
         assert producer.partitions_for(TOPIC) == {0, 1}
         producer.begin_transaction()
+        epoch = producer.metrics()["producer-metrics"]["producer-epoch"]
         committed = [producer.send(TOPIC, key=b"k%d" % i, value=b"committed-%d" % i) for i in range(20)]
         producer.send_offsets_to_transaction({TopicPartition(TOPIC, 0): 7}, "eg-txn-group")
         producer.commit_transaction()
         assert all(f.succeeded() for f in committed)
+        # KIP-890 transaction version 2: Produce v12 added the partitions, TxnOffsetCommit v5 the offsets,
+        # and EndTxn v5 bumped the epoch, which the producer adopted
+        metrics = producer.metrics()["producer-metrics"]
+        assert metrics["transaction-version"] == 2 and metrics["producer-epoch"] == epoch + 1
+        kinds = {kind for kind, _ in sent}
+        assert "AddPartitionsToTxnRequest" not in kinds and "AddOffsetsToTxnRequest" not in kinds, sent
+        assert sent["EndTxnRequest", 5] == 1 and sent["TxnOffsetCommitRequest", 5] == 1, sent
+        assert sent["ProduceRequest", 12] >= 1 and not any(k == "ProduceRequest" and v != 12 for k, v in sent), sent
         producer.begin_transaction()
         for i in range(10):
             producer.send(TOPIC, key=b"k%d" % i, value=b"aborted-%d" % i)
@@ -58,6 +90,7 @@ def test_commit_is_read_committed_abort_is_not_and_a_second_producer_fences_the_
         producer.begin_transaction()
         producer.send(TOPIC, key=b"k", value=b"after-abort")
         producer.commit_transaction()
+        assert producer.metrics()["producer-metrics"]["producer-epoch"] == epoch + 3  # one bump per EndTxn
 
         seen = _read(kafka_cluster, "read_committed", 21)
         assert sorted(seen) == sorted([b"committed-%d" % i for i in range(20)] + [b"after-abort"])
@@ -109,3 +142,42 @@ def test_a_transaction_nothing_joined_ends_at_once(kafka_cluster: KafkaCluster) 
             await producer.close()
 
     asyncio.run(run())
+
+
+def test_transaction_version_1_still_commits_and_aborts_on_kafka_4_4(
+        kafka_cluster: KafkaCluster, sent: collections.Counter[tuple[str, int]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A producer that does not see `transaction.version` 2 (a broker without it, as `serve`) keeps to
+    version 1, and Kafka 4.4 serves it: AddPartitionsToTxn v3, Produce v11, EndTxn v4, no epoch bump."""
+    monkeypatch.setattr(TransactionManager, "update_finalized_features", lambda self, features, epoch: None)
+    topic = "txn-real-v1"
+    kafka_cluster.create_topic(topic, {0: [1, 2, 3]})
+    producer = KafkaProducer(bootstrap_servers=kafka_cluster.bootstrap, transactional_id="eg-txn-v1", linger_ms=5,
+                             max_block_ms=20_000)
+    try:
+        producer.init_transactions()
+        epoch = producer.metrics()["producer-metrics"]["producer-epoch"]
+        for outcome, n in (("committed", 5), ("aborted", 3), ("committed", 1)):
+            producer.begin_transaction()
+            for i in range(n):
+                producer.send(topic, value=b"%s-%d" % (outcome.encode(), i), partition=0)
+            producer.flush()
+            (producer.commit_transaction if outcome == "committed" else producer.abort_transaction)()
+        metrics = producer.metrics()["producer-metrics"]
+        assert metrics["transaction-version"] == 1 and metrics["producer-epoch"] == epoch
+        # AddPartitionsToTxn once a transaction, again while the last one's markers are written (CONCURRENT_TRANSACTIONS)
+        assert sent["AddPartitionsToTxnRequest", 3] >= 3 and sent["EndTxnRequest", 4] == 3, sent
+        assert sent["ProduceRequest", 11] >= 3 and not any(k == "ProduceRequest" and v != 11 for k, v in sent), sent
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=kafka_cluster.bootstrap, isolation_level="read_committed",
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        got: list[bytes] = []
+        end = time.monotonic() + 30
+        while time.monotonic() < end and len(got) < 6:
+            got += [r.value for recs in consumer.poll(timeout_ms=200).values() for r in recs]
+        assert sorted(got) == sorted([b"committed-%d" % i for i in range(5)] + [b"committed-0"])
+    finally:
+        consumer.close()

@@ -307,6 +307,9 @@ class AsyncProducer:
                 self._take_intake()
                 txn = self._machine.transactions
                 state = None if txn is None else txn.state
+                if txn is not None:  # KIP-890: whether the cluster offers transaction version 2
+                    txn.update_finalized_features(self._network.finalized_features,
+                                                  self._network.finalized_features_epoch)
                 sent = self._machine.poll_requests(self._now_ms())
                 for node, request in sent:
                     task = asyncio.get_running_loop().create_task(self._exchange(node, request))
@@ -581,7 +584,9 @@ class AsyncProducer:
             "requests-in-flight": float(len(self._machine._in_flight)),
             "producer-id": float(self._machine.producer_id),
             "producer-epoch": float(self._machine.producer_epoch),
-            **({"transaction-state-ready": float(txn.state.value == "ready")} if txn is not None else {}),
+            **({"transaction-state-ready": float(txn.state.value == "ready"),
+                # KIP-890: the transaction version the current (or last) transaction uses, 1 or 2
+                "transaction-version": 2.0 if txn.transaction_v2 else 1.0} if txn is not None else {}),
         }}
 
     async def wait_for(self, done: Callable[[], bool], timeout_s: float | None) -> None:

@@ -492,6 +492,11 @@ class NetworkClient:
         self._not_before: dict[int, float] = {}  # node -> monotonic time of the next attempt
         self._last_attempt: dict[int, float] = {}  # node -> monotonic time of its last connect attempt
         self._write_order: dict[int, asyncio.Lock] = {}  # node -> held from send() until its request is written
+        # The cluster's finalized features (KIP-584) from the handshake with the highest features epoch any
+        # broker answered (Java's `ApiVersions.update`): a broker that has not seen the latest levels yet
+        # does not set them back
+        self.finalized_features: Mapping[str, int] = {}
+        self.finalized_features_epoch = -1
         self.closed = False
 
     def update_brokers(self, brokers: Mapping[int, tuple[str, int]]) -> None:
@@ -587,6 +592,10 @@ class NetworkClient:
                 raise
             self._failures.pop(node_id, None)
             self._connections[node_id] = conn
+            versions = conn.api_versions
+            if versions is not None and versions.finalized_features_epoch > self.finalized_features_epoch:
+                self.finalized_features = versions.finalized_features
+                self.finalized_features_epoch = versions.finalized_features_epoch
             return conn
         finally:
             self._connecting.pop(node_id, None)
@@ -615,7 +624,10 @@ class NetworkClient:
                 # The connection's handshake answered this already (Java's NetworkClient keeps the versions per
                 # connection too). Sent again, it would need the software name Kafka validates from v3 on: the
                 # state machine's empty one is INVALID_REQUEST there, and validation waited for versions forever.
-                return ApiVersionsResponse(tuple(conn.api_versions), version=request.version)
+                versions = conn.api_versions
+                return ApiVersionsResponse(tuple(versions), version=request.version,
+                                           finalized_features=tuple(versions.finalized_features.items()),
+                                           finalized_features_epoch=versions.finalized_features_epoch)
             try:
                 answer = await conn.write(request, timeout_ms)
             except (KafkaConnectionError, KafkaTimeoutError):

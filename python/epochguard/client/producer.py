@@ -66,6 +66,8 @@ RETRIABLE = frozenset({
     Errors.NOT_LEADER_OR_FOLLOWER, Errors.LEADER_NOT_AVAILABLE, Errors.NOT_ENOUGH_REPLICAS,
     Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND, Errors.REQUEST_TIMED_OUT, Errors.UNKNOWN_TOPIC_OR_PARTITION,
     Errors.KAFKA_STORAGE_ERROR, Errors.FENCED_LEADER_EPOCH, Errors.UNKNOWN_LEADER_EPOCH,
+    # transaction version 2: the leader's add of the partition met the previous transaction still ending
+    Errors.CONCURRENT_TRANSACTIONS,
 })
 _MAX_EPOCH = 32767  # Short.MAX_VALUE: past it, a new producer id
 # Idempotent producer: retried after an epoch bump and a restart of the partition's sequences at 0
@@ -441,9 +443,12 @@ class Producer:
                                          producer_epoch=batch.producer[1], base_sequence=batch.base_sequence,
                                          is_transactional=self.transactions is not None)
             parts.append(ProducePartition(tp.topic, tp.partition, bytes(raw)))
-        request = ProduceRequest(tuple(parts), acks=self.acks, timeout_ms=self.request_timeout_ms,
-                                 transactional_id=None if self.transactions is None
-                                 else self.transactions.transactional_id)
+        if self.transactions is None:
+            request = ProduceRequest(tuple(parts), acks=self.acks, timeout_ms=self.request_timeout_ms)
+        else:  # the version tells a transaction version 2 broker whether to add the partitions itself
+            request = ProduceRequest(tuple(parts), acks=self.acks, timeout_ms=self.request_timeout_ms,
+                                     version=self.transactions.produce_version,
+                                     transactional_id=self.transactions.transactional_id)
         if self.acks == 0:  # no answer comes: done once sent
             for tp, batch in chosen.items():
                 self._busy.discard(tp)

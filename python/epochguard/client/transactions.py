@@ -19,9 +19,19 @@ batch that failed in the transaction makes it abortable (ABORTABLE_ERROR): commi
 abort works. An abort after a batch whose sequence is unresolved (a lost sequence, an expired batch)
 bumps the epoch with InitProducerId(id, epoch) (KIP-360) before the next transaction.
 
-Transaction version 1 only: AddPartitionsToTxn v0-3, EndTxn v0-4, Produce below v12. KIP-890's version 2
-(partitions added by the Produce itself, an epoch bump with every EndTxn v5) is not implemented; a
-Kafka 4 broker serves version 1 to clients that ask with these versions.
+Transaction versions (KIP-890), as Java's `isTransactionV2Enabled`: version 2 where the cluster finalized
+the feature `transaction.version` at 2 or more (ApiVersions' finalized features, handed in by the driver
+with `update_finalized_features`), decided at `init_transactions` and at each `begin_transaction` and
+kept for the whole transaction. Version 1 (every broker without it, and `serve`, whose coordinator is
+version 1): AddPartitionsToTxn v0-3 for each partition before its first batch, AddOffsetsToTxn then
+TxnOffsetCommit v0-4, EndTxn v0-4, Produce v11 at most (v12 would ask a TV2 broker for an implicit add).
+Version 2: no AddPartitionsToTxn (a partition may be written at once: the leader adds it to the
+transaction when the Produce v12 arrives), no AddOffsetsToTxn (TxnOffsetCommit v5 adds the offsets
+partition), and EndTxn v5, whose answer carries the producer id and epoch the coordinator bumped on
+ending the transaction: adopted, so each transaction runs under a new epoch and a late write of the
+last one is fenced (its sequences restart at 0). The coordinator bumps on every EndTxn, so an abort
+after an unresolved sequence needs no InitProducerId of its own (Java's
+`needToTriggerEpochBumpFromClient`); TRANSACTION_ABORTABLE from EndTxn makes the transaction abortable.
 """
 
 from __future__ import annotations
@@ -38,7 +48,9 @@ from epochguard.errors import (
     ProducerFencedError,
     TransactionAbortableError,
 )
+from epochguard.protocol.api_versions import TRANSACTION_VERSION
 from epochguard.protocol.messages import (
+    PRODUCE_VERSION,
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
@@ -136,16 +148,36 @@ class TransactionManager:
         self._partition_retry_ms = 0
         self._bump_after_abort = False
         self._find_at_ms = 0
+        # KIP-890: the level of `transaction.version` the cluster finalized (from the highest features
+        # epoch seen), and whether this transaction uses version 2 (decided when one begins)
+        self.offered_transaction_version = 0
+        self._features_epoch = -1
+        self.transaction_v2 = False
 
     # --- the application's calls (through the producer) -------------------------------------------
     def init_transactions(self) -> TransactionalResult:
         self._require(TxnState.UNINITIALIZED, "init_transactions")
         self.state = TxnState.INITIALIZING
+        self.transaction_v2 = self.offered_transaction_version >= 2
         return self._queue(_Step("init", TransactionalResult()))
 
     def begin_transaction(self) -> None:
         self._require(TxnState.READY, "begin_transaction")
         self.state = TxnState.IN_TRANSACTION
+        self.transaction_v2 = self.offered_transaction_version >= 2  # Java's maybeUpdateTransactionV2Enabled
+
+    def update_finalized_features(self, features: Mapping[str, int], epoch: int) -> None:
+        """The finalized features a broker answered ApiVersions with (KIP-584); an older epoch is ignored,
+        as Java's `ApiVersions` keeps the newest. Takes effect at the next `begin_transaction`."""
+        if epoch > self._features_epoch:
+            self._features_epoch = epoch
+            self.offered_transaction_version = features.get(TRANSACTION_VERSION, 0)
+
+    @property
+    def produce_version(self) -> int:
+        """The newest Produce version this transaction's batches may go with: v12 marks a transaction
+        version 2 write (the leader adds the partition), so a version 1 transaction stays below it."""
+        return 12 if self.transaction_v2 else min(PRODUCE_VERSION, 11)
 
     def check_send(self) -> None:
         """`send` is allowed in a transaction only (Java's `failIfNotReadyForSend`)."""
@@ -157,8 +189,12 @@ class TransactionManager:
                                     "call begin_transaction() first")
 
     def add_partition(self, tp: TopicPartition) -> None:
-        """A record for `tp` joined a batch in this transaction (Java's `maybeAddPartition`)."""
-        if tp not in self._partitions:
+        """A record for `tp` joined a batch in this transaction (Java's `maybeAddPartition`). Version 2:
+        in the transaction at once, the Produce adds it on the leader."""
+        if self.transaction_v2:
+            self._partitions.add(tp)
+            self._started = True
+        elif tp not in self._partitions:
             self._new_partitions.add(tp)
 
     def may_send(self, tp: TopicPartition) -> bool:
@@ -178,8 +214,10 @@ class TransactionManager:
             if offset < 0:
                 raise ValueError(f"offset for {tp} must not be negative: {offset}")
             parts.append(OffsetCommitPartition(tp.topic, tp.partition, offset, committed_metadata=metadata))
-        return self._queue(_Step("add_offsets", TransactionalResult(), group_id, tuple(parts),
-                                 (generation_id, member_id, group_instance_id)))
+        if self.transaction_v2:  # no AddOffsetsToTxn: TxnOffsetCommit v5 adds the offsets partition itself
+            self._started = True
+        return self._queue(_Step("offset_commit" if self.transaction_v2 else "add_offsets", TransactionalResult(),
+                                 group_id, tuple(parts), (generation_id, member_id, group_instance_id)))
 
     def begin_commit(self) -> TransactionalResult:
         self._fail_if_fatal()
@@ -214,7 +252,8 @@ class TransactionManager:
         if isinstance(err, ProducerFencedError) or getattr(err, "code", None) in _FENCED:
             self._fatal(ProducerFencedError(f"fenced while producing: {err}"))
             return
-        self._bump_after_abort |= sequence_unresolved
+        # version 2: the EndTxn of the abort bumps the epoch itself (`needToTriggerEpochBumpFromClient`)
+        self._bump_after_abort |= sequence_unresolved and not self.transaction_v2
         if self.state in (TxnState.IN_TRANSACTION, TxnState.COMMITTING_TRANSACTION):
             self._abortable(err)
 
@@ -352,8 +391,9 @@ class TransactionManager:
         if step.kind == "offset_commit":
             generation, member, instance = step.group
             return TxnOffsetCommitRequest(tid, step.group_id, pid, epoch, step.offsets, generation_id=generation,
-                                          member_id=member, group_instance_id=instance)
-        return EndTxnRequest(tid, pid, epoch, step.commit)
+                                          member_id=member, group_instance_id=instance,
+                                          version=5 if self.transaction_v2 else 4)
+        return EndTxnRequest(tid, pid, epoch, step.commit, version=5 if self.transaction_v2 else 4)
 
     def _on_coordinator(self, request: FindCoordinatorRequest, response: FindCoordinatorResponse,
                         now_ms: int) -> None:
@@ -419,6 +459,11 @@ class TransactionManager:
             return
         if code != Errors.NONE:
             err = code.exception(f"{what}: {code.name}") or EpochGuardError(f"{what}: {code.name}")
+            if step.kind == "end" and code == Errors.TRANSACTION_ABORTABLE and self.committing:
+                # version 2: a partition the leader could not add (Java's EndTxnHandler): abort instead
+                self._abortable(TransactionAbortableError(f"{what}: {code.name}"))
+                step.result._resolve(self.last_error)
+                return
             if step.kind in ("add_offsets", "offset_commit"):
                 self._abortable(err)
             else:
@@ -439,6 +484,10 @@ class TransactionManager:
             step.result._resolve()
         else:
             assert isinstance(response, EndTxnResponse)
+            if response.producer_id >= 0:
+                # EndTxn v5: the coordinator bumped the epoch (past 32767: a new id at epoch 0); the next
+                # transaction's batches go under it, their sequences from 0
+                self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
             self._finish_transaction(step.result)
 
     def _abortable(self, err: EpochGuardError) -> None:

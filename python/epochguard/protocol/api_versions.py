@@ -7,12 +7,16 @@ the broker answers with). The simulated brokers answer ApiVersions from `BROKER_
 the wire and in the simulator alike, and clients decide what to send from the `NodeApiVersions` they
 hold for that broker: for example a consumer validates positions only against brokers whose
 OffsetForLeaderEpoch reaches v3 (`has_usable_offset_for_leader_epoch_version`, SPEC (e)).
+
+An ApiVersions answer (v3+) also carries the cluster's finalized feature levels (KIP-584), kept with
+the ranges as Java's `ApiVersions.FinalizedFeaturesInfo`: a producer uses KIP-890's transaction
+version 2 only where `transaction.version` is finalized at 2 or more (`TRANSACTION_VERSION`).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from epochguard.errors import Errors, UnsupportedVersionError
@@ -26,7 +30,10 @@ __all__ = [
     "ApiVersionsResponse",
     "answer_api_versions",
     "has_usable_offset_for_leader_epoch_version",
+    "TRANSACTION_VERSION",
 ]
+
+TRANSACTION_VERSION = "transaction.version"  # the feature KIP-890's transaction version 2 is finalized by
 
 
 class ApiKey(enum.IntEnum):
@@ -80,18 +87,26 @@ class NodeApiVersions:
     """The API versions one broker supports, as a client learned them (`NodeApiVersions`).
 
     Keys the client does not know are kept (an ApiVersions answer lists every key the broker has) but
-    never chosen. Immutable; equality is on the set of ranges.
+    never chosen. `finalized_features` (feature name -> finalized max level) and its epoch as the broker
+    answered them (v3+; empty and -1 before). Immutable; equality is on the set of ranges.
     """
 
-    __slots__ = ("_ranges",)
+    __slots__ = ("_ranges", "finalized_features", "finalized_features_epoch")
 
-    def __init__(self, ranges: Iterable[ApiVersionRange]) -> None:
+    def __init__(self, ranges: Iterable[ApiVersionRange], finalized_features: Mapping[str, int] | None = None,
+                 finalized_features_epoch: int = -1) -> None:
         table: dict[int, ApiVersionRange] = {}
         for r in ranges:
             if r.api_key in table:
                 raise ValueError(f"api key {r.api_key} listed twice")
             table[r.api_key] = r
         self._ranges = table
+        self.finalized_features: Mapping[str, int] = dict(finalized_features or {})
+        self.finalized_features_epoch = finalized_features_epoch
+
+    def feature_level(self, name: str) -> int:
+        """The finalized level of feature `name`, 0 if the broker finalized none (Kafka's default)."""
+        return self.finalized_features.get(name, 0)
 
     def version_range(self, api_key: int) -> ApiVersionRange | None:
         """The broker's range for `api_key`, or None if it does not serve that API."""
@@ -121,11 +136,17 @@ class NodeApiVersions:
     def with_range(self, api_key: int, min_version: int, max_version: int) -> NodeApiVersions:
         """A copy with `api_key` served at [min_version, max_version] (e.g. an older broker)."""
         return NodeApiVersions([*(r for k, r in self._ranges.items() if k != api_key),
-                                ApiVersionRange(api_key, min_version, max_version)])
+                                ApiVersionRange(api_key, min_version, max_version)],
+                               self.finalized_features, self.finalized_features_epoch)
 
     def without(self, api_key: int) -> NodeApiVersions:
         """A copy that does not serve `api_key` at all."""
-        return NodeApiVersions(r for k, r in self._ranges.items() if k != api_key)
+        return NodeApiVersions((r for k, r in self._ranges.items() if k != api_key), self.finalized_features,
+                               self.finalized_features_epoch)
+
+    def with_features(self, features: Mapping[str, int], epoch: int = 0) -> NodeApiVersions:
+        """A copy whose broker finalized `features` (name -> level) at `epoch`."""
+        return NodeApiVersions(self, features, epoch)
 
     def __iter__(self) -> Iterator[ApiVersionRange]:
         return iter(sorted(self._ranges.values(), key=lambda r: r.api_key))
@@ -206,10 +227,12 @@ class ApiVersionsResponse:
     error_code: Errors = Errors.NONE
     throttle_time_ms: int = 0
     version: int = 3
+    finalized_features: tuple[tuple[str, int], ...] = ()  # v3+: (name, max version level)
+    finalized_features_epoch: int = -1
 
     @property
     def node_api_versions(self) -> NodeApiVersions:
-        return NodeApiVersions(self.api_keys)
+        return NodeApiVersions(self.api_keys, dict(self.finalized_features), self.finalized_features_epoch)
 
 
 def answer_api_versions(

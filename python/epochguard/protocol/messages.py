@@ -881,6 +881,9 @@ class EndTxnRequest:
 class EndTxnResponse:
     error_code: Errors = Errors.NONE
     throttle_time_ms: int = 0
+    # v5 (KIP-890 transaction version 2): the producer id and epoch after the coordinator's bump; -1 before
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 # --- ListGroups / DescribeGroups / DescribeProducers (the client's half only: `epochguard watch`) ---------

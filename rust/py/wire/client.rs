@@ -553,13 +553,22 @@ fn response_object<'py>(
                     .iter()
                     .map(|k| range.call1((k.api_key, k.min_version, k.max_version))),
             )?;
+            // v3+ (KIP-584): the cluster's finalized feature levels (`transaction.version`, ...)
+            let features = tuple(
+                py,
+                r.finalized_features
+                    .iter()
+                    .map(|f| Ok((f.name.as_str(), f.max_version_level))),
+            )?;
             obj!(
                 py,
                 "ApiVersionsResponse",
                 api_keys = keys,
                 error_code = error(py, r.error_code)?,
                 throttle_time_ms = r.throttle_time_ms,
-                version = v
+                version = v,
+                finalized_features = features,
+                finalized_features_epoch = r.finalized_features_epoch
             )
         }
         ResponseKind::Metadata(r) => {
@@ -934,7 +943,10 @@ fn response_object<'py>(
             py,
             "EndTxnResponse",
             error_code = error(py, r.error_code)?,
-            throttle_time_ms = r.throttle_time_ms
+            throttle_time_ms = r.throttle_time_ms,
+            // v5 (transaction version 2): the id and epoch after the coordinator's bump; -1 before
+            producer_id = if v >= 5 { r.producer_id.0 } else { -1 },
+            producer_epoch = if v >= 5 { r.producer_epoch } else { -1 }
         ),
         ResponseKind::ListGroups(r) => {
             let groups = r.groups.iter().map(|g| {

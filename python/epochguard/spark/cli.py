@@ -94,28 +94,23 @@ def add_parsers(sub: Any) -> None:
 
 
 def run_audit(args: argparse.Namespace) -> int:
-    from epochguard.spark.session import LazySession
-
     console = _console(stderr=args.json)  # with --json, stdout carries only the JSON
-    session = LazySession(args.master)
     try:
         result = _audit(
             args.log_dirs,
             args.out,
             args.consumed,
-            session,
+            args.master,
             console,
             args.method,
             verify_crc=args.verify_crc,
             local_bytes=args.local_bytes,
             topics=args.topic,
         )
-        _show(result, args.json, console)
     except Exception as exc:  # the CLI boundary: any failure to run is exit code 2, with its reason
         console.print(f"[bold red]audit could not run:[/] {type(exc).__name__}: {exc}")
         return EXIT_FAILED
-    finally:
-        session.stop()
+    _show(result, args.json, console)
     return result.exit_code
 
 
@@ -124,19 +119,16 @@ def run_demo(args: argparse.Namespace) -> int:
     from epochguard.spark.session import LazySession
 
     console = _console(stderr=args.json)
-    session = LazySession(args.master)
     try:
-        session.start()  # the audit reads what the consumer read: Spark's job
+        session = LazySession(args.master).start()  # the audit reads what the consumer read: Spark's job
         with console.status("simulating an unclean leader election"):
             scenario = write_demo(args.out, seed=args.seed)
         console.print(scenario.description)
         result = _audit(scenario.log_dirs, scenario.audit_out, scenario.consumed, session, console)
-        _show(result, args.json, console)
     except Exception as exc:
         console.print(f"[bold red]demo could not run:[/] {type(exc).__name__}: {exc}")
         return EXIT_FAILED
-    finally:
-        session.stop()
+    _show(result, args.json, console)
     lost_partitions = ", ".join(
         f"{r.topic}-{r.partition} on broker {r.broker}: offsets {r.lost_first_offset}..{r.lost_last_offset}"
         for r in result.diverged

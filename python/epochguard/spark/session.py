@@ -119,16 +119,6 @@ class LazySession:
         assert self._session is not None
         return self._session
 
-    def stop(self) -> None:
-        """Stop the session if one was made (waiting for a start under way): Spark's Python worker daemon
-        is then stopped by the JVM, not left to find its pipe gone after the command has exited."""
-        thread = self._thread
-        if thread is not None:
-            thread.join()
-        if self._session is not None:
-            self._session.stop()
-            self._session = None
-
     def _make(self) -> None:
         began = time.perf_counter()
         try:

@@ -54,17 +54,21 @@ class ElectionTruth:
         # (tp, broker, epoch) -> (high watermark, log end, log start, {offset: epoch} of the whole log)
         self.led: dict[tuple[TopicPartition, int, int], tuple[int, int, int, dict[int, int]]] = {}
         self.exposed: dict[tuple[TopicPartition, int, int], int] = {}
+        self.wire: Any = None  # the served cluster, from the first step
 
     def on_exchange(self, conn: Any, header: Any, request: Any, response: Any, *args: Any) -> None:
         if isinstance(response, ListOffsetsResponse):
             for a in response.partitions:
                 if a.error_code == Errors.NONE and a.offset >= 0:
                     self.exposed[(a.tp, conn.broker_id, a.leader_epoch)] = a.offset
+            if self.wire is not None:  # the leader's log as it was when it gave this answer out, not a step later
+                self.on_step(self.wire)
 
     def on_fault(self, *args: Any) -> None:
         pass
 
     def on_step(self, wire: Any) -> None:
+        self.wire = wire
         for b, broker in wire.cluster.brokers.items():
             if not broker.alive:
                 continue
